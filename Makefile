@@ -1,0 +1,132 @@
+# SPDX-License-Identifier: MIT
+# kvtier: one build for everything.
+#   make          build tierd, libkvtier (.a/.so), tierctl     -> build/
+#   make run      build and start tierd in the foreground (Ctrl-C stops it)
+#   make test     unit + integration tests, plain and under ASan/UBSan
+#   make bench    tools/tierbench: every figure beside its target
+#   make kernels  compile kernels/*.cu with nvcc (when nvcc exists)
+#   V=1           show full commands
+
+CC      ?= cc
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+PYTHON  := /usr/bin/python3
+
+WARN    := -Wall -Wextra -Werror -Wshadow -Wmissing-prototypes
+BASE    := -std=gnu11 $(WARN) -g -MMD -MP -D_GNU_SOURCE -Iclient -Istore -Ikernels -Itierd -Itests
+CFLAGS_REL := $(BASE) -O2 -fPIC
+CFLAGS_SAN := $(BASE) -O1 -fPIC -fsanitize=address,undefined -fno-omit-frame-pointer \
+              -fno-sanitize-recover=undefined
+LIBS    := -lcrypto
+STORE_LIBS := -luring -llmdb -lxxhash
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+STORE_SRC   := $(wildcard store/*.c)
+CLIENT_SRC  := $(wildcard client/*.c)
+KERNEL_SRC  := $(wildcard kernels/*_cpu.c)
+TIERD_SRC   := $(wildcard tierd/*.c)
+TEST_SRC    := $(wildcard tests/*.c)
+
+obj = $(patsubst %.c,$(1)/obj/%.o,$(2))
+
+# ---- per-flavour rules: $(1) = build dir, $(2) = CFLAGS, $(3) = LDFLAGS ----
+define flavour
+$(1)/obj/%.o: %.c
+	@mkdir -p $$(dir $$@)
+	@$(if $(Q),echo "  CC      $$@")
+	$(Q)$(CC) $(2) -c $$< -o $$@
+
+$(1)/libstore.a: $(call obj,$(1),$(STORE_SRC))
+	@$(if $(Q),echo "  AR      $$@")
+	$(Q)rm -f $$@ && ar rcs $$@ $$^
+
+$(1)/libkvtier.a: $(call obj,$(1),$(CLIENT_SRC) $(KERNEL_SRC))
+	@$(if $(Q),echo "  AR      $$@")
+	$(Q)rm -f $$@ && ar rcs $$@ $$^
+
+$(1)/libkvtier.so: $(call obj,$(1),$(CLIENT_SRC) $(KERNEL_SRC)) client/libkvtier.map
+	@$(if $(Q),echo "  LD      $$@")
+	$(Q)$(CC) $(2) -shared -Wl,--version-script=client/libkvtier.map -Wl,-soname,libkvtier.so.0 \
+		-o $$@ $(call obj,$(1),$(CLIENT_SRC) $(KERNEL_SRC)) $(LIBS) $(3)
+
+$(1)/tierd: $(call obj,$(1),$(TIERD_SRC)) $(1)/libstore.a
+	@$(if $(Q),echo "  LD      $$@")
+	$(Q)$(CC) $(2) -o $$@ $$^ $(STORE_LIBS) $(LIBS) $(3)
+
+$(1)/tierctl: $(1)/obj/tools/tierctl.o $(1)/libkvtier.a
+	@$(if $(Q),echo "  LD      $$@")
+	$(Q)$(CC) $(2) -o $$@ $$^ $(LIBS) $(3)
+
+$(1)/kvt_tests: $(call obj,$(1),$(TEST_SRC)) $(1)/libkvtier.a $(1)/libstore.a
+	@$(if $(Q),echo "  LD      $$@")
+	$(Q)$(CC) $(2) -o $$@ $$^ -lcriterion $(STORE_LIBS) $(LIBS) $(3)
+endef
+
+$(eval $(call flavour,build,$(CFLAGS_REL),))
+$(eval $(call flavour,build-san,$(CFLAGS_SAN),-fsanitize=address,undefined))
+
+BINS     = tierd tierctl libkvtier.a libkvtier.so
+REL_BINS = $(addprefix build/,$(BINS))
+SAN_BINS = $(addprefix build-san/,$(BINS))
+
+.PHONY: all deps run test test-plain test-san bench kernels clean valgrind
+all: deps $(REL_BINS) $(if $(NVCC),kernels)
+
+deps:
+	@mk/deps.sh build
+
+# `make run`: warm tier in RAM, data folder inside the checkout.
+RUN_DIR ?= $(CURDIR)/var
+run: all
+	@mkdir -p $(RUN_DIR)
+	@echo "tierd: socket $(RUN_DIR)/tierd.sock  data $(RUN_DIR)/data  (Ctrl-C stops it)"
+	@echo "tierd: clients use it with: export KVTIER_SOCKET=$(RUN_DIR)/tierd.sock"
+	exec build/tierd --socket $(RUN_DIR)/tierd.sock --data $(RUN_DIR)/data
+
+# Each suite runs under Criterion, every test with its own timeout; the
+# sanitizer build runs the same suite against the sanitizer tierd.
+TEST_ENV = KVT_TEST_PYTHON=$(PYTHON) KVT_TEST_SRC=$(CURDIR)
+test: test-deps test-plain test-san
+
+test-deps:
+	@mk/deps.sh test
+
+test-plain: test-deps $(REL_BINS) build/kvt_tests
+	$(TEST_ENV) KVT_TEST_BIN=$(CURDIR)/build build/kvt_tests -j2 --timeout 120
+
+test-san: test-deps $(SAN_BINS) build-san/kvt_tests
+	$(TEST_ENV) KVT_TEST_BIN=$(CURDIR)/build-san \
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	build-san/kvt_tests -j2 --timeout 240
+
+# valgrind over the client library and the daemon through the tests
+valgrind: test-deps $(REL_BINS) build/kvt_tests
+	$(TEST_ENV) KVT_TEST_BIN=$(CURDIR)/build KVT_TEST_VALGRIND=1 \
+	valgrind --leak-check=full --error-exitcode=9 --trace-children=no \
+	build/kvt_tests -j1 --timeout 600
+
+build/tierbench: build/obj/tools/tierbench.o build/libkvtier.a build/libstore.a
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS_REL) -o $@ $^ -lhiredis $(STORE_LIBS) $(LIBS)
+
+bench: $(REL_BINS) build/tierbench
+	@mk/deps.sh bench
+	KVT_TEST_BIN=$(CURDIR)/build build/tierbench
+
+# CUDA kernels: compiled for Hopper and Ampere when nvcc is present.
+KERNEL_CU := $(wildcard kernels/*.cu)
+kernels: $(patsubst %.cu,build/%.cu.o,$(KERNEL_CU))
+build/kernels/%.cu.o: kernels/%.cu
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  NVCC    $@")
+	$(Q)$(NVCC) -O2 -Ikernels -Iclient -gencode arch=compute_90,code=sm_90 \
+		-gencode arch=compute_80,code=sm_80 -Xcompiler -fPIC,-Wall -c $< -o $@
+
+clean:
+	rm -rf build build-san
+
+-include $(shell find build build-san -name '*.d' 2>/dev/null)

@@ -1,0 +1,540 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvt_client.c - libkvtier's connection to tierd: HELLO and the pool
+ * mapping, namespaces, and the block calls of kvtier.h as request/reply
+ * pairs over a SOCK_SEQPACKET socket.
+ *
+ * Every call is synchronous except release, which is sent without asking
+ * for a reply (the daemon handles messages in order, so a later call sees
+ * its effect). Replies are matched by request id; a reply that arrives after
+ * its call timed out is skipped. Once the connection fails the client is
+ * dead for good (sticky): every call returns KVT_EDISCONNECTED.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "kvt_wire.h"
+#include "kvtier.h"
+
+struct kvt_ns {
+    kvt_client *c;
+    uint32_t id;          /* the daemon's namespace id */
+    uint64_t block_bytes;
+    struct kvt_ns *next;  /* the client's list, freed by kvt_close */
+};
+
+struct kvt_client {
+    int fd;
+    bool dead;            /* sticky: the connection failed */
+    int timeout_ms;       /* per reply; $KVTIER_TIMEOUT_MS, default 30 s */
+    uint32_t req_id;
+    uint8_t *base;        /* the warm pool, mapped shared */
+    uint64_t pool_bytes;
+    struct kvt_ns *ns;
+    _Alignas(16) uint8_t rbuf[KVT_WIRE_MSG_MAX + 64]; /* last reply */
+};
+
+const char *kvt_default_socket(void)
+{
+    const char *s = getenv("KVTIER_SOCKET");
+
+    return s && *s ? s : KVT_DEFAULT_SOCKET;
+}
+
+/* ---- messages -------------------------------------------------------- */
+
+static int fail(kvt_client *c, int err)
+{
+    c->dead = true;
+    return err;
+}
+
+static int send_req(kvt_client *c, uint16_t op, uint32_t flags, struct iovec *iov, int niov)
+{
+    struct kvt_wire_hdr h = {
+        .magic = KVT_WIRE_MAGIC, .version = KVT_WIRE_VERSION, .op = op,
+        .req_id = ++c->req_id, .flags = flags,
+    };
+    struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)niov };
+    size_t len = 0;
+
+    if (c->dead)
+        return KVT_EDISCONNECTED;
+    for (int i = 1; i < niov; i++)
+        len += iov[i].iov_len;
+    h.body_len = (uint32_t)len;
+    iov[0].iov_base = &h;
+    iov[0].iov_len = sizeof(h);
+    while (sendmsg(c->fd, &m, MSG_NOSIGNAL) < 0) {
+        if (errno == EINTR)
+            continue;
+        return fail(c, errno == EMSGSIZE ? -EMSGSIZE : KVT_EDISCONNECTED);
+    }
+    return 0;
+}
+
+/* Wait for the reply to the last request; its body lands in c->rbuf after
+ * the header. fd_out (may be NULL) receives a passed descriptor. Returns the
+ * reply's status (0 or negative) and the body length in *blen. */
+static int recv_rep(kvt_client *c, uint16_t op, uint32_t *blen, int *fd_out)
+{
+    for (;;) {
+        union {
+            char buf[CMSG_SPACE(sizeof(int))];
+            struct cmsghdr align;
+        } cm;
+        struct iovec iov = { c->rbuf, sizeof(c->rbuf) };
+        struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf,
+                            .msg_controllen = sizeof(cm.buf) };
+        struct pollfd p = { .fd = c->fd, .events = POLLIN };
+        struct kvt_wire_hdr h;
+        ssize_t r;
+        int pr = poll(&p, 1, c->timeout_ms);
+
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr == 0)
+            return fail(c, -ETIMEDOUT); /* a daemon that stopped answering */
+        r = recvmsg(c->fd, &m, MSG_CMSG_CLOEXEC);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return fail(c, KVT_EDISCONNECTED);
+        if (m.msg_controllen > 0) {
+            struct cmsghdr *ch = CMSG_FIRSTHDR(&m);
+
+            if (ch && ch->cmsg_level == SOL_SOCKET && ch->cmsg_type == SCM_RIGHTS) {
+                int fd;
+
+                memcpy(&fd, CMSG_DATA(ch), sizeof(fd));
+                if (fd_out && *fd_out < 0)
+                    *fd_out = fd;
+                else
+                    close(fd);
+            }
+        }
+        if ((size_t)r < sizeof(h) || (m.msg_flags & MSG_TRUNC))
+            return fail(c, KVT_EPROTO);
+        memcpy(&h, c->rbuf, sizeof(h));
+        if (h.magic != KVT_WIRE_MAGIC || h.body_len != (size_t)r - sizeof(h))
+            return fail(c, KVT_EPROTO);
+        if (h.req_id != c->req_id)
+            continue; /* the late answer to a call that timed out */
+        if (h.version != KVT_WIRE_VERSION || h.op != op)
+            return fail(c, h.status == KVT_EVERSION ? KVT_EVERSION : KVT_EPROTO);
+        *blen = h.body_len;
+        return h.status;
+    }
+}
+
+static const uint8_t *body(const kvt_client *c)
+{
+    return c->rbuf + sizeof(struct kvt_wire_hdr);
+}
+
+/* A keys request: header, kvt_wire_keys_req, optional parent, keys. */
+static int keys_rpc(kvt_ns *ns, uint16_t op, uint32_t flags, const kvt_key *parent,
+                    const kvt_key *keys, size_t n, uint32_t *blen)
+{
+    struct kvt_wire_keys_req r = {
+        .ns_id = ns->id, .n = (uint32_t)n, .block_bytes = ns->block_bytes, .flags = flags,
+    };
+    struct iovec iov[4];
+    int niov = 0, rc;
+
+    if (n > KVT_BATCH_MAX)
+        return -E2BIG;
+    if (n > 0 && !keys)
+        return -EINVAL;
+    iov[niov++] = (struct iovec){ 0 }; /* the header, filled by send_req */
+    iov[niov++] = (struct iovec){ &r, sizeof(r) };
+    if (parent) {
+        r.flags |= KVT_WIRE_KF_PARENT;
+        iov[niov++] = (struct iovec){ (void *)parent, KVT_KEY_BYTES };
+    }
+    iov[niov++] = (struct iovec){ (void *)keys, n * KVT_KEY_BYTES };
+    rc = send_req(ns->c, op, 0, iov, niov);
+    if (rc < 0)
+        return rc;
+    return recv_rep(ns->c, op, blen, NULL);
+}
+
+/* ---- connection ------------------------------------------------------ */
+
+static int hello(kvt_client *c)
+{
+    struct kvt_wire_hello_req req = { .pid = (uint32_t)getpid() };
+    struct kvt_wire_hello_rep rep;
+    struct iovec iov[2] = { { 0 }, { &req, sizeof(req) } };
+    uint32_t blen;
+    int fd = -1, rc;
+
+    rc = send_req(c, KVT_OP_HELLO, 0, iov, 2);
+    if (rc < 0)
+        return rc;
+    rc = recv_rep(c, KVT_OP_HELLO, &blen, &fd);
+    if (rc == 0 && (blen != sizeof(rep) || fd < 0))
+        rc = KVT_EPROTO;
+    if (rc < 0)
+        goto out_close;
+    memcpy(&rep, body(c), sizeof(rep));
+    c->base = mmap(NULL, rep.pool_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (c->base == MAP_FAILED) {
+        rc = -errno;
+        c->base = NULL;
+        goto out_close;
+    }
+    c->pool_bytes = rep.pool_bytes;
+    rc = 0;
+out_close:
+    if (fd >= 0)
+        close(fd); /* the mapping keeps the pool alive */
+    return rc;
+}
+
+int kvt_connect(const char *path, kvt_client **out)
+{
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    const char *tmo = getenv("KVTIER_TIMEOUT_MS");
+    kvt_client *c;
+    int rc;
+
+    if (!out)
+        return -EINVAL;
+    if (!path)
+        path = kvt_default_socket();
+    if (strlen(path) >= sizeof(a.sun_path))
+        return -ENAMETOOLONG;
+    strcpy(a.sun_path, path);
+    c = calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->timeout_ms = tmo && atoi(tmo) > 0 ? atoi(tmo) : 30000;
+    c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (c->fd < 0) {
+        rc = -errno;
+        goto out_free;
+    }
+    if (connect(c->fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+        rc = -errno;
+        goto out_close;
+    }
+    rc = hello(c);
+    if (rc < 0)
+        goto out_close;
+    *out = c;
+    return 0;
+out_close:
+    close(c->fd);
+out_free:
+    free(c);
+    return rc;
+}
+
+void kvt_close(kvt_client *c)
+{
+    if (!c)
+        return;
+    while (c->ns) {
+        kvt_ns *n = c->ns;
+
+        c->ns = n->next;
+        free(n);
+    }
+    if (c->base)
+        munmap(c->base, c->pool_bytes);
+    close(c->fd);
+    free(c);
+}
+
+static void put_str(char *dst, size_t cap, const char *s)
+{
+    if (s)
+        memcpy(dst, s, strlen(s) + 1 <= cap ? strlen(s) + 1 : 0);
+}
+
+int kvt_ns_open(kvt_client *c, const kvt_model *m, kvt_ns **out)
+{
+    struct kvt_wire_ns_req req = { 0 };
+    struct kvt_wire_ns_rep rep;
+    struct iovec iov[2] = { { 0 }, { &req, sizeof(req) } };
+    uint32_t blen;
+    kvt_ns *ns;
+    int rc;
+
+    if (!c || !m || !out || !m->model_id || !*m->model_id ||
+        strlen(m->model_id) >= KVT_WIRE_MODEL_ID_MAX ||
+        (m->dtype && strlen(m->dtype) >= KVT_WIRE_DTYPE_MAX) ||
+        (m->layout && strlen(m->layout) >= KVT_WIRE_LAYOUT_MAX) || m->block_tokens == 0 ||
+        m->block_bytes == 0 || m->block_bytes > KVT_BLOCK_MAX || m->tp_size == 0 ||
+        m->tp_rank >= m->tp_size)
+        return -EINVAL;
+    req.block_bytes = m->block_bytes;
+    req.block_tokens = m->block_tokens;
+    req.tp_rank = m->tp_rank;
+    req.tp_size = m->tp_size;
+    put_str(req.model_id, sizeof(req.model_id), m->model_id);
+    put_str(req.dtype, sizeof(req.dtype), m->dtype);
+    put_str(req.layout, sizeof(req.layout), m->layout);
+    rc = send_req(c, KVT_OP_NS_OPEN, 0, iov, 2);
+    if (rc < 0)
+        return rc;
+    rc = recv_rep(c, KVT_OP_NS_OPEN, &blen, NULL);
+    if (rc < 0)
+        return rc;
+    if (blen != sizeof(rep))
+        return fail(c, KVT_EPROTO);
+    memcpy(&rep, body(c), sizeof(rep));
+    ns = calloc(1, sizeof(*ns));
+    if (!ns)
+        return -ENOMEM;
+    ns->c = c;
+    ns->id = rep.ns_id;
+    ns->block_bytes = m->block_bytes;
+    ns->next = c->ns;
+    c->ns = ns;
+    *out = ns;
+    return 0;
+}
+
+uint64_t kvt_ns_block_bytes(const kvt_ns *ns)
+{
+    return ns->block_bytes;
+}
+
+/* A pool offset from the daemon, checked before it becomes a pointer. */
+static int slot_ptr(const kvt_ns *ns, uint64_t off, void **p)
+{
+    if (off > ns->c->pool_bytes || ns->block_bytes > ns->c->pool_bytes - off)
+        return KVT_EPROTO;
+    *p = ns->c->base + off;
+    return 0;
+}
+
+/* ---- blocks ---------------------------------------------------------- */
+
+int kvt_lookup(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags, uint8_t *tiers)
+{
+    size_t hits = 0;
+    bool leading = true;
+
+    if (!ns || (n && !keys))
+        return -EINVAL;
+    /* long chains go in batches; once the leading run ends only the tiers
+     * of the rest are still wanted */
+    for (size_t at = 0; at < n; at += KVT_BATCH_MAX) {
+        size_t k = n - at < KVT_BATCH_MAX ? n - at : KVT_BATCH_MAX;
+        struct kvt_wire_lookup_rep rep;
+        uint32_t blen;
+        int rc = keys_rpc(ns, KVT_OP_LOOKUP, (flags & 0xffu) << 8, NULL, keys + at, k, &blen);
+
+        if (rc < 0)
+            return rc;
+        if (blen < sizeof(rep))
+            return fail(ns->c, KVT_EPROTO);
+        memcpy(&rep, body(ns->c), sizeof(rep));
+        if (rep.n != k || blen != sizeof(rep) + k || rep.hits > k)
+            return fail(ns->c, KVT_EPROTO);
+        if (tiers)
+            memcpy(tiers + at, body(ns->c) + sizeof(rep), k);
+        if (leading)
+            hits += rep.hits;
+        leading = leading && rep.hits == k;
+        if (!leading && !tiers)
+            break;
+    }
+    return (int)hits;
+}
+
+int kvt_put_reserve(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
+                    void **slots)
+{
+    struct kvt_wire_count_rep rep;
+    const uint8_t *offs;
+    uint32_t blen;
+    int rc;
+
+    if (!ns || (n && !slots))
+        return -EINVAL;
+    rc = keys_rpc(ns, KVT_OP_PUT_RESERVE, 0, parent, keys, n, &blen);
+    if (rc < 0)
+        return rc;
+    memcpy(&rep, body(ns->c), sizeof(rep) <= blen ? sizeof(rep) : 0);
+    if (blen != sizeof(rep) + n * sizeof(uint64_t) || rep.n != n || rep.count > n)
+        return fail(ns->c, KVT_EPROTO);
+    offs = body(ns->c) + sizeof(rep);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t off;
+
+        memcpy(&off, offs + i * sizeof(off), sizeof(off));
+        slots[i] = NULL;
+        if (off != KVT_WIRE_NO_SLOT && slot_ptr(ns, off, &slots[i]) < 0)
+            return fail(ns->c, KVT_EPROTO);
+    }
+    return (int)rep.count;
+}
+
+static int count_rpc(kvt_ns *ns, uint16_t op, const kvt_key *keys, size_t n)
+{
+    struct kvt_wire_count_rep rep;
+    uint32_t blen;
+    int rc;
+
+    if (!ns)
+        return -EINVAL;
+    rc = keys_rpc(ns, op, 0, NULL, keys, n, &blen);
+    if (rc < 0)
+        return rc;
+    if (blen != sizeof(rep))
+        return fail(ns->c, KVT_EPROTO);
+    memcpy(&rep, body(ns->c), sizeof(rep));
+    return (int)rep.count;
+}
+
+int kvt_put_commit(kvt_ns *ns, const kvt_key *keys, size_t n)
+{
+    return count_rpc(ns, KVT_OP_PUT_COMMIT, keys, n);
+}
+
+int kvt_put_abort(kvt_ns *ns, const kvt_key *keys, size_t n)
+{
+    return count_rpc(ns, KVT_OP_PUT_ABORT, keys, n);
+}
+
+int kvt_remove(kvt_ns *ns, const kvt_key *keys, size_t n)
+{
+    return count_rpc(ns, KVT_OP_REMOVE, keys, n);
+}
+
+int kvt_put(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
+            const void *const *bufs)
+{
+    void *slots[KVT_BATCH_MAX];
+    int rc;
+
+    if (!ns || n > KVT_BATCH_MAX || (n && !bufs))
+        return n > KVT_BATCH_MAX ? -E2BIG : -EINVAL;
+    rc = kvt_put_reserve(ns, parent, keys, n, slots);
+    if (rc <= 0)
+        return rc;
+    for (size_t i = 0; i < n; i++)
+        if (slots[i])
+            memcpy(slots[i], bufs[i], ns->block_bytes);
+    rc = kvt_put_commit(ns, keys, n);
+    return rc;
+}
+
+int kvt_get_lease(kvt_ns *ns, const kvt_key *keys, size_t n, const void **slots,
+                  kvt_lease *lease)
+{
+    struct kvt_wire_get_rep rep;
+    const uint8_t *offs;
+    uint32_t blen;
+    int rc;
+
+    if (!ns || !lease || (n && !slots))
+        return -EINVAL;
+    *lease = (kvt_lease){ 0 };
+    rc = keys_rpc(ns, KVT_OP_GET, 0, NULL, keys, n, &blen);
+    if (rc < 0)
+        return rc;
+    memcpy(&rep, body(ns->c), sizeof(rep) <= blen ? sizeof(rep) : 0);
+    if (blen < sizeof(rep) || rep.hits > n || blen != sizeof(rep) + rep.hits * sizeof(uint64_t))
+        return fail(ns->c, KVT_EPROTO);
+    offs = body(ns->c) + sizeof(rep);
+    lease->id = rep.lease_id;
+    lease->n = rep.hits;
+    for (uint32_t i = 0; i < rep.hits; i++) {
+        uint64_t off;
+        void *p;
+
+        memcpy(&off, offs + i * sizeof(off), sizeof(off));
+        if (slot_ptr(ns, off, &p) < 0)
+            return fail(ns->c, KVT_EPROTO);
+        slots[i] = p;
+    }
+    return (int)rep.hits;
+}
+
+int kvt_release(kvt_ns *ns, kvt_lease *lease)
+{
+    struct kvt_wire_release_req r;
+    struct iovec iov[2] = { { 0 }, { &r, sizeof(r) } };
+    int rc;
+
+    if (!ns || !lease)
+        return -EINVAL;
+    if (lease->id == 0)
+        return 0;
+    r.lease_id = lease->id;
+    rc = send_req(ns->c, KVT_OP_RELEASE, KVT_WIRE_F_NOREPLY, iov, 2);
+    *lease = (kvt_lease){ 0 };
+    return rc;
+}
+
+int kvt_get(kvt_ns *ns, const kvt_key *keys, size_t n, void *const *bufs)
+{
+    const void *slots[KVT_BATCH_MAX];
+    kvt_lease lease;
+    int rc;
+
+    if (!ns || n > KVT_BATCH_MAX || (n && !bufs))
+        return n > KVT_BATCH_MAX ? -E2BIG : -EINVAL;
+    rc = kvt_get_lease(ns, keys, n, slots, &lease);
+    if (rc <= 0)
+        return rc;
+    for (int i = 0; i < rc; i++)
+        memcpy(bufs[i], slots[i], ns->block_bytes);
+    kvt_release(ns, &lease);
+    return rc;
+}
+
+int kvt_stats_get(kvt_client *c, kvt_stats *out)
+{
+    struct iovec iov[1] = { { 0 } };
+    uint32_t blen;
+    int rc;
+
+    if (!c || !out)
+        return -EINVAL;
+    rc = send_req(c, KVT_OP_STATS, 0, iov, 1);
+    if (rc < 0)
+        return rc;
+    rc = recv_rep(c, KVT_OP_STATS, &blen, NULL);
+    if (rc < 0)
+        return rc;
+    if (blen != sizeof(*out))
+        return fail(c, KVT_EPROTO);
+    memcpy(out, body(c), sizeof(*out));
+    return out->version == KVT_STATS_VERSION ? 0 : KVT_EVERSION;
+}
+
+const char *kvt_strerror(int err)
+{
+    switch (err) {
+    case 0: return "success";
+    case KVT_EPROTO: return "malformed or truncated message";
+    case KVT_EVERSION: return "client and tierd speak different protocol versions";
+    case KVT_ENONS: return "unknown namespace";
+    case KVT_EBLOCKSIZE: return "block size differs from the namespace's";
+    case KVT_EDISCONNECTED: return "tierd closed the connection";
+    case KVT_ENOTRESERVED: return "key not reserved by this client";
+    case -ENOSPC: return "no room: the warm pool is full of leased or reserved blocks";
+    case -E2BIG: return "batch too large (more than KVT_BATCH_MAX keys)";
+    case -EFBIG: return "block larger than the warm pool's largest slot";
+    case -ENOENT: return "tierd is not running at that socket path (no such file)";
+    case -ECONNREFUSED: return "tierd is not running (connection refused)";
+    case -ETIMEDOUT: return "tierd did not answer in time";
+    }
+    if (err < 0 && err > -4096)
+        return strerror(-err);
+    return "unknown error";
+}

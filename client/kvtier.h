@@ -1,0 +1,253 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvtier.h - the public API of libkvtier, the client library of tierd.
+ *
+ * An engine process connects to tierd over a Unix socket, opens a namespace
+ * for its model, and then moves KV-cache blocks in batches: lookup (how long
+ * a prefix is cached), put (reserve slots in the shared warm pool, fill them,
+ * commit) and get (lease slots, read them, release). Data never crosses the
+ * socket: slots are pointers into the warm pool, which tierd shares with each
+ * client as a memfd mapped once at connect time.
+ *
+ * Keys are vLLM-compatible salted SHA-256 prefix-chain block hashes;
+ * kvt_hash_prompt() computes them without a daemon.
+ *
+ * Threads: a kvt_client and its namespaces may be used by one thread at a
+ * time (the caller serialises). Separate clients are independent.
+ *
+ * Errors: every call that can fail returns a negative error code: a negated
+ * errno (-ENOSPC, -EINVAL, ...) or one of the KVT_E* codes below.
+ * kvt_strerror() describes both.
+ */
+#ifndef KVTIER_H
+#define KVTIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVT_KEY_BYTES 32
+/* Most keys one call may carry; larger batches get -E2BIG (lookup excepted). */
+#define KVT_BATCH_MAX 1024
+/* Largest block one namespace may declare (bytes). */
+#define KVT_BLOCK_MAX (256ull << 20)
+
+/* A block hash: 32 opaque bytes. */
+typedef struct kvt_key {
+    uint8_t b[KVT_KEY_BYTES];
+} kvt_key;
+
+/* kvtier's own error codes, below -4095 so that they never meet an errno. */
+enum {
+    KVT_EPROTO = -4097,        /* malformed or truncated message */
+    KVT_EVERSION = -4098,      /* client and daemon speak different versions */
+    KVT_ENONS = -4099,         /* unknown namespace id */
+    KVT_EBLOCKSIZE = -4100,    /* block size differs from the namespace's */
+    KVT_EDISCONNECTED = -4101, /* tierd closed the connection or died */
+    KVT_ENOTRESERVED = -4102,  /* commit of a key this client did not reserve */
+};
+
+/* Where a block is (kvt_lookup's tiers[] values). */
+enum {
+    KVT_TIER_NONE = 0,
+    KVT_TIER_HOT = 1,
+    KVT_TIER_WARM = 2,
+    KVT_TIER_COLD = 3,
+    KVT_TIER_COUNT = 4,
+};
+
+/* ---- keys (no daemon needed) ---------------------------------------- */
+
+/* A multimodal item that covers tokens [offset, offset + length) of the
+ * prompt; its identifier joins the extra keys of every block it overlaps. */
+typedef struct kvt_mm_item {
+    const char *identifier; /* borrowed, NUL-terminated */
+    uint64_t offset;        /* first token of the item, absolute */
+    uint64_t length;        /* tokens covered, > 0 */
+} kvt_mm_item;
+
+/* How to hash a token sequence. Byte-compatible with vLLM's sha256_cbor
+ * prefix-caching hash: key = SHA-256(canonical CBOR [parent, [tokens],
+ * extra or null]), extra = [lora_name?, mm identifiers..., cache_salt?]. */
+typedef struct kvt_hash_opts {
+    uint32_t block_tokens;     /* tokens per block, > 0 (vLLM default 16) */
+    const char *seed;          /* NONE_HASH = SHA-256(CBOR(seed)); vLLM uses its
+                                  PYTHONHASHSEED string. NULL is an error. */
+    const char *cache_salt;    /* NULL or "": none; else on the first block only */
+    const char *lora_name;     /* NULL: none; else on every block */
+    const kvt_mm_item *mm;     /* sorted by offset; may be NULL when n_mm == 0 */
+    size_t n_mm;
+    const kvt_key *parent;     /* NULL: tokens start the prompt (parent is
+                                  NONE_HASH); else the key of the block before */
+    uint64_t start_token;      /* absolute index of tokens[0]; a multiple of
+                                  block_tokens; 0 when parent is NULL */
+} kvt_hash_opts;
+
+/* Hash the full blocks of tokens[0..n_tokens) into keys_out (room for
+ * n_tokens / block_tokens keys). A partial tail block gets no key. Allocates
+ * nothing per block. Returns the number of keys written, or -EINVAL for bad
+ * options, -ENOMEM / -EIO if the SHA-256 engine could not be set up. */
+ssize_t kvt_hash_prompt(const kvt_hash_opts *o, const uint32_t *tokens, size_t n_tokens,
+                        kvt_key *keys_out);
+
+/* NONE_HASH for a seed string: the parent of every prompt's first block. */
+int kvt_none_hash(const char *seed, kvt_key *out);
+
+/* Lower-case hex of a key into out (65 bytes with the NUL). Returns out. */
+char *kvt_key_hex(const kvt_key *k, char out[2 * KVT_KEY_BYTES + 1]);
+
+/* ---- connection and namespaces --------------------------------------- */
+
+typedef struct kvt_client kvt_client; /* one connection to tierd (opaque) */
+typedef struct kvt_ns kvt_ns;         /* a namespace opened on it (opaque) */
+
+/* What a namespace holds. Two clients that give equal descriptors (in the
+ * same tenant) share blocks; any difference keeps them apart. */
+typedef struct kvt_model {
+    const char *model_id;  /* e.g. "meta-llama/Llama-3.1-8B"; <= 127 bytes */
+    const char *dtype;     /* e.g. "bf16", "fp8"; <= 15 bytes */
+    const char *layout;    /* engine KV layout name, e.g. "vllm-flash"; <= 31 bytes */
+    uint32_t block_tokens; /* tokens per block, > 0 */
+    uint32_t tp_rank;      /* tensor-parallel rank of this client's shard */
+    uint32_t tp_size;      /* tensor-parallel world size, >= 1 */
+    uint64_t block_bytes;  /* bytes of one stored block, 1..KVT_BLOCK_MAX */
+} kvt_model;
+
+/* Socket path used when none is given: $KVTIER_SOCKET, else this. */
+#define KVT_DEFAULT_SOCKET "/run/kvtier/tierd.sock"
+
+/* The socket path a client would use for NULL: $KVTIER_SOCKET or the
+ * default. The string is static or the environment's; do not free it. */
+const char *kvt_default_socket(void);
+
+/* Connect to tierd (socket_path NULL: kvt_default_socket()) and map its warm
+ * pool. On success *out owns the connection; free it with kvt_close().
+ * Errors: -ENOENT / -ECONNREFUSED when tierd is not running there,
+ * KVT_EVERSION, KVT_EPROTO, or a mapping errno. */
+int kvt_connect(const char *socket_path, kvt_client **out);
+
+/* Close the connection: tierd reclaims every lease and reservation still
+ * held. Invalidates every namespace and pointer obtained through c. NULL ok. */
+void kvt_close(kvt_client *c);
+
+/* Open (or join) the namespace for a model. *out stays valid until
+ * kvt_close(c). Errors: -EINVAL for a bad descriptor, -ENOSPC when tierd has
+ * no room for another namespace. */
+int kvt_ns_open(kvt_client *c, const kvt_model *model, kvt_ns **out);
+
+/* Bytes of one block in this namespace. */
+uint64_t kvt_ns_block_bytes(const kvt_ns *ns);
+
+/* ---- blocks ---------------------------------------------------------- */
+
+/* Flags for kvt_lookup. */
+#define KVT_LOOKUP_PREFETCH 0x1u /* start promotion of cold hits (later tiers) */
+
+/* How many leading keys of the chain keys[0..n) are present: the prefix-hit
+ * length. tiers (NULL or room for n) receives each key's tier, present or not
+ * (a key after a miss may still be present). Any n is accepted. Returns the
+ * hit count or a negative error. */
+int kvt_lookup(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags, uint8_t *tiers);
+
+/* Reserve slots for the chain keys[0..n) (n <= KVT_BATCH_MAX); parent is the
+ * key before keys[0] (NULL when keys[0] starts a prompt). slots[i] receives a
+ * writable pointer of kvt_ns_block_bytes() bytes, or NULL where the key is
+ * already stored or being stored (deduplicated: nothing to write). All or
+ * nothing: -ENOSPC when the pool cannot hold the batch even after eviction
+ * (e.g. all blocks leased). Returns the number of slots reserved. Reserved
+ * keys are invisible to lookups until committed. */
+int kvt_put_reserve(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
+                    void **slots);
+
+/* Publish the reserved keys among keys[0..n) once their slots are written;
+ * keys this client did not reserve are ignored. Returns the number
+ * committed. */
+int kvt_put_commit(kvt_ns *ns, const kvt_key *keys, size_t n);
+
+/* Give back reservations among keys[0..n) without publishing them. */
+int kvt_put_abort(kvt_ns *ns, const kvt_key *keys, size_t n);
+
+/* Copying put: reserve, copy bufs[i] (kvt_ns_block_bytes() each) into the
+ * new slots, commit. Returns the number of blocks newly stored. */
+int kvt_put(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
+            const void *const *bufs);
+
+/* A set of leased blocks; the caller owns the struct, tierd the slots. */
+typedef struct kvt_lease {
+    uint64_t id; /* 0: nothing leased */
+    uint32_t n;  /* blocks under the lease */
+} kvt_lease;
+
+/* Lease the leading present keys of keys[0..n) (n <= KVT_BATCH_MAX):
+ * slots[i] (room for n) points at block i, read-only, for i < the returned
+ * count, and stays valid and unchanged until kvt_release(). Leased blocks
+ * are never evicted. Returns the leading hit count (0 is not an error). */
+int kvt_get_lease(kvt_ns *ns, const kvt_key *keys, size_t n, const void **slots,
+                  kvt_lease *lease);
+
+/* Drop a lease (asynchronous: no round trip). The slots must not be read
+ * afterwards. A zeroed lease is a no-op. */
+int kvt_release(kvt_ns *ns, kvt_lease *lease);
+
+/* Copying get: lease, copy the leading hits into bufs[i], release. Returns
+ * the leading hit count. */
+int kvt_get(kvt_ns *ns, const kvt_key *keys, size_t n, void *const *bufs);
+
+/* Remove keys[0..n) (walked from the last to the first, so a chain goes
+ * leaf-first). A key with resident children or leases stays. Returns the
+ * number removed. */
+int kvt_remove(kvt_ns *ns, const kvt_key *keys, size_t n);
+
+/* ---- statistics ------------------------------------------------------ */
+
+typedef struct kvt_tier_stats {
+    uint64_t hits;           /* keys found in this tier by lookup/get */
+    uint64_t bytes_in;       /* bytes stored into this tier */
+    uint64_t bytes_out;      /* bytes served from this tier */
+    uint64_t evictions;      /* blocks evicted (demoted or dropped) */
+    uint64_t blocks;         /* blocks resident now */
+    uint64_t bytes_used;     /* slot bytes in use now (incl. reserved) */
+    uint64_t bytes_capacity; /* configured capacity */
+} kvt_tier_stats;
+
+typedef struct kvt_stats {
+    uint32_t version;        /* KVT_STATS_VERSION */
+    uint32_t clients;        /* connected clients */
+    uint32_t namespaces;     /* namespaces open */
+    uint32_t pad;
+    uint64_t uptime_ms;
+    uint64_t lookups;        /* lookup calls */
+    uint64_t lookup_keys;    /* keys asked by lookups */
+    uint64_t lookup_hits;    /* leading hits answered by lookups */
+    uint64_t misses;         /* keys asked by lookup/get and not found */
+    uint64_t puts;           /* put_reserve calls */
+    uint64_t put_blocks;     /* blocks committed */
+    uint64_t dedup_blocks;   /* put keys already present */
+    uint64_t gets;           /* get calls */
+    uint64_t get_blocks;     /* blocks leased by gets */
+    uint64_t removes;        /* blocks removed by request */
+    uint64_t leases_active;  /* blocks under a lease now */
+    uint64_t reserved;       /* blocks reserved, not yet committed */
+    uint64_t reclaimed;      /* leases + reservations reclaimed from dead clients */
+    uint64_t proto_errors;   /* malformed messages received */
+    uint64_t index_entries;  /* entries in the in-memory index */
+    uint64_t index_bytes;    /* memory held by the in-memory index */
+    kvt_tier_stats tier[KVT_TIER_COUNT]; /* indexed by KVT_TIER_* */
+} kvt_stats;
+
+#define KVT_STATS_VERSION 1
+
+/* Fetch the daemon's counters. */
+int kvt_stats_get(kvt_client *c, kvt_stats *out);
+
+/* A description of any error this API returns (static string). */
+const char *kvt_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVTIER_H */

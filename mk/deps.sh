@@ -1,0 +1,32 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Install the Debian packages kvtier builds and tests with, or say how.
+# Usage: mk/deps.sh build|test|bench   (each level includes the ones before)
+set -eu
+level=${1:-build}
+pkgs="build-essential pkg-config libssl-dev liburing-dev liblmdb-dev libxxhash-dev"
+case "$level" in
+test|bench) pkgs="$pkgs libcriterion-dev python3 python3-cbor2 valgrind" ;;
+esac
+case "$level" in
+bench) pkgs="$pkgs redis-server libhiredis-dev" ;;
+esac
+missing=""
+for p in $pkgs; do
+    # "install ok installed" is the only state in which the files are there
+    st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+    [ "$st" = "install ok installed" ] || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+    echo "kvtier: missing Debian packages:$missing" >&2
+    echo "kvtier: run: sudo apt-get update && sudo apt-get install -y$missing" >&2
+    exit 1
+fi
+echo "kvtier: installing:$missing"
+export DEBIAN_FRONTEND=noninteractive
+# update only when the package lists are missing or a plain install fails
+apt-get install -y -q $missing >/dev/null 2>&1 || {
+    apt-get update -q >/dev/null
+    apt-get install -y -q $missing >/dev/null
+}

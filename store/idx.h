@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * idx.h - the in-memory block index: (namespace, key) -> entry.
+ *
+ * A chained hash table over a growable array of fixed-size entries, so that
+ * an entry is named by a 32-bit id and costs well under 128 bytes. It only
+ * finds, inserts and deletes; the meaning of the fields (LRU links, leases,
+ * children) belongs to tier.c. Not thread-safe: one caller at a time.
+ */
+#ifndef IDX_H
+#define IDX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tier.h"
+
+/* GHOST: an aborted reservation kept only because children still name it as
+ * their parent; it has no slot, is invisible, and goes when its last child
+ * does (or comes back if the key is reserved again). */
+enum idx_state { IDX_FREE = 0, IDX_RESERVED = 1, IDX_COMMITTED = 2, IDX_GHOST = 3 };
+
+/* One block. Ids (uint32_t) index the entry array; TIER_NONE is "none". */
+struct idx_entry {
+    struct tier_key key; /* block hash */
+    uint32_t ns;         /* namespace id */
+    uint32_t hnext;      /* next id in the hash chain, or in the free list */
+    uint32_t prev, next; /* LRU list links (tier.c), TIER_NONE at the ends */
+    uint32_t parent;     /* id of the block before this one in its chain */
+    uint32_t nchild;     /* entries whose parent is this one */
+    uint32_t leases;     /* outstanding gets */
+    uint32_t owner;      /* reserving client while IDX_RESERVED */
+    uint64_t off;        /* offset of the slot in the warm pool */
+    uint32_t stamp;      /* tier clock at the last access (wraps; compare by difference) */
+    uint8_t cls;         /* warm size class of the slot */
+    uint8_t level;       /* enum tier_level */
+    uint8_t state;       /* enum idx_state */
+    uint8_t in_lru;      /* linked into its class's LRU list */
+};
+_Static_assert(sizeof(struct idx_entry) <= 128, "an index entry stays within 128 bytes");
+
+struct idx;
+
+/* Create an index sized for about cap_hint entries (it grows). */
+int idx_create(uint32_t cap_hint, struct idx **out);
+void idx_destroy(struct idx *x); /* NULL ok */
+
+/* The id of (ns, key), or TIER_NONE. O(1) expected. */
+uint32_t idx_find(const struct idx *x, uint32_t ns, const struct tier_key *key);
+
+/* Start prefetching the bucket of (ns, key) for a later idx_find. */
+void idx_prefetch(const struct idx *x, uint32_t ns, const struct tier_key *key);
+
+/* Insert (ns, key), which must be absent; the new entry is zeroed but for
+ * key, ns and links set to TIER_NONE. May move the entry array: pointers from
+ * idx_at() are invalid afterwards (ids stay valid). -ENOMEM, -ENOSPC (2^32-1
+ * entries). */
+int idx_insert(struct idx *x, uint32_t ns, const struct tier_key *key, uint32_t *id);
+
+/* Delete entry id; its id may be reused by the next insert. */
+void idx_delete(struct idx *x, uint32_t id);
+
+/* The entry of a live id; valid until the next idx_insert. */
+static inline struct idx_entry *idx_at(const struct idx *x, uint32_t id);
+
+uint32_t idx_count(const struct idx *x);
+/* Bytes of memory the index holds (entry array + buckets). */
+size_t idx_mem_bytes(const struct idx *x);
+
+/* ---- inline ---- */
+struct idx_view {
+    struct idx_entry *ent;
+};
+static inline struct idx_entry *idx_at(const struct idx *x, uint32_t id)
+{
+    return &((const struct idx_view *)x)->ent[id];
+}
+
+#endif /* IDX_H */

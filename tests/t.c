@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * t.c - shared test helpers (see t.h).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "t.h"
+
+const char *t_bin(const char *name, char *buf, size_t cap)
+{
+    const char *dir = getenv("KVT_TEST_BIN");
+
+    snprintf(buf, cap, "%s/%s", dir && *dir ? dir : "build", name);
+    return buf;
+}
+
+void t_tierd_start(struct t_tierd *d, const char *const *args)
+{
+    const char *attach = getenv("KVT_TEST_ATTACH");
+    char bin[512], data[300];
+    const char *argv[32];
+    int n = 0;
+
+    memset(d, 0, sizeof(*d));
+    if (attach && *attach) {
+        snprintf(d->sock, sizeof(d->sock), "%s", attach);
+        return;
+    }
+    snprintf(d->dir, sizeof(d->dir), "/tmp/kvt-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(d->dir), "mkdtemp: %s", strerror(errno));
+    snprintf(d->sock, sizeof(d->sock), "%s/tierd.sock", d->dir);
+    snprintf(data, sizeof(data), "%s/data", d->dir);
+    argv[n++] = t_bin("tierd", bin, sizeof(bin));
+    argv[n++] = "--socket";
+    argv[n++] = d->sock;
+    argv[n++] = "--data";
+    argv[n++] = data;
+    for (int i = 0; args && args[i] && n < 30; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    d->pid = fork();
+    cr_assert(d->pid >= 0, "fork: %s", strerror(errno));
+    if (d->pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+
+        if (!getenv("KVT_TEST_VERBOSE") && null >= 0)
+            dup2(null, 2);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    /* ready when a client gets through HELLO; bounded at 10 s */
+    for (int i = 0; i < 1000; i++) {
+        kvt_client *c;
+        int st;
+
+        if (kvt_connect(d->sock, &c) == 0) {
+            kvt_close(c);
+            return;
+        }
+        if (waitpid(d->pid, &st, WNOHANG) == d->pid)
+            cr_assert_fail("tierd (%s) exited at start with status %d", argv[0],
+                           WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+        usleep(10000);
+    }
+    kill(d->pid, SIGKILL);
+    cr_assert_fail("tierd did not accept connections within 10 s");
+}
+
+int t_wait(pid_t pid)
+{
+    int st;
+
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+void t_tierd_stop(struct t_tierd *d)
+{
+    char cmd[400];
+    int st;
+
+    if (d->pid <= 0)
+        return;
+    kill(d->pid, SIGTERM);
+    st = t_wait(d->pid);
+    d->pid = 0;
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "t: could not remove %s\n", d->dir);
+    cr_assert_eq(st, 0, "tierd exit status: expected 0 (clean stop), got %d", st);
+}
+
+kvt_client *t_connect(const struct t_tierd *d)
+{
+    kvt_client *c = NULL;
+    int rc = kvt_connect(d->sock, &c);
+
+    cr_assert_eq(rc, 0, "kvt_connect(%s): %s", d->sock, kvt_strerror(rc));
+    return c;
+}
+
+kvt_ns *t_ns(kvt_client *c, uint64_t block_bytes)
+{
+    kvt_model m = {
+        .model_id = "test/model", .dtype = "bf16", .layout = "test",
+        .block_tokens = 16, .tp_rank = 0, .tp_size = 1, .block_bytes = block_bytes,
+    };
+    kvt_ns *ns = NULL;
+    int rc = kvt_ns_open(c, &m, &ns);
+
+    cr_assert_eq(rc, 0, "kvt_ns_open: %s", kvt_strerror(rc));
+    return ns;
+}
+
+/* splitmix64: a small, well-mixed generator for deterministic test data */
+static uint64_t mix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void t_keys(kvt_key *k, size_t n, uint64_t seed)
+{
+    uint64_t s = seed * 0x100000001b3ull + 17;
+
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < KVT_KEY_BYTES; j += 8) {
+            uint64_t v = mix(&s);
+
+            memcpy(k[i].b + j, &v, 8);
+        }
+}
+
+void t_fill(void *buf, size_t len, uint64_t seed)
+{
+    uint64_t s = seed ^ (len * 0x9e37ull);
+    uint8_t *p = buf;
+    size_t i = 0;
+
+    for (; i + 8 <= len; i += 8) {
+        uint64_t v = mix(&s);
+
+        memcpy(p + i, &v, 8);
+    }
+    for (; i < len; i++)
+        p[i] = (uint8_t)mix(&s);
+}
+
+long t_check(const void *buf, size_t len, uint64_t seed)
+{
+    uint64_t s = seed ^ (len * 0x9e37ull);
+    const uint8_t *p = buf;
+    size_t i = 0;
+
+    for (; i + 8 <= len; i += 8) {
+        uint64_t v = mix(&s);
+
+        if (memcmp(p + i, &v, 8) != 0)
+            return (long)i;
+    }
+    for (; i < len; i++)
+        if (p[i] != (uint8_t)mix(&s))
+            return (long)i;
+    return -1;
+}

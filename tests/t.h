@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * t.h - shared test helpers: a private tierd per test (own socket and data
+ * folder under a temp dir), clients, deterministic keys and payloads.
+ *
+ * KVT_TEST_BIN names the folder with tierd/tierctl (build/ or build-san/).
+ * KVT_TEST_ATTACH=<socket> makes tests use a tierd already running (e.g.
+ * under gdb) instead of starting one.
+ */
+#ifndef T_H
+#define T_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "kvtier.h"
+
+struct t_tierd {
+    pid_t pid;          /* 0 when attached to an outside daemon */
+    char dir[256];      /* temp folder: socket + data */
+    char sock[320];
+};
+
+/* Start tierd with extra arguments (NULL-terminated list, may be NULL) and
+ * wait until it accepts connections. Fails the test on error. */
+void t_tierd_start(struct t_tierd *d, const char *const *args);
+/* SIGTERM it, wait, and assert a clean exit (status 0). Removes the dir. */
+void t_tierd_stop(struct t_tierd *d);
+/* Path of a built program (tierd, tierctl) for this flavour. */
+const char *t_bin(const char *name, char *buf, size_t cap);
+
+kvt_client *t_connect(const struct t_tierd *d);
+/* Open a test namespace of block_bytes blocks. */
+kvt_ns *t_ns(kvt_client *c, uint64_t block_bytes);
+
+/* n distinct keys from a seed (keys of different seeds differ). */
+void t_keys(kvt_key *k, size_t n, uint64_t seed);
+/* Fill / check a payload derived from (seed, len). t_check returns the
+ * offset of the first wrong byte, or -1 when all are right. */
+void t_fill(void *buf, size_t len, uint64_t seed);
+long t_check(const void *buf, size_t len, uint64_t seed);
+
+/* Wait for a child and return its exit status (or 128+signal). */
+int t_wait(pid_t pid);
+
+#endif /* T_H */

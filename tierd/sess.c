@@ -1,0 +1,505 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sess.c - one session per connected client.
+ *
+ * Each readable event drains up to a few messages. A message is checked in
+ * two stages: framing (size, magic, version, body length), whose failure
+ * means the peer cannot be trusted to stay in sync and costs it the
+ * connection; then content (opcode, counts, namespace, block size), whose
+ * failure gets an error reply and leaves the connection up. The store sees
+ * only requests that passed both.
+ *
+ * A session remembers what it holds in the store: the ids it reserved and
+ * its leases. When the client goes (close, crash, kill -9: the kernel closes
+ * the socket either way) both are given back.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "ev.h"
+#include "sess.h"
+#include "tier.h"
+#include "tierd.h"
+
+struct lease {
+    uint64_t id;   /* as told to the client */
+    uint32_t n;    /* blocks */
+    uint32_t *ids; /* store entry ids, owned */
+};
+
+struct sess {
+    struct tierd *d;
+    int fd;
+    uint32_t id;               /* owner id in the store */
+    uid_t uid;                 /* SO_PEERCRED at accept */
+    pid_t pid;
+    bool hello;                /* HELLO done: the pool is mapped */
+    uint32_t *resv;            /* ids reserved; pruned after commit/abort */
+    size_t nresv, resv_cap;
+    struct lease *lease;       /* outstanding leases; linear search, few per client */
+    size_t nlease, lease_cap;
+    struct sess *prev, *next;  /* all sessions (for shutdown) */
+};
+
+static struct sess *all_sessions;
+
+/* One request and one reply at a time (single thread): static buffers. */
+static _Alignas(16) uint8_t rbuf[KVT_WIRE_MSG_MAX + 64];
+static uint32_t ids_buf[KVT_BATCH_MAX];
+static uint64_t offs_buf[KVT_BATCH_MAX];
+static uint8_t tiers_buf[KVT_BATCH_MAX];
+
+/* ---- lifecycle ------------------------------------------------------- */
+
+static void sess_close(struct sess *s)
+{
+    struct tierd *d = s->d;
+    size_t back = 0;
+
+    for (size_t i = 0; i < s->nlease; i++) {
+        tier_release(d->store, s->lease[i].ids, s->lease[i].n, true);
+        back += s->lease[i].n;
+        free(s->lease[i].ids);
+    }
+    back += tier_abort_ids(d->store, s->id, s->resv, s->nresv);
+    if (back && d->verbose)
+        tierd_log("session %u (pid %d) gone: reclaimed %zu leased/reserved blocks", s->id,
+                  (int)s->pid, back);
+    ev_del(d->loop, s->fd);
+    close(s->fd);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        all_sessions = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    d->clients--;
+    free(s->lease);
+    free(s->resv);
+    free(s);
+}
+
+void sess_close_all(struct tierd *d)
+{
+    (void)d;
+    while (all_sessions)
+        sess_close(all_sessions);
+}
+
+/* ---- replies --------------------------------------------------------- */
+
+/* Send one reply: header + up to two body parts. A client that does not
+ * read its replies fills the socket buffer; it is dropped (return -1). */
+static int reply(struct sess *s, const struct kvt_wire_hdr *req, int status, const void *a,
+                 size_t alen, const void *b, size_t blen, int pass_fd)
+{
+    struct kvt_wire_hdr h = {
+        .magic = KVT_WIRE_MAGIC, .version = KVT_WIRE_VERSION, .op = req->op,
+        .req_id = req->req_id, .status = status, .body_len = (uint32_t)(alen + blen),
+    };
+    struct iovec iov[3] = { { &h, sizeof(h) }, { (void *)a, alen }, { (void *)b, blen } };
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } cm;
+    struct msghdr m = { .msg_iov = iov, .msg_iovlen = 3 };
+
+    if (req->flags & KVT_WIRE_F_NOREPLY)
+        return 0;
+    if (pass_fd >= 0) {
+        struct cmsghdr *c;
+
+        memset(&cm, 0, sizeof(cm));
+        m.msg_control = cm.buf;
+        m.msg_controllen = sizeof(cm.buf);
+        c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+    }
+    if (sendmsg(s->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+        return -1;
+    return 0;
+}
+
+static int reply_err(struct sess *s, const struct kvt_wire_hdr *req, int status)
+{
+    return reply(s, req, status, NULL, 0, NULL, 0, -1);
+}
+
+/* ---- bookkeeping ------------------------------------------------------ */
+
+static int remember_resv(struct sess *s, const uint32_t *ids, size_t n)
+{
+    if (s->nresv + n > s->resv_cap) {
+        size_t cap = s->resv_cap ? s->resv_cap : 64;
+        uint32_t *r;
+
+        while (cap < s->nresv + n)
+            cap *= 2;
+        r = realloc(s->resv, cap * sizeof(*r));
+        if (!r)
+            return -ENOMEM;
+        s->resv = r;
+        s->resv_cap = cap;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] != TIER_NONE)
+            s->resv[s->nresv++] = ids[i];
+    return 0;
+}
+
+/* Drop ids that are no longer our reservations. O(outstanding), which is
+ * about one batch for a well-behaved client. */
+static void prune_resv(struct sess *s)
+{
+    size_t k = 0;
+
+    for (size_t i = 0; i < s->nresv; i++)
+        if (tier_reserved_by(s->d->store, s->resv[i], s->id))
+            s->resv[k++] = s->resv[i];
+    s->nresv = k;
+}
+
+static struct lease *new_lease(struct sess *s, const uint32_t *ids, uint32_t n)
+{
+    struct lease *l;
+
+    if (s->nlease == s->lease_cap) {
+        size_t cap = s->lease_cap ? s->lease_cap * 2 : 8;
+
+        l = realloc(s->lease, cap * sizeof(*l));
+        if (!l)
+            return NULL;
+        s->lease = l;
+        s->lease_cap = cap;
+    }
+    l = &s->lease[s->nlease];
+    l->ids = malloc((size_t)n * sizeof(uint32_t));
+    if (!l->ids)
+        return NULL;
+    memcpy(l->ids, ids, (size_t)n * sizeof(uint32_t));
+    l->n = n;
+    l->id = s->d->next_lease++;
+    s->nlease++;
+    return l;
+}
+
+/* ---- requests --------------------------------------------------------- */
+
+struct kreq {
+    uint32_t ns_id;
+    uint32_t n;
+    uint32_t flags;
+    uint64_t block_bytes;
+    const struct tier_key *parent; /* NULL: none */
+    const struct tier_key *keys;
+};
+
+/* Decode and check a keys request. 0 or the error to reply with. */
+static int parse_keys(struct sess *s, const uint8_t *body, uint32_t len, struct kreq *k)
+{
+    struct kvt_wire_keys_req r;
+    const struct tierd_ns *ns;
+    size_t want;
+
+    if (len < sizeof(r))
+        return KVT_EPROTO;
+    memcpy(&r, body, sizeof(r));
+    if (r.n > KVT_BATCH_MAX)
+        return -E2BIG;
+    want = sizeof(r) + (r.flags & KVT_WIRE_KF_PARENT ? KVT_KEY_BYTES : 0) +
+           (size_t)r.n * KVT_KEY_BYTES;
+    if (len != want)
+        return KVT_EPROTO;
+    ns = tierd_ns_get(s->d, s->d->uid, r.ns_id);
+    if (!ns)
+        return KVT_ENONS;
+    if (r.block_bytes != ns->d.block_bytes)
+        return KVT_EBLOCKSIZE;
+    k->ns_id = r.ns_id;
+    k->n = r.n;
+    k->flags = r.flags;
+    k->block_bytes = r.block_bytes;
+    body += sizeof(r);
+    k->parent = NULL;
+    if (r.flags & KVT_WIRE_KF_PARENT) {
+        k->parent = (const struct tier_key *)body;
+        body += KVT_KEY_BYTES;
+    }
+    k->keys = (const struct tier_key *)body;
+    return 0;
+}
+
+static int do_hello(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body)
+{
+    struct kvt_wire_hello_rep rep = {
+        .pool_bytes = tier_pool_bytes(s->d->store), .session_id = s->id,
+        .max_batch = KVT_BATCH_MAX, .page_bytes = 4096,
+    };
+
+    if (h->body_len != sizeof(struct kvt_wire_hello_req))
+        return reply_err(s, h, KVT_EPROTO);
+    (void)body;
+    s->hello = true;
+    return reply(s, h, 0, &rep, sizeof(rep), NULL, 0, tier_pool_fd(s->d->store));
+}
+
+static int do_ns_open(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body)
+{
+    struct kvt_wire_ns_req req;
+    struct kvt_wire_ns_rep rep = { 0 };
+    int rc;
+
+    if (h->body_len != sizeof(req))
+        return reply_err(s, h, KVT_EPROTO);
+    memcpy(&req, body, sizeof(req));
+    if (req.block_bytes > tier_block_max(s->d->store))
+        return reply_err(s, h, -EFBIG);
+    rc = tierd_ns_open(s->d, s->d->uid, &req, &rep.ns_id);
+    if (rc < 0)
+        return reply_err(s, h, rc);
+    rep.block_bytes = req.block_bytes;
+    rep.slot_bytes = tier_slot_bytes(req.block_bytes);
+    return reply(s, h, 0, &rep, sizeof(rep), NULL, 0, -1);
+}
+
+static int do_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body)
+{
+    struct tier *t = s->d->store;
+    struct kvt_wire_count_rep cnt = { 0 };
+    struct kreq k;
+    int rc = parse_keys(s, body, h->body_len, &k);
+
+    if (rc < 0)
+        return reply_err(s, h, rc);
+    switch (h->op) {
+    case KVT_OP_LOOKUP: {
+        struct kvt_wire_lookup_rep rep = { .n = k.n };
+
+        rep.hits = (uint32_t)tier_lookup(t, k.ns_id, k.keys, k.n, tiers_buf);
+        return reply(s, h, 0, &rep, sizeof(rep), tiers_buf, k.n, -1);
+    }
+    case KVT_OP_PUT_RESERVE:
+        rc = tier_reserve(t, k.ns_id, k.block_bytes, s->id, k.parent, k.keys, k.n, ids_buf,
+                          offs_buf);
+        if (rc < 0)
+            return reply_err(s, h, rc);
+        if (remember_resv(s, ids_buf, k.n) < 0) {
+            tier_abort_ids(t, s->id, ids_buf, k.n);
+            return reply_err(s, h, -ENOMEM);
+        }
+        cnt.n = k.n;
+        cnt.count = (uint32_t)rc;
+        return reply(s, h, 0, &cnt, sizeof(cnt), offs_buf, k.n * sizeof(uint64_t), -1);
+    case KVT_OP_PUT_COMMIT:
+        cnt.count = (uint32_t)tier_commit(t, k.ns_id, k.block_bytes, s->id, k.keys, k.n);
+        prune_resv(s);
+        return reply(s, h, 0, &cnt, sizeof(cnt), NULL, 0, -1);
+    case KVT_OP_PUT_ABORT:
+        cnt.count = (uint32_t)tier_abort(t, k.ns_id, s->id, k.keys, k.n);
+        prune_resv(s);
+        return reply(s, h, 0, &cnt, sizeof(cnt), NULL, 0, -1);
+    case KVT_OP_REMOVE:
+        cnt.count = (uint32_t)tier_remove(t, k.ns_id, k.keys, k.n);
+        return reply(s, h, 0, &cnt, sizeof(cnt), NULL, 0, -1);
+    case KVT_OP_GET: {
+        struct kvt_wire_get_rep rep = { 0 };
+        struct lease *l;
+
+        rc = tier_get(t, k.ns_id, k.block_bytes, k.keys, k.n, ids_buf, offs_buf);
+        if (rc < 0)
+            return reply_err(s, h, rc);
+        if (rc > 0) {
+            l = new_lease(s, ids_buf, (uint32_t)rc);
+            if (!l) {
+                tier_release(t, ids_buf, (size_t)rc, false);
+                return reply_err(s, h, -ENOMEM);
+            }
+            rep.lease_id = l->id;
+        }
+        rep.hits = (uint32_t)rc;
+        return reply(s, h, 0, &rep, sizeof(rep), offs_buf, (size_t)rc * sizeof(uint64_t), -1);
+    }
+    }
+    return reply_err(s, h, KVT_EPROTO);
+}
+
+static int do_release(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body)
+{
+    struct kvt_wire_release_req r;
+
+    if (h->body_len != sizeof(r))
+        return reply_err(s, h, KVT_EPROTO);
+    memcpy(&r, body, sizeof(r));
+    for (size_t i = 0; i < s->nlease; i++) {
+        if (s->lease[i].id != r.lease_id)
+            continue;
+        tier_release(s->d->store, s->lease[i].ids, s->lease[i].n, false);
+        free(s->lease[i].ids);
+        s->lease[i] = s->lease[--s->nlease];
+        return reply(s, h, 0, NULL, 0, NULL, 0, -1);
+    }
+    s->d->proto_errors++; /* a lease that is not ours: counted, even unanswered */
+    return reply_err(s, h, -ENOENT);
+}
+
+static int do_stats(struct sess *s, const struct kvt_wire_hdr *h)
+{
+    struct tier_stats ts;
+    kvt_stats st = { .version = KVT_STATS_VERSION };
+
+    tier_stats_get(s->d->store, &ts);
+    st.clients = s->d->clients;
+    st.namespaces = s->d->nns;
+    st.uptime_ms = tierd_now_ms() - s->d->start_ms;
+    st.lookups = ts.lookups;
+    st.lookup_keys = ts.lookup_keys;
+    st.lookup_hits = ts.lookup_hits;
+    st.misses = ts.misses;
+    st.puts = ts.puts;
+    st.put_blocks = ts.put_blocks;
+    st.dedup_blocks = ts.dedup_blocks;
+    st.gets = ts.gets;
+    st.get_blocks = ts.get_blocks;
+    st.removes = ts.removes;
+    st.leases_active = ts.leases_active;
+    st.reserved = ts.reserved;
+    st.reclaimed = ts.reclaimed;
+    st.proto_errors = s->d->proto_errors;
+    st.index_entries = ts.index_entries;
+    st.index_bytes = ts.index_bytes;
+    for (int i = 0; i < KVT_TIER_COUNT; i++) {
+        st.tier[i].hits = ts.hits[i];
+        st.tier[i].bytes_in = ts.bytes_in[i];
+        st.tier[i].bytes_out = ts.bytes_out[i];
+        st.tier[i].evictions = ts.evictions[i];
+        st.tier[i].blocks = ts.blocks[i];
+        st.tier[i].bytes_used = ts.bytes_used[i];
+        st.tier[i].bytes_capacity = ts.bytes_capacity[i];
+    }
+    return reply(s, h, 0, &st, sizeof(st), NULL, 0, -1);
+}
+
+/* Handle one received message of len bytes in rbuf. -1: drop the session. */
+static int handle(struct sess *s, size_t len)
+{
+    struct kvt_wire_hdr h;
+    const uint8_t *body = rbuf + sizeof(h);
+
+    if (len < sizeof(h))
+        return -1;
+    memcpy(&h, rbuf, sizeof(h));
+    if (h.magic != KVT_WIRE_MAGIC || h.body_len != len - sizeof(h))
+        return -1;
+    if (h.version != KVT_WIRE_VERSION) {
+        h.flags = 0;
+        reply_err(s, &h, KVT_EVERSION);
+        return -1;
+    }
+    if (h.op == KVT_OP_HELLO)
+        return do_hello(s, &h, body);
+    if (!s->hello)
+        return reply_err(s, &h, KVT_EPROTO);
+    switch (h.op) {
+    case KVT_OP_NS_OPEN:
+        return do_ns_open(s, &h, body);
+    case KVT_OP_LOOKUP:
+    case KVT_OP_PUT_RESERVE:
+    case KVT_OP_PUT_COMMIT:
+    case KVT_OP_PUT_ABORT:
+    case KVT_OP_GET:
+    case KVT_OP_REMOVE:
+        return do_keys(s, &h, body);
+    case KVT_OP_RELEASE:
+        return do_release(s, &h, body);
+    case KVT_OP_STATS:
+        return do_stats(s, &h);
+    }
+    s->d->proto_errors++;
+    return reply_err(s, &h, KVT_EPROTO);
+}
+
+static void on_read(struct ev_loop *l, int fd, uint32_t events, void *ctx)
+{
+    struct sess *s = ctx;
+
+    (void)l;
+    (void)fd;
+    (void)events;
+    /* a few messages per wakeup, so one busy client cannot starve others */
+    for (int i = 0; i < 32; i++) {
+        struct msghdr m = { 0 };
+        struct iovec iov = { rbuf, KVT_WIRE_MSG_MAX + 1 };
+        ssize_t r;
+
+        m.msg_iov = &iov;
+        m.msg_iovlen = 1;
+        r = recvmsg(s->fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (r < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        if (r <= 0) { /* EOF: the client closed or died */
+            sess_close(s);
+            return;
+        }
+        if ((m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || handle(s, (size_t)r) < 0) {
+            s->d->proto_errors++;
+            if (s->d->verbose)
+                tierd_log("session %u (pid %d): malformed message, closing", s->id,
+                          (int)s->pid);
+            sess_close(s);
+            return;
+        }
+    }
+}
+
+void sess_on_accept(struct ev_loop *l, int lfd, uint32_t events, void *ctx)
+{
+    struct tierd *d = ctx;
+
+    (void)events;
+    for (;;) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct ucred cr;
+        socklen_t cl = sizeof(cr);
+        struct sess *s;
+
+        if (fd < 0)
+            return; /* EAGAIN, or out of fds: the next event retries */
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 ||
+            (cr.uid != d->uid && cr.uid != 0)) {
+            tierd_log("refused a client of uid %d: not this daemon's tenant", (int)cr.uid);
+            close(fd);
+            continue;
+        }
+        if (d->clients >= d->max_clients) {
+            tierd_log("refused pid %d: %u clients already (--max-clients)", (int)cr.pid,
+                      d->clients);
+            close(fd);
+            continue;
+        }
+        s = calloc(1, sizeof(*s));
+        if (!s || ev_add(l, fd, on_read, s) < 0) {
+            free(s);
+            close(fd);
+            continue;
+        }
+        s->d = d;
+        s->fd = fd;
+        s->id = d->next_sess++;
+        s->uid = cr.uid;
+        s->pid = cr.pid;
+        s->next = all_sessions;
+        if (all_sessions)
+            all_sessions->prev = s;
+        all_sessions = s;
+        d->clients++;
+        if (d->verbose)
+            tierd_log("session %u: pid %d uid %d connected", s->id, (int)cr.pid, (int)cr.uid);
+    }
+}

@@ -1,0 +1,20 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sess.h - client sessions: accept, decode and check each message, call
+ * the store, reply; reclaim leases and reservations when a client goes.
+ */
+#ifndef SESS_H
+#define SESS_H
+
+#include <stdint.h>
+
+struct tierd;
+struct ev_loop;
+
+/* The listening socket's callback: accepts pending connections. */
+void sess_on_accept(struct ev_loop *l, int fd, uint32_t events, void *ctx);
+
+/* Close every session (at shutdown), reclaiming what they hold. */
+void sess_close_all(struct tierd *d);
+
+#endif /* SESS_H */

@@ -1,0 +1,457 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tierd.c - the daemon: command line, data folder lock, the listening
+ * socket, signals, the namespace registry and the event loop.
+ *
+ * Usage: tierd [--socket PATH] [--data DIR] [--warm-bytes SIZE] [--high-wm F]
+ *              [--low-wm F] [--no-mlock] [--no-hugepages] [--max-clients N] [-v]
+ * Exit codes follow sysexits.h.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sysexits.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ev.h"
+#include "sess.h"
+#include "tier.h"
+#include "tierd.h"
+
+#define DEFAULT_DATA "/var/lib/kvtier"
+
+void tierd_log(const char *fmt, ...)
+{
+    va_list ap;
+
+    fputs("tierd: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+uint64_t tierd_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ---- namespaces ------------------------------------------------------ */
+
+static bool str_ok(const char *s, size_t cap, bool nonempty)
+{
+    const char *z = memchr(s, 0, cap);
+
+    return z && (!nonempty || z != s);
+}
+
+int tierd_ns_open(struct tierd *d, uint32_t tenant, const struct kvt_wire_ns_req *req,
+                  uint32_t *id)
+{
+    struct kvt_wire_ns_req n = { 0 };
+
+    if (!str_ok(req->model_id, sizeof(req->model_id), true) ||
+        !str_ok(req->dtype, sizeof(req->dtype), false) ||
+        !str_ok(req->layout, sizeof(req->layout), false) || req->block_bytes == 0 ||
+        req->block_tokens == 0 || req->tp_size == 0 || req->tp_rank >= req->tp_size)
+        return -EINVAL;
+    /* normalise: copy fields so padding after the NULs never tells two equal
+     * descriptors apart */
+    n.block_bytes = req->block_bytes;
+    n.block_tokens = req->block_tokens;
+    n.tp_rank = req->tp_rank;
+    n.tp_size = req->tp_size;
+    strcpy(n.model_id, req->model_id);
+    strcpy(n.dtype, req->dtype);
+    strcpy(n.layout, req->layout);
+    /* linear: namespaces are opened once per engine process, and few */
+    for (uint32_t i = 0; i < d->nns; i++)
+        if (d->ns[i].tenant == tenant && memcmp(&d->ns[i].d, &n, sizeof(n)) == 0) {
+            *id = i + 1;
+            return 0;
+        }
+    if (d->nns == TIERD_NS_MAX)
+        return -ENOSPC;
+    if (d->nns == d->ns_cap) {
+        uint32_t cap = d->ns_cap ? d->ns_cap * 2 : 16;
+        struct tierd_ns *p = realloc(d->ns, cap * sizeof(*p));
+
+        if (!p)
+            return -ENOMEM;
+        d->ns = p;
+        d->ns_cap = cap;
+    }
+    d->ns[d->nns].tenant = tenant;
+    d->ns[d->nns].d = n;
+    *id = ++d->nns;
+    if (d->verbose)
+        tierd_log("namespace %u: %s %s %s block %u tokens / %llu bytes, tp %u/%u", *id,
+                  n.model_id, n.dtype, n.layout, n.block_tokens,
+                  (unsigned long long)n.block_bytes, n.tp_rank, n.tp_size);
+    return 0;
+}
+
+const struct tierd_ns *tierd_ns_get(const struct tierd *d, uint32_t tenant, uint32_t id)
+{
+    if (id == 0 || id > d->nns || d->ns[id - 1].tenant != tenant)
+        return NULL;
+    return &d->ns[id - 1];
+}
+
+void tierd_ns_free(struct tierd *d)
+{
+    free(d->ns);
+    d->ns = NULL;
+    d->nns = d->ns_cap = 0;
+}
+
+/* ---- start-up -------------------------------------------------------- */
+
+struct opts {
+    const char *socket, *data;
+    uint64_t warm_bytes;
+    double high_wm, low_wm;
+    bool no_mlock, no_huge, verbose;
+    uint32_t max_clients;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: tierd [options]\n"
+            "  --socket PATH      listening socket (env KVTIER_SOCKET; default %s)\n"
+            "  --data DIR         data folder (env KVTIER_DATA; default %s)\n"
+            "  --warm-bytes SIZE  warm tier (pinned RAM) size, K/M/G/T suffix (default 1G)\n"
+            "  --high-wm F        evict when warm is fuller than F (default 0.95)\n"
+            "  --low-wm F         ... down to F (default 0.85)\n"
+            "  --no-mlock         do not pin the warm pool\n"
+            "  --no-hugepages     do not try huge pages\n"
+            "  --max-clients N    refuse connections beyond N (default 1024)\n"
+            "  -v, --verbose      log sessions and namespaces\n",
+            KVT_DEFAULT_SOCKET, DEFAULT_DATA);
+}
+
+/* "64M", "1G", "4096": bytes, or 0 when malformed. */
+static uint64_t parse_size(const char *s)
+{
+    char *end;
+    unsigned long long v;
+    int shift = 0;
+
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno || end == s || *s == '-')
+        return 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    }
+    if (*end == 'i' || *end == 'B')
+        end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
+    if (*end || v > (UINT64_MAX >> shift))
+        return 0;
+    return (uint64_t)v << shift;
+}
+
+static double parse_frac(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+
+    return (*end || end == s || v <= 0 || v > 1) ? -1 : v;
+}
+
+static int parse_opts(int argc, char **argv, struct opts *o)
+{
+    static const struct option lo[] = {
+        { "socket", required_argument, NULL, 's' },
+        { "data", required_argument, NULL, 'd' },
+        { "warm-bytes", required_argument, NULL, 'w' },
+        { "high-wm", required_argument, NULL, 'H' },
+        { "low-wm", required_argument, NULL, 'L' },
+        { "no-mlock", no_argument, NULL, 'M' },
+        { "no-hugepages", no_argument, NULL, 'P' },
+        { "max-clients", required_argument, NULL, 'c' },
+        { "verbose", no_argument, NULL, 'v' },
+        { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    int c;
+
+    *o = (struct opts){
+        .socket = getenv("KVTIER_SOCKET"), .data = getenv("KVTIER_DATA"),
+        .warm_bytes = 1ull << 30, .high_wm = 0.95, .low_wm = 0.85, .max_clients = 1024,
+    };
+    if (!o->socket || !*o->socket)
+        o->socket = KVT_DEFAULT_SOCKET;
+    if (!o->data || !*o->data)
+        o->data = DEFAULT_DATA;
+    while ((c = getopt_long(argc, argv, "vh", lo, NULL)) != -1) {
+        switch (c) {
+        case 's': o->socket = optarg; break;
+        case 'd': o->data = optarg; break;
+        case 'w':
+            if (!(o->warm_bytes = parse_size(optarg))) {
+                fprintf(stderr, "tierd: --warm-bytes: bad size '%s' (e.g. 512M, 8G)\n", optarg);
+                return -1;
+            }
+            break;
+        case 'H':
+            if ((o->high_wm = parse_frac(optarg)) < 0) {
+                fprintf(stderr, "tierd: --high-wm: want a fraction in (0, 1], got '%s'\n", optarg);
+                return -1;
+            }
+            break;
+        case 'L':
+            if ((o->low_wm = parse_frac(optarg)) < 0) {
+                fprintf(stderr, "tierd: --low-wm: want a fraction in (0, 1], got '%s'\n", optarg);
+                return -1;
+            }
+            break;
+        case 'M': o->no_mlock = true; break;
+        case 'P': o->no_huge = true; break;
+        case 'c': {
+            char *end;
+            unsigned long v = strtoul(optarg, &end, 10);
+
+            if (*end || end == optarg || v == 0 || v > 1000000) {
+                fprintf(stderr, "tierd: --max-clients: bad number '%s'\n", optarg);
+                return -1;
+            }
+            o->max_clients = (uint32_t)v;
+            break;
+        }
+        case 'v': o->verbose = true; break;
+        case 'h': usage(stdout); exit(EX_OK);
+        default: usage(stderr); return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "tierd: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (o->low_wm > o->high_wm) {
+        fprintf(stderr, "tierd: --low-wm (%g) must not exceed --high-wm (%g)\n", o->low_wm,
+                o->high_wm);
+        return -1;
+    }
+    return 0;
+}
+
+/* mkdir -p with mode for the missing components. */
+static int mkdirs(const char *path, mode_t mode)
+{
+    char buf[PATH_MAX];
+    size_t n = strlen(path);
+
+    if (n == 0 || n >= sizeof(buf))
+        return -ENAMETOOLONG;
+    memcpy(buf, path, n + 1);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        if (mkdir(buf, mode) < 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(buf, mode) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+/* One daemon per data folder: an exclusive flock held for our lifetime. */
+static int lock_data(const char *dir)
+{
+    char path[PATH_MAX];
+    int fd, rc = mkdirs(dir, 0700);
+
+    if (rc < 0) {
+        fprintf(stderr, "tierd: cannot create data folder %s: %s\n", dir, strerror(-rc));
+        return -1;
+    }
+    snprintf(path, sizeof(path), "%s/tierd.lock", dir);
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        fprintf(stderr, "tierd: cannot open %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        fprintf(stderr, "tierd: data folder %s is in use by another tierd\n", dir);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int listen_on(const char *path)
+{
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    char dir[PATH_MAX];
+    char *slash;
+    int fd;
+
+    if (strlen(path) >= sizeof(a.sun_path)) {
+        fprintf(stderr, "tierd: socket path too long (max %zu): %s\n", sizeof(a.sun_path) - 1,
+                path);
+        return -1;
+    }
+    strcpy(a.sun_path, path);
+    snprintf(dir, sizeof(dir), "%s", path);
+    slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = 0;
+        mkdirs(dir, 0755);
+    }
+    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    /* a socket file left by a crashed daemon answers nothing: replace it; a
+     * live one answers, and we must not steal its path */
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 || errno == EAGAIN) {
+        fprintf(stderr, "tierd: another tierd is listening on %s\n", path);
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    unlink(path);
+    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    {
+        mode_t old = umask(0077); /* the socket admits only our own uid (and root) */
+        int rc = bind(fd, (struct sockaddr *)&a, sizeof(a));
+
+        umask(old);
+        if (rc < 0 || listen(fd, 128) < 0) {
+            fprintf(stderr, "tierd: cannot listen on %s: %s\n", path, strerror(errno));
+            close(fd);
+            return -1;
+        }
+    }
+    return fd;
+}
+
+static void on_signal(struct ev_loop *l, int fd, uint32_t events, void *ctx)
+{
+    struct signalfd_siginfo si;
+
+    (void)events;
+    (void)ctx;
+    if (read(fd, &si, sizeof(si)) == sizeof(si))
+        tierd_log("signal %u: stopping", si.ssi_signo);
+    ev_stop(l);
+}
+
+static void idle(void *ctx)
+{
+    struct tierd *d = ctx;
+
+    /* demotion between watermarks happens between batches of requests,
+     * so a put never waits for more than the eviction it needs itself */
+    tier_maintain(d->store);
+}
+
+static void store_log(void *ctx, const char *msg)
+{
+    (void)ctx;
+    tierd_log("%s", msg);
+}
+
+int main(int argc, char **argv)
+{
+    struct tierd d = { .listen_fd = -1, .sig_fd = -1, .lock_fd = -1, .next_sess = 1,
+                       .next_lease = 1 };
+    struct opts o;
+    struct tier_cfg tc = { 0 };
+    sigset_t sigs;
+    int rc, ex = EX_OK;
+
+    if (parse_opts(argc, argv, &o) < 0)
+        return EX_USAGE;
+    d.uid = geteuid();
+    d.max_clients = o.max_clients;
+    d.verbose = o.verbose;
+    d.start_ms = tierd_now_ms();
+    signal(SIGPIPE, SIG_IGN);
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigprocmask(SIG_BLOCK, &sigs, NULL);
+
+    d.lock_fd = lock_data(o.data);
+    if (d.lock_fd < 0)
+        return EX_TEMPFAIL;
+    tc.warm_bytes = o.warm_bytes;
+    tc.high_wm = o.high_wm;
+    tc.low_wm = o.low_wm;
+    tc.lock_memory = !o.no_mlock;
+    tc.huge_pages = !o.no_huge;
+    tc.log = store_log;
+    rc = tier_create(&tc, &d.store);
+    if (rc < 0) {
+        tierd_log("cannot create the warm tier (%llu bytes): %s",
+                  (unsigned long long)o.warm_bytes, strerror(-rc));
+        ex = EX_OSERR;
+        goto out_lock;
+    }
+    d.listen_fd = listen_on(o.socket);
+    if (d.listen_fd < 0) {
+        ex = EX_TEMPFAIL;
+        goto out_store;
+    }
+    d.sig_fd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (d.sig_fd < 0 || ev_loop_create(&d.loop) < 0 ||
+        ev_add(d.loop, d.listen_fd, sess_on_accept, &d) < 0 ||
+        ev_add(d.loop, d.sig_fd, on_signal, &d) < 0) {
+        tierd_log("cannot set up the event loop: %s", strerror(errno));
+        ex = EX_OSERR;
+        goto out_loop;
+    }
+    {
+        struct tier_stats st;
+
+        tier_stats_get(d.store, &st);
+        tierd_log("warm tier %llu MiB (%s%s), data %s",
+                  (unsigned long long)(tier_pool_bytes(d.store) >> 20),
+                  st.memory_locked ? "pinned" : "not pinned",
+                  st.huge_pages ? ", huge pages" : "", o.data);
+    }
+    tierd_log("listening on %s", o.socket);
+    rc = ev_run(d.loop, idle, &d);
+    if (rc < 0) {
+        tierd_log("event loop failed: %s", strerror(-rc));
+        ex = EX_OSERR;
+    }
+    sess_close_all(&d);
+    unlink(o.socket);
+    tierd_log("stopped");
+out_loop:
+    ev_loop_destroy(d.loop);
+    if (d.sig_fd >= 0)
+        close(d.sig_fd);
+    close(d.listen_fd);
+out_store:
+    tier_destroy(d.store);
+    tierd_ns_free(&d);
+out_lock:
+    close(d.lock_fd);
+    return ex;
+}

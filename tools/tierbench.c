@@ -1,0 +1,1472 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tierbench.c - every performance figure of kvtier beside its target.
+ *
+ * Starts its own private tierd (and a redis-server for the comparison), moves
+ * blocks through libkvtier, drives the in-process store and the key hash, and
+ * prints one greppable line per figure:
+ *     bench: <name> <value> <unit> target <op> <number>
+ * plus context lines starting with '#'. Where the target is a ratio, the
+ * baseline is measured in the same run, interleaved round by round, so that
+ * machine noise hits both sides alike. A missed target is reported, not
+ * fatal; the exit status is non-zero only when something could not be
+ * measured (a daemon did not start, a call failed, a hash came out wrong).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+#include <openssl/evp.h>
+
+#include "kvtier.h"
+#include "tier.h"
+
+#define MIB (1024ull * 1024ull)
+#define GIB (1024ull * MIB)
+
+/* ---- options and run-wide state --------------------------------------- */
+
+enum {
+    GRP_PUT = 0x1,    /* figures 1 and 2: put+get vs memcpy and redis */
+    GRP_LOOKUP = 0x2, /* figure 3a: lookup through tierd */
+    GRP_INPROC = 0x4, /* figures 3b and 5: in-process store */
+    GRP_HASH = 0x8,   /* figure 4: prompt hashing */
+    GRP_ALL = 0xf,
+};
+
+static struct {
+    unsigned groups;     /* GRP_* to run */
+    bool redis;          /* run the redis comparison */
+    int rounds;          /* timed rounds per figure; the median is reported */
+    uint64_t round_ns;   /* minimum length of one timed round */
+    int hash_runs;       /* timed runs of the hash figure */
+    const char *pool_2m; /* --warm-bytes of the 2 MiB put/get tierd */
+    const char *pool_64k;
+    const char *pool_lookup;
+    size_t lookup_blocks; /* blocks in the lookup index (1 M) */
+} opt = {
+    .groups = GRP_ALL,
+    .redis = true,
+    .rounds = 7,
+    .round_ns = 100 * 1000 * 1000,
+    .hash_runs = 25,
+    .pool_2m = "1G",
+    .pool_64k = "256M",
+    .pool_lookup = "5G",
+    .lookup_blocks = 1u << 20,
+};
+
+static char tmpdir[128]; /* private folder for sockets, data and logs */
+static int n_targets;         /* figures reported (or that failed) */
+static int n_met;             /* ... whose target was met */
+static int n_errors;          /* failures that make the exit status non-zero */
+
+/* Children to stop at exit or on a signal: tierd and redis-server. At most
+ * two live at once; a fixed array, scanned linearly. */
+#define MAX_CHILDREN 4
+static volatile pid_t children[MAX_CHILDREN];
+
+/* ---- small helpers ---------------------------------------------------- */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+    }
+}
+
+/* splitmix64: a fast, fixed-seed generator for keys, tokens and payloads. */
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void rand_keys(uint64_t *s, kvt_key *k, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < KVT_KEY_BYTES; j += 8) {
+            uint64_t v = rng_next(s);
+            memcpy(k[i].b + j, &v, 8);
+        }
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of v[0..n); sorts v in place. */
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* A buffer of `bytes` whose pages are already faulted in and hold
+ * pseudo-random data (so nothing is a shared zero page). NULL on failure. */
+static void *alloc_faulted(size_t bytes, uint64_t seed)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    uint64_t *w = p;
+    for (size_t i = 0; i < bytes / 8; i++)
+        w[i] = rng_next(&seed);
+    return p;
+}
+
+static void free_faulted(void *p, size_t bytes)
+{
+    if (p)
+        munmap(p, bytes);
+}
+
+/* Print one figure and count it. target is the number as printed; the
+ * comparison uses its value. */
+static void report(const char *name, double v, const char *vfmt, const char *unit,
+                   const char *op, const char *target)
+{
+    char val[64];
+    double t = strtod(target, NULL);
+    bool met = op[0] == '>' ? v >= t : v <= t;
+
+    snprintf(val, sizeof(val), vfmt, v);
+    printf("bench: %s %s %s target %s %s\n", name, val, unit, op, target);
+    if (!met)
+        printf("# %s: target missed (%s %s %s wanted)\n", name, val, op, target);
+    fflush(stdout);
+    n_targets++;
+    n_met += met;
+}
+
+/* A figure that could not be measured: counted as missed, and an error. */
+static void report_fail(const char *name, const char *why, int err)
+{
+    if (err)
+        printf("# %s: not measured: %s: %s (%d)\n", name, why, kvt_strerror(err), err);
+    else
+        printf("# %s: not measured: %s\n", name, why);
+    fflush(stdout);
+    n_targets++;
+    n_errors++;
+}
+
+/* ---- child processes -------------------------------------------------- */
+
+static void track_child(pid_t pid, bool add)
+{
+    for (int i = 0; i < MAX_CHILDREN; i++) {
+        if (add ? children[i] == 0 : children[i] == pid) {
+            children[i] = add ? pid : 0;
+            return;
+        }
+    }
+}
+
+/* Fork and exec argv with stdout and stderr into log_path. The child gets
+ * SIGTERM if tierbench dies first. Returns the pid or a negative errno. */
+static pid_t spawn(char *const argv[], const char *log_path)
+{
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0)
+        return -errno;
+    if (pid == 0) {
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int nul = open("/dev/null", O_RDONLY);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            dup2(fd, STDERR_FILENO);
+            close(fd);
+        }
+        if (nul >= 0) {
+            dup2(nul, STDIN_FILENO);
+            close(nul);
+        }
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent)
+            _exit(127);
+        execvp(argv[0], argv);
+        fprintf(stderr, "tierbench: exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    track_child(pid, true);
+    return pid;
+}
+
+/* SIGTERM the child and reap it, SIGKILL after 10 s. Returns its wait
+ * status, or -1 if it had to be killed. */
+static int stop_child(pid_t pid)
+{
+    int st = 0;
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 1000; i++) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid || (r < 0 && errno != EINTR)) {
+            track_child(pid, false);
+            return st;
+        }
+        sleep_ms(10);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    track_child(pid, false);
+    return -1;
+}
+
+/* True while the child runs; reaps it (status in *st) if it has exited. */
+static bool child_alive(pid_t pid, int *st)
+{
+    pid_t r = waitpid(pid, st, WNOHANG);
+    if (r == pid) {
+        track_child(pid, false);
+        return false;
+    }
+    return r == 0;
+}
+
+/* Print the last lines of a child's log as context. */
+static void print_log_tail(const char *what, const char *path)
+{
+    char buf[2048];
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return;
+    off_t end = lseek(fd, 0, SEEK_END);
+    off_t from = end > (off_t)sizeof(buf) - 1 ? end - (off_t)sizeof(buf) + 1 : 0;
+    ssize_t n = pread(fd, buf, sizeof(buf) - 1, from);
+    close(fd);
+    if (n <= 0)
+        return;
+    buf[n] = '\0';
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
+        printf("# %s: %s\n", what, line);
+}
+
+static void kill_children(void)
+{
+    for (int i = 0; i < MAX_CHILDREN; i++) {
+        if (children[i] > 0)
+            kill(children[i], SIGTERM);
+    }
+}
+
+static void on_signal(int sig)
+{
+    kill_children();
+    _exit(128 + sig);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void cleanup(void)
+{
+    for (int i = 0; i < MAX_CHILDREN; i++) {
+        if (children[i] > 0)
+            stop_child(children[i]);
+    }
+    if (tmpdir[0])
+        nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---- a private tierd ---------------------------------------------------- */
+
+struct daemon {
+    pid_t pid;
+    char sock[PATH_MAX];
+    char log[PATH_MAX];
+    kvt_client *c; /* connected client, owned */
+};
+
+/* Start $KVT_TEST_BIN/tierd with its own socket and data folder named by
+ * tag, and connect to it (waiting up to 10 s). Returns 0 or a negative
+ * error; prints why. */
+static int tierd_start(struct daemon *d, const char *tag, const char *warm, bool no_mlock)
+{
+    const char *bin_dir = getenv("KVT_TEST_BIN");
+    char bin[PATH_MAX], data[PATH_MAX];
+    int st = 0, r = -ENOENT;
+
+    memset(d, 0, sizeof(*d));
+    snprintf(bin, sizeof(bin), "%s/tierd", bin_dir && *bin_dir ? bin_dir : "./build");
+    snprintf(d->sock, sizeof(d->sock), "%s/%s.sock", tmpdir, tag);
+    snprintf(d->log, sizeof(d->log), "%s/%s.log", tmpdir, tag);
+    snprintf(data, sizeof(data), "%s/%s.data", tmpdir, tag);
+    if (access(bin, X_OK) < 0) {
+        printf("# tierd: %s: %s\n", bin, strerror(errno));
+        return -errno;
+    }
+    if (mkdir(data, 0700) < 0 && errno != EEXIST)
+        return -errno;
+
+    char *argv[] = { bin, "--socket", d->sock, "--data", data, "--warm-bytes", (char *)warm,
+                     no_mlock ? "--no-mlock" : NULL, NULL };
+    d->pid = spawn(argv, d->log);
+    if (d->pid < 0)
+        return (int)d->pid;
+
+    uint64_t t0 = now_ns();
+    while (now_ns() - t0 < 10 * 1000000000ull) {
+        if (!child_alive(d->pid, &st)) {
+            printf("# tierd (%s) exited during start-up, status 0x%x\n", tag, st);
+            print_log_tail("tierd", d->log);
+            d->pid = 0;
+            return -ECHILD;
+        }
+        r = kvt_connect(d->sock, &d->c);
+        if (r == 0) {
+            printf("# tierd (%s): --warm-bytes %s%s, ready after %.0f ms\n", tag, warm,
+                   no_mlock ? " --no-mlock" : "", (double)(now_ns() - t0) / 1e6);
+            return 0;
+        }
+        sleep_ms(20);
+    }
+    printf("# tierd (%s): no connection after 10 s: %s\n", tag, kvt_strerror(r));
+    print_log_tail("tierd", d->log);
+    stop_child(d->pid);
+    d->pid = 0;
+    return r ? r : -ETIMEDOUT;
+}
+
+static void tierd_stop(struct daemon *d)
+{
+    kvt_close(d->c);
+    d->c = NULL;
+    if (d->pid > 0) {
+        int st = stop_child(d->pid);
+        if (st != 0) {
+            printf("# warning: tierd did not stop cleanly on SIGTERM (status 0x%x)\n", st);
+            print_log_tail("tierd", d->log);
+        }
+    }
+    d->pid = 0;
+}
+
+static int ns_open(kvt_client *c, const char *model, uint64_t block_bytes, kvt_ns **ns)
+{
+    kvt_model m = {
+        .model_id = model, .dtype = "bf16", .layout = "tierbench",
+        .block_tokens = 16, .tp_rank = 0, .tp_size = 1, .block_bytes = block_bytes,
+    };
+    return kvt_ns_open(c, &m, ns);
+}
+
+/* ---- a private redis-server --------------------------------------------- */
+
+struct redis_srv {
+    pid_t pid;
+    char log[PATH_MAX];
+    redisContext *rc;
+};
+
+/* A TCP port on 127.0.0.1 that nothing listens on right now. */
+static int free_port(void)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+    if (fd < 0)
+        return -1;
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+/* Ping once; true on PONG. */
+static bool redis_ping(redisContext *rc)
+{
+    redisReply *rep = redisCommand(rc, "PING");
+    bool ok = rep && rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "PONG") == 0;
+    if (rep)
+        freeReplyObject(rep);
+    return ok;
+}
+
+static int redis_start(struct redis_srv *s)
+{
+    char port_s[16];
+    int port = free_port(), st = 0;
+
+    memset(s, 0, sizeof(*s));
+    if (port < 0)
+        return -EADDRNOTAVAIL;
+    snprintf(port_s, sizeof(port_s), "%d", port);
+    snprintf(s->log, sizeof(s->log), "%s/redis.log", tmpdir);
+    char *argv[] = { "redis-server", "--port", port_s, "--bind", "127.0.0.1", "--save", "",
+                     "--appendonly", "no", "--daemonize", "no", "--dir", tmpdir, NULL };
+    s->pid = spawn(argv, s->log);
+    if (s->pid < 0)
+        return (int)s->pid;
+
+    uint64_t t0 = now_ns();
+    while (now_ns() - t0 < 10 * 1000000000ull) {
+        if (!child_alive(s->pid, &st)) {
+            printf("# redis-server exited during start-up, status 0x%x\n", st);
+            print_log_tail("redis", s->log);
+            s->pid = 0;
+            return -ECHILD;
+        }
+        struct timeval tv = { .tv_sec = 1 };
+        s->rc = redisConnectWithTimeout("127.0.0.1", port, tv);
+        if (s->rc && !s->rc->err && redis_ping(s->rc)) {
+            struct timeval none = { 0 };
+            redisSetTimeout(s->rc, none); /* block as long as a big pipeline needs */
+            printf("# redis-server on 127.0.0.1:%d, ready after %.0f ms\n", port,
+                   (double)(now_ns() - t0) / 1e6);
+            return 0;
+        }
+        if (s->rc)
+            redisFree(s->rc);
+        s->rc = NULL;
+        sleep_ms(20);
+    }
+    printf("# redis-server: no PONG after 10 s\n");
+    print_log_tail("redis", s->log);
+    stop_child(s->pid);
+    s->pid = 0;
+    return -ETIMEDOUT;
+}
+
+static void redis_stop(struct redis_srv *s)
+{
+    if (s->rc)
+        redisFree(s->rc);
+    s->rc = NULL;
+    if (s->pid > 0)
+        stop_child(s->pid);
+    s->pid = 0;
+}
+
+/* ---- timed rounds ------------------------------------------------------- */
+
+/* One unit of work; returns 0 or a negative error. */
+typedef int (*iter_fn)(void *arg);
+
+/* Run fn until at least opt.round_ns have passed; returns the seconds per
+ * call through *per_iter, or fn's error. */
+static int timed_round(iter_fn fn, void *arg, double *per_iter)
+{
+    uint64_t t0 = now_ns(), t, n = 0;
+    do {
+        int r = fn(arg);
+        if (r < 0)
+            return r;
+        n++;
+        t = now_ns();
+    } while (t - t0 < opt.round_ns);
+    *per_iter = (double)(t - t0) / 1e9 / (double)n;
+    return 0;
+}
+
+/* ---- figures 1 and 2: put + get of batches ------------------------------ */
+
+#define PG_BATCH 64
+
+/*
+ * Like for like: every contender takes its bytes from the same caller-owned,
+ * pre-faulted source buffers and leaves them in the same caller-owned,
+ * pre-faulted destination buffers.
+ *   memcpy:  src -> tmp -> dst, tmp being a pre-faulted staging area;
+ *   kvtier:  kvt_put(src) into pool slots, kvt_get() into dst, kvt_remove()
+ *            (fresh keys every batch, so nothing is deduplicated);
+ *   redis:   64 pipelined SETs from src, 64 pipelined GETs copied into dst.
+ */
+struct pg {
+    size_t bs;        /* block bytes */
+    void *src_mem, *dst_mem, *tmp_mem; /* PG_BATCH * bs each */
+    void *src[PG_BATCH], *dst[PG_BATCH], *tmp[PG_BATCH];
+    kvt_ns *ns;
+    uint64_t key_seed; /* fresh keys for every kvtier batch */
+    kvt_key keys[PG_BATCH];
+    redisContext *rc;  /* NULL: no redis contender */
+    const char *what;  /* the call that failed, for the report */
+};
+
+static int pg_memcpy(void *arg)
+{
+    struct pg *p = arg;
+    for (int i = 0; i < PG_BATCH; i++)
+        memcpy(p->tmp[i], p->src[i], p->bs);
+    for (int i = 0; i < PG_BATCH; i++)
+        memcpy(p->dst[i], p->tmp[i], p->bs);
+    return 0;
+}
+
+/* Map a short count to an error so that the round stops. */
+static int want(struct pg *p, const char *what, int r, int n)
+{
+    if (r == n)
+        return 0;
+    p->what = what;
+    return r < 0 ? r : -EIO;
+}
+
+static int pg_kvtier(void *arg)
+{
+    struct pg *p = arg;
+    int r;
+
+    rand_keys(&p->key_seed, p->keys, PG_BATCH);
+    r = kvt_put(p->ns, NULL, p->keys, PG_BATCH, (const void *const *)p->src);
+    if ((r = want(p, "kvt_put", r, PG_BATCH)) < 0)
+        return r;
+    r = kvt_get(p->ns, p->keys, PG_BATCH, p->dst);
+    if ((r = want(p, "kvt_get", r, PG_BATCH)) < 0)
+        return r;
+    r = kvt_remove(p->ns, p->keys, PG_BATCH);
+    return want(p, "kvt_remove", r, PG_BATCH);
+}
+
+static int pg_redis(void *arg)
+{
+    struct pg *p = arg;
+    char key[PG_BATCH][16];
+    size_t klen[PG_BATCH];
+    int err = 0;
+
+    for (int i = 0; i < PG_BATCH; i++) {
+        klen[i] = (size_t)snprintf(key[i], sizeof(key[i]), "tb:%d", i);
+        const char *argv[3] = { "SET", key[i], p->src[i] };
+        size_t len[3] = { 3, klen[i], p->bs };
+        if (redisAppendCommandArgv(p->rc, 3, argv, len) != REDIS_OK)
+            goto out_conn;
+    }
+    for (int i = 0; i < PG_BATCH; i++) {
+        redisReply *rep;
+        if (redisGetReply(p->rc, (void **)&rep) != REDIS_OK)
+            goto out_conn;
+        if (rep->type != REDIS_REPLY_STATUS)
+            err = -EIO;
+        freeReplyObject(rep);
+    }
+    for (int i = 0; i < PG_BATCH; i++) {
+        const char *argv[2] = { "GET", key[i] };
+        size_t len[2] = { 3, klen[i] };
+        if (redisAppendCommandArgv(p->rc, 2, argv, len) != REDIS_OK)
+            goto out_conn;
+    }
+    for (int i = 0; i < PG_BATCH; i++) {
+        redisReply *rep;
+        if (redisGetReply(p->rc, (void **)&rep) != REDIS_OK)
+            goto out_conn;
+        if (rep->type == REDIS_REPLY_STRING && rep->len == p->bs)
+            memcpy(p->dst[i], rep->str, p->bs);
+        else
+            err = -EIO;
+        freeReplyObject(rep);
+    }
+    if (err)
+        p->what = "redis SET/GET reply";
+    return err;
+out_conn:
+    p->what = p->rc->errstr[0] ? p->rc->errstr : "redis connection";
+    return -EIO;
+}
+
+static void pg_free(struct pg *p)
+{
+    size_t bytes = PG_BATCH * p->bs;
+    free_faulted(p->src_mem, bytes);
+    free_faulted(p->dst_mem, bytes);
+    free_faulted(p->tmp_mem, bytes);
+}
+
+static int pg_init(struct pg *p, size_t bs)
+{
+    size_t bytes = PG_BATCH * bs;
+    memset(p, 0, sizeof(*p));
+    p->bs = bs;
+    p->key_seed = 0x6b767469657262ull ^ bs; /* fixed: runs are repeatable */
+    p->src_mem = alloc_faulted(bytes, 1);
+    p->dst_mem = alloc_faulted(bytes, 2);
+    p->tmp_mem = alloc_faulted(bytes, 3);
+    if (!p->src_mem || !p->dst_mem || !p->tmp_mem) {
+        pg_free(p);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < PG_BATCH; i++) {
+        p->src[i] = (char *)p->src_mem + (size_t)i * bs;
+        p->dst[i] = (char *)p->dst_mem + (size_t)i * bs;
+        p->tmp[i] = (char *)p->tmp_mem + (size_t)i * bs;
+    }
+    return 0;
+}
+
+/*
+ * Warm-up: write every slot of the pool once, so that neither this process's
+ * page tables nor the pool's pages fault during the timed rounds, whatever
+ * order the store hands slots out in. We put 1.25 pool-fulls of fresh
+ * blocks (the store evicts the oldest past its high watermark), check one
+ * batch's bytes on the way, then remove whatever is left.
+ */
+static int pg_warm(struct pg *p, kvt_client *c)
+{
+    kvt_stats st = { 0 };
+    uint64_t cap = 0;
+    int r;
+
+    if (kvt_stats_get(c, &st) == 0)
+        cap = st.tier[KVT_TIER_WARM].bytes_capacity;
+    if (cap == 0)
+        cap = GIB;
+    size_t batches = (size_t)(cap / (PG_BATCH * p->bs) * 5 / 4 + 1);
+    kvt_key *keys = malloc(batches * PG_BATCH * sizeof(*keys));
+    if (!keys)
+        return -ENOMEM;
+    rand_keys(&p->key_seed, keys, batches * PG_BATCH);
+
+    for (size_t b = 0; b < batches; b++) {
+        r = kvt_put(p->ns, NULL, keys + b * PG_BATCH, PG_BATCH, (const void *const *)p->src);
+        if (r < 0) {
+            p->what = "kvt_put (warm-up)";
+            goto out;
+        }
+    }
+    /* the last batch is surely still resident: read it back and check it */
+    memset(p->dst_mem, 0, PG_BATCH * p->bs);
+    r = kvt_get(p->ns, keys + (batches - 1) * PG_BATCH, PG_BATCH, p->dst);
+    if ((r = want(p, "kvt_get (warm-up)", r, PG_BATCH)) < 0)
+        goto out;
+    if (memcmp(p->src_mem, p->dst_mem, PG_BATCH * p->bs) != 0) {
+        p->what = "kvt_get returned other bytes than kvt_put stored";
+        r = -EIO;
+        goto out;
+    }
+    for (size_t b = batches; b-- > 0;) {
+        r = kvt_remove(p->ns, keys + b * PG_BATCH, PG_BATCH);
+        if (r < 0) {
+            p->what = "kvt_remove (warm-up)";
+            goto out;
+        }
+    }
+    printf("# warm-up: %zu batches (%.0f MiB) through a %.0f MiB pool, data checked\n", batches,
+           (double)(batches * PG_BATCH * p->bs) / MIB, (double)cap / MIB);
+    r = 0;
+out:
+    free(keys);
+    return r;
+}
+
+struct pg_result {
+    double memcpy_gbs, kvtier_gbs, redis_gbs; /* medians, GB/s of block bytes */
+    double vs_memcpy, vs_redis;               /* medians of per-round ratios */
+};
+
+/* Interleave rounds of memcpy, kvtier and (when p->rc) redis. */
+static int pg_measure(struct pg *p, struct pg_result *res)
+{
+    double t_mc[64], t_kv[64], t_rd[64], r_mc[64], r_rd[64];
+    double bytes = (double)(PG_BATCH * p->bs);
+    int n = opt.rounds, r;
+
+    /* one untimed pass of each, so caches and lazy set-up are out of the way */
+    if ((r = pg_memcpy(p)) < 0 || (r = pg_kvtier(p)) < 0 || (p->rc && (r = pg_redis(p)) < 0))
+        return r;
+    for (int i = 0; i < n; i++) {
+        if ((r = timed_round(pg_memcpy, p, &t_mc[i])) < 0 ||
+            (r = timed_round(pg_kvtier, p, &t_kv[i])) < 0)
+            return r;
+        r_mc[i] = t_mc[i] / t_kv[i];
+        if (p->rc) {
+            if ((r = timed_round(pg_redis, p, &t_rd[i])) < 0)
+                return r;
+            r_rd[i] = t_rd[i] / t_kv[i];
+        }
+    }
+    res->memcpy_gbs = bytes / median(t_mc, n) / 1e9;
+    res->kvtier_gbs = bytes / median(t_kv, n) / 1e9;
+    res->vs_memcpy = median(r_mc, n);
+    if (p->rc) {
+        res->redis_gbs = bytes / median(t_rd, n) / 1e9;
+        res->vs_redis = median(r_rd, n);
+    }
+    return 0;
+}
+
+/* Figure 1 for one block size, and figure 2 when with_redis. */
+static void bench_put_get(size_t bs, const char *pool, bool with_redis)
+{
+    char name[64], rname[] = "put_get_2MiB_vs_redis", tag[32];
+    const char *target = bs >= 2 * MIB ? "0.8" : "0.6";
+    struct daemon d;
+    struct redis_srv rs = { 0 };
+    struct pg p;
+    struct pg_result res = { 0 };
+    int r;
+
+    snprintf(name, sizeof(name), "put_get_%zu%s_vs_memcpy",
+             (size_t)(bs >= MIB ? bs / MIB : bs / 1024), bs >= MIB ? "MiB" : "KiB");
+    snprintf(tag, sizeof(tag), "pg%zuk", bs / 1024);
+    printf("# --- %s: batches of %d blocks of %zu KiB, put then get (median of %d rounds)\n",
+           name, PG_BATCH, bs / 1024, opt.rounds);
+    fflush(stdout);
+    if ((r = pg_init(&p, bs)) < 0) {
+        report_fail(name, "buffers", r);
+        if (with_redis)
+            report_fail(rname, "buffers", r);
+        return;
+    }
+    if ((r = tierd_start(&d, tag, pool, false)) < 0) {
+        report_fail(name, "tierd did not start", r);
+        if (with_redis)
+            report_fail(rname, "tierd did not start", r);
+        goto out_free;
+    }
+    if ((r = ns_open(d.c, bs >= MIB ? "tierbench/put-get-2m" : "tierbench/put-get-64k", bs,
+                     &p.ns)) < 0) {
+        p.what = "kvt_ns_open";
+        goto out_fail;
+    }
+    if ((r = pg_warm(&p, d.c)) < 0)
+        goto out_fail;
+    if (with_redis) {
+        if ((r = redis_start(&rs)) < 0) {
+            report_fail(rname, "redis-server did not start", r);
+            with_redis = false;
+        } else {
+            p.rc = rs.rc;
+        }
+    }
+    if ((r = pg_measure(&p, &res)) < 0)
+        goto out_fail;
+
+    printf("# memcpy src->tmp->dst: %.2f GB/s   kvtier put+get: %.2f GB/s (block bytes/s)\n",
+           res.memcpy_gbs, res.kvtier_gbs);
+    report(name, res.vs_memcpy, "%.2f", "ratio", ">=", target);
+    if (with_redis) {
+        printf("# redis pipelined SET+GET: %.2f GB/s   kvtier: %.2f GB/s\n", res.redis_gbs,
+               res.kvtier_gbs);
+        report(rname, res.vs_redis, "%.2f", "ratio", ">=", "3");
+    }
+    goto out_stop;
+
+out_fail:
+    report_fail(name, p.what ? p.what : "put/get", r);
+    if (with_redis)
+        report_fail(rname, p.what ? p.what : "put/get", r);
+out_stop:
+    redis_stop(&rs);
+    tierd_stop(&d);
+out_free:
+    pg_free(&p);
+}
+
+/* ---- figure 3: lookups of 1000-key chains over 1 M blocks --------------- */
+
+#define CHAIN 1000
+
+/* A plain open-addressing table over the same keys: the baseline a lookup
+ * is judged against. Slots hold key index + 1 (0: empty); load 0.5. */
+struct oa {
+    uint32_t *slot;
+    uint64_t mask;
+    const kvt_key *keys;
+};
+
+static uint64_t key_word(const kvt_key *k)
+{
+    uint64_t h;
+    memcpy(&h, k->b, 8); /* keys are uniformly random: any 8 bytes hash well */
+    return h;
+}
+
+static int oa_build(struct oa *o, const kvt_key *keys, size_t n)
+{
+    size_t cap = 1;
+    while (cap < 2 * n)
+        cap <<= 1;
+    o->slot = calloc(cap, sizeof(*o->slot));
+    if (!o->slot)
+        return -ENOMEM;
+    o->mask = cap - 1;
+    o->keys = keys;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t s = key_word(&keys[i]) & o->mask;
+        while (o->slot[s])
+            s = (s + 1) & o->mask;
+        o->slot[s] = (uint32_t)i + 1;
+    }
+    return 0;
+}
+
+/* Leading keys of k[0..n) present in the table. */
+static size_t oa_lookup(const struct oa *o, const kvt_key *k, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t s = key_word(&k[i]) & o->mask;
+        for (;;) {
+            uint32_t e = o->slot[s];
+            if (e == 0)
+                return i;
+            if (memcmp(o->keys[e - 1].b, k[i].b, KVT_KEY_BYTES) == 0)
+                break;
+            s = (s + 1) & o->mask;
+        }
+    }
+    return n;
+}
+
+/* What one timed lookup call needs: the chains and where to look them up. */
+struct lk {
+    const kvt_key *keys;  /* all keys; chain c is keys[c*CHAIN ...] */
+    const struct tier_key *tkeys;
+    size_t chains;        /* full chains present */
+    uint64_t seed;        /* picks the chain of each call */
+    kvt_ns *ns;           /* client lookups */
+    struct tier *t;       /* in-process lookups */
+    const struct oa *oa;  /* baseline lookups */
+    int sock;             /* transport baseline: our end of a socketpair */
+    char *msg;            /* transport baseline: request buffer */
+};
+
+static size_t pick_chain(struct lk *l)
+{
+    return (size_t)(rng_next(&l->seed) % l->chains);
+}
+
+static int lk_client(void *arg)
+{
+    struct lk *l = arg;
+    int r = kvt_lookup(l->ns, l->keys + pick_chain(l) * CHAIN, CHAIN, 0, NULL);
+    return r == CHAIN ? 0 : r < 0 ? r : -ENOENT;
+}
+
+static int lk_inproc(void *arg)
+{
+    struct lk *l = arg;
+    size_t r = tier_lookup(l->t, 1, l->tkeys + pick_chain(l) * CHAIN, CHAIN, NULL);
+    return r == CHAIN ? 0 : -ENOENT;
+}
+
+static int lk_oa(void *arg)
+{
+    struct lk *l = arg;
+    return oa_lookup(l->oa, l->keys + pick_chain(l) * CHAIN, CHAIN) == CHAIN ? 0 : -ENOENT;
+}
+
+/* Transport baseline: a lookup-sized request (header + 1000 keys) to an echo
+ * process over SOCK_SEQPACKET, and a lookup-sized reply (1000 tier bytes). */
+#define LK_REQ_BYTES (48 + CHAIN * KVT_KEY_BYTES)
+#define LK_REP_BYTES (32 + CHAIN)
+
+static int lk_sock(void *arg)
+{
+    struct lk *l = arg;
+    char rep[LK_REP_BYTES];
+    memcpy(l->msg + 48, l->keys + pick_chain(l) * CHAIN, CHAIN * KVT_KEY_BYTES);
+    if (send(l->sock, l->msg, LK_REQ_BYTES, 0) != LK_REQ_BYTES)
+        return -errno;
+    if (recv(l->sock, rep, sizeof(rep), 0) != LK_REP_BYTES)
+        return -EIO;
+    return 0;
+}
+
+/* Keys per second: the median over opt.rounds rounds of fn. */
+static int lk_rate(iter_fn fn, struct lk *l, double *keys_per_s)
+{
+    double t[64];
+    int r;
+    for (int i = 0; i < 50; i++) { /* warm caches and branch predictors */
+        if ((r = fn(l)) < 0)
+            return r;
+    }
+    for (int i = 0; i < opt.rounds; i++) {
+        if ((r = timed_round(fn, l, &t[i])) < 0)
+            return r;
+    }
+    *keys_per_s = CHAIN / median(t, opt.rounds);
+    return 0;
+}
+
+/* The round trip floor of a lookup: the same bytes through a socketpair. */
+static int sock_floor(struct lk *l, double *keys_per_s)
+{
+    int sv[2], r;
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) < 0)
+        return -errno;
+    pid_t pid = fork();
+    if (pid < 0) {
+        r = -errno;
+        close(sv[0]);
+        close(sv[1]);
+        return r;
+    }
+    if (pid == 0) {
+        static char buf[64 * 1024], rep[LK_REP_BYTES];
+        close(sv[0]);
+        while (recv(sv[1], buf, sizeof(buf), 0) > 0) {
+            memset(rep, 2, sizeof(rep)); /* "warm" for every key, as tierd would */
+            if (send(sv[1], rep, sizeof(rep), 0) < 0)
+                break;
+        }
+        _exit(0);
+    }
+    close(sv[1]);
+    l->sock = sv[0];
+    l->msg = calloc(1, LK_REQ_BYTES);
+    r = l->msg ? lk_rate(lk_sock, l, keys_per_s) : -ENOMEM;
+    free(l->msg);
+    l->msg = NULL;
+    close(sv[0]);
+    waitpid(pid, NULL, 0);
+    return r;
+}
+
+/* Figure 3a: kvt_lookup through tierd over 1 M blocks. */
+static void bench_lookup_client(const kvt_key *keys, size_t nkeys, const struct oa *oa)
+{
+    const char *name = "lookup_client_keys_per_s";
+    struct daemon d;
+    struct lk l = { .keys = keys, .chains = nkeys / CHAIN, .seed = 7, .oa = oa };
+    void **slots = malloc(CHAIN * sizeof(*slots));
+    double rate, base, floor_rate;
+    const char *what = "";
+    int r;
+
+    printf("# --- %s: kvt_lookup of %d-key chains, index of %zu blocks of 4 KiB\n", name,
+           CHAIN, nkeys);
+    fflush(stdout);
+    if (!slots) {
+        report_fail(name, "malloc", -ENOMEM);
+        return;
+    }
+    if ((r = tierd_start(&d, "lookup", opt.pool_lookup, true)) < 0) {
+        report_fail(name, "tierd did not start", r);
+        free(slots);
+        return;
+    }
+    what = "kvt_ns_open";
+    if ((r = ns_open(d.c, "tierbench/lookup", 4096, &l.ns)) < 0)
+        goto out_fail;
+
+    /* fill: reserve + commit, chain by chain, without writing the slots */
+    uint64_t t0 = now_ns();
+    for (size_t at = 0; at < nkeys; at += CHAIN) {
+        size_t n = nkeys - at < CHAIN ? nkeys - at : CHAIN;
+        what = "kvt_put_reserve (fill)";
+        r = kvt_put_reserve(l.ns, NULL, keys + at, n, slots);
+        if (r != (int)n)
+            goto out_short;
+        what = "kvt_put_commit (fill)";
+        r = kvt_put_commit(l.ns, keys + at, n);
+        if (r != (int)n)
+            goto out_short;
+    }
+    printf("# fill through the client: %.0f keys/s (reserve + commit, batches of %d)\n",
+           (double)nkeys / ((double)(now_ns() - t0) / 1e9), CHAIN);
+
+    kvt_stats st;
+    if (kvt_stats_get(d.c, &st) == 0)
+        printf("# tierd index: %" PRIu64 " entries, %" PRIu64 " bytes (%.1f bytes/entry)\n",
+               st.index_entries, st.index_bytes,
+               st.index_entries ? (double)st.index_bytes / (double)st.index_entries : 0.0);
+
+    what = "kvt_lookup";
+    if ((r = lk_rate(lk_client, &l, &rate)) < 0)
+        goto out_fail;
+    what = "baseline";
+    if ((r = lk_rate(lk_oa, &l, &base)) < 0 || (r = sock_floor(&l, &floor_rate)) < 0)
+        goto out_fail;
+    printf("# same-run baselines: open-addressing probe loop %.0f keys/s; "
+           "seqpacket round trip of the same bytes %.0f keys/s\n", base, floor_rate);
+    printf("# kvtier client lookup = %.2f x probe loop, %.2f x bare round trip\n", rate / base,
+           rate / floor_rate);
+    report(name, rate, "%.0f", "keys/s", ">=", "2000000");
+    goto out;
+
+out_short:
+    if (r >= 0) {
+        printf("# %s: %d of the batch\n", what, r);
+        r = -EIO;
+    }
+out_fail:
+    report_fail(name, what, r);
+out:
+    tierd_stop(&d);
+    free(slots);
+}
+
+/* Figures 3b and 5: the in-process store with 1 M blocks. */
+static void bench_inproc(const kvt_key *keys, size_t nkeys, const struct oa *oa)
+{
+    const char *name = "lookup_inproc_keys_per_s", *iname = "index_bytes_per_block";
+    struct tier_cfg cfg = {
+        .warm_bytes = (uint64_t)(nkeys + nkeys / 4) * 4096, /* sparse; 4 KiB a block */
+        .high_wm = 0.95, .low_wm = 0.85, .lock_memory = false, .huge_pages = false,
+    };
+    struct tier *t = NULL;
+    struct tier_key *tk = malloc(nkeys * sizeof(*tk));
+    uint32_t *ids = malloc(CHAIN * sizeof(*ids));
+    uint64_t *offs = malloc(CHAIN * sizeof(*offs));
+    struct lk l = { .keys = keys, .chains = nkeys / CHAIN, .seed = 11, .oa = oa };
+    const char *what = "malloc";
+    double rate, base;
+    int r = -ENOMEM;
+
+    printf("# --- %s: tier_lookup of %d-key chains, in-process store of %zu blocks\n", name,
+           CHAIN, nkeys);
+    fflush(stdout);
+    if (!tk || !ids || !offs)
+        goto out_fail;
+    for (size_t i = 0; i < nkeys; i++)
+        memcpy(tk[i].b, keys[i].b, TIER_KEY_BYTES);
+    l.tkeys = tk;
+    what = "tier_create";
+    if ((r = tier_create(&cfg, &t)) < 0)
+        goto out_fail;
+    l.t = t;
+
+    uint64_t t0 = now_ns();
+    for (size_t at = 0; at < nkeys; at += CHAIN) {
+        size_t n = nkeys - at < CHAIN ? nkeys - at : CHAIN;
+        what = "tier_reserve (fill)";
+        r = tier_reserve(t, 1, 4096, 1, NULL, tk + at, n, ids, offs);
+        if (r != (int)n)
+            goto out_short;
+        what = "tier_commit (fill)";
+        r = (int)tier_commit(t, 1, 4096, 1, tk + at, n);
+        if (r != (int)n)
+            goto out_short;
+    }
+    printf("# fill in-process: %.0f keys/s (reserve + commit, batches of %d)\n",
+           (double)nkeys / ((double)(now_ns() - t0) / 1e9), CHAIN);
+
+    what = "tier_lookup";
+    if ((r = lk_rate(lk_inproc, &l, &rate)) < 0)
+        goto out_fail;
+    what = "baseline";
+    if ((r = lk_rate(lk_oa, &l, &base)) < 0)
+        goto out_fail;
+    printf("# same-run baseline: open-addressing probe loop %.0f keys/s "
+           "(tier_lookup = %.2f x baseline)\n", base, rate / base);
+    report(name, rate, "%.0f", "keys/s", ">=", "10000000");
+
+    struct tier_stats ts;
+    tier_stats_get(t, &ts);
+    printf("# index: %" PRIu64 " entries, %" PRIu64 " bytes; baseline table %zu bytes/key "
+           "(slots only) + 32 key bytes\n", ts.index_entries, ts.index_bytes,
+           (size_t)((oa->mask + 1) * sizeof(uint32_t) / nkeys));
+    report(iname, tier_index_bytes_per_block(t), "%.1f", "bytes", "<=", "128");
+    goto out;
+
+out_short:
+    if (r >= 0) {
+        printf("# %s: %d of the batch\n", what, r);
+        r = -EIO;
+    }
+out_fail:
+    report_fail(name, what, r);
+    report_fail(iname, what, r);
+out:
+    tier_destroy(t);
+    free(tk);
+    free(ids);
+    free(offs);
+}
+
+static void bench_lookups(unsigned groups)
+{
+    size_t nkeys = opt.lookup_blocks;
+    kvt_key *keys = malloc(nkeys * sizeof(*keys));
+    struct oa oa = { 0 };
+    uint64_t seed = 0x6c6f6f6b7570ull;
+
+    if (keys)
+        rand_keys(&seed, keys, nkeys);
+    if (!keys || oa_build(&oa, keys, nkeys) < 0) {
+        if (groups & GRP_LOOKUP)
+            report_fail("lookup_client_keys_per_s", "malloc", -ENOMEM);
+        if (groups & GRP_INPROC) {
+            report_fail("lookup_inproc_keys_per_s", "malloc", -ENOMEM);
+            report_fail("index_bytes_per_block", "malloc", -ENOMEM);
+        }
+        free(keys);
+        return;
+    }
+    /* one big store at a time: the daemon's is gone before ours is made */
+    if (groups & GRP_LOOKUP)
+        bench_lookup_client(keys, nkeys, &oa);
+    if (groups & GRP_INPROC)
+        bench_inproc(keys, nkeys, &oa);
+    free(oa.slot);
+    free(keys);
+}
+
+/* ---- figure 4: hashing a prompt ------------------------------------------ */
+
+#define H_TOKENS 131072
+#define H_BLOCK 16
+#define H_KEYS (H_TOKENS / H_BLOCK)
+
+/* Canonical CBOR of an unsigned integer (major type 0). */
+static size_t cbor_uint(uint8_t *o, uint32_t v)
+{
+    if (v < 24) {
+        o[0] = (uint8_t)v;
+        return 1;
+    }
+    if (v <= 0xff) {
+        o[0] = 0x18, o[1] = (uint8_t)v;
+        return 2;
+    }
+    if (v <= 0xffff) {
+        o[0] = 0x19, o[1] = (uint8_t)(v >> 8), o[2] = (uint8_t)v;
+        return 3;
+    }
+    o[0] = 0x1a, o[1] = (uint8_t)(v >> 24), o[2] = (uint8_t)(v >> 16);
+    o[3] = (uint8_t)(v >> 8), o[4] = (uint8_t)v;
+    return 5;
+}
+
+/* vLLM's block encoding: [parent bytes(32), [16 uints], null]. The worst
+ * case is 1 + 34 + 1 + 16 * 5 + 1 = 117 bytes. */
+#define H_ENC_MAX 128
+
+static size_t cbor_block(uint8_t *o, const uint8_t parent[32], const uint32_t *tok)
+{
+    size_t n = 0;
+    o[n++] = 0x83; /* array(3) */
+    o[n++] = 0x58; /* bytes, 1-byte length */
+    o[n++] = 0x20; /* 32 */
+    memcpy(o + n, parent, 32);
+    n += 32;
+    o[n++] = 0x80 | H_BLOCK; /* array(16) */
+    for (int i = 0; i < H_BLOCK; i++)
+        n += cbor_uint(o + n, tok[i]);
+    o[n++] = 0xf6; /* null: no extra keys */
+    return n;
+}
+
+struct hb {
+    const uint32_t *tokens;
+    kvt_key *keys;          /* kvt_hash_prompt's output */
+    uint8_t *enc;           /* H_KEYS encodings of H_ENC_MAX bytes each */
+    size_t len[H_KEYS];     /* bytes of each encoding */
+    uint8_t out[H_KEYS][32];
+    EVP_MD_CTX *ctx;
+    EVP_MD *md;
+};
+
+static int hb_raw(struct hb *h)
+{
+    for (size_t i = 0; i < H_KEYS; i++) {
+        if (EVP_DigestInit_ex(h->ctx, h->md, NULL) != 1 ||
+            EVP_DigestUpdate(h->ctx, h->enc + i * H_ENC_MAX, h->len[i]) != 1 ||
+            EVP_DigestFinal_ex(h->ctx, h->out[i], NULL) != 1)
+            return -EIO;
+    }
+    return 0;
+}
+
+static int hb_kvt(struct hb *h)
+{
+    kvt_hash_opts o = { .block_tokens = H_BLOCK, .seed = "0" };
+    ssize_t n = kvt_hash_prompt(&o, h->tokens, H_TOKENS, h->keys);
+    return n == H_KEYS ? 0 : n < 0 ? (int)n : -EIO;
+}
+
+/*
+ * Build the encodings tierbench expects (the chain computed here with
+ * CBOR + SHA-256 of its own) and compare kvt_hash_prompt's keys with them:
+ * a fast hash of the wrong bytes would be no figure at all.
+ */
+static int hb_prepare(struct hb *h)
+{
+    static const uint8_t seed_cbor[] = { 0x61, '0' }; /* CBOR text "0" */
+    uint8_t parent[32];
+    kvt_key none;
+    int r;
+
+    if (EVP_Digest(seed_cbor, sizeof(seed_cbor), parent, NULL, h->md, NULL) != 1)
+        return -EIO;
+    if ((r = kvt_none_hash("0", &none)) < 0)
+        return r;
+    if (memcmp(none.b, parent, 32) != 0) {
+        printf("# ERROR: kvt_none_hash(\"0\") is not SHA-256(CBOR(\"0\"))\n");
+        return -EIO;
+    }
+    for (size_t i = 0; i < H_KEYS; i++) {
+        uint8_t *e = h->enc + i * H_ENC_MAX;
+        h->len[i] = cbor_block(e, parent, h->tokens + i * H_BLOCK);
+        if (EVP_Digest(e, h->len[i], parent, NULL, h->md, NULL) != 1)
+            return -EIO;
+        memcpy(h->out[i], parent, 32);
+    }
+    if ((r = hb_kvt(h)) < 0)
+        return r;
+    for (size_t i = 0; i < H_KEYS; i++) {
+        if (memcmp(h->keys[i].b, h->out[i], 32) != 0) {
+            char a[65], b[65];
+            kvt_key mine;
+            memcpy(mine.b, h->out[i], 32);
+            printf("# ERROR: kvt_hash_prompt key %zu is %s, expected %s\n", i,
+                   kvt_key_hex(&h->keys[i], a), kvt_key_hex(&mine, b));
+            return -EIO;
+        }
+    }
+    return 0;
+}
+
+/* Median seconds of opt.hash_runs calls of fn. */
+static int hb_time(int (*fn)(struct hb *), struct hb *h, double *secs)
+{
+    double t[256];
+    int runs = opt.hash_runs < 256 ? opt.hash_runs : 256, r;
+    if ((r = fn(h)) < 0) /* warm */
+        return r;
+    for (int i = 0; i < runs; i++) {
+        uint64_t t0 = now_ns();
+        if ((r = fn(h)) < 0)
+            return r;
+        t[i] = (double)(now_ns() - t0) / 1e9;
+    }
+    *secs = median(t, runs);
+    return 0;
+}
+
+static void bench_hash(void)
+{
+    const char *name = "hash_131072_tokens_ms", *rname = "hash_vs_raw_sha256";
+    struct hb *h = calloc(1, sizeof(*h));
+    uint32_t *tokens = malloc(H_TOKENS * sizeof(*tokens));
+    cpu_set_t old, one;
+    bool pinned = false;
+    const char *what = "malloc";
+    double t_kvt, t_raw;
+    uint64_t seed = 42;
+    size_t total = 0;
+    int r = -ENOMEM;
+
+    printf("# --- %s: kvt_hash_prompt of %d random tokens (< 128000, seed 42), block %d, "
+           "median of %d runs on one core\n", name, H_TOKENS, H_BLOCK, opt.hash_runs);
+    fflush(stdout);
+    if (!h || !tokens)
+        goto out_fail;
+    h->keys = malloc(H_KEYS * sizeof(*h->keys));
+    h->enc = malloc((size_t)H_KEYS * H_ENC_MAX);
+    h->ctx = EVP_MD_CTX_new();
+    h->md = EVP_MD_fetch(NULL, "SHA256", NULL);
+    if (!h->keys || !h->enc || !h->ctx || !h->md)
+        goto out_fail;
+    for (size_t i = 0; i < H_TOKENS; i++)
+        tokens[i] = (uint32_t)(rng_next(&seed) % 128000);
+    h->tokens = tokens;
+
+    /* one core: stay on the CPU we are on for the timed part */
+    if (sched_getaffinity(0, sizeof(old), &old) == 0) {
+        CPU_ZERO(&one);
+        CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &one);
+        pinned = sched_setaffinity(0, sizeof(one), &one) == 0;
+    }
+    what = "correctness check against tierbench's own CBOR + SHA-256";
+    if ((r = hb_prepare(h)) < 0)
+        goto out_fail;
+    for (size_t i = 0; i < H_KEYS; i++)
+        total += h->len[i];
+    what = "kvt_hash_prompt";
+    if ((r = hb_time(hb_kvt, h, &t_kvt)) < 0)
+        goto out_fail;
+    what = "EVP SHA-256";
+    if ((r = hb_time(hb_raw, h, &t_raw)) < 0)
+        goto out_fail;
+    /* once more, so that drift between the two is visible in the context line */
+    double t_kvt2;
+    if ((r = hb_time(hb_kvt, h, &t_kvt2)) < 0)
+        goto out_fail;
+    t_kvt = t_kvt < t_kvt2 ? t_kvt : t_kvt2;
+
+    printf("# keys checked against tierbench's own CBOR + SHA-256 chain: all %d equal\n",
+           H_KEYS);
+    printf("# raw EVP SHA-256 over %d buffers, %zu bytes in all (%.1f per block): %.3f ms; "
+           "kvt_hash_prompt: %.3f ms (%.3f ms in a second pass)\n", H_KEYS, total,
+           (double)total / H_KEYS, t_raw * 1e3, t_kvt * 1e3, t_kvt2 * 1e3);
+    report(name, t_kvt * 1e3, "%.3f", "ms", "<=", "3");
+    report(rname, t_raw / t_kvt, "%.2f", "ratio", ">=", "0.5");
+    goto out;
+
+out_fail:
+    report_fail(name, what, r);
+    report_fail(rname, what, r);
+out:
+    if (pinned)
+        sched_setaffinity(0, sizeof(old), &old);
+    if (h) {
+        EVP_MD_free(h->md);
+        EVP_MD_CTX_free(h->ctx);
+        free(h->keys);
+        free(h->enc);
+    }
+    free(h);
+    free(tokens);
+}
+
+/* ---- main ---------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: tierbench [options]\n"
+            "  --only LIST       comma-separated groups: put, lookup, inproc, hash (default all)\n"
+            "  --no-redis        skip the redis-server comparison\n"
+            "  --rounds N        timed rounds per figure, median reported (default 7)\n"
+            "  --round-ms MS     minimum length of a timed round (default 100)\n"
+            "  --hash-runs N     timed runs of the hash figure (default 25)\n"
+            "  --pool-2m SIZE    tierd --warm-bytes for 2 MiB put/get (default 1G)\n"
+            "  --pool-64k SIZE   tierd --warm-bytes for 64 KiB put/get (default 256M)\n"
+            "  --pool-lookup SIZE tierd --warm-bytes for the lookup figure (default 5G)\n"
+            "tierd is $KVT_TEST_BIN/tierd (default ./build/tierd).\n");
+}
+
+static int parse_groups(const char *s, unsigned *out)
+{
+    static const struct { const char *name; unsigned g; } tab[] = {
+        { "put", GRP_PUT }, { "lookup", GRP_LOOKUP }, { "inproc", GRP_INPROC },
+        { "hash", GRP_HASH }, { "all", GRP_ALL },
+    };
+    char buf[128];
+    *out = 0;
+    snprintf(buf, sizeof(buf), "%s", s);
+    for (char *sv, *w = strtok_r(buf, ",", &sv); w; w = strtok_r(NULL, ",", &sv)) {
+        size_t i = 0;
+        while (i < sizeof(tab) / sizeof(tab[0]) && strcmp(tab[i].name, w) != 0)
+            i++;
+        if (i == sizeof(tab) / sizeof(tab[0]))
+            return -EINVAL;
+        *out |= tab[i].g;
+    }
+    return *out ? 0 : -EINVAL;
+}
+
+static int parse_args(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        { "only", required_argument, NULL, 'o' },   { "no-redis", no_argument, NULL, 'R' },
+        { "rounds", required_argument, NULL, 'r' }, { "round-ms", required_argument, NULL, 'm' },
+        { "hash-runs", required_argument, NULL, 'H' },
+        { "pool-2m", required_argument, NULL, '2' }, { "pool-64k", required_argument, NULL, '6' },
+        { "pool-lookup", required_argument, NULL, 'L' }, { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'o':
+            if (parse_groups(optarg, &opt.groups) < 0)
+                return -EINVAL;
+            break;
+        case 'R':
+            opt.redis = false;
+            break;
+        case 'r':
+            opt.rounds = atoi(optarg);
+            if (opt.rounds < 1 || opt.rounds > 64)
+                return -EINVAL;
+            break;
+        case 'm':
+            if (atoi(optarg) < 1)
+                return -EINVAL;
+            opt.round_ns = (uint64_t)atoi(optarg) * 1000000ull;
+            break;
+        case 'H':
+            opt.hash_runs = atoi(optarg);
+            if (opt.hash_runs < 1 || opt.hash_runs > 256)
+                return -EINVAL;
+            break;
+        case '2':
+            opt.pool_2m = optarg;
+            break;
+        case '6':
+            opt.pool_64k = optarg;
+            break;
+        case 'L':
+            opt.pool_lookup = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        default:
+            return -EINVAL;
+        }
+    }
+    return optind == argc ? 0 : -EINVAL;
+}
+
+int main(int argc, char **argv)
+{
+    const char *td = getenv("TMPDIR");
+    uint64_t t0 = now_ns();
+
+    if (parse_args(argc, argv) < 0) {
+        usage(stderr);
+        return 2;
+    }
+    /* sockets live in here: keep the path short (sun_path is 108 bytes) */
+    if (!td || !*td || strlen(td) > 60)
+        td = "/tmp";
+    snprintf(tmpdir, sizeof(tmpdir), "%s/tierbench.XXXXXX", td);
+    if (!mkdtemp(tmpdir)) {
+        fprintf(stderr, "tierbench: mkdtemp %s: %s\n", tmpdir, strerror(errno));
+        return 1;
+    }
+    atexit(cleanup);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGHUP, on_signal);
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+
+    printf("# tierbench: %ld CPUs online; rounds %d x >= %" PRIu64 " ms; temp dir %s\n",
+           sysconf(_SC_NPROCESSORS_ONLN), opt.rounds, opt.round_ns / 1000000, tmpdir);
+    if (opt.groups & GRP_PUT) {
+        bench_put_get(2 * MIB, opt.pool_2m, opt.redis);
+        bench_put_get(64 * 1024, opt.pool_64k, false);
+    }
+    if (opt.groups & (GRP_LOOKUP | GRP_INPROC))
+        bench_lookups(opt.groups);
+    if (opt.groups & GRP_HASH)
+        bench_hash();
+
+    printf("# tierbench took %.1f s%s\n", (double)(now_ns() - t0) / 1e9,
+           n_errors ? "; some figures could not be measured" : "");
+    printf("# %d of %d targets met\n", n_met, n_targets);
+    return n_errors ? 1 : 0;
+}

@@ -1,0 +1,407 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tierctl.c - the operator's command line for kvtier.
+ *
+ * `hash` prints the block keys of a token sequence (no daemon needed);
+ * `stats` prints tierd's counters as a table or as JSON. tierctl only reads:
+ * it never changes what tierd stores. Exit codes come from sysexits.h.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+
+#include "kvtier.h"
+
+static const char usage_text[] =
+    "usage: tierctl <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  hash --seed S [--block-tokens N] [--salt S] [--lora NAME]  < token-ids\n"
+    "      Read whitespace-separated decimal token ids from stdin and print the\n"
+    "      key of each full block, one lower-case hex key per line (vLLM's\n"
+    "      sha256_cbor block hashes). --seed defaults to $PYTHONHASHSEED,\n"
+    "      --block-tokens to 16. A partial last block gets no key.\n"
+    "  stats [--json] [--socket PATH]\n"
+    "      Print tierd's counters, as a table or as one JSON object. PATH\n"
+    "      defaults to $KVTIER_SOCKET, else " KVT_DEFAULT_SOCKET ".\n"
+    "\n"
+    "exit status: 0 ok, 64 usage, 65 bad token ids, 69 tierd unreachable,\n"
+    "74 i/o error, 76 protocol error.\n";
+
+static int usage(void)
+{
+    fputs(usage_text, stderr);
+    return EX_USAGE;
+}
+
+/* Report a getopt failure for subcommand cmd; returns EX_USAGE. */
+static int bad_option(const char *cmd, int opt, char *const argv[])
+{
+    if (opt == ':')
+        fprintf(stderr, "tierctl %s: option '%s' needs a value\n", cmd, argv[optind - 1]);
+    else
+        fprintf(stderr, "tierctl %s: unknown option '%s'\n", cmd, argv[optind - 1]);
+    return usage();
+}
+
+/* ---- hash ------------------------------------------------------------ */
+
+/* A growable array of token ids. */
+struct tokvec {
+    uint32_t *v;
+    size_t n, cap;
+};
+
+static int tokvec_push(struct tokvec *t, uint32_t id)
+{
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 4096;
+        uint32_t *v = realloc(t->v, cap * sizeof(*v));
+
+        if (!v)
+            return -ENOMEM;
+        t->v = v;
+        t->cap = cap;
+    }
+    t->v[t->n++] = id;
+    return 0;
+}
+
+/*
+ * Read token ids from f into t. A word is a run of non-space characters; it
+ * must be a decimal number no larger than UINT32_MAX (no sign, no 0x).
+ * Returns 0, or a sysexits code after printing why.
+ */
+static int read_tokens(FILE *f, struct tokvec *t)
+{
+    char word[32];   /* the current word as typed, for messages (truncated) */
+    size_t wlen = 0; /* characters in the current word */
+    uint64_t val = 0;
+    int bad = 0;     /* the current word is not a valid id */
+    int c;
+
+    do {
+        c = getc(f);
+        if (c != EOF && c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != '\v' &&
+            c != '\f') {
+            if (wlen < sizeof(word) - 1)
+                word[wlen] = (char)c;
+            wlen++;
+            if (c < '0' || c > '9')
+                bad = 1;
+            else if (!bad && (val = val * 10 + (uint64_t)(c - '0')) > UINT32_MAX)
+                bad = 2;
+            continue;
+        }
+        if (wlen == 0)
+            continue;
+        word[wlen < sizeof(word) ? wlen : sizeof(word) - 1] = '\0';
+        if (bad) {
+            fprintf(stderr, "tierctl hash: token %zu: '%s%s' is %s\n", t->n + 1, word,
+                    wlen >= sizeof(word) ? "..." : "",
+                    bad == 1 ? "not a decimal token id" : "larger than 4294967295");
+            return EX_DATAERR;
+        }
+        if (tokvec_push(t, (uint32_t)val) < 0) {
+            fprintf(stderr, "tierctl hash: out of memory after %zu tokens\n", t->n);
+            return EX_OSERR;
+        }
+        wlen = 0;
+        val = 0;
+    } while (c != EOF);
+    if (ferror(f)) {
+        fprintf(stderr, "tierctl hash: reading stdin: %s\n", strerror(errno));
+        return EX_IOERR;
+    }
+    return 0;
+}
+
+/* Parse a block size: a decimal number in 1..UINT32_MAX. */
+static int parse_block(const char *s, uint32_t *out)
+{
+    char *end;
+    unsigned long long v;
+
+    if (*s < '0' || *s > '9')
+        return -EINVAL;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno || *end || v == 0 || v > UINT32_MAX)
+        return -EINVAL;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+/* Hash the tokens and print one hex key per full block. */
+static int print_keys(const kvt_hash_opts *o, const struct tokvec *t)
+{
+    size_t n = t->n / o->block_tokens;
+    kvt_key *keys = malloc((n ? n : 1) * sizeof(*keys));
+    char hex[2 * KVT_KEY_BYTES + 1];
+    ssize_t got;
+
+    if (!keys) {
+        fprintf(stderr, "tierctl hash: out of memory for %zu keys\n", n);
+        return EX_OSERR;
+    }
+    got = kvt_hash_prompt(o, t->v, t->n, keys);
+    if (got < 0) {
+        fprintf(stderr, "tierctl hash: %s\n", kvt_strerror((int)got));
+        free(keys);
+        return got == -EINVAL ? EX_USAGE : EX_SOFTWARE;
+    }
+    for (ssize_t i = 0; i < got; i++)
+        printf("%s\n", kvt_key_hex(&keys[i], hex));
+    free(keys);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "tierctl hash: writing stdout: %s\n", strerror(errno));
+        return EX_IOERR;
+    }
+    return 0;
+}
+
+static int cmd_hash(int argc, char *argv[])
+{
+    static const struct option longopts[] = {
+        {"seed", required_argument, NULL, 's'},
+        {"block-tokens", required_argument, NULL, 'b'},
+        {"salt", required_argument, NULL, 'S'},
+        {"lora", required_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    kvt_hash_opts o = {.block_tokens = 16, .seed = getenv("PYTHONHASHSEED")};
+    struct tokvec t = {NULL, 0, 0};
+    int opt, rc;
+
+    while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 's':
+            o.seed = optarg;
+            break;
+        case 'b':
+            if (parse_block(optarg, &o.block_tokens) < 0) {
+                fprintf(stderr, "tierctl hash: --block-tokens '%s' is not in 1..%" PRIu32
+                        "\n", optarg, UINT32_MAX);
+                return usage();
+            }
+            break;
+        case 'S':
+            o.cache_salt = optarg;
+            break;
+        case 'l':
+            o.lora_name = optarg;
+            break;
+        case 'h':
+            return usage();
+        default:
+            return bad_option("hash", opt, argv);
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "tierctl hash: unexpected argument '%s' (tokens go to stdin)\n",
+                argv[optind]);
+        return usage();
+    }
+    if (!o.seed) {
+        fprintf(stderr, "tierctl hash: no --seed given and PYTHONHASHSEED is not set\n");
+        return usage();
+    }
+    rc = read_tokens(stdin, &t);
+    if (rc == 0)
+        rc = print_keys(&o, &t);
+    free(t.v);
+    return rc;
+}
+
+/* ---- stats ----------------------------------------------------------- */
+
+static const char *const tier_names[KVT_TIER_COUNT] = {
+    [KVT_TIER_HOT] = "hot", [KVT_TIER_WARM] = "warm", [KVT_TIER_COLD] = "cold",
+};
+
+/* Human-readable byte count with IEC units into buf. Returns buf. */
+static const char *fmt_bytes(uint64_t b, char buf[16])
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double v = (double)b;
+    int u = 0;
+
+    while (v >= 1024.0 && u < 6) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, 16, "%" PRIu64 " B", b);
+    else
+        snprintf(buf, 16, "%.1f %s", v, unit[u]);
+    return buf;
+}
+
+/* "part/whole" as a percentage into buf, "-" when whole is 0. */
+static const char *fmt_pct(uint64_t part, uint64_t whole, char buf[16])
+{
+    if (whole == 0)
+        snprintf(buf, 16, "-");
+    else
+        snprintf(buf, 16, "%.1f%%", 100.0 * (double)part / (double)whole);
+    return buf;
+}
+
+static void print_table(const char *path, const kvt_stats *s)
+{
+    uint64_t secs = s->uptime_ms / 1000;
+    char b1[16], b2[16], b3[16];
+
+    printf("tierd at %s, up %" PRIu64 "d %02" PRIu64 ":%02" PRIu64 ":%02" PRIu64 "\n", path,
+           secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    printf("  %-18s %" PRIu32 "\n", "clients", s->clients);
+    printf("  %-18s %" PRIu32 "\n", "namespaces", s->namespaces);
+    printf("  %-18s %" PRIu64 " (keys asked %" PRIu64 ", leading hits %" PRIu64 ")\n",
+           "lookups", s->lookups, s->lookup_keys, s->lookup_hits);
+    printf("  %-18s %s\n", "hit rate", fmt_pct(s->lookup_hits, s->lookup_keys, b1));
+    printf("  %-18s %" PRIu64 "\n", "misses", s->misses);
+    printf("  %-18s %" PRIu64 " (blocks committed %" PRIu64 ")\n", "puts", s->puts,
+           s->put_blocks);
+    printf("  %-18s %" PRIu64 " (blocks leased %" PRIu64 ")\n", "gets", s->gets, s->get_blocks);
+    printf("  %-18s %" PRIu64 " blocks\n", "dedup", s->dedup_blocks);
+    printf("  %-18s %" PRIu64 " blocks\n", "removes", s->removes);
+    printf("  %-18s %" PRIu64 " blocks\n", "leases active", s->leases_active);
+    printf("  %-18s %" PRIu64 " blocks\n", "reserved", s->reserved);
+    printf("  %-18s %" PRIu64 "\n", "reclaimed", s->reclaimed);
+    printf("  %-18s %" PRIu64 "\n", "protocol errors", s->proto_errors);
+    printf("  %-18s %" PRIu64 " entries, %s\n", "index", s->index_entries,
+           fmt_bytes(s->index_bytes, b1));
+    printf("\n  %-5s %12s %11s %11s %7s %12s %11s %11s %11s\n", "tier", "blocks", "used",
+           "capacity", "use", "hits", "bytes in", "bytes out", "evictions");
+    for (int i = KVT_TIER_HOT; i < KVT_TIER_COUNT; i++) {
+        const kvt_tier_stats *t = &s->tier[i];
+        char used[16], cap[16];
+
+        printf("  %-5s %12" PRIu64 " %11s %11s %7s %12" PRIu64 " %11s %11s %11" PRIu64 "\n",
+               tier_names[i], t->blocks, fmt_bytes(t->bytes_used, used),
+               fmt_bytes(t->bytes_capacity, cap), fmt_pct(t->bytes_used, t->bytes_capacity, b1),
+               t->hits, fmt_bytes(t->bytes_in, b2), fmt_bytes(t->bytes_out, b3), t->evictions);
+    }
+}
+
+/* One JSON object: every field of kvt_stats (pad excepted), plus hit_rate. */
+static void print_json(const kvt_stats *s)
+{
+    printf("{\"version\":%" PRIu32 ",\"clients\":%" PRIu32 ",\"namespaces\":%" PRIu32,
+           s->version, s->clients, s->namespaces);
+    printf(",\"uptime_ms\":%" PRIu64 ",\"lookups\":%" PRIu64 ",\"lookup_keys\":%" PRIu64
+           ",\"lookup_hits\":%" PRIu64,
+           s->uptime_ms, s->lookups, s->lookup_keys, s->lookup_hits);
+    if (s->lookup_keys)
+        printf(",\"hit_rate\":%.6f", (double)s->lookup_hits / (double)s->lookup_keys);
+    else
+        printf(",\"hit_rate\":null");
+    printf(",\"misses\":%" PRIu64 ",\"puts\":%" PRIu64 ",\"put_blocks\":%" PRIu64
+           ",\"dedup_blocks\":%" PRIu64 ",\"gets\":%" PRIu64 ",\"get_blocks\":%" PRIu64,
+           s->misses, s->puts, s->put_blocks, s->dedup_blocks, s->gets, s->get_blocks);
+    printf(",\"removes\":%" PRIu64 ",\"leases_active\":%" PRIu64 ",\"reserved\":%" PRIu64
+           ",\"reclaimed\":%" PRIu64 ",\"proto_errors\":%" PRIu64,
+           s->removes, s->leases_active, s->reserved, s->reclaimed, s->proto_errors);
+    printf(",\"index_entries\":%" PRIu64 ",\"index_bytes\":%" PRIu64 ",\"tiers\":{",
+           s->index_entries, s->index_bytes);
+    for (int i = KVT_TIER_HOT; i < KVT_TIER_COUNT; i++) {
+        const kvt_tier_stats *t = &s->tier[i];
+
+        printf("%s\"%s\":{\"blocks\":%" PRIu64 ",\"bytes_used\":%" PRIu64
+               ",\"bytes_capacity\":%" PRIu64 ",\"hits\":%" PRIu64 ",\"bytes_in\":%" PRIu64
+               ",\"bytes_out\":%" PRIu64 ",\"evictions\":%" PRIu64 "}",
+               i == KVT_TIER_HOT ? "" : ",", tier_names[i], t->blocks, t->bytes_used,
+               t->bytes_capacity, t->hits, t->bytes_in, t->bytes_out, t->evictions);
+    }
+    printf("}}\n");
+}
+
+/* sysexits code for a failed connect or request, printing why (and, when
+ * nothing listens at path, how to start tierd). */
+static int unreachable(const char *path, int err)
+{
+    fprintf(stderr, "tierctl: cannot reach tierd at %s: %s\n", path, kvt_strerror(err));
+    if (err == KVT_EVERSION || err == KVT_EPROTO)
+        return EX_PROTOCOL;
+    if (err == -EACCES || err == -EPERM)
+        return EX_NOPERM;
+    fprintf(stderr, "tierctl: is tierd running? Start it with `make run` (socket "
+                    "var/tierd.sock) or `tierd --socket %s`\n", path);
+    return EX_UNAVAILABLE;
+}
+
+static int cmd_stats(int argc, char *argv[])
+{
+    static const struct option longopts[] = {
+        {"json", no_argument, NULL, 'j'},
+        {"socket", required_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *path = NULL;
+    int json = 0, opt, err;
+    kvt_client *c;
+    kvt_stats st;
+
+    while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'j':
+            json = 1;
+            break;
+        case 's':
+            path = optarg;
+            break;
+        case 'h':
+            return usage();
+        default:
+            return bad_option("stats", opt, argv);
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "tierctl stats: unexpected argument '%s'\n", argv[optind]);
+        return usage();
+    }
+    if (!path)
+        path = kvt_default_socket();
+    err = kvt_connect(path, &c);
+    if (err < 0)
+        return unreachable(path, err);
+    err = kvt_stats_get(c, &st);
+    kvt_close(c);
+    if (err < 0) {
+        fprintf(stderr, "tierctl: stats from tierd at %s: %s\n", path, kvt_strerror(err));
+        return err == KVT_EDISCONNECTED ? EX_UNAVAILABLE : EX_PROTOCOL;
+    }
+    if (st.version != KVT_STATS_VERSION)
+        fprintf(stderr, "tierctl: warning: tierd sends stats version %" PRIu32
+                ", tierctl knows %d\n", st.version, KVT_STATS_VERSION);
+    if (json)
+        print_json(&st);
+    else
+        print_table(path, &st);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "tierctl stats: writing stdout: %s\n", strerror(errno));
+        return EX_IOERR;
+    }
+    return 0;
+}
+
+int main(int argc, char *argv[])
+{
+    if (argc < 2)
+        return usage();
+    /* Each subcommand parses its own options, its name standing as argv[0]. */
+    if (strcmp(argv[1], "hash") == 0)
+        return cmd_hash(argc - 1, argv + 1);
+    if (strcmp(argv[1], "stats") == 0)
+        return cmd_stats(argc - 1, argv + 1);
+    if (strcmp(argv[1], "--help") != 0 && strcmp(argv[1], "-h") != 0 &&
+        strcmp(argv[1], "help") != 0)
+        fprintf(stderr, "tierctl: unknown command '%s'\n", argv[1]);
+    return usage();
+}
