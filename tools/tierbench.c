@@ -686,6 +686,46 @@ out:
     return r;
 }
 
+/*
+ * Where a kvtier batch spends its time, for the context lines: the same
+ * put / get / remove as pg_kvtier, each call timed on its own, plus the
+ * memcpy share, over one round. Medians are not needed for a breakdown;
+ * means over a round are printed.
+ */
+static int pg_breakdown(struct pg *p)
+{
+    uint64_t t_put = 0, t_get = 0, t_rm = 0, t_mc = 0, n = 0, t0 = now_ns(), a, b;
+    int r;
+
+    while (now_ns() - t0 < opt.round_ns) {
+        rand_keys(&p->key_seed, p->keys, PG_BATCH);
+        a = now_ns();
+        r = kvt_put(p->ns, NULL, p->keys, PG_BATCH, (const void *const *)p->src);
+        b = now_ns();
+        t_put += b - a;
+        if ((r = want(p, "kvt_put", r, PG_BATCH)) < 0)
+            return r;
+        r = kvt_get(p->ns, p->keys, PG_BATCH, p->dst);
+        a = now_ns();
+        t_get += a - b;
+        if ((r = want(p, "kvt_get", r, PG_BATCH)) < 0)
+            return r;
+        r = kvt_remove(p->ns, p->keys, PG_BATCH);
+        b = now_ns();
+        t_rm += b - a;
+        if ((r = want(p, "kvt_remove", r, PG_BATCH)) < 0)
+            return r;
+        pg_memcpy(p);
+        t_mc += now_ns() - b;
+        n++;
+    }
+    printf("# per batch: kvt_put %.1f us, kvt_get %.1f us, kvt_remove %.1f us; "
+           "memcpy src->tmp->dst %.1f us\n", (double)t_put / 1e3 / (double)n,
+           (double)t_get / 1e3 / (double)n, (double)t_rm / 1e3 / (double)n,
+           (double)t_mc / 1e3 / (double)n);
+    return 0;
+}
+
 struct pg_result {
     double memcpy_gbs, kvtier_gbs, redis_gbs; /* medians, GB/s of block bytes */
     double vs_memcpy, vs_redis;               /* medians of per-round ratios */
@@ -771,6 +811,8 @@ static void bench_put_get(size_t bs, const char *pool, bool with_redis)
 
     printf("# memcpy src->tmp->dst: %.2f GB/s   kvtier put+get: %.2f GB/s (block bytes/s)\n",
            res.memcpy_gbs, res.kvtier_gbs);
+    if ((r = pg_breakdown(&p)) < 0)
+        printf("# per-call breakdown failed: %s: %s\n", p.what, kvt_strerror(r));
     report(name, res.vs_memcpy, "%.2f", "ratio", ">=", target);
     if (with_redis) {
         printf("# redis pipelined SET+GET: %.2f GB/s   kvtier: %.2f GB/s\n", res.redis_gbs,

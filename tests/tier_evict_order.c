@@ -1,0 +1,266 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tier_evict_order.c - the store's eviction: leaf-first LRU (a chain goes
+ * from its end back to its root, a shared root after all its children),
+ * leases never evicted, watermarks, access refreshing, dedup, aborts.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <string.h>
+
+#include "t.h"
+#include "tier.h"
+
+#define MIB (1u << 20)
+
+/* The cold sink of these tests: records which keys were evicted, in order. */
+struct sink {
+    struct tier_key keys[256];
+    int n;
+};
+
+static int record(void *ctx, uint32_t ns, const struct tier_key *key, const void *data,
+                  uint64_t len)
+{
+    struct sink *s = ctx;
+
+    (void)ns;
+    (void)data;
+    cr_assert_eq(len, MIB, "demoted length %llu", (unsigned long long)len);
+    if (s->n < 256)
+        s->keys[s->n++] = *key;
+    return 0;
+}
+
+static const struct tier_cold_ops sink_ops = { .demote = record };
+
+/* A 32 MiB pool (32 slots of 1 MiB) with the given watermarks. */
+static struct tier *store(struct sink *s, double hi, double lo)
+{
+    struct tier_cfg cfg = { .warm_bytes = 32 * MIB, .high_wm = hi, .low_wm = lo,
+                            .cold = &sink_ops, .cold_ctx = s };
+    struct tier *t = NULL;
+
+    cr_assert_eq(tier_create(&cfg, &t), 0);
+    return t;
+}
+
+/* Reserve and commit a chain of n keys from seed; the slots get a pattern. */
+static void put(struct tier *t, uint64_t seed, size_t n, const struct tier_key *parent)
+{
+    struct tier_key k[64];
+    uint32_t ids[64];
+    uint64_t offs[64];
+    int rc;
+
+    t_keys((kvt_key *)k, n, seed);
+    rc = tier_reserve(t, 1, MIB, 7, parent, k, n, ids, offs);
+    cr_assert_geq(rc, 0, "reserve: %d", rc);
+    for (size_t i = 0; i < n; i++)
+        if (offs[i] != UINT64_MAX)
+            t_fill((uint8_t *)tier_pool_base(t) + offs[i], MIB, seed * 100 + i);
+    cr_assert_eq(tier_commit(t, 1, MIB, 7, k, n), (size_t)rc);
+}
+
+static size_t present(struct tier *t, uint64_t seed, size_t n)
+{
+    struct tier_key k[64];
+
+    t_keys((kvt_key *)k, n, seed);
+    return tier_lookup(t, 1, k, n, NULL);
+}
+
+static bool is_key(const struct tier_key *k, uint64_t seed, size_t i)
+{
+    struct tier_key all[64];
+
+    t_keys((kvt_key *)all, i + 1, seed);
+    return memcmp(k, &all[i], sizeof(*k)) == 0;
+}
+
+Test(evict, chain_goes_leaf_first_from_its_end_to_its_root)
+{
+    struct sink s = { .n = 0 };
+    struct tier *t = store(&s, 0.5, 0.25);
+    struct tier_stats st;
+
+    put(t, 1, 8, NULL); /* chain A, older */
+    put(t, 2, 9, NULL); /* chain B: 17 MiB in all, above the 16 MiB mark */
+    cr_assert_eq(tier_maintain(t), 9, "down to 8 MiB: 9 blocks out");
+    cr_assert_eq(s.n, 9);
+    for (int i = 0; i < 8; i++)
+        cr_assert(is_key(&s.keys[i], 1, (size_t)(7 - i)),
+                  "eviction %d: expected A[%d] (chain end first)", i, 7 - i);
+    cr_assert(is_key(&s.keys[8], 2, 8), "then B's leaf");
+    cr_assert_eq(present(t, 1, 8), 0);
+    cr_assert_eq(present(t, 2, 9), 8, "B keeps its first 8 blocks, a usable prefix");
+    tier_stats_get(t, &st);
+    cr_assert_eq(st.evictions[TIER_L_WARM], 9);
+    cr_assert_eq(st.blocks[TIER_L_WARM], 8);
+    cr_assert_eq(st.bytes_used[TIER_L_WARM], 8ull * MIB);
+    cr_assert_eq(tier_maintain(t), 0, "below the high watermark nothing moves");
+    tier_destroy(t);
+}
+
+Test(evict, shared_root_goes_after_all_its_children)
+{
+    struct sink s = { .n = 0 };
+    struct tier *t = store(&s, 0.5, 0.01);
+    struct tier_key root[1];
+
+    t_keys((kvt_key *)root, 1, 10);
+    put(t, 10, 1, NULL);       /* the shared system prompt */
+    put(t, 11, 9, root);       /* two conversations under it */
+    put(t, 12, 9, root);
+    cr_assert_eq(tier_maintain(t), 19, "everything goes (low mark ~0)");
+    cr_assert(is_key(&s.keys[18], 10, 0), "the root is evicted last");
+    tier_destroy(t);
+}
+
+Test(evict, access_moves_a_chain_to_the_hot_end)
+{
+    struct sink s = { .n = 0 };
+    struct tier *t = store(&s, 0.5, 0.25);
+    struct tier_key k[8];
+    uint32_t ids[8];
+    uint64_t offs[8];
+
+    put(t, 1, 8, NULL);
+    put(t, 2, 9, NULL);
+    t_keys((kvt_key *)k, 8, 1);
+    cr_assert_eq(tier_get(t, 1, MIB, k, 8, ids, offs), 8);
+    tier_release(t, ids, 8, false); /* A is now the most recent */
+    cr_assert_eq(tier_maintain(t), 9);
+    cr_assert_eq(present(t, 1, 8), 8, "A was used last and stays");
+    cr_assert_eq(present(t, 2, 9), 0, "B goes");
+    tier_destroy(t);
+}
+
+Test(evict, leased_blocks_are_never_evicted)
+{
+    struct sink s = { .n = 0 };
+    struct tier *t = store(&s, 0.99, 0.9);
+    struct tier_key a[16], b[32];
+    uint32_t ids[32];
+    uint64_t offs[32], lease_off[16];
+    struct tier_stats st;
+
+    put(t, 1, 16, NULL);
+    t_keys((kvt_key *)a, 16, 1);
+    cr_assert_eq(tier_get(t, 1, MIB, a, 16, ids, lease_off), 16);
+    /* 16 more fit; the 17th needs a victim, and only leased blocks exist */
+    t_keys((kvt_key *)b, 17, 2);
+    cr_assert_eq(tier_reserve(t, 1, MIB, 8, NULL, b, 16, ids + 16, offs), 16);
+    cr_assert_eq(tier_commit(t, 1, MIB, 8, b, 16), 16);
+    tier_lookup(t, 1, b, 16, NULL);
+    {
+        uint32_t id1;
+        uint64_t off1;
+
+        /* b's leaf is evictable: the 17th evicts it, never a leased A block */
+        cr_assert_eq(tier_reserve(t, 1, MIB, 8, NULL, &b[16], 1, &id1, &off1), 1);
+        cr_assert_eq(s.n, 1);
+        cr_assert(is_key(&s.keys[0], 2, 15));
+        cr_assert_eq(tier_abort(t, 1, 8, &b[16], 1), 1);
+    }
+    /* lease all of B too: now nothing can go */
+    {
+        uint32_t bid[15], id1;
+        uint64_t boff[15], off[2];
+        struct tier_key c[2];
+
+        cr_assert_eq(tier_get(t, 1, MIB, b, 15, bid, boff), 15);
+        t_keys((kvt_key *)c, 2, 3);
+        cr_assert_eq(tier_reserve(t, 1, MIB, 9, NULL, c, 1, &id1, off), 1, "one free slot");
+        cr_assert_eq(tier_reserve(t, 1, MIB, 9, NULL, c + 1, 1, &id1, off), -ENOSPC,
+                     "every block leased or reserved: the put must fail");
+        tier_release(t, bid, 15, false);
+    }
+    for (int i = 0; i < 16; i++) {
+        long bad = t_check((uint8_t *)tier_pool_base(t) + lease_off[i], MIB, 100 + (uint64_t)i);
+
+        cr_assert_eq(bad, -1, "leased block %d changed at byte %ld", i, bad);
+    }
+    tier_release(t, ids, 16, false);
+    tier_stats_get(t, &st);
+    cr_assert_eq(st.leases_active, 0);
+    tier_destroy(t);
+}
+
+Test(evict, reserve_is_all_or_nothing_and_dedups)
+{
+    struct sink s = { .n = 0 };
+    struct tier *t = store(&s, 0.99, 0.9);
+    struct tier_key k[40];
+    uint32_t ids[40];
+    uint64_t offs[40];
+    struct tier_stats st;
+
+    t_keys((kvt_key *)k, 40, 5);
+    cr_assert_eq(tier_reserve(t, 1, MIB, 1, NULL, k, 40, ids, offs), -ENOSPC,
+                 "40 blocks cannot fit 32 slots");
+    tier_stats_get(t, &st);
+    cr_assert_eq(st.reserved, 0, "a failed batch leaves nothing reserved");
+    cr_assert_eq(st.bytes_used[TIER_L_WARM], 0);
+    cr_assert_eq(st.index_entries, 0);
+    cr_assert_eq(tier_reserve(t, 1, MIB, 1, NULL, k, 4, ids, offs), 4);
+    cr_assert_eq(tier_reserve(t, 1, MIB, 2, NULL, k, 6, ids, offs), 2,
+                 "4 in flight are deduplicated, 2 new");
+    cr_assert_eq(ids[0], TIER_NONE);
+    cr_assert_eq(offs[3], UINT64_MAX);
+    cr_assert_neq(offs[4], UINT64_MAX);
+    cr_assert_eq(tier_commit(t, 1, MIB, 2, k, 6), 2, "owner 2 commits only its own");
+    cr_assert_eq(tier_lookup(t, 1, k, 6, NULL), 0, "k[0..4) still uncommitted");
+    cr_assert_eq(tier_commit(t, 1, MIB, 1, k, 6), 4);
+    cr_assert_eq(tier_lookup(t, 1, k, 6, NULL), 6);
+    tier_destroy(t);
+}
+
+Test(evict, aborted_parent_with_children_leaks_nothing)
+{
+    struct sink s = { .n = 0 };
+    struct tier *t = store(&s, 0.99, 0.9);
+    struct tier_key k[2];
+    uint32_t ids[2];
+    uint64_t offs[2];
+    struct tier_stats st;
+
+    t_keys((kvt_key *)k, 2, 9);
+    cr_assert_eq(tier_reserve(t, 1, MIB, 1, NULL, k, 2, ids, offs), 2);
+    cr_assert_eq(tier_commit(t, 1, MIB, 1, &k[1], 1), 1);
+    cr_assert_eq(tier_abort(t, 1, 1, k, 2), 1, "only the reserved parent is aborted");
+    cr_assert_eq(tier_lookup(t, 1, k, 2, NULL), 0, "the chain has lost its head");
+    tier_stats_get(t, &st);
+    cr_assert_eq(st.bytes_used[TIER_L_WARM], MIB, "the parent's slot went back");
+    /* re-reserving the parent revives it */
+    cr_assert_eq(tier_reserve(t, 1, MIB, 1, NULL, k, 1, ids, offs), 1);
+    cr_assert_eq(tier_commit(t, 1, MIB, 1, k, 1), 1);
+    cr_assert_eq(tier_lookup(t, 1, k, 2, NULL), 2);
+    cr_assert_eq(tier_remove(t, 1, k, 2), 2, "removal goes leaf-first through the batch");
+    tier_stats_get(t, &st);
+    cr_assert_eq(st.bytes_used[TIER_L_WARM], 0);
+    cr_assert_eq(st.index_entries, 0, "no ghost left behind");
+    tier_destroy(t);
+}
+
+Test(evict, reclaim_by_ids_drops_only_the_owners_reservations)
+{
+    struct sink s = { .n = 0 };
+    struct tier *t = store(&s, 0.99, 0.9);
+    struct tier_key k[4];
+    uint32_t ids[4];
+    uint64_t offs[4];
+    struct tier_stats st;
+
+    t_keys((kvt_key *)k, 4, 11);
+    cr_assert_eq(tier_reserve(t, 1, MIB, 5, NULL, k, 4, ids, offs), 4);
+    cr_assert_eq(tier_commit(t, 1, MIB, 5, k, 2), 2);
+    cr_assert_eq(tier_abort_ids(t, 6, ids, 4), 0, "another owner reclaims nothing");
+    cr_assert_eq(tier_abort_ids(t, 5, ids, 4), 2, "committed ids are stale, skipped");
+    tier_stats_get(t, &st);
+    cr_assert_eq(st.reserved, 0);
+    cr_assert_eq(st.reclaimed, 2);
+    cr_assert_eq(st.bytes_used[TIER_L_WARM], 2ull * MIB);
+    cr_assert_eq(tier_lookup(t, 1, k, 4, NULL), 2);
+    tier_destroy(t);
+}
