@@ -103,11 +103,12 @@ test-san: test-deps $(SAN_BINS) build-san/kvt_tests
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	build-san/kvt_tests -j2 --timeout 240
 
-# valgrind over the client library and the daemon through the tests
+# valgrind over the whole suite: the test processes (client library and
+# store) under memcheck, and every tierd they start too (KVT_TEST_VALGRIND)
 valgrind: test-deps $(REL_BINS) build/kvt_tests
 	$(TEST_ENV) KVT_TEST_BIN=$(CURDIR)/build KVT_TEST_VALGRIND=1 \
-	valgrind --leak-check=full --error-exitcode=9 --trace-children=no \
-	build/kvt_tests -j1 --timeout 600
+	valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect \
+	--error-exitcode=9 build/kvt_tests -j1 --timeout 900
 
 build/tierbench: build/obj/tools/tierbench.o build/libkvtier.a build/libstore.a
 	@$(if $(Q),echo "  LD      $@")

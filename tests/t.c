@@ -39,6 +39,15 @@ void t_tierd_start(struct t_tierd *d, const char *const *args)
     cr_assert_not_null(mkdtemp(d->dir), "mkdtemp: %s", strerror(errno));
     snprintf(d->sock, sizeof(d->sock), "%s/tierd.sock", d->dir);
     snprintf(data, sizeof(data), "%s/data", d->dir);
+    /* KVT_TEST_VALGRIND=1: the daemon runs under memcheck; any error or
+     * leak makes it exit 9, which t_tierd_stop reports */
+    if (getenv("KVT_TEST_VALGRIND")) {
+        argv[n++] = "/usr/bin/valgrind";
+        argv[n++] = "-q";
+        argv[n++] = "--leak-check=full";
+        argv[n++] = "--errors-for-leak-kinds=definite,indirect";
+        argv[n++] = "--error-exitcode=9";
+    }
     argv[n++] = t_bin("tierd", bin, sizeof(bin));
     argv[n++] = "--socket";
     argv[n++] = d->sock;
@@ -55,10 +64,12 @@ void t_tierd_start(struct t_tierd *d, const char *const *args)
         if (!getenv("KVT_TEST_VERBOSE") && null >= 0)
             dup2(null, 2);
         execv(argv[0], (char *const *)argv);
+        /* here only if exec failed */
         _exit(127);
     }
-    /* ready when a client gets through HELLO; bounded at 10 s */
-    for (int i = 0; i < 1000; i++) {
+    /* ready when a client gets through HELLO; bounded at 10 s (60 s under
+     * valgrind) */
+    for (int i = 0; i < (getenv("KVT_TEST_VALGRIND") ? 6000 : 1000); i++) {
         kvt_client *c;
         int st;
 

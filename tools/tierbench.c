@@ -497,6 +497,69 @@ static int timed_round(iter_fn fn, void *arg, double *per_iter)
     return 0;
 }
 
+/* ---- the transport floor ------------------------------------------------ */
+
+/*
+ * An echo process at the other end of a SOCK_SEQPACKET socketpair: it answers
+ * every message with rep_bytes bytes. It measures what any request/reply
+ * between two processes costs on this machine (on a VM, waking a process on
+ * another vCPU can cost tens of microseconds), so that kvtier's figures can
+ * be judged against it. Returns the child's pid, *sock our end.
+ */
+static pid_t echo_open(size_t rep_bytes, int *sock)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) < 0)
+        return -errno;
+    pid_t pid = fork();
+    if (pid < 0) {
+        int r = -errno;
+        close(sv[0]);
+        close(sv[1]);
+        return r;
+    }
+    if (pid == 0) {
+        static char buf[64 * 1024];
+        close(sv[0]);
+        memset(buf, 2, sizeof(buf)); /* the reply: "warm" for every key, as tierd would */
+        while (recv(sv[1], buf + 1, sizeof(buf) - 1, 0) > 0) {
+            if (send(sv[1], buf, rep_bytes, 0) < 0)
+                break;
+        }
+        _exit(0);
+    }
+    close(sv[1]);
+    *sock = sv[0];
+    return pid;
+}
+
+static void echo_close(int sock, pid_t pid)
+{
+    close(sock); /* the child's recv() returns 0 and it exits */
+    waitpid(pid, NULL, 0);
+}
+
+/* Mean microseconds of a 64-byte request / 64-byte reply round trip. */
+static int bare_rtt_us(double *us)
+{
+    char msg[64] = { 0 };
+    int sock, r = 0;
+    pid_t pid = echo_open(sizeof(msg), &sock);
+    if (pid < 0)
+        return (int)pid;
+    uint64_t t0 = 0;
+    for (int i = -100; i < 5000 && r == 0; i++) {
+        if (i == 0)
+            t0 = now_ns();
+        if (send(sock, msg, sizeof(msg), 0) != sizeof(msg) ||
+            recv(sock, msg, sizeof(msg), 0) != sizeof(msg))
+            r = -EIO;
+    }
+    *us = (double)(now_ns() - t0) / 1e3 / 5000;
+    echo_close(sock, pid);
+    return r;
+}
+
 /* ---- figures 1 and 2: put + get of batches ------------------------------ */
 
 #define PG_BATCH 64
@@ -813,6 +876,10 @@ static void bench_put_get(size_t bs, const char *pool, bool with_redis)
            res.memcpy_gbs, res.kvtier_gbs);
     if ((r = pg_breakdown(&p)) < 0)
         printf("# per-call breakdown failed: %s: %s\n", p.what, kvt_strerror(r));
+    double rtt;
+    if (bare_rtt_us(&rtt) == 0)
+        printf("# bare request/reply between two processes here: %.1f us; a kvtier batch "
+               "makes 4 (reserve, commit, get, remove)\n", rtt);
     report(name, res.vs_memcpy, "%.2f", "ratio", ">=", target);
     if (with_redis) {
         printf("# redis pipelined SET+GET: %.2f GB/s   kvtier: %.2f GB/s\n", res.redis_gbs,
@@ -962,34 +1029,15 @@ static int lk_rate(iter_fn fn, struct lk *l, double *keys_per_s)
 /* The round trip floor of a lookup: the same bytes through a socketpair. */
 static int sock_floor(struct lk *l, double *keys_per_s)
 {
-    int sv[2], r;
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) < 0)
-        return -errno;
-    pid_t pid = fork();
-    if (pid < 0) {
-        r = -errno;
-        close(sv[0]);
-        close(sv[1]);
-        return r;
-    }
-    if (pid == 0) {
-        static char buf[64 * 1024], rep[LK_REP_BYTES];
-        close(sv[0]);
-        while (recv(sv[1], buf, sizeof(buf), 0) > 0) {
-            memset(rep, 2, sizeof(rep)); /* "warm" for every key, as tierd would */
-            if (send(sv[1], rep, sizeof(rep), 0) < 0)
-                break;
-        }
-        _exit(0);
-    }
-    close(sv[1]);
-    l->sock = sv[0];
+    pid_t pid = echo_open(LK_REP_BYTES, &l->sock);
+    int r;
+    if (pid < 0)
+        return (int)pid;
     l->msg = calloc(1, LK_REQ_BYTES);
     r = l->msg ? lk_rate(lk_sock, l, keys_per_s) : -ENOMEM;
     free(l->msg);
     l->msg = NULL;
-    close(sv[0]);
-    waitpid(pid, NULL, 0);
+    echo_close(l->sock, pid);
     return r;
 }
 
