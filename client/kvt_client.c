@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kvt_wire.h"
@@ -35,6 +36,7 @@ struct kvt_client {
     int fd;
     bool dead;            /* sticky: the connection failed */
     int timeout_ms;       /* per reply; $KVTIER_TIMEOUT_MS, default 30 s */
+    int spin_us;          /* busy-poll for a reply this long before sleeping */
     uint32_t req_id;
     uint8_t *base;        /* the warm pool, mapped shared */
     uint64_t pool_bytes;
@@ -81,6 +83,31 @@ static int send_req(kvt_client *c, uint16_t op, uint32_t flags, struct iovec *io
     return 0;
 }
 
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Try to receive without sleeping for up to spin_us. A reply to a small
+ * request comes back within tens of microseconds; sleeping in poll() and
+ * being woken on another CPU costs about as much again, which is what an
+ * engine moving batches of 64 KiB blocks would feel. -1/EAGAIN: go sleep. */
+static ssize_t spin_recv(kvt_client *c, struct msghdr *m)
+{
+    uint64_t end = c->spin_us > 0 ? now_ns() + (uint64_t)c->spin_us * 1000u : 0;
+
+    for (;;) {
+        ssize_t r = recvmsg(c->fd, m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+        if (r >= 0 || errno != EAGAIN || now_ns() >= end)
+            return r;
+        __builtin_ia32_pause();
+    }
+}
+
 /* Wait for the reply to the last request; its body lands in c->rbuf after
  * the header. fd_out (may be NULL) receives a passed descriptor. Returns the
  * reply's status (0 or negative) and the body length in *blen. */
@@ -96,14 +123,17 @@ static int recv_rep(kvt_client *c, uint16_t op, uint32_t *blen, int *fd_out)
                             .msg_controllen = sizeof(cm.buf) };
         struct pollfd p = { .fd = c->fd, .events = POLLIN };
         struct kvt_wire_hdr h;
-        ssize_t r;
-        int pr = poll(&p, 1, c->timeout_ms);
+        ssize_t r = spin_recv(c, &m);
 
-        if (pr < 0 && errno == EINTR)
-            continue;
-        if (pr == 0)
-            return fail(c, -ETIMEDOUT); /* a daemon that stopped answering */
-        r = recvmsg(c->fd, &m, MSG_CMSG_CLOEXEC);
+        if (r < 0 && errno == EAGAIN) {
+            int pr = poll(&p, 1, c->timeout_ms);
+
+            if (pr < 0 && errno == EINTR)
+                continue;
+            if (pr == 0)
+                return fail(c, -ETIMEDOUT); /* a daemon that stopped answering */
+            r = recvmsg(c->fd, &m, MSG_CMSG_CLOEXEC);
+        }
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
@@ -121,7 +151,7 @@ static int recv_rep(kvt_client *c, uint16_t op, uint32_t *blen, int *fd_out)
                     close(fd);
             }
         }
-        if ((size_t)r < sizeof(h) || (m.msg_flags & MSG_TRUNC))
+        if ((size_t)r < sizeof(h) || r > (ssize_t)KVT_WIRE_MSG_MAX || (m.msg_flags & MSG_TRUNC))
             return fail(c, KVT_EPROTO);
         memcpy(&h, c->rbuf, sizeof(h));
         if (h.magic != KVT_WIRE_MAGIC || h.body_len != (size_t)r - sizeof(h))
@@ -204,6 +234,7 @@ int kvt_connect(const char *path, kvt_client **out)
 {
     struct sockaddr_un a = { .sun_family = AF_UNIX };
     const char *tmo = getenv("KVTIER_TIMEOUT_MS");
+    const char *spin = getenv("KVTIER_SPIN_US");
     kvt_client *c;
     int rc;
 
@@ -218,6 +249,7 @@ int kvt_connect(const char *path, kvt_client **out)
     if (!c)
         return -ENOMEM;
     c->timeout_ms = tmo && atoi(tmo) > 0 ? atoi(tmo) : 30000;
+    c->spin_us = spin && *spin ? atoi(spin) : 50;
     c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (c->fd < 0) {
         rc = -errno;

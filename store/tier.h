@@ -104,13 +104,13 @@ size_t tier_abort(struct tier *t, uint32_t ns, uint32_t owner, const struct tier
                   size_t n);
 size_t tier_abort_ids(struct tier *t, uint32_t owner, const uint32_t *ids, size_t n);
 
-/* Lease the leading present keys: ids[i], offs[i] for i < the returned
- * count; each lease pins its block until tier_release(). block_bytes must
- * match the stored blocks' (-EINVAL otherwise). */
 /* Whether entry id is still a reservation held by owner (for callers that
  * keep lists of reserved ids and prune them). */
 bool tier_reserved_by(const struct tier *t, uint32_t id, uint32_t owner);
 
+/* Lease the leading present keys: ids[i], offs[i] for i < the returned
+ * count; each lease pins its block until tier_release(). block_bytes must
+ * match the stored blocks' (-EINVAL otherwise). */
 int tier_get(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
              size_t n, uint32_t *ids, uint64_t *offs);
 /* Drop one lease on each id (from tier_get). reclaimed: count them as

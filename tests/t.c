@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,6 +62,8 @@ void t_tierd_start(struct t_tierd *d, const char *const *args)
     if (d->pid == 0) {
         int null = open("/dev/null", O_WRONLY);
 
+        /* a test that dies or times out must not leave its daemon behind */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (!getenv("KVT_TEST_VERBOSE") && null >= 0)
             dup2(null, 2);
         execv(argv[0], (char *const *)argv);

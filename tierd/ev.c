@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ev.h"
@@ -20,6 +21,7 @@ struct ev_loop {
     int epfd;
     bool stop;
     int cap;               /* entries in h */
+    int spin_us;           /* busy-poll this long after activity before sleeping */
     struct handler *h;     /* indexed by fd */
 };
 
@@ -80,13 +82,39 @@ void ev_del(struct ev_loop *l, int fd)
         l->h[fd] = (struct handler){ 0 };
 }
 
+void ev_set_spin(struct ev_loop *l, int spin_us)
+{
+    l->spin_us = spin_us;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 int ev_run(struct ev_loop *l, void (*idle)(void *ctx), void *ctx)
 {
     struct epoll_event ev[64];
+    uint64_t spin_until = 0;
 
     l->stop = false;
     while (!l->stop) {
-        int n = epoll_wait(l->epfd, ev, 64, -1);
+        /* after activity, poll without sleeping for a while: a client's next
+         * request (commit after its copy, get after commit) usually comes
+         * within ~100 us, and a sleeping daemon costs each request a wake-up
+         * on another CPU, as much again as the request itself */
+        int n = epoll_wait(l->epfd, ev, 64, spin_until ? 0 : -1);
+
+        if (n == 0 && spin_until) {
+            if (now_ns() >= spin_until)
+                spin_until = 0;
+            continue;
+        }
+        if (n > 0 && l->spin_us > 0)
+            spin_until = now_ns() + (uint64_t)l->spin_us * 1000u;
 
         if (n < 0) {
             if (errno == EINTR)

@@ -26,4 +26,8 @@ void ev_del(struct ev_loop *l, int fd);
 int ev_run(struct ev_loop *l, void (*idle)(void *ctx), void *ctx);
 void ev_stop(struct ev_loop *l);
 
+/* After handling events, keep polling without sleeping for spin_us
+ * microseconds (0: always sleep). Trades a little CPU for latency. */
+void ev_set_spin(struct ev_loop *l, int spin_us);
+
 #endif /* EV_H */

@@ -129,6 +129,8 @@ static int reply(struct sess *s, const struct kvt_wire_hdr *req, int status, con
 
 static int reply_err(struct sess *s, const struct kvt_wire_hdr *req, int status)
 {
+    if (status == KVT_EPROTO)
+        s->d->proto_errors++; /* every malformed message is counted, once */
     return reply(s, req, status, NULL, 0, NULL, 0, -1);
 }
 
@@ -419,9 +421,8 @@ static int handle(struct sess *s, size_t len)
     case KVT_OP_RELEASE:
         return do_release(s, &h, body);
     case KVT_OP_STATS:
-        return do_stats(s, &h);
+        return h.body_len ? reply_err(s, &h, KVT_EPROTO) : do_stats(s, &h);
     }
-    s->d->proto_errors++;
     return reply_err(s, &h, KVT_EPROTO);
 }
 
@@ -447,7 +448,10 @@ static void on_read(struct ev_loop *l, int fd, uint32_t events, void *ctx)
             sess_close(s);
             return;
         }
-        if ((m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || handle(s, (size_t)r) < 0) {
+        /* the buffer holds one byte more than the limit, so that a message
+         * over the limit is seen as such even when it fits the buffer */
+        if ((m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || r > (ssize_t)KVT_WIRE_MSG_MAX ||
+            handle(s, (size_t)r) < 0) {
             s->d->proto_errors++;
             if (s->d->verbose)
                 tierd_log("session %u (pid %d): malformed message, closing", s->id,

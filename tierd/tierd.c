@@ -128,6 +128,7 @@ struct opts {
     double high_wm, low_wm;
     bool no_mlock, no_huge, verbose;
     uint32_t max_clients;
+    int busy_poll_us;
 };
 
 static void usage(FILE *f)
@@ -142,6 +143,7 @@ static void usage(FILE *f)
             "  --no-mlock         do not pin the warm pool\n"
             "  --no-hugepages     do not try huge pages\n"
             "  --max-clients N    refuse connections beyond N (default 1024)\n"
+            "  --busy-poll-us N   poll without sleeping N us after activity (default 200; 0: off)\n"
             "  -v, --verbose      log sessions and namespaces\n",
             KVT_DEFAULT_SOCKET, DEFAULT_DATA);
 }
@@ -189,6 +191,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         { "no-mlock", no_argument, NULL, 'M' },
         { "no-hugepages", no_argument, NULL, 'P' },
         { "max-clients", required_argument, NULL, 'c' },
+        { "busy-poll-us", required_argument, NULL, 'b' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
@@ -198,6 +201,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     *o = (struct opts){
         .socket = getenv("KVTIER_SOCKET"), .data = getenv("KVTIER_DATA"),
         .warm_bytes = 1ull << 30, .high_wm = 0.95, .low_wm = 0.85, .max_clients = 1024,
+        .busy_poll_us = 200,
     };
     if (!o->socket || !*o->socket)
         o->socket = KVT_DEFAULT_SOCKET;
@@ -236,6 +240,17 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                 return -1;
             }
             o->max_clients = (uint32_t)v;
+            break;
+        }
+        case 'b': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+
+            if (*end || end == optarg || v < 0 || v > 100000) {
+                fprintf(stderr, "tierd: --busy-poll-us: want 0..100000, got '%s'\n", optarg);
+                return -1;
+            }
+            o->busy_poll_us = (int)v;
             break;
         }
         case 'v': o->verbose = true; break;
@@ -434,6 +449,7 @@ int main(int argc, char **argv)
                   st.memory_locked ? "pinned" : "not pinned",
                   st.huge_pages ? ", huge pages" : "", o.data);
     }
+    ev_set_spin(d.loop, o.busy_poll_us);
     tierd_log("listening on %s", o.socket);
     rc = ev_run(d.loop, idle, &d);
     if (rc < 0) {
