@@ -126,6 +126,9 @@ const char *kvt_default_socket(void);
 
 /* Connect to tierd (socket_path NULL: kvt_default_socket()) and map its warm
  * pool. On success *out owns the connection; free it with kvt_close().
+ * Environment: KVTIER_TIMEOUT_MS bounds the wait for each reply (default
+ * 30000; then -ETIMEDOUT and the client is closed for use); KVTIER_SPIN_US
+ * busy-polls that long for a reply before sleeping (default 50; 0: never).
  * Errors: -ENOENT / -ECONNREFUSED when tierd is not running there,
  * KVT_EVERSION, KVT_EPROTO, or a mapping errno. */
 int kvt_connect(const char *socket_path, kvt_client **out);
