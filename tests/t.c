@@ -124,12 +124,17 @@ kvt_client *t_connect(const struct t_tierd *d)
     return c;
 }
 
-kvt_ns *t_ns(kvt_client *c, uint64_t block_bytes)
+kvt_model t_model(uint64_t block_bytes)
 {
-    kvt_model m = {
+    return (kvt_model){
         .model_id = "test/model", .dtype = "bf16", .layout = "test",
         .block_tokens = 16, .tp_rank = 0, .tp_size = 1, .block_bytes = block_bytes,
     };
+}
+
+kvt_ns *t_ns(kvt_client *c, uint64_t block_bytes)
+{
+    kvt_model m = t_model(block_bytes);
     kvt_ns *ns = NULL;
     int rc = kvt_ns_open(c, &m, &ns);
 

@@ -31,6 +31,8 @@ void t_tierd_stop(struct t_tierd *d);
 const char *t_bin(const char *name, char *buf, size_t cap);
 
 kvt_client *t_connect(const struct t_tierd *d);
+/* The test model: one namespace per block size. */
+kvt_model t_model(uint64_t block_bytes);
 /* Open a test namespace of block_bytes blocks. */
 kvt_ns *t_ns(kvt_client *c, uint64_t block_bytes);
 

@@ -1180,8 +1180,7 @@ static int garbage_child(const char *sock)
     void *slots[4];
     uint64_t s = GARBAGE_SEED;
     int fd = -1;
-    kvt_model m = { .model_id = "test/model", .dtype = "bf16", .layout = "test",
-                    .block_tokens = 16, .tp_size = 1, .block_bytes = BLK };
+    kvt_model m = t_model(BLK);
 
     /* libkvtier's socket is opaque: find it as the one new SEQPACKET fd */
     for (int i = 0; i < FD_SCAN; i++)

@@ -27,8 +27,7 @@ static int put_chain(const char *sock, uint64_t seed, size_t n)
     kvt_key keys[64];
     void *slots[64];
     int rc;
-    kvt_model m = { .model_id = "test/model", .dtype = "bf16", .layout = "test",
-                    .block_tokens = 16, .tp_size = 1, .block_bytes = BLK };
+    kvt_model m = t_model(BLK);
 
     if (kvt_connect(sock, &c) || kvt_ns_open(c, &m, &ns))
         return 10;
@@ -122,8 +121,7 @@ Test(tierd, sigkilled_client_has_its_leases_and_reservations_reclaimed)
         vc = NULL;
         if (kvt_connect(d.sock, &vc))
             _exit(1);
-        kvt_model m = { .model_id = "test/model", .dtype = "bf16", .layout = "test",
-                        .block_tokens = 16, .tp_size = 1, .block_bytes = BLK };
+        kvt_model m = t_model(BLK);
         if (kvt_ns_open(vc, &m, &vns))
             _exit(2);
         t_keys(keys, 32, 3);
@@ -185,8 +183,7 @@ static int worker(const char *sock, int w)
     static uint8_t buf[N][BLK];
     const void *src[N];
     void *dst[N];
-    kvt_model m = { .model_id = "test/model", .dtype = "bf16", .layout = "test",
-                    .block_tokens = 16, .tp_size = 1, .block_bytes = BLK };
+    kvt_model m = t_model(BLK);
 
     if (kvt_connect(sock, &c) || kvt_ns_open(c, &m, &ns))
         return 10;
