@@ -104,7 +104,11 @@ static ssize_t spin_recv(kvt_client *c, struct msghdr *m)
 
         if (r >= 0 || errno != EAGAIN || now_ns() >= end)
             return r;
+#if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+#endif
     }
 }
 
@@ -161,6 +165,8 @@ static int recv_rep(kvt_client *c, uint16_t op, uint32_t *blen, int *fd_out)
         if (h.version != KVT_WIRE_VERSION || h.op != op)
             return fail(c, h.status == KVT_EVERSION ? KVT_EVERSION : KVT_EPROTO);
         *blen = h.body_len;
+        if (h.status > 0)
+            return fail(c, KVT_EPROTO); /* statuses are 0 or negative */
         return h.status;
     }
 }
@@ -479,7 +485,8 @@ int kvt_get_lease(kvt_ns *ns, const kvt_key *keys, size_t n, const void **slots,
     if (rc < 0)
         return rc;
     memcpy(&rep, body(ns->c), sizeof(rep) <= blen ? sizeof(rep) : 0);
-    if (blen < sizeof(rep) || rep.hits > n || blen != sizeof(rep) + rep.hits * sizeof(uint64_t))
+    if (blen < sizeof(rep) || rep.hits > n || blen != sizeof(rep) + rep.hits * sizeof(uint64_t) ||
+        (rep.hits > 0) != (rep.lease_id != 0))
         return fail(ns->c, KVT_EPROTO);
     offs = body(ns->c) + sizeof(rep);
     lease->id = rep.lease_id;
@@ -558,7 +565,7 @@ const char *kvt_strerror(int err)
     case KVT_ENONS: return "unknown namespace";
     case KVT_EBLOCKSIZE: return "block size differs from the namespace's";
     case KVT_EDISCONNECTED: return "tierd closed the connection";
-    case KVT_ENOTRESERVED: return "key not reserved by this client";
+    case -EBUSY: return "too many leases held: release some first";
     case -ENOSPC: return "no room: the warm pool is full of leased or reserved blocks";
     case -E2BIG: return "batch too large (more than KVT_BATCH_MAX keys)";
     case -EFBIG: return "block larger than the warm pool's largest slot";

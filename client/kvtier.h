@@ -48,7 +48,6 @@ enum {
     KVT_ENONS = -4099,         /* unknown namespace id */
     KVT_EBLOCKSIZE = -4100,    /* block size differs from the namespace's */
     KVT_EDISCONNECTED = -4101, /* tierd closed the connection or died */
-    KVT_ENOTRESERVED = -4102,  /* commit of a key this client did not reserve */
 };
 
 /* Where a block is (kvt_lookup's tiers[] values). */
@@ -114,7 +113,8 @@ typedef struct kvt_model {
     uint32_t block_tokens; /* tokens per block, > 0 */
     uint32_t tp_rank;      /* tensor-parallel rank of this client's shard */
     uint32_t tp_size;      /* tensor-parallel world size, >= 1 */
-    uint64_t block_bytes;  /* bytes of one stored block, 1..KVT_BLOCK_MAX */
+    uint64_t block_bytes;  /* bytes of one stored block, 1..KVT_BLOCK_MAX; tierd
+                              refuses blocks over its largest slot (-EFBIG) */
 } kvt_model;
 
 /* Socket path used when none is given: $KVTIER_SOCKET, else this. */
@@ -188,7 +188,8 @@ typedef struct kvt_lease {
 /* Lease the leading present keys of keys[0..n) (n <= KVT_BATCH_MAX):
  * slots[i] (room for n) points at block i, read-only, for i < the returned
  * count, and stays valid and unchanged until kvt_release(). Leased blocks
- * are never evicted. Returns the leading hit count (0 is not an error). */
+ * are never evicted. Returns the leading hit count (0 is not an error);
+ * -EBUSY when this client already holds 4096 leases. */
 int kvt_get_lease(kvt_ns *ns, const kvt_key *keys, size_t n, const void **slots,
                   kvt_lease *lease);
 

@@ -185,6 +185,11 @@ uint32_t idx_count(const struct idx *x)
     return x->count;
 }
 
+uint32_t idx_id_limit(const struct idx *x)
+{
+    return x->used;
+}
+
 size_t idx_mem_bytes(const struct idx *x)
 {
     return sizeof(*x) + (size_t)x->cap * sizeof(*x->ent) + ((size_t)x->mask + 1) * sizeof(uint32_t);

@@ -15,7 +15,8 @@
 
 #include "tier.h"
 
-/* GHOST: an aborted reservation kept only because children still name it as
+/* GHOST: an aborted reservation, or an interior block evicted to free a
+ * segment, kept only because children still name it as
  * their parent; it has no slot, is invisible, and goes when its last child
  * does (or comes back if the key is reserved again). */
 enum idx_state { IDX_FREE = 0, IDX_RESERVED = 1, IDX_COMMITTED = 2, IDX_GHOST = 3 };
@@ -64,6 +65,8 @@ void idx_delete(struct idx *x, uint32_t id);
 static inline struct idx_entry *idx_at(const struct idx *x, uint32_t id);
 
 uint32_t idx_count(const struct idx *x);
+/* Ids in use are below this (for whole-index walks). */
+uint32_t idx_id_limit(const struct idx *x);
 /* Bytes of memory the index holds (entry array + buckets). */
 size_t idx_mem_bytes(const struct idx *x);
 

@@ -15,6 +15,7 @@
  * parent is gone.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -178,14 +179,12 @@ static void set_parent(struct tier *t, uint32_t id, uint32_t p)
 
 /* ---- eviction ------------------------------------------------------- */
 
-/* The victim: the LRU leaf of class cls if it has one, else the oldest
- * leaf of any class (cls < 0: always the oldest). O(classes). */
-static uint32_t pick_victim(struct tier *t, int cls)
+/* The victim for the watermarks: the oldest leaf of any class.
+ * O(classes). */
+static uint32_t pick_victim(struct tier *t)
 {
     uint32_t best = TIER_NONE, best_age = 0;
 
-    if (cls >= 0 && t->lru[cls].tail != TIER_NONE)
-        return t->lru[cls].tail;
     for (int c = 0; c < TIER_RAM_CLASSES; c++) {
         uint32_t id = t->lru[c].tail, age;
 
@@ -217,19 +216,82 @@ static void evict(struct tier *t, uint32_t id)
     child_gone(t, p, true);
 }
 
-/* A slot of class cls, evicting leaves until one is free. */
-static int alloc_slot(struct tier *t, int cls, uint64_t *off)
+/* Evict a committed, unleased block that may have children: a leaf goes
+ * as usual; an interior block loses its slot but its entry stays as a ghost
+ * (invisible, so lookups stop there) until its last child goes, or comes
+ * back when its key is put again. */
+static void evict_any(struct tier *t, uint32_t id)
+{
+    struct idx_entry *e = idx_at(t->idx, id);
+
+    if (e->nchild == 0) {
+        evict(t, id);
+        return;
+    }
+    if (t->cold && t->cold->demote(t->cold_ctx, e->ns, &e->key,
+                                   (uint8_t *)tier_ram_base(t->ram) + e->off,
+                                   tier_ram_class_slot(t->ram, e->cls)) < 0)
+        t->st.cold_errors++;
+    tier_ram_free(t->ram, e->off);
+    e->state = IDX_GHOST;
+    t->st.evictions[TIER_L_WARM]++;
+    t->st.blocks[TIER_L_WARM]--;
+}
+
+/* Free a whole segment of another class for class cls: the one with the
+ * fewest blocks among those whose blocks are all committed and unleased.
+ * Evicting blocks of another class one by one in LRU order would rarely
+ * empty a segment and could drain the pool for one slot; this evicts only
+ * what gives a segment back, or nothing. O(slots in the pool): it runs only
+ * when a size class has outgrown its segments and has no leaf of its own. */
+static int free_segment(struct tier *t, int cls)
+{
+    uint32_t best = UINT32_MAX, best_live = UINT32_MAX;
+    const uint32_t *tags;
+    uint32_t nslots;
+
+    for (uint32_t s = 0; s < tier_ram_nseg(t->ram); s++) {
+        int c = tier_ram_seg_info(t->ram, s, &tags, &nslots);
+        uint32_t live = 0;
+        bool ok = c >= 0 && c != cls;
+
+        for (uint32_t i = 0; ok && i < nslots; i++) {
+            if (tags[i] == TIER_RAM_NOTAG)
+                continue;
+            ok = idx_at(t->idx, tags[i])->state == IDX_COMMITTED &&
+                 idx_at(t->idx, tags[i])->leases == 0;
+            live++;
+        }
+        if (ok && live < best_live) {
+            best = s;
+            best_live = live;
+        }
+    }
+    if (best == UINT32_MAX)
+        return -ENOSPC;
+    tier_ram_seg_info(t->ram, best, &tags, &nslots);
+    /* eviction clears each slot's tag; the array itself stays in place */
+    for (uint32_t i = 0; i < nslots; i++)
+        if (tags[i] != TIER_RAM_NOTAG)
+            evict_any(t, tags[i]);
+    return 0;
+}
+
+/* A slot of class cls for entry id: evict the class's own LRU leaves, else
+ * free a segment of another class. */
+static int alloc_slot(struct tier *t, int cls, uint32_t id, uint64_t *off)
 {
     for (;;) {
-        int rc = tier_ram_alloc(t->ram, cls, off);
+        int rc = tier_ram_alloc(t->ram, cls, id, off);
         uint32_t v;
 
         if (rc != -ENOSPC)
             return rc;
-        v = pick_victim(t, cls);
-        if (v == TIER_NONE)
+        v = t->lru[cls].tail;
+        if (v != TIER_NONE)
+            evict(t, v);
+        else if (free_segment(t, cls) < 0)
             return -ENOSPC; /* everything is leased, reserved or a parent */
-        evict(t, v);
     }
 }
 
@@ -240,7 +302,7 @@ size_t tier_maintain(struct tier *t)
     if (tier_ram_used(t->ram) <= t->high_bytes)
         return 0;
     while (tier_ram_used(t->ram) > t->low_bytes) {
-        uint32_t v = pick_victim(t, -1);
+        uint32_t v = pick_victim(t);
 
         if (v == TIER_NONE)
             break;
@@ -323,7 +385,7 @@ static int reserve_one(struct tier *t, uint32_t ns, int cls, uint32_t owner, uin
     e->owner = owner;
     e->cls = (uint8_t)cls;
     e->level = TIER_L_WARM;
-    rc = alloc_slot(t, cls, off_out);
+    rc = alloc_slot(t, cls, id, off_out);
     e = idx_at(t->idx, id);
     if (rc < 0) {
         uint32_t up = e->parent;
@@ -436,9 +498,14 @@ size_t tier_abort_ids(struct tier *t, uint32_t owner, const uint32_t *ids, size_
 {
     size_t done = 0;
 
-    /* ids may be stale (committed since, or reused): check state and owner */
+    /* ids may be stale (committed since, or reused): check state and owner;
+     * TIER_NONE (a deduplicated key in a reserve's ids) is skipped */
     for (size_t i = n; i-- > 0;) {
-        struct idx_entry *e = idx_at(t->idx, ids[i]);
+        struct idx_entry *e;
+
+        if (ids[i] == TIER_NONE)
+            continue;
+        e = idx_at(t->idx, ids[i]);
 
         if (e->state != IDX_RESERVED || e->owner != owner)
             continue;
@@ -472,6 +539,7 @@ int tier_get(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tie
         if (e->state != IDX_COMMITTED)
             break;
         if (tier_ram_class_slot(t->ram, e->cls) != slot) {
+            t->st.leases_active += i; /* tier_release takes them off again */
             tier_release(t, ids, i, false);
             return -EINVAL;
         }
@@ -546,4 +614,82 @@ double tier_index_bytes_per_block(const struct tier *t)
     uint32_t n = idx_count(t->idx);
 
     return n ? (double)idx_mem_bytes(t->idx) / n : 0.0;
+}
+
+#define BAD(...) do { snprintf(why, cap, __VA_ARGS__); rc = -EUCLEAN; goto out; } while (0)
+
+int tier_check(const struct tier *t, char *why, size_t cap)
+{
+    uint32_t lim = idx_id_limit(t->idx);
+    uint32_t *kids = calloc(lim ? lim : 1, sizeof(*kids));
+    uint64_t used = 0, nres = 0, ncom = 0, leases = 0, in_lru = 0;
+    int rc = 0;
+
+    if (!kids)
+        return -ENOMEM;
+    for (uint32_t id = 0; id < lim; id++) {
+        const struct idx_entry *e = idx_at(t->idx, id);
+
+        if (e->state == IDX_FREE || e->parent == TIER_NONE)
+            continue;
+        if (idx_at(t->idx, e->parent)->state == IDX_FREE)
+            BAD("entry %u: parent %u is free", id, e->parent);
+        kids[e->parent]++;
+    }
+    for (uint32_t id = 0; id < lim; id++) {
+        const struct idx_entry *e = idx_at(t->idx, id);
+        bool leaf = e->state == IDX_COMMITTED && e->leases == 0 && e->nchild == 0;
+
+        if (e->state == IDX_FREE)
+            continue;
+        if (kids[id] != e->nchild)
+            BAD("entry %u: nchild %u, %u children point at it", id, e->nchild, kids[id]);
+        if (leaf != (bool)e->in_lru)
+            BAD("entry %u: leaf %d but in_lru %d", id, leaf, e->in_lru);
+        if (e->state == IDX_GHOST && e->nchild == 0)
+            BAD("entry %u: ghost without children", id);
+        if (e->leases && e->state != IDX_COMMITTED)
+            BAD("entry %u: leased but state %d", id, e->state);
+        if (idx_find(t->idx, e->ns, &e->key) != id)
+            BAD("entry %u: not found under its own key", id);
+        if (e->state == IDX_RESERVED || e->state == IDX_COMMITTED) {
+            if (tier_ram_tag_at(t->ram, e->off) != id)
+                BAD("entry %u: slot at %llu belongs to %u", id, (unsigned long long)e->off,
+                    tier_ram_tag_at(t->ram, e->off));
+            used += tier_ram_class_slot(t->ram, e->cls);
+        }
+        nres += e->state == IDX_RESERVED;
+        ncom += e->state == IDX_COMMITTED;
+        leases += e->leases;
+        in_lru += e->in_lru;
+    }
+    if (used != tier_ram_used(t->ram))
+        BAD("slot bytes: entries hold %llu, pool says %llu", (unsigned long long)used,
+            (unsigned long long)tier_ram_used(t->ram));
+    if (nres != t->st.reserved || ncom != t->st.blocks[TIER_L_WARM] ||
+        leases != t->st.leases_active)
+        BAD("counters: reserved %llu/%llu blocks %llu/%llu leases %llu/%llu",
+            (unsigned long long)nres, (unsigned long long)t->st.reserved,
+            (unsigned long long)ncom, (unsigned long long)t->st.blocks[TIER_L_WARM],
+            (unsigned long long)leases, (unsigned long long)t->st.leases_active);
+    for (int c = 0; c < TIER_RAM_CLASSES; c++) {
+        uint32_t prev = TIER_NONE;
+
+        for (uint32_t id = t->lru[c].head; id != TIER_NONE; id = idx_at(t->idx, id)->next) {
+            const struct idx_entry *e = idx_at(t->idx, id);
+
+            if (!in_lru--)
+                BAD("LRU lists hold more entries than are marked (a loop?)");
+            if (e->prev != prev || e->cls != c || !e->in_lru)
+                BAD("LRU of class %d: bad link or member at %u", c, id);
+            prev = id;
+        }
+        if (t->lru[c].tail != prev)
+            BAD("LRU of class %d: tail %u, walk ends at %u", c, t->lru[c].tail, prev);
+    }
+    if (in_lru)
+        BAD("%llu entries marked in_lru are on no list", (unsigned long long)in_lru);
+out:
+    free(kids);
+    return rc;
 }

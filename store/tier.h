@@ -85,8 +85,9 @@ size_t tier_lookup(struct tier *t, uint32_t ns, const struct tier_key *keys, siz
  * keys[0], for leaf-first eviction. For each key, ids[i] gets the new entry
  * id and offs[i] its pool offset, or TIER_NONE / UINT64_MAX where the key is
  * already present or reserved (dedup). Evicts if needed. All or nothing.
- * Returns the number reserved, -ENOSPC if the pool cannot make room, or
- * -EINVAL (block_bytes 0 or larger than a segment). */
+ * Returns the number reserved, -ENOSPC if the pool cannot make room (or all
+ * TIER_RAM_CLASSES size classes are in use), -ENOMEM, or -EINVAL
+ * (block_bytes 0 or larger than a segment). */
 int tier_reserve(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
                  const struct tier_key *parent, const struct tier_key *keys, size_t n,
                  uint32_t *ids, uint64_t *offs);
@@ -98,8 +99,8 @@ size_t tier_commit(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t o
                    const struct tier_key *keys, size_t n);
 
 /* Drop reservations of owner: among keys (abort) or by entry ids (reclaim
- * after a client died; ids that are no longer owner's reservations are
- * ignored). Return the number dropped. */
+ * after a client died; ids that are no longer owner's reservations, and
+ * TIER_NONE, are ignored). Return the number dropped. */
 size_t tier_abort(struct tier *t, uint32_t ns, uint32_t owner, const struct tier_key *keys,
                   size_t n);
 size_t tier_abort_ids(struct tier *t, uint32_t owner, const uint32_t *ids, size_t n);
@@ -126,6 +127,11 @@ size_t tier_remove(struct tier *t, uint32_t ns, const struct tier_key *keys, siz
 size_t tier_maintain(struct tier *t);
 
 void tier_stats_get(const struct tier *t, struct tier_stats *out);
+
+/* Check every invariant of the store (parent/child counts, LRU membership
+ * and links, slot ownership, counters) in O(entries). 0, or -EUCLEAN with a
+ * description of the first violation in why. For tests and debugging. */
+int tier_check(const struct tier *t, char *why, size_t cap);
 
 /* Bytes of index memory per resident block, for the benchmark. */
 double tier_index_bytes_per_block(const struct tier *t);

@@ -26,12 +26,14 @@ struct seg {
     uint32_t nslots;      /* slots in this segment */
     uint32_t nfree;       /* entries on the free stack */
     uint32_t *stack;      /* free slot numbers (nslots capacity) */
+    uint32_t *tag;        /* per slot: the allocator's tag, TIER_RAM_NOTAG when free */
     uint32_t prev, next;  /* class list of segments with a free slot / pool free list */
 };
 
 struct cls {
     uint64_t slot_bytes;  /* 0: class unused */
     uint32_t avail;       /* head of this class's segments with free slots */
+    uint32_t nseg;        /* segments owned; 0: the class may be recycled */
 };
 
 struct tier_ram {
@@ -159,8 +161,10 @@ void tier_ram_close(struct tier_ram *r)
 {
     if (!r)
         return;
-    for (uint32_t i = 0; i < r->nseg; i++)
+    for (uint32_t i = 0; i < r->nseg; i++) {
         free(r->seg[i].stack);
+        free(r->seg[i].tag);
+    }
     free(r->seg);
     munmap(r->base, r->bytes);
     close(r->fd);
@@ -182,12 +186,16 @@ int tier_ram_class(struct tier_ram *r, uint64_t slot_bytes)
     if (slot_bytes == 0 || slot_bytes % TIER_RAM_PAGE || slot_bytes > r->seg_bytes)
         return -EINVAL;
     /* linear over <= 32 classes: fine, and called once per request */
-    for (int c = 0; c < TIER_RAM_CLASSES; c++) {
+    for (int c = 0; c < TIER_RAM_CLASSES; c++)
         if (r->cls[c].slot_bytes == slot_bytes)
             return c;
-        if (spare < 0 && r->cls[c].slot_bytes == 0)
+    /* a never-used class first, else a size nobody stores any more */
+    for (int c = 0; c < TIER_RAM_CLASSES && spare < 0; c++)
+        if (r->cls[c].slot_bytes == 0)
             spare = c;
-    }
+    for (int c = 0; c < TIER_RAM_CLASSES && spare < 0; c++)
+        if (r->cls[c].nseg == 0)
+            spare = c;
     if (spare < 0)
         return -ENOSPC;
     r->cls[spare].slot_bytes = slot_bytes;
@@ -235,10 +243,14 @@ static int seg_take(struct tier_ram *r, int cls)
     g = &r->seg[s];
     g->nslots = (uint32_t)(r->seg_bytes / r->cls[cls].slot_bytes);
     free(g->stack);
+    free(g->tag);
     g->stack = malloc((size_t)g->nslots * sizeof(uint32_t));
-    if (!g->stack)
+    g->tag = malloc((size_t)g->nslots * sizeof(uint32_t));
+    if (!g->stack || !g->tag)
         return -ENOMEM;
+    memset(g->tag, 0xff, (size_t)g->nslots * sizeof(uint32_t)); /* TIER_RAM_NOTAG */
     r->free_seg = g->next;
+    r->cls[cls].nseg++;
     /* push in reverse so slots are handed out in address order */
     for (uint32_t i = 0; i < g->nslots; i++)
         g->stack[i] = g->nslots - 1 - i;
@@ -248,18 +260,20 @@ static int seg_take(struct tier_ram *r, int cls)
     return 0;
 }
 
-int tier_ram_alloc(struct tier_ram *r, int cls, uint64_t *off)
+int tier_ram_alloc(struct tier_ram *r, int cls, uint32_t tag, uint64_t *off)
 {
     struct cls *c = &r->cls[cls];
     struct seg *g;
-    uint32_t s;
+    uint32_t s, slot;
     int rc;
 
     if (c->avail == NONE && (rc = seg_take(r, cls)) < 0)
         return rc;
     s = c->avail;
     g = &r->seg[s];
-    *off = (uint64_t)s * r->seg_bytes + (uint64_t)g->stack[--g->nfree] * c->slot_bytes;
+    slot = g->stack[--g->nfree];
+    g->tag[slot] = tag;
+    *off = (uint64_t)s * r->seg_bytes + (uint64_t)slot * c->slot_bytes;
     if (g->nfree == 0)
         avail_unlink(r, s);
     r->used += c->slot_bytes;
@@ -272,15 +286,49 @@ void tier_ram_free(struct tier_ram *r, uint64_t off)
     struct seg *g = &r->seg[s];
     uint64_t slot_bytes = r->cls[g->cls].slot_bytes;
 
+    uint32_t slot = (uint32_t)((off - (uint64_t)s * r->seg_bytes) / slot_bytes);
+
     if (g->nfree == 0)
         avail_push(r, s);
-    g->stack[g->nfree++] = (uint32_t)((off - (uint64_t)s * r->seg_bytes) / slot_bytes);
+    g->stack[g->nfree++] = slot;
+    g->tag[slot] = TIER_RAM_NOTAG;
     r->used -= slot_bytes;
     if (g->nfree == g->nslots) {
         /* empty: back to the pool so any class can use it */
         avail_unlink(r, s);
+        r->cls[g->cls].nseg--;
         g->cls = -1;
         g->next = r->free_seg;
         r->free_seg = s;
     }
+}
+
+uint32_t tier_ram_nseg(const struct tier_ram *r)
+{
+    return r->nseg;
+}
+
+int tier_ram_seg_info(const struct tier_ram *r, uint32_t s, const uint32_t **tags,
+                      uint32_t *nslots)
+{
+    const struct seg *g = &r->seg[s];
+
+    *tags = g->cls >= 0 ? g->tag : NULL;
+    *nslots = g->cls >= 0 ? g->nslots : 0;
+    return g->cls;
+}
+
+uint32_t tier_ram_tag_at(const struct tier_ram *r, uint64_t off)
+{
+    uint32_t s = (uint32_t)(off / r->seg_bytes);
+    const struct seg *g;
+    uint64_t in;
+
+    if (off >= r->bytes || r->seg[s].cls < 0)
+        return TIER_RAM_NOTAG;
+    g = &r->seg[s];
+    in = off - (uint64_t)s * r->seg_bytes;
+    if (in % r->cls[g->cls].slot_bytes || in / r->cls[g->cls].slot_bytes >= g->nslots)
+        return TIER_RAM_NOTAG;
+    return g->tag[in / r->cls[g->cls].slot_bytes];
 }

@@ -40,14 +40,28 @@ bool tier_ram_locked(const struct tier_ram *r);
 bool tier_ram_huge(const struct tier_ram *r);
 
 /* The class for slots of slot_bytes (a multiple of TIER_RAM_PAGE, <= the
- * segment size), created on first use. Returns the class id or -EINVAL /
- * -ENOSPC (too many classes). */
+ * segment size), created on first use; a class that owns no segment is
+ * recycled for another size. Returns the class id or -EINVAL / -ENOSPC
+ * (TIER_RAM_CLASSES sizes hold segments at once). */
 int tier_ram_class(struct tier_ram *r, uint64_t slot_bytes);
 uint64_t tier_ram_class_slot(const struct tier_ram *r, int cls);
 
-/* A free slot of class cls: its pool offset in *off. -ENOSPC when the class
- * has no free slot and no segment is free. O(1). */
-int tier_ram_alloc(struct tier_ram *r, int cls, uint64_t *off);
+/* A free slot of class cls: its pool offset in *off. tag (not TIER_RAM_NOTAG)
+ * is remembered for the slot until it is freed (tier.c: the entry id), so a
+ * segment's users can be found. -ENOSPC when the class has no free slot and
+ * no segment is free. O(1). */
+int tier_ram_alloc(struct tier_ram *r, int cls, uint32_t tag, uint64_t *off);
+
+#define TIER_RAM_NOTAG UINT32_MAX
+
+/* Segment s (0 .. tier_ram_nseg()-1): its class (-1: free) and, for an owned
+ * segment, the tag of each of its *nslots slots (TIER_RAM_NOTAG where free).
+ * The array stays valid until the segment changes hands. */
+uint32_t tier_ram_nseg(const struct tier_ram *r);
+/* The tag of the slot at off (TIER_RAM_NOTAG when free or not a slot start). */
+uint32_t tier_ram_tag_at(const struct tier_ram *r, uint64_t off);
+int tier_ram_seg_info(const struct tier_ram *r, uint32_t s, const uint32_t **tags,
+                      uint32_t *nslots);
 /* Give back the slot at off (from tier_ram_alloc). O(1). */
 void tier_ram_free(struct tier_ram *r, uint64_t off);
 

@@ -264,3 +264,61 @@ Test(evict, reclaim_by_ids_drops_only_the_owners_reservations)
     cr_assert_eq(tier_lookup(t, 1, k, 4, NULL), 2);
     tier_destroy(t);
 }
+
+/* Bug found in review: a reservation of a second block size, with no
+ * segment free, evicted nearly the whole pool one LRU block at a time (and
+ * could still fail). Now it empties exactly one segment, or evicts nothing. */
+Test(evict, another_block_size_frees_one_segment_not_the_pool)
+{
+    struct tier_cfg cfg = { .warm_bytes = 32 * MIB, .high_wm = 1.0, .low_wm = 1.0 };
+    struct tier *t = NULL;
+    enum { BLK = 4096, N = 8192 };
+    static struct tier_key k[N];
+    static uint32_t ids[N];
+    static uint64_t offs[N];
+    struct tier_key big;
+    struct tier_stats st;
+    uint32_t id;
+    uint64_t off;
+
+    cr_assert_eq(tier_create(&cfg, &t), 0);
+    t_keys((kvt_key *)k, N, 21);
+    for (int i = 0; i < N; i += 1024) {
+        cr_assert_eq(tier_reserve(t, 1, BLK, 1, NULL, k + i, 1024, ids + i, offs + i), 1024);
+        cr_assert_eq(tier_commit(t, 1, BLK, 1, k + i, 1024), 1024);
+    }
+    /* read one block of each 2 MiB segment (512 blocks) so LRU order and
+     * segment order differ */
+    for (int i = 0; i < N; i += 512) {
+        cr_assert_eq(tier_get(t, 1, BLK, &k[i + 7], 1, &id, &off), 1);
+        tier_release(t, &id, 1, false);
+    }
+    t_keys((kvt_key *)&big, 1, 22);
+    cr_assert_eq(tier_reserve(t, 2, 2 * BLK, 1, NULL, &big, 1, &id, &off), 1);
+    tier_stats_get(t, &st);
+    cr_assert_leq(st.evictions[TIER_L_WARM], 512, "evicted %llu blocks for one slot",
+                  (unsigned long long)st.evictions[TIER_L_WARM]);
+    cr_assert_eq(tier_abort(t, 2, 1, &big, 1), 1);
+
+    /* with a lease in every segment nothing can be freed: fail, evict nothing */
+    for (int i = 0; i < N; i += 512)
+        tier_get(t, 1, BLK, &k[i + 9], 1, &ids[i], &offs[i]);
+    {
+        uint64_t before;
+
+        t_keys((kvt_key *)&big, 1, 23);
+        tier_stats_get(t, &st);
+        before = st.evictions[TIER_L_WARM];
+        /* fill the freed segment first, so no segment is free */
+        for (int j = 0; j < 256; j++) {
+            struct tier_key x;
+
+            t_keys((kvt_key *)&x, 1, 1000 + (uint64_t)j);
+            cr_assert_eq(tier_reserve(t, 2, 2 * BLK, 1, NULL, &x, 1, &id, &off), 1);
+        }
+        cr_assert_eq(tier_reserve(t, 2, 2 * BLK, 1, NULL, &big, 1, &id, &off), -ENOSPC);
+        tier_stats_get(t, &st);
+        cr_assert_eq(st.evictions[TIER_L_WARM], before, "a failing reserve evicted blocks");
+    }
+    tier_destroy(t);
+}

@@ -26,7 +26,7 @@ Test(tier_ram, slots_are_aligned_distinct_and_writable)
 
     cr_assert_geq(c, 0);
     for (int i = 0; i < 64; i++) {
-        cr_assert_eq(tier_ram_alloc(r, c, &off[i]), 0);
+        cr_assert_eq(tier_ram_alloc(r, c, 1, &off[i]), 0);
         cr_assert_eq(off[i] % 4096, 0, "slot %d at %llu is not 4 KiB aligned", i,
                      (unsigned long long)off[i]);
         cr_assert_leq(off[i] + 12288, tier_ram_bytes(r));
@@ -66,12 +66,30 @@ Test(tier_ram, full_pool_then_empty_segments_go_to_other_classes)
 
     cr_assert_leq(nseg, 64);
     for (uint64_t i = 0; i < nseg; i++)
-        cr_assert_eq(tier_ram_alloc(r, big, &off[i]), 0);
-    cr_assert_eq(tier_ram_alloc(r, big, &x), -ENOSPC, "pool should be full");
-    cr_assert_eq(tier_ram_alloc(r, small, &x), -ENOSPC, "no segment left for another class");
+        cr_assert_eq(tier_ram_alloc(r, big, 1, &off[i]), 0);
+    cr_assert_eq(tier_ram_alloc(r, big, 1, &x), -ENOSPC, "pool should be full");
+    cr_assert_eq(tier_ram_alloc(r, small, 1, &x), -ENOSPC, "no segment left for another class");
     tier_ram_free(r, off[0]);
-    cr_assert_eq(tier_ram_alloc(r, small, &x), 0, "an emptied segment serves another class");
+    cr_assert_eq(tier_ram_alloc(r, small, 1, &x), 0, "an emptied segment serves another class");
     cr_assert_eq(x / seg, off[0] / seg, "the small slot should come from the freed segment");
-    cr_assert_eq(tier_ram_alloc(r, big, &x), -ENOSPC);
+    cr_assert_eq(tier_ram_alloc(r, big, 1, &x), -ENOSPC);
+    tier_ram_close(r);
+}
+
+/* Bug found in review: size classes were never given back, so a 33rd block
+ * size failed for ever even with an empty pool. */
+Test(tier_ram, classes_without_segments_are_recycled)
+{
+    struct tier_ram *r = open_pool(32u << 20);
+    uint64_t off;
+
+    for (uint64_t k = 1; k <= 3 * TIER_RAM_CLASSES; k++) {
+        int c = tier_ram_class(r, k * 4096);
+
+        cr_assert_geq(c, 0, "size %llu: no class (%d)", (unsigned long long)(k * 4096), c);
+        cr_assert_eq(tier_ram_alloc(r, c, 1, &off), 0);
+        tier_ram_free(r, off);
+    }
+    cr_assert_eq(tier_ram_used(r), 0);
     tier_ram_close(r);
 }

@@ -40,6 +40,7 @@ struct sess {
     bool hello;                /* HELLO done: the pool is mapped */
     uint32_t *resv;            /* ids reserved; pruned after commit/abort */
     size_t nresv, resv_cap;
+    size_t resv_live;          /* ids left after the last prune (>= 32) */
     struct lease *lease;       /* outstanding leases; linear search, few per client */
     size_t nlease, lease_cap;
     struct sess *prev, *next;  /* all sessions (for shutdown) */
@@ -162,11 +163,21 @@ static void prune_resv(struct sess *s)
 {
     size_t k = 0;
 
+    /* amortised: only once the list doubled since the last prune, so a
+     * client committing a big reservation a few keys at a time stays linear */
+    if (s->nresv < 2 * s->resv_live)
+        return;
+
     for (size_t i = 0; i < s->nresv; i++)
         if (tier_reserved_by(s->d->store, s->resv[i], s->id))
             s->resv[k++] = s->resv[i];
     s->nresv = k;
+    s->resv_live = k > 32 ? k : 32;
 }
+
+/* Leases one session may hold at once: an engine that forgets to release
+ * gets -EBUSY instead of growing the daemon without bound. */
+#define SESS_LEASES_MAX 4096
 
 static struct lease *new_lease(struct sess *s, const uint32_t *ids, uint32_t n)
 {
@@ -314,6 +325,8 @@ static int do_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *
         struct kvt_wire_get_rep rep = { 0 };
         struct lease *l;
 
+        if (s->nlease >= SESS_LEASES_MAX)
+            return reply_err(s, h, -EBUSY);
         rc = tier_get(t, k.ns_id, k.block_bytes, k.keys, k.n, ids_buf, offs_buf);
         if (rc < 0)
             return reply_err(s, h, rc);

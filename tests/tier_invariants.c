@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tier_invariants.c - random sequences of every store operation (reserve
+ * with and without parents and duplicates, two block sizes, commit, abort,
+ * get, release, remove, watermark eviction, a dying owner's reclaim) in a
+ * small pool, with tier_check() after every step. Fixed seeds, printed on
+ * failure; KVT_TEST_SEED replays one.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "t.h"
+#include "tier.h"
+
+#define NKEYS 96
+#define NOWN 3
+
+struct held {
+    uint32_t ids[8];
+    int n;
+};
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void run(uint64_t seed, int steps)
+{
+    struct tier_cfg cfg = { .warm_bytes = 8u << 20, .high_wm = 0.9, .low_wm = 0.6 };
+    struct tier *t = NULL;
+    struct tier_key keys[NKEYS];
+    static struct held lease[64];
+    static uint32_t resv[NOWN][4096];
+    int nlease = 0, nresv[NOWN] = { 0 };
+    uint64_t s = seed | 1;
+    char why[256];
+
+    cr_assert_eq(tier_create(&cfg, &t), 0);
+    t_keys((kvt_key *)keys, NKEYS, seed);
+    for (int step = 0; step < steps; step++) {
+        int op = (int)(rnd(&s) % 8), own = (int)(rnd(&s) % NOWN);
+        /* two namespaces, two block sizes: 256 KiB and 384 KiB */
+        uint32_t ns = 1 + (uint32_t)(rnd(&s) % 2);
+        uint64_t bytes = ns == 1 ? 256u << 10 : 384u << 10;
+        size_t at = rnd(&s) % NKEYS, n = 1 + rnd(&s) % 8;
+        uint32_t ids[8];
+        uint64_t offs[8];
+
+        if (at + n > NKEYS)
+            n = NKEYS - at;
+        switch (op) {
+        case 0: case 1: { /* reserve a chain piece, under its parent half the time */
+            const struct tier_key *parent = at > 0 && rnd(&s) % 2 ? &keys[at - 1] : NULL;
+            int rc = tier_reserve(t, ns, bytes, (uint32_t)own + 1, parent, keys + at, n, ids,
+                                  offs);
+
+            cr_assert(rc >= 0 || rc == -ENOSPC, "seed %llu step %d: reserve %d",
+                      (unsigned long long)seed, step, rc);
+            for (size_t i = 0; rc > 0 && i < n && nresv[own] < 4096; i++)
+                if (ids[i] != TIER_NONE)
+                    resv[own][nresv[own]++] = ids[i];
+            if (rc > 0 && rnd(&s) % 4) /* mostly the writer commits at once */
+                tier_commit(t, ns, bytes, (uint32_t)own + 1, keys + at, n);
+            break;
+        }
+        case 2: case 3:
+            tier_commit(t, ns, bytes, (uint32_t)own + 1, keys + at, n);
+            break;
+        case 4:
+            tier_abort(t, ns, (uint32_t)own + 1, keys + at, n);
+            break;
+        case 5: { /* get, or release an older lease */
+            if (nlease < 64 && rnd(&s) % 2) {
+                int rc = tier_get(t, ns, bytes, keys + at, n, lease[nlease].ids, offs);
+
+                if (rc > 0)
+                    lease[nlease++].n = rc;
+            } else if (nlease > 0) {
+                int k = (int)(rnd(&s) % (uint64_t)nlease);
+
+                tier_release(t, lease[k].ids, (size_t)lease[k].n, false);
+                lease[k] = lease[--nlease];
+            }
+            break;
+        }
+        case 6:
+            if (rnd(&s) % 2)
+                tier_remove(t, ns, keys + at, n);
+            else
+                tier_maintain(t);
+            break;
+        case 7: /* the owner dies: its reservations are reclaimed by id */
+            tier_abort_ids(t, (uint32_t)own + 1, resv[own], (size_t)nresv[own]);
+            nresv[own] = 0;
+            break;
+        }
+        if (tier_check(t, why, sizeof(why)) != 0)
+            cr_assert_fail("seed %llu step %d op %d: %s", (unsigned long long)seed, step, op,
+                           why);
+    }
+    {
+        struct tier_stats st;
+
+        /* the sequence must have reached the interesting paths */
+        tier_stats_get(t, &st);
+        cr_assert_gt(st.evictions[TIER_L_WARM], 0, "seed %llu: no eviction happened",
+                     (unsigned long long)seed);
+        cr_assert_gt(st.get_blocks, 0);
+        cr_assert_gt(st.put_blocks, 0);
+    }
+    tier_destroy(t);
+}
+
+Test(tier_invariants, random_operations_keep_every_invariant, .timeout = 120)
+{
+    const char *env = getenv("KVT_TEST_SEED");
+
+    if (env && *env) {
+        run(strtoull(env, NULL, 10), 20000);
+        return;
+    }
+    for (uint64_t seed = 1; seed <= 8; seed++)
+        run(seed, 4000);
+}
+
+Test(tier_invariants, check_catches_a_broken_counter)
+{
+    struct tier_cfg cfg = { .warm_bytes = 8u << 20 };
+    struct tier *t = NULL;
+    struct tier_key k[2];
+    uint32_t ids[2];
+    uint64_t offs[2];
+    char why[256];
+
+    /* the checker must be able to fail: a leaked lease breaks the counters */
+    cr_assert_eq(tier_create(&cfg, &t), 0);
+    t_keys((kvt_key *)k, 2, 3);
+    cr_assert_eq(tier_reserve(t, 1, 4096, 1, NULL, k, 2, ids, offs), 2);
+    cr_assert_eq(tier_commit(t, 1, 4096, 1, k, 2), 2);
+    cr_assert_eq(tier_check(t, why, sizeof(why)), 0, "%s", why);
+    cr_assert_eq(tier_get(t, 1, 4096, k, 2, ids, offs), 2);
+    tier_release(t, ids, 1, false);
+    tier_release(t, ids, 1, false); /* released twice, the other never */
+    cr_assert_eq(tier_check(t, why, sizeof(why)), -EUCLEAN);
+    tier_destroy(t);
+}
