@@ -199,43 +199,30 @@ static uint32_t pick_victim(struct tier *t)
     return best;
 }
 
+/* Evict a committed, unleased block. A leaf goes for good; an interior
+ * block (only free_segment evicts those) loses its slot but its entry stays
+ * as a ghost (invisible, so lookups stop there) until its last child goes,
+ * or comes back when its key is put again. */
 static void evict(struct tier *t, uint32_t id)
 {
     struct idx_entry *e = idx_at(t->idx, id);
     uint64_t slot = tier_ram_class_slot(t->ram, e->cls);
     uint32_t p = e->parent;
 
-    lru_unlink(t, id);
+    if (e->in_lru)
+        lru_unlink(t, id);
     if (t->cold && t->cold->demote(t->cold_ctx, e->ns, &e->key,
                                    (uint8_t *)tier_ram_base(t->ram) + e->off, slot) < 0)
         t->st.cold_errors++;
     tier_ram_free(t->ram, e->off);
     t->st.evictions[TIER_L_WARM]++;
     t->st.blocks[TIER_L_WARM]--;
-    idx_delete(t->idx, id);
-    child_gone(t, p, true);
-}
-
-/* Evict a committed, unleased block that may have children: a leaf goes
- * as usual; an interior block loses its slot but its entry stays as a ghost
- * (invisible, so lookups stop there) until its last child goes, or comes
- * back when its key is put again. */
-static void evict_any(struct tier *t, uint32_t id)
-{
-    struct idx_entry *e = idx_at(t->idx, id);
-
-    if (e->nchild == 0) {
-        evict(t, id);
+    if (e->nchild > 0) {
+        e->state = IDX_GHOST;
         return;
     }
-    if (t->cold && t->cold->demote(t->cold_ctx, e->ns, &e->key,
-                                   (uint8_t *)tier_ram_base(t->ram) + e->off,
-                                   tier_ram_class_slot(t->ram, e->cls)) < 0)
-        t->st.cold_errors++;
-    tier_ram_free(t->ram, e->off);
-    e->state = IDX_GHOST;
-    t->st.evictions[TIER_L_WARM]++;
-    t->st.blocks[TIER_L_WARM]--;
+    idx_delete(t->idx, id);
+    child_gone(t, p, true);
 }
 
 /* Free a whole segment of another class for class cls: the one with the
@@ -273,7 +260,7 @@ static int free_segment(struct tier *t, int cls)
     /* eviction clears each slot's tag; the array itself stays in place */
     for (uint32_t i = 0; i < nslots; i++)
         if (tags[i] != TIER_RAM_NOTAG)
-            evict_any(t, tags[i]);
+            evict(t, tags[i]);
     return 0;
 }
 
