@@ -1,8 +1,0 @@
-build/obj/tierd/sess.o: tierd/sess.c tierd/ev.h tierd/sess.h store/tier.h \
- tierd/tierd.h client/kvt_wire.h client/kvtier.h
-tierd/ev.h:
-tierd/sess.h:
-store/tier.h:
-tierd/tierd.h:
-client/kvt_wire.h:
-client/kvtier.h:
