@@ -117,7 +117,7 @@ static void run(uint64_t seed, int steps)
     tier_destroy(t);
 }
 
-Test(tier_invariants, random_operations_keep_every_invariant, .timeout = 120)
+Test(tier_invariants, random_operations_keep_every_invariant)
 {
     const char *env = getenv("KVT_TEST_SEED");
 

@@ -384,7 +384,7 @@ static kvt_stats raw_stats(int fd, const char *what)
 
 /* ---- framing: the connection is closed -------------------------------- */
 
-Test(bad_input, message_shorter_than_header_closes_connection, .fini = fx_fini, .timeout = 30)
+Test(bad_input, message_shorter_than_header_closes_connection, .fini = fx_fini)
 {
     struct kvt_wire_hdr h = hdr_of(KVT_OP_STATS, 1, 0, 0);
     static const size_t lens[] = { 1, 10, HDR - 1 };
@@ -410,7 +410,7 @@ Test(bad_input, message_shorter_than_header_closes_connection, .fini = fx_fini, 
     check_served("an empty message");
 }
 
-Test(bad_input, wrong_magic_closes_connection, .fini = fx_fini, .timeout = 30)
+Test(bad_input, wrong_magic_closes_connection, .fini = fx_fini)
 {
     static const uint32_t magics[] = { 0, KVT_WIRE_MAGIC ^ 1u, 0x4b565431u /* byte-swapped */ };
     kvt_stats st;
@@ -430,7 +430,7 @@ Test(bad_input, wrong_magic_closes_connection, .fini = fx_fini, .timeout = 30)
     expect_proto_errors(&st, 3, "three wrong magics");
 }
 
-Test(bad_input, body_len_not_matching_message_closes_connection, .fini = fx_fini, .timeout = 30)
+Test(bad_input, body_len_not_matching_message_closes_connection, .fini = fx_fini)
 {
     static const struct {
         uint32_t claimed; /* body_len in the header */
@@ -455,8 +455,7 @@ Test(bad_input, body_len_not_matching_message_closes_connection, .fini = fx_fini
     expect_proto_errors(&st, 5, "five body_len mismatches");
 }
 
-Test(bad_input, message_over_max_is_truncated_and_closes_connection, .fini = fx_fini,
-     .timeout = 30)
+Test(bad_input, message_over_max_is_truncated_and_closes_connection, .fini = fx_fini)
 {
     static const size_t sizes[] = { KVT_WIRE_MSG_MAX + 4096, 2 * KVT_WIRE_MSG_MAX };
     kvt_stats st;
@@ -480,7 +479,7 @@ Test(bad_input, message_over_max_is_truncated_and_closes_connection, .fini = fx_
 /* KVT_WIRE_MSG_MAX is the largest message either side sends, so one byte
  * more is a framing error like any larger message. (sess.c receives into
  * KVT_WIRE_MSG_MAX + 1 bytes, so exactly one byte over is not truncated.) */
-Test(bad_input, message_of_max_plus_one_bytes_closes_connection, .fini = fx_fini, .timeout = 30)
+Test(bad_input, message_of_max_plus_one_bytes_closes_connection, .fini = fx_fini)
 {
     static uint8_t body[KVT_WIRE_MSG_MAX + 1 - HDR];
     struct kvt_wire_hdr h = hdr_of(KVT_OP_STATS, 12, 0, sizeof(body));
@@ -495,7 +494,7 @@ Test(bad_input, message_of_max_plus_one_bytes_closes_connection, .fini = fx_fini
     expect_proto_errors(&st, 1, "one oversized message");
 }
 
-Test(bad_input, passed_descriptor_closes_connection, .fini = fx_fini, .timeout = 30)
+Test(bad_input, passed_descriptor_closes_connection, .fini = fx_fini)
 {
     struct kvt_wire_hdr h = hdr_of(KVT_OP_STATS, 13, 0, 0);
     union {
@@ -527,7 +526,7 @@ Test(bad_input, passed_descriptor_closes_connection, .fini = fx_fini, .timeout =
     expect_proto_errors(&st, 1, "one passed descriptor");
 }
 
-Test(bad_input, wrong_version_gets_eversion_then_close, .fini = fx_fini, .timeout = 30)
+Test(bad_input, wrong_version_gets_eversion_then_close, .fini = fx_fini)
 {
     static const struct {
         uint16_t version;
@@ -560,7 +559,7 @@ Test(bad_input, wrong_version_gets_eversion_then_close, .fini = fx_fini, .timeou
 
 /* A KVT_EPROTO reply says "malformed message" (kvtier.h), which is what
  * proto_errors counts, whether or not the connection survives it. */
-Test(bad_input, request_before_hello_gets_eproto, .fini = fx_fini, .timeout = 30)
+Test(bad_input, request_before_hello_gets_eproto, .fini = fx_fini)
 {
     struct kvt_wire_ns_req model = test_model(BLK);
     kvt_stats st;
@@ -585,8 +584,7 @@ Test(bad_input, request_before_hello_gets_eproto, .fini = fx_fini, .timeout = 30
     expect_proto_errors(&st, 2, "two requests before HELLO");
 }
 
-Test(bad_input, unknown_opcode_gets_eproto_and_connection_stays_up, .fini = fx_fini,
-     .timeout = 30)
+Test(bad_input, unknown_opcode_gets_eproto_and_connection_stays_up, .fini = fx_fini)
 {
     static const uint16_t ops[] = { 0, KVT_OP_MAX_, 0xffff };
     struct kvt_wire_ns_req model = test_model(BLK);
@@ -613,7 +611,7 @@ Test(bad_input, unknown_opcode_gets_eproto_and_connection_stays_up, .fini = fx_f
     expect_proto_errors(&st, 3, "three unknown opcodes");
 }
 
-Test(bad_input, keys_request_over_batch_max_gets_e2big, .fini = fx_fini, .timeout = 30)
+Test(bad_input, keys_request_over_batch_max_gets_e2big, .fini = fx_fini)
 {
     static const uint16_t ops[] = { KVT_OP_LOOKUP, KVT_OP_PUT_RESERVE, KVT_OP_GET,
                                     KVT_OP_REMOVE };
@@ -647,7 +645,7 @@ Test(bad_input, keys_request_over_batch_max_gets_e2big, .fini = fx_fini, .timeou
 }
 
 /* As before HELLO: KVT_EPROTO replies are malformed messages, counted. */
-Test(bad_input, keys_count_not_matching_body_gets_eproto, .fini = fx_fini, .timeout = 30)
+Test(bad_input, keys_count_not_matching_body_gets_eproto, .fini = fx_fini)
 {
     struct kvt_wire_ns_req model = test_model(BLK);
     kvt_key parent;
@@ -686,7 +684,7 @@ Test(bad_input, keys_count_not_matching_body_gets_eproto, .fini = fx_fini, .time
     expect_proto_errors(&st, 5, "five keys requests answered KVT_EPROTO");
 }
 
-Test(bad_input, keys_request_for_unknown_namespace_gets_enons, .fini = fx_fini, .timeout = 30)
+Test(bad_input, keys_request_for_unknown_namespace_gets_enons, .fini = fx_fini)
 {
     static const uint32_t ids[] = { 0, 2 /* one past the only namespace */, 0x7fffffffu,
                                     UINT32_MAX };
@@ -714,8 +712,7 @@ Test(bad_input, keys_request_for_unknown_namespace_gets_enons, .fini = fx_fini, 
     check_served("unknown namespaces");
 }
 
-Test(bad_input, keys_request_with_other_block_size_gets_eblocksize, .fini = fx_fini,
-     .timeout = 30)
+Test(bad_input, keys_request_with_other_block_size_gets_eblocksize, .fini = fx_fini)
 {
     /* the namespace was opened through libkvtier with BLK; the raw client
      * joins it with the same descriptor and then lies about the size */
@@ -761,7 +758,7 @@ Test(bad_input, keys_request_with_other_block_size_gets_eblocksize, .fini = fx_f
 
 /* ---- namespaces ------------------------------------------------------- */
 
-Test(bad_input, ns_open_with_bad_descriptor_gets_einval, .fini = fx_fini, .timeout = 30)
+Test(bad_input, ns_open_with_bad_descriptor_gets_einval, .fini = fx_fini)
 {
     struct kvt_wire_ns_req r;
     kvt_stats st;
@@ -796,7 +793,7 @@ Test(bad_input, ns_open_with_bad_descriptor_gets_einval, .fini = fx_fini, .timeo
     check_served("bad namespace descriptors");
 }
 
-Test(bad_input, ns_open_with_block_over_largest_slot_gets_efbig, .fini = fx_fini, .timeout = 30)
+Test(bad_input, ns_open_with_block_over_largest_slot_gets_efbig, .fini = fx_fini)
 {
     static const uint64_t sizes[] = { POOL64_SLOT_MAX + 1, KVT_BLOCK_MAX, UINT64_MAX };
     struct kvt_wire_ns_req r;
@@ -909,8 +906,7 @@ static int fake_tierd(int lfd, int ctl)
     return recv(fd, buf, sizeof(buf), 0) == 0 ? 0 : 11; /* the client's close */
 }
 
-Test(bad_input, client_ns_open_with_bad_descriptor_is_einval_without_daemon, .fini = fx_fini,
-     .timeout = 30)
+Test(bad_input, client_ns_open_with_bad_descriptor_is_einval_without_daemon, .fini = fx_fini)
 {
     char long_id[200], sock[64];
     struct sockaddr_un a = { .sun_family = AF_UNIX };
@@ -987,7 +983,7 @@ Test(bad_input, client_ns_open_with_bad_descriptor_is_einval_without_daemon, .fi
 
 /* ---- leases and a full pool ---------------------------------------------- */
 
-Test(bad_input, release_of_foreign_lease_gets_enoent, .fini = fx_fini, .timeout = 30)
+Test(bad_input, release_of_foreign_lease_gets_enoent, .fini = fx_fini)
 {
     struct kvt_wire_ns_req model = test_model(BLK);
     struct {
@@ -1052,8 +1048,7 @@ Test(bad_input, release_of_foreign_lease_gets_enoent, .fini = fx_fini, .timeout 
 /* 32 MiB pool = 32 slots of 1 MiB. --high-wm 1 turns off background
  * eviction, which would otherwise drop a just-committed block before the
  * second client can lease it; eviction on demand (in reserve) stays. */
-Test(bad_input, full_pool_of_leased_blocks_gets_enospc_all_or_nothing, .fini = fx_fini,
-     .timeout = 30)
+Test(bad_input, full_pool_of_leased_blocks_gets_enospc_all_or_nothing, .fini = fx_fini)
 {
     static const char *const pool32[] = { "--warm-bytes", "32M", "--no-mlock", "--high-wm", "1",
                                           NULL };
@@ -1211,7 +1206,7 @@ static int garbage_child(const char *sock)
     _exit(0);
 }
 
-Test(bad_input, garbage_then_vanish_has_reservations_reclaimed, .fini = fx_fini, .timeout = 30)
+Test(bad_input, garbage_then_vanish_has_reservations_reclaimed, .fini = fx_fini)
 {
     kvt_stats st0, st;
     pid_t pid;
@@ -1264,7 +1259,7 @@ static uint64_t requests_seen(const kvt_stats *st)
     return st->lookups + st->puts + st->gets + st->removes + st->proto_errors + st->misses;
 }
 
-Test(bad_input, client_null_arguments_are_einval, .fini = fx_fini, .timeout = 30)
+Test(bad_input, client_null_arguments_are_einval, .fini = fx_fini)
 {
     const void *cslots[1];
     void *slots[1], *bufs[1];
@@ -1321,7 +1316,7 @@ Test(bad_input, client_null_arguments_are_einval, .fini = fx_fini, .timeout = 30
     check_served("NULL arguments");
 }
 
-Test(bad_input, client_batch_over_max_is_e2big, .fini = fx_fini, .timeout = 30)
+Test(bad_input, client_batch_over_max_is_e2big, .fini = fx_fini)
 {
     enum { N = KVT_BATCH_MAX + 1 };
     static kvt_key keys[N];
@@ -1368,7 +1363,7 @@ Test(bad_input, client_batch_over_max_is_e2big, .fini = fx_fini, .timeout = 30)
 }
 
 Test(bad_input, client_lookup_of_3000_keys_is_split_and_counts_the_leading_run,
-     .fini = fx_fini, .timeout = 30)
+     .fini = fx_fini)
 {
     enum { N = 3000, PRESENT = 2100, PG = 4096 };
     static kvt_key keys[N], probe[N];

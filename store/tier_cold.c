@@ -1,0 +1,551 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tier_cold.c - the cold tier (see tier_cold.h for the ordering rules).
+ *
+ * Design note. A put walks three states: WRITING (its write is in the ring),
+ * PENDING (written, waiting for a batch), SYNCING (the batch's fdatasync is
+ * in flight). When the sync completes, one LMDB transaction indexes the
+ * whole batch, then the space of any copies it replaced is freed and the
+ * callbacks run. A failed sync leaves the file's state unknown: the tier
+ * turns failed and refuses writes (sticky), since retrying could index data
+ * that never reached the disk.
+ *
+ * Space is a bitmap of 4 KiB pages with first-fit from a rotating cursor:
+ * O(pages) in the worst case, but the cursor makes a mostly sequential fill
+ * cheap, and blocks of any size share one file. It is rebuilt from the
+ * index at open, so it never needs to be stored.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "idx_cold.h"
+#include "tier_cold.h"
+#include "tier_nvme.h"
+
+#define PAGE 4096u
+
+struct op {
+    struct tier_cold *c;
+    uint32_t ns;
+    struct tier_key key;
+    uint64_t off, len, xxh3, gen;
+    bool has_parent;
+    struct tier_key parent;
+    void *buf;            /* get: the caller's buffer */
+    tier_cold_cb cb;
+    void *ctx;
+    struct op *next;      /* pending / syncing list */
+};
+
+struct tier_cold {
+    struct tier_nvme *io;
+    struct idx_cold *idx;
+    uint64_t *map;        /* 1 bit per page, set = in use */
+    uint64_t npages, cursor, used_pages;
+    uint64_t next_gen;
+    uint32_t batch;
+    struct op *pending;   /* written, not yet synced (LIFO: order does not matter) */
+    unsigned npending;
+    struct op *syncing;   /* the batch whose sync is in flight */
+    unsigned nsyncing;
+    bool sync_inflight;
+    bool flush_wanted;    /* commit the pending ops as soon as possible */
+    unsigned writes, reads; /* in flight */
+    struct tier_cold_stats st;
+    void (*log)(void *ctx, const char *msg);
+    void *log_ctx;
+};
+
+static void say(struct tier_cold *c, const char *msg)
+{
+    if (c->log)
+        c->log(c->log_ctx, msg);
+}
+
+/* ---- page map -------------------------------------------------------- */
+
+static bool page_used(const struct tier_cold *c, uint64_t p)
+{
+    return c->map[p >> 6] >> (p & 63) & 1;
+}
+
+static void mark(struct tier_cold *c, uint64_t p, uint64_t n, bool used)
+{
+    for (uint64_t i = p; i < p + n; i++) {
+        if (used)
+            c->map[i >> 6] |= 1ull << (i & 63);
+        else
+            c->map[i >> 6] &= ~(1ull << (i & 63));
+    }
+    if (used)
+        c->used_pages += n;
+    else
+        c->used_pages -= n;
+}
+
+static void free_bytes(struct tier_cold *c, uint64_t off, uint64_t len)
+{
+    mark(c, off / PAGE, len / PAGE, false);
+}
+
+/* First fit of k contiguous pages from the cursor, one lap at most. */
+static int alloc_bytes(struct tier_cold *c, uint64_t len, uint64_t *off)
+{
+    uint64_t k = len / PAGE, p = c->cursor, run = 0;
+
+    if (k > c->npages - c->used_pages)
+        return -ENOSPC;
+    for (uint64_t scanned = 0; scanned < c->npages + k; scanned++, p++) {
+        if (p >= c->npages) { /* runs do not wrap around the end */
+            p = 0;
+            run = 0;
+        }
+        if (run == 0 && (p & 63) == 0 && c->map[p >> 6] == ~0ull) {
+            p += 63; /* a full word: skip it */
+            scanned += 63;
+            continue;
+        }
+        if (page_used(c, p)) {
+            run = 0;
+            continue;
+        }
+        if (++run == k) {
+            *off = (p + 1 - k) * PAGE;
+            mark(c, p + 1 - k, k, true);
+            c->cursor = p + 1 < c->npages ? p + 1 : 0;
+            return 0;
+        }
+    }
+    return -ENOSPC;
+}
+
+/* ---- writes and the durable commit ------------------------------------ */
+
+static void fail_op(struct tier_cold *c, struct op *o, int rc)
+{
+    free_bytes(c, o->off, o->len);
+    o->cb(o->ctx, rc);
+    free(o);
+}
+
+static void start_sync(struct tier_cold *c);
+
+static void on_sync(void *ctx, int64_t res)
+{
+    struct tier_cold *c = ctx;
+    struct op *o = c->syncing, *next;
+    struct idx_cold_put *p = NULL;
+    struct idx_cold_rec *old = NULL;
+    unsigned n = c->nsyncing, i = 0;
+    int rc = res < 0 ? (int)res : 0;
+
+    c->sync_inflight = false;
+    c->syncing = NULL;
+    c->nsyncing = 0;
+    if (rc == 0) {
+        p = malloc(n * sizeof(*p));
+        old = malloc(n * sizeof(*old));
+        if (!p || !old)
+            rc = -ENOMEM;
+    }
+    for (struct op *q = o; rc == 0 && q; q = q->next, i++)
+        p[i] = (struct idx_cold_put){ .ns = q->ns, .key = q->key,
+                                      .rec = { .off = q->off, .len = q->len, .xxh3 = q->xxh3,
+                                               .gen = q->gen, .parent = q->parent,
+                                               .flags = q->has_parent ? IDX_COLD_HAS_PARENT
+                                                                      : 0 } };
+    if (rc == 0)
+        rc = idx_cold_put_batch(c->idx, p, n, old);
+    if (rc < 0 && rc != -ENOMEM) {
+        /* the disk or the index failed: what reached it is unknown */
+        c->st.failed = true;
+        c->st.io_errors++;
+        say(c, "cold tier: sync or index commit failed; refusing further writes");
+    }
+    for (i = 0; o; o = next, i++) {
+        next = o->next;
+        if (rc < 0) {
+            fail_op(c, o, rc == -ENOMEM ? rc : -EIO);
+            continue;
+        }
+        if (old[i].len) /* the replaced copy: no record points at it any more */
+            free_bytes(c, old[i].off, old[i].len);
+        else
+            c->st.blocks++;
+        o->cb(o->ctx, 0);
+        free(o);
+    }
+    if (rc == 0)
+        c->st.commits++;
+    free(p);
+    free(old);
+    if (c->npending >= c->batch || (c->flush_wanted && c->npending))
+        start_sync(c);
+}
+
+static void start_sync(struct tier_cold *c)
+{
+    int rc;
+
+    if (!c->pending)
+        return;
+    if (c->st.failed) {
+        while (c->pending) {
+            struct op *o = c->pending;
+
+            c->pending = o->next;
+            fail_op(c, o, -EIO);
+        }
+        c->npending = 0;
+        return;
+    }
+    if (c->sync_inflight) {
+        c->flush_wanted = true; /* the next batch starts when this one lands */
+        return;
+    }
+    /* fdatasync is ordered after every write already completed: all of the
+     * pending ones, by construction */
+    rc = tier_nvme_sync(c->io, on_sync, c);
+    if (rc < 0) {
+        c->flush_wanted = true; /* ring full: retried from tier_cold_poll */
+        return;
+    }
+    c->syncing = c->pending;
+    c->nsyncing = c->npending;
+    c->pending = NULL;
+    c->npending = 0;
+    c->sync_inflight = true;
+    c->flush_wanted = false;
+    tier_nvme_submit(c->io);
+}
+
+static void on_write(void *ctx, int64_t res)
+{
+    struct op *o = ctx;
+    struct tier_cold *c = o->c;
+
+    c->writes--;
+    if (res < 0) {
+        c->st.io_errors++;
+        fail_op(c, o, (int)res);
+        return;
+    }
+    c->st.writes++;
+    c->st.bytes_written += o->len;
+    o->next = c->pending;
+    c->pending = o;
+    if (++c->npending >= c->batch)
+        start_sync(c);
+}
+
+static bool aligned(const void *buf, uint64_t len)
+{
+    return len > 0 && len % PAGE == 0 && (uintptr_t)buf % PAGE == 0;
+}
+
+int tier_cold_put(struct tier_cold *c, uint32_t ns, const struct tier_key *key,
+                  const struct tier_key *parent, const void *buf, uint64_t len,
+                  tier_cold_cb cb, void *ctx)
+{
+    struct op *o;
+    uint64_t off;
+    int rc;
+
+    if (c->st.failed)
+        return -EIO;
+    if (!aligned(buf, len) || !cb)
+        return -EINVAL;
+    o = malloc(sizeof(*o));
+    if (!o)
+        return -ENOMEM;
+    rc = alloc_bytes(c, len, &off);
+    if (rc < 0) {
+        free(o);
+        return rc;
+    }
+    *o = (struct op){ .c = c, .ns = ns, .key = *key, .off = off, .len = len,
+                      .xxh3 = XXH3_64bits(buf, len), .gen = c->next_gen++, .cb = cb,
+                      .ctx = ctx, .has_parent = parent != NULL };
+    if (parent)
+        o->parent = *parent;
+    rc = tier_nvme_write(c->io, o->off, buf, len, on_write, o);
+    if (rc < 0) {
+        free_bytes(c, o->off, len);
+        free(o);
+        return rc;
+    }
+    c->writes++;
+    tier_nvme_submit(c->io);
+    return 0;
+}
+
+void tier_cold_flush(struct tier_cold *c)
+{
+    c->flush_wanted = true;
+    start_sync(c);
+}
+
+/* ---- reads ------------------------------------------------------------ */
+
+static void on_read(void *ctx, int64_t res)
+{
+    struct op *o = ctx;
+    struct tier_cold *c = o->c;
+    struct idx_cold_rec now;
+    int rc = 0;
+
+    c->reads--;
+    if (res < 0) {
+        c->st.io_errors++;
+        rc = -EIO;
+    } else if (XXH3_64bits(o->buf, o->len) != o->xxh3) {
+        /* never hand these bytes out; drop the record unless it was
+         * replaced meanwhile (then the mismatch was the race, not the disk) */
+        c->st.checksum_errors++;
+        rc = -EBADMSG;
+        if (idx_cold_get(c->idx, o->ns, &o->key, &now) == 0 && now.gen == o->gen &&
+            idx_cold_del(c->idx, o->ns, &o->key) == 0) {
+            free_bytes(c, now.off, now.len);
+            c->st.blocks--;
+        }
+    } else {
+        c->st.reads++;
+        c->st.bytes_read += o->len;
+    }
+    o->cb(o->ctx, rc);
+    free(o);
+}
+
+int tier_cold_get(struct tier_cold *c, uint32_t ns, const struct tier_key *key, void *buf,
+                  uint64_t cap, uint64_t *len_out, tier_cold_cb cb, void *ctx)
+{
+    struct idx_cold_rec rec;
+    struct op *o;
+    int rc = idx_cold_get(c->idx, ns, key, &rec);
+
+    if (rc < 0)
+        return rc;
+    if (!aligned(buf, cap) || rec.len > cap || !cb)
+        return -EINVAL;
+    o = malloc(sizeof(*o));
+    if (!o)
+        return -ENOMEM;
+    *o = (struct op){ .c = c, .ns = ns, .key = *key, .off = rec.off, .len = rec.len,
+                      .xxh3 = rec.xxh3, .gen = rec.gen, .buf = buf, .cb = cb, .ctx = ctx };
+    rc = tier_nvme_read(c->io, rec.off, buf, rec.len, on_read, o);
+    if (rc < 0) {
+        free(o);
+        return rc;
+    }
+    c->reads++;
+    if (len_out)
+        *len_out = rec.len;
+    tier_nvme_submit(c->io);
+    return 0;
+}
+
+bool tier_cold_has(struct tier_cold *c, uint32_t ns, const struct tier_key *key)
+{
+    struct idx_cold_rec rec;
+
+    return idx_cold_get(c->idx, ns, key, &rec) == 0;
+}
+
+int tier_cold_remove(struct tier_cold *c, uint32_t ns, const struct tier_key *key)
+{
+    struct idx_cold_rec rec;
+    int rc = idx_cold_get(c->idx, ns, key, &rec);
+
+    if (rc == 0)
+        rc = idx_cold_del(c->idx, ns, key);
+    if (rc < 0)
+        return rc;
+    /* the delete is durable: the space can be reused */
+    free_bytes(c, rec.off, rec.len);
+    c->st.blocks--;
+    return 0;
+}
+
+/* ---- the rest --------------------------------------------------------- */
+
+int tier_cold_event_fd(const struct tier_cold *c)
+{
+    return tier_nvme_event_fd(c->io);
+}
+
+unsigned tier_cold_busy(const struct tier_cold *c)
+{
+    return c->writes + c->reads + c->npending + c->nsyncing;
+}
+
+int tier_cold_poll(struct tier_cold *c, bool wait)
+{
+    bool inflight = tier_nvme_inflight(c->io) > 0;
+    int rc = tier_nvme_reap(c->io, wait && inflight ? 1 : 0);
+
+    if (c->flush_wanted && !c->sync_inflight)
+        start_sync(c);
+    return rc;
+}
+
+int tier_cold_drain(struct tier_cold *c)
+{
+    while (tier_cold_busy(c)) {
+        int rc;
+
+        tier_cold_flush(c);
+        rc = tier_cold_poll(c, true);
+        if (rc < 0)
+            return rc;
+    }
+    return c->st.failed ? -EIO : 0;
+}
+
+struct scan_ctx {
+    int (*fn)(void *ctx, uint32_t ns, const struct tier_key *key,
+              const struct tier_key *parent, uint64_t len);
+    void *ctx;
+};
+
+static int scan_one(void *ctx, uint32_t ns, const struct tier_key *key,
+                    const struct idx_cold_rec *rec)
+{
+    struct scan_ctx *s = ctx;
+
+    return s->fn(s->ctx, ns, key, rec->flags & IDX_COLD_HAS_PARENT ? &rec->parent : NULL,
+                 rec->len);
+}
+
+int tier_cold_scan(struct tier_cold *c,
+                   int (*fn)(void *ctx, uint32_t ns, const struct tier_key *key,
+                             const struct tier_key *parent, uint64_t len),
+                   void *ctx)
+{
+    struct scan_ctx s = { fn, ctx };
+
+    return idx_cold_scan(c->idx, scan_one, &s);
+}
+
+int tier_cold_ns_id(struct tier_cold *c, const void *desc, size_t len, uint32_t *id)
+{
+    return idx_cold_ns_id(c->idx, desc, len, id);
+}
+
+void tier_cold_stats_get(const struct tier_cold *c, struct tier_cold_stats *out)
+{
+    *out = c->st;
+    out->bytes_used = c->used_pages * PAGE;
+    out->bytes_capacity = c->npages * PAGE;
+    out->direct = tier_nvme_direct(c->io);
+}
+
+/* ---- open / close: rebuilding the page map ------------------------------ */
+
+struct rebuild {
+    struct tier_cold *c;
+    struct idx_cold_put *bad; /* records to drop after the walk */
+    size_t nbad, cap;
+};
+
+static int claim(void *ctx, uint32_t ns, const struct tier_key *key,
+                 const struct idx_cold_rec *rec)
+{
+    struct rebuild *r = ctx;
+    struct tier_cold *c = r->c;
+    uint64_t p = rec->off / PAGE, n = rec->len / PAGE;
+    bool ok = rec->off % PAGE == 0 && rec->len % PAGE == 0 && rec->len > 0 &&
+              p + n <= c->npages && p + n > p;
+
+    for (uint64_t i = p; ok && i < p + n; i++)
+        ok = !page_used(c, i);
+    if (ok) {
+        mark(c, p, n, true);
+        c->st.blocks++;
+        if (rec->gen >= c->next_gen)
+            c->next_gen = rec->gen + 1;
+        return 0;
+    }
+    if (r->nbad == r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 16;
+        struct idx_cold_put *b = realloc(r->bad, cap * sizeof(*b));
+
+        if (!b)
+            return -ENOMEM;
+        r->bad = b;
+        r->cap = cap;
+    }
+    r->bad[r->nbad++] = (struct idx_cold_put){ .ns = ns, .key = *key, .rec = *rec };
+    return 0;
+}
+
+int tier_cold_open(const struct tier_cold_cfg *cfg, struct tier_cold **out)
+{
+    char path[4096], msg[320];
+    struct tier_nvme_cfg ncfg = { .path = path, .bytes = cfg->bytes ? cfg->bytes : 16ull << 30,
+                                  .qd = cfg->qd, .no_direct = cfg->no_direct,
+                                  .log = cfg->log, .log_ctx = cfg->log_ctx };
+    struct rebuild r = { 0 };
+    struct tier_cold *c = calloc(1, sizeof(*c));
+    int rc;
+
+    if (!c)
+        return -ENOMEM;
+    c->log = cfg->log;
+    c->log_ctx = cfg->log_ctx;
+    c->batch = cfg->batch ? cfg->batch : 32;
+    c->next_gen = 1;
+    snprintf(path, sizeof(path), "%s/cold.lmdb", cfg->dir);
+    rc = idx_cold_open(path, 0, cfg->log, cfg->log_ctx, &c->idx);
+    if (rc < 0)
+        goto out_free;
+    snprintf(path, sizeof(path), "%s/cold.data", cfg->dir);
+    rc = tier_nvme_open(&ncfg, &c->io);
+    if (rc < 0)
+        goto out_idx;
+    c->npages = tier_nvme_bytes(c->io) / PAGE;
+    c->map = calloc((c->npages + 63) / 64, sizeof(uint64_t));
+    if (!c->map) {
+        rc = -ENOMEM;
+        goto out_io;
+    }
+    if (c->npages % 64) /* the tail of the last word is never free */
+        c->map[c->npages / 64] = ~0ull << (c->npages % 64);
+    r.c = c;
+    rc = idx_cold_scan(c->idx, claim, &r);
+    if (rc < 0)
+        goto out_map;
+    for (size_t i = 0; i < r.nbad; i++) {
+        snprintf(msg, sizeof(msg), "cold tier: dropping a record at %llu+%llu: outside the "
+                                   "file or overlapping another",
+                 (unsigned long long)r.bad[i].rec.off, (unsigned long long)r.bad[i].rec.len);
+        say(c, msg);
+        idx_cold_del(c->idx, r.bad[i].ns, &r.bad[i].key);
+    }
+    free(r.bad);
+    *out = c;
+    return 0;
+out_map:
+    free(r.bad);
+    free(c->map);
+out_io:
+    tier_nvme_close(c->io);
+out_idx:
+    idx_cold_close(c->idx);
+out_free:
+    free(c);
+    return rc;
+}
+
+void tier_cold_close(struct tier_cold *c)
+{
+    if (!c)
+        return;
+    tier_cold_drain(c);
+    tier_nvme_close(c->io);
+    idx_cold_close(c->idx);
+    free(c->map);
+    free(c);
+}

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tier_nvme.h - the cold tier's I/O: one preallocated data file, opened
+ * O_DIRECT where the file system allows it, read and written through one
+ * io_uring. Completions are signalled on an eventfd (for tierd's epoll loop)
+ * and delivered by tier_nvme_reap() to per-request callbacks.
+ *
+ * It moves bytes and nothing else: which offsets hold which block, checksums
+ * and the index are tier_cold.c's. Only this file sees liburing.h.
+ * Not thread-safe: one caller at a time (tierd's loop thread).
+ */
+#ifndef TIER_NVME_H
+#define TIER_NVME_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define TIER_NVME_ALIGN 4096u /* offsets, lengths and buffers of every I/O */
+
+struct tier_nvme;
+
+struct tier_nvme_cfg {
+    const char *path;    /* data file; created if missing */
+    uint64_t bytes;      /* its size: preallocated with fallocate (rounded up to 4 KiB) */
+    uint32_t qd;         /* io_uring queue depth (0: 32) */
+    bool no_direct;      /* force buffered I/O (tests; file systems without O_DIRECT) */
+    void (*log)(void *ctx, const char *msg);
+    void *log_ctx;
+};
+
+/* Called once per request from tier_nvme_reap(): res is the byte count
+ * (always the full length: short transfers are retried inside) or a
+ * negative errno (-EIO, -ENOSPC, ...). */
+typedef void (*tier_nvme_cb)(void *ctx, int64_t res);
+
+/* Open (create, preallocate) the file and set up the ring and its eventfd.
+ * Where O_DIRECT is refused (tmpfs, some file systems) it logs that once and
+ * uses buffered I/O. An existing larger file is kept (never truncated).
+ * Errors: -ENOSPC when the file cannot be preallocated, or open/io_uring
+ * errnos. */
+int tier_nvme_open(const struct tier_nvme_cfg *cfg, struct tier_nvme **out);
+/* Wait for every request in flight (their callbacks run), then close. NULL ok. */
+void tier_nvme_close(struct tier_nvme *n);
+
+uint64_t tier_nvme_bytes(const struct tier_nvme *n); /* usable size of the file */
+bool tier_nvme_direct(const struct tier_nvme *n);     /* O_DIRECT in use */
+int tier_nvme_event_fd(const struct tier_nvme *n);    /* readable when completions wait */
+
+/* Queue a read or write of len bytes at file offset off (all three and the
+ * buffer address aligned to TIER_NVME_ALIGN; off + len within the file).
+ * The buffer must stay valid until the callback ran. Queued requests go to
+ * the kernel at tier_nvme_submit() (or when the queue is full). -EINVAL for
+ * misaligned or out-of-range requests; -EBUSY when qd requests are already
+ * in flight (reap first). */
+int tier_nvme_read(struct tier_nvme *n, uint64_t off, void *buf, uint64_t len, tier_nvme_cb cb,
+                   void *ctx);
+int tier_nvme_write(struct tier_nvme *n, uint64_t off, const void *buf, uint64_t len,
+                    tier_nvme_cb cb, void *ctx);
+/* Queue a data sync of the file (fdatasync semantics): ordered after every
+ * write whose callback has already run, not after writes still in flight. */
+int tier_nvme_sync(struct tier_nvme *n, tier_nvme_cb cb, void *ctx);
+int tier_nvme_submit(struct tier_nvme *n);
+
+/* Run the callbacks of completed requests; wait for at least `min` to
+ * complete first (0: do not wait). Returns the number of callbacks run or a
+ * negative errno. Drains the eventfd. */
+int tier_nvme_reap(struct tier_nvme *n, unsigned min);
+
+/* Requests queued or in flight. */
+unsigned tier_nvme_inflight(const struct tier_nvme *n);
+
+#endif /* TIER_NVME_H */
