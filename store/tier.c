@@ -1,18 +1,30 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tier.c - the store: reservations, leases, prefix lookups and leaf-first
- * LRU eviction over the index (idx.c) and the warm pool (tier_ram.c).
+ * tier.c - the store: reservations, leases, prefix lookups, leaf-first LRU
+ * eviction, and the movers between warm (tier_ram.c) and cold (tier_cold.c),
+ * over the in-memory index (idx.c).
  *
  * Design note: leaf-first LRU. Each entry names its parent (the block before
- * it in its chain) and counts its children. Only "leaves" can be evicted: an
- * entry that is committed, unleased and has no children. Those, and only
- * those, are linked into an LRU list of their size class (in_lru), so picking
- * a victim is O(1): the list's tail. Accessed blocks go to the head. When the
- * last child of a parent is evicted, the parent becomes a leaf and goes to
+ * it in its chain), counts its children (nchild) and the children whose data
+ * is in warm (nwarm). Only warm "leaves" can leave warm: committed, in warm,
+ * unleased, not moving, with no child in warm. Those, and only those, are
+ * linked into an LRU list of their size class (IDX_F_LRU), so picking a
+ * victim is O(1): a list's tail. Accessed blocks go to the head. When the
+ * last warm child of a parent leaves, the parent becomes a leaf and goes to
  * the *tail*: its subtree was the coldest thing in the pool, so the rest of
- * that chain should follow before anything warmer. A chain is thus evicted
- * from its end back towards its root, and a lookup never finds a child whose
- * parent is gone.
+ * that chain should follow before anything warmer. A chain thus leaves warm
+ * from its end back towards its root.
+ *
+ * Design note: warm and cold. A block is in warm (level WARM: a slot holds
+ * it), on disk only (level COLD), or both (WARM with IDX_F_COLD). Leaving
+ * warm, a block with a cold copy just gives its slot back; one without is
+ * demoted (written to cold from its slot, which stays pinned until the write
+ * is durable) by the background mover (tier_maintain), or dropped when there
+ * is no cold tier or a slot is needed right now (a put never waits for a
+ * disk write). A dropped block with children stays as an invisible ghost so
+ * that its children's parent links remain valid. A get of a cold block
+ * promotes it: a warm slot is taken, the cold copy read into it and
+ * verified, and the getter's lease waits for that read (tier_get_async).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -21,10 +33,19 @@
 
 #include "idx.h"
 #include "tier.h"
+#include "tier_cold.h"
 #include "tier_ram.h"
 
 struct lru {
     uint32_t head, tail; /* most / least recently used leaf of a class */
+};
+
+/* A block moving between warm and cold (a cold tier callback's context). */
+struct move {
+    struct tier *t;
+    uint32_t id;
+    void *waiter;        /* promotions: who waits (NULL: prefetch, or forgotten) */
+    struct move *prev, *next; /* promotions in flight (tier_forget_waiter) */
 };
 
 struct tier {
@@ -33,10 +54,17 @@ struct tier {
     struct lru lru[TIER_RAM_CLASSES];
     uint32_t clock;                   /* bumps on every access; entries keep a stamp */
     uint64_t high_bytes, low_bytes;   /* watermarks in slot bytes */
-    const struct tier_cold_ops *cold; /* NULL: blocks evicted from warm are dropped */
-    void *cold_ctx;
+    uint64_t demoting_bytes;          /* slot bytes whose demotion is in flight */
+    struct tier_cold *cold;           /* NULL: no tier below warm */
+    bool write_through;
+    struct move *promos;              /* promotions in flight */
+    struct tier_cfg cfg;              /* callbacks */
     struct tier_stats st;             /* counters; gauges filled in tier_stats_get */
 };
+
+/* Demotions in flight at most: enough to keep the disk busy, few enough
+ * that the cold tier's queue never refuses (it has 32 slots by default). */
+#define DEMOTE_INFLIGHT 24
 
 uint64_t tier_slot_bytes(uint64_t block_bytes)
 {
@@ -70,7 +98,8 @@ int tier_create(const struct tier_cfg *cfg, struct tier **out)
     t->high_bytes = (uint64_t)(hi * (double)tier_ram_bytes(t->ram));
     t->low_bytes = (uint64_t)(lo * (double)tier_ram_bytes(t->ram));
     t->cold = cfg->cold;
-    t->cold_ctx = cfg->cold_ctx;
+    t->write_through = cfg->cold && cfg->write_through;
+    t->cfg = *cfg;
     *out = t;
     return 0;
 out_idx:
@@ -84,6 +113,13 @@ void tier_destroy(struct tier *t)
 {
     if (!t)
         return;
+    /* the caller drained the cold tier first; any move left is orphaned */
+    while (t->promos) {
+        struct move *m = t->promos;
+
+        t->promos = m->next;
+        free(m);
+    }
     tier_ram_close(t->ram);
     idx_destroy(t->idx);
     free(t);
@@ -93,6 +129,11 @@ int tier_pool_fd(const struct tier *t) { return tier_ram_fd(t->ram); }
 uint64_t tier_pool_bytes(const struct tier *t) { return tier_ram_bytes(t->ram); }
 void *tier_pool_base(const struct tier *t) { return tier_ram_base(t->ram); }
 uint64_t tier_block_max(const struct tier *t) { return tier_ram_seg_bytes(t->ram); }
+
+static uint8_t *slot_ptr(const struct tier *t, const struct idx_entry *e)
+{
+    return (uint8_t *)tier_ram_base(t->ram) + e->off;
+}
 
 /* ---- LRU of leaves ---------------------------------------------------- */
 
@@ -110,7 +151,7 @@ static void lru_unlink(struct tier *t, uint32_t id)
     else
         l->tail = e->prev;
     e->prev = e->next = TIER_NONE;
-    e->in_lru = 0;
+    e->flags &= ~IDX_F_LRU;
 }
 
 static void lru_link(struct tier *t, uint32_t id, bool at_tail)
@@ -135,23 +176,29 @@ static void lru_link(struct tier *t, uint32_t id, bool at_tail)
             l->tail = id;
         l->head = id;
     }
-    e->in_lru = 1;
+    e->flags |= IDX_F_LRU;
 }
 
-/* Put id into its LRU list exactly when it is an evictable leaf. */
+static bool warm_leaf(const struct idx_entry *e)
+{
+    return e->state == IDX_COMMITTED && e->level == TIER_L_WARM && e->leases == 0 &&
+           e->nwarm == 0 && !(e->flags & (IDX_F_DEMOTING | IDX_F_PROMOTING));
+}
+
+/* Put id into its LRU list exactly when it is a warm leaf. */
 static void settle(struct tier *t, uint32_t id, bool at_tail)
 {
     struct idx_entry *e = idx_at(t->idx, id);
-    bool leaf = e->state == IDX_COMMITTED && e->leases == 0 && e->nchild == 0;
+    bool leaf = warm_leaf(e);
 
-    if (leaf && !e->in_lru)
+    if (leaf && !(e->flags & IDX_F_LRU))
         lru_link(t, id, at_tail);
-    else if (!leaf && e->in_lru)
+    else if (!leaf && (e->flags & IDX_F_LRU))
         lru_unlink(t, id);
 }
 
-/* A child of p went away. Ghosts (aborted reservations kept for their
- * children) disappear with their last child, which may free their parent. */
+/* A child of p went away. Ghosts disappear with their last child, which
+ * may free their parent in turn. */
 static void child_gone(struct tier *t, uint32_t p, bool at_tail)
 {
     while (p != TIER_NONE) {
@@ -159,7 +206,7 @@ static void child_gone(struct tier *t, uint32_t p, bool at_tail)
         uint32_t up = e->parent;
 
         e->nchild--;
-        if (e->state != IDX_GHOST || e->nchild > 0) {
+        if (e->state != IDX_GHOST || e->nchild > 0 || e->leases > 0) {
             settle(t, p, at_tail);
             return;
         }
@@ -171,16 +218,56 @@ static void child_gone(struct tier *t, uint32_t p, bool at_tail)
 static void set_parent(struct tier *t, uint32_t id, uint32_t p)
 {
     idx_at(t->idx, id)->parent = p;
-    if (p != TIER_NONE) {
+    if (p != TIER_NONE)
         idx_at(t->idx, p)->nchild++;
-        settle(t, p, false); /* a parent is no longer a leaf */
+}
+
+/* id's data entered or left warm: keep its parent's nwarm (and so the
+ * parent's leaf status) right. */
+static void warm_gain(struct tier *t, uint32_t id)
+{
+    struct idx_entry *e = idx_at(t->idx, id);
+    uint32_t p = e->parent;
+
+    e->level = TIER_L_WARM;
+    if (p != TIER_NONE) {
+        idx_at(t->idx, p)->nwarm++;
+        settle(t, p, false); /* a parent of a warm block is no longer a leaf */
     }
 }
 
-/* ---- eviction ------------------------------------------------------- */
+static void warm_lose(struct tier *t, uint32_t id, bool at_tail)
+{
+    struct idx_entry *e = idx_at(t->idx, id);
+    uint32_t p = e->parent;
 
-/* The victim for the watermarks: the oldest leaf of any class.
- * O(classes). */
+    e->level = TIER_L_COLD;
+    if (p != TIER_NONE) {
+        idx_at(t->idx, p)->nwarm--;
+        settle(t, p, at_tail);
+    }
+}
+
+/* An entry whose data is gone (in no tier): delete it, or keep it as a
+ * ghost while children or leases still name it. */
+static void forget(struct tier *t, uint32_t id, bool at_tail)
+{
+    struct idx_entry *e = idx_at(t->idx, id);
+    uint32_t p = e->parent;
+
+    e->level = TIER_L_NONE;
+    e->flags &= ~IDX_F_COLD;
+    if (e->nchild > 0 || e->leases > 0) {
+        e->state = IDX_GHOST;
+        return;
+    }
+    idx_delete(t->idx, id);
+    child_gone(t, p, at_tail);
+}
+
+/* ---- leaving warm ------------------------------------------------------ */
+
+/* The victim for the watermarks: the oldest leaf of any class. O(classes). */
 static uint32_t pick_victim(struct tier *t)
 {
     uint32_t best = TIER_NONE, best_age = 0;
@@ -199,38 +286,86 @@ static uint32_t pick_victim(struct tier *t)
     return best;
 }
 
-/* Evict a committed, unleased block. A leaf goes for good; an interior
- * block (only free_segment evicts those) loses its slot but its entry stays
- * as a ghost (invisible, so lookups stop there) until its last child goes,
- * or comes back when its key is put again. */
-static void evict(struct tier *t, uint32_t id)
+/* Free id's warm slot now. With a cold copy the block stays (cold-only);
+ * without one it is lost (dropped). id is committed, unleased, not moving. */
+static void leave_warm(struct tier *t, uint32_t id)
 {
     struct idx_entry *e = idx_at(t->idx, id);
     uint64_t slot = tier_ram_class_slot(t->ram, e->cls);
-    uint32_t p = e->parent;
 
-    if (e->in_lru)
+    if (e->flags & IDX_F_LRU)
         lru_unlink(t, id);
-    if (t->cold && t->cold->demote(t->cold_ctx, e->ns, &e->key,
-                                   (uint8_t *)tier_ram_base(t->ram) + e->off, slot) < 0)
-        t->st.cold_errors++;
+    if (t->cfg.on_evict)
+        t->cfg.on_evict(t->cfg.evict_ctx, e->ns, &e->key, slot_ptr(t, e), slot);
     tier_ram_free(t->ram, e->off);
     t->st.evictions[TIER_L_WARM]++;
     t->st.blocks[TIER_L_WARM]--;
-    if (e->nchild > 0) {
-        e->state = IDX_GHOST;
-        return;
+    warm_lose(t, id, true);
+    if (!(idx_at(t->idx, id)->flags & IDX_F_COLD)) {
+        t->st.dropped++;
+        forget(t, id, true);
     }
-    idx_delete(t->idx, id);
-    child_gone(t, p, true);
+}
+
+static void on_demoted(void *ctx, int rc)
+{
+    struct move *m = ctx;
+    struct tier *t = m->t;
+    struct idx_entry *e = idx_at(t->idx, m->id);
+    uint64_t slot = tier_ram_class_slot(t->ram, e->cls);
+
+    t->demoting_bytes -= slot;
+    e->flags &= ~IDX_F_DEMOTING;
+    if (rc < 0) {
+        t->st.cold_errors++; /* stays in warm; may be dropped later */
+    } else {
+        e->flags |= IDX_F_COLD;
+        t->st.demotions++;
+        t->st.blocks[TIER_L_COLD]++;
+        t->st.bytes_in[TIER_L_COLD] += slot;
+    }
+    /* written through at commit: it stays in warm; demoted: it leaves */
+    if (rc == 0 && e->leases == 0 && !t->write_through && e->state == IDX_COMMITTED &&
+        e->nwarm == 0)
+        leave_warm(t, m->id);
+    else
+        settle(t, m->id, false);
+    free(m);
+}
+
+/* Start writing id (committed, in warm, no cold copy) to cold. */
+static int demote(struct tier *t, uint32_t id)
+{
+    struct idx_entry *e = idx_at(t->idx, id);
+    uint64_t slot = tier_ram_class_slot(t->ram, e->cls);
+    struct move *m = malloc(sizeof(*m));
+    const struct tier_key *parent = NULL;
+    int rc;
+
+    if (!m)
+        return -ENOMEM;
+    *m = (struct move){ .t = t, .id = id };
+    if (e->parent != TIER_NONE)
+        parent = &idx_at(t->idx, e->parent)->key;
+    rc = tier_cold_put(t->cold, e->ns, &e->key, parent, slot_ptr(t, e), slot, on_demoted, m);
+    if (rc < 0) {
+        free(m);
+        return rc;
+    }
+    e = idx_at(t->idx, id);
+    e->flags |= IDX_F_DEMOTING; /* pins the slot until the write is durable */
+    settle(t, id, false);
+    t->demoting_bytes += slot;
+    return 0;
 }
 
 /* Free a whole segment of another class for class cls: the one with the
- * fewest blocks among those whose blocks are all committed and unleased.
- * Evicting blocks of another class one by one in LRU order would rarely
- * empty a segment and could drain the pool for one slot; this evicts only
- * what gives a segment back, or nothing. O(slots in the pool): it runs only
- * when a size class has outgrown its segments and has no leaf of its own. */
+ * fewest blocks among those whose blocks are all committed, unleased and
+ * not moving. Evicting blocks of another class one by one in LRU order
+ * would rarely empty a segment and could drain the pool for one slot; this
+ * frees only what gives a segment back, or nothing. O(slots in the pool):
+ * it runs only when a size class has outgrown its segments and has no leaf
+ * of its own. */
 static int free_segment(struct tier *t, int cls)
 {
     uint32_t best = UINT32_MAX, best_live = UINT32_MAX;
@@ -243,10 +378,13 @@ static int free_segment(struct tier *t, int cls)
         bool ok = c >= 0 && c != cls;
 
         for (uint32_t i = 0; ok && i < nslots; i++) {
+            const struct idx_entry *e;
+
             if (tags[i] == TIER_RAM_NOTAG)
                 continue;
-            ok = idx_at(t->idx, tags[i])->state == IDX_COMMITTED &&
-                 idx_at(t->idx, tags[i])->leases == 0;
+            e = idx_at(t->idx, tags[i]);
+            ok = e->state == IDX_COMMITTED && e->level == TIER_L_WARM && e->leases == 0 &&
+                 !(e->flags & (IDX_F_DEMOTING | IDX_F_PROMOTING));
             live++;
         }
         if (ok && live < best_live) {
@@ -257,15 +395,15 @@ static int free_segment(struct tier *t, int cls)
     if (best == UINT32_MAX)
         return -ENOSPC;
     tier_ram_seg_info(t->ram, best, &tags, &nslots);
-    /* eviction clears each slot's tag; the array itself stays in place */
+    /* leave_warm clears each slot's tag; the array itself stays in place */
     for (uint32_t i = 0; i < nslots; i++)
         if (tags[i] != TIER_RAM_NOTAG)
-            evict(t, tags[i]);
+            leave_warm(t, tags[i]);
     return 0;
 }
 
-/* A slot of class cls for entry id: evict the class's own LRU leaves, else
- * free a segment of another class. */
+/* A slot of class cls for entry id, now: the class's own LRU leaves leave
+ * warm, else a segment of another class is freed. */
 static int alloc_slot(struct tier *t, int cls, uint32_t id, uint64_t *off)
 {
     for (;;) {
@@ -276,27 +414,164 @@ static int alloc_slot(struct tier *t, int cls, uint32_t id, uint64_t *off)
             return rc;
         v = t->lru[cls].tail;
         if (v != TIER_NONE)
-            evict(t, v);
+            leave_warm(t, v);
         else if (free_segment(t, cls) < 0)
-            return -ENOSPC; /* everything is leased, reserved or a parent */
+            return -ENOSPC; /* everything is leased, reserved, moving or a parent */
     }
 }
 
 size_t tier_maintain(struct tier *t)
 {
     size_t n = 0;
+    unsigned inflight = 0;
 
-    if (tier_ram_used(t->ram) <= t->high_bytes)
+    if (tier_ram_used(t->ram) - t->demoting_bytes <= t->high_bytes)
         return 0;
-    while (tier_ram_used(t->ram) > t->low_bytes) {
+    while (tier_ram_used(t->ram) - t->demoting_bytes > t->low_bytes) {
         uint32_t v = pick_victim(t);
+        struct idx_entry *e;
 
         if (v == TIER_NONE)
             break;
-        evict(t, v);
+        e = idx_at(t->idx, v);
+        if (e->flags & IDX_F_COLD || !t->cold) {
+            leave_warm(t, v);
+        } else {
+            /* bounded: the rest waits for the next turn of the loop */
+            if (t->demoting_bytes && ++inflight > DEMOTE_INFLIGHT)
+                break;
+            if (demote(t, v) == -EBUSY)
+                break;
+            /* other failures (disk full, failed tier): drop instead */
+            if (!(idx_at(t->idx, v)->flags & IDX_F_DEMOTING))
+                leave_warm(t, v);
+        }
         n++;
     }
     return n;
+}
+
+/* ---- entering warm from cold ------------------------------------------- */
+
+static void on_promoted(void *ctx, int rc)
+{
+    struct move *m = ctx;
+    struct tier *t = m->t;
+    struct idx_entry *e = idx_at(t->idx, m->id);
+    uint64_t slot = tier_ram_class_slot(t->ram, e->cls);
+
+    if (m->prev)
+        m->prev->next = m->next;
+    else
+        t->promos = m->next;
+    if (m->next)
+        m->next->prev = m->prev;
+    e->flags &= ~IDX_F_PROMOTING;
+    if (rc == 0) {
+        t->st.promotions++;
+        t->st.blocks[TIER_L_WARM]++;
+        t->st.bytes_out[TIER_L_COLD] += slot;
+        t->st.hits[TIER_L_COLD]++;
+        warm_gain(t, m->id);
+        settle(t, m->id, false);
+    } else {
+        t->st.cold_errors++;
+        tier_ram_free(t->ram, e->off);
+        /* -EIO: the record may still be readable later; otherwise it is gone */
+        if (rc != -EIO || !tier_cold_has(t->cold, e->ns, &e->key)) {
+            if (e->flags & IDX_F_COLD)
+                t->st.blocks[TIER_L_COLD]--;
+            forget(t, m->id, false);
+        }
+    }
+    if (m->waiter && t->cfg.ready)
+        t->cfg.ready(t->cfg.ready_ctx, m->waiter, m->id, rc);
+    free(m);
+}
+
+/* Start reading cold-only id into a new warm slot for blocks of slot bytes. */
+static int promote(struct tier *t, uint32_t id, uint64_t slot, void *waiter)
+{
+    struct idx_entry *e;
+    struct move *m;
+    uint64_t off;
+    int cls = tier_ram_class(t->ram, slot), rc;
+
+    if (cls < 0)
+        return cls;
+    m = malloc(sizeof(*m));
+    if (!m)
+        return -ENOMEM;
+    rc = alloc_slot(t, cls, id, &off);
+    if (rc < 0)
+        goto out_free;
+    e = idx_at(t->idx, id);
+    rc = tier_cold_get(t->cold, e->ns, &e->key, (uint8_t *)tier_ram_base(t->ram) + off, slot,
+                       NULL, on_promoted, m);
+    if (rc < 0) {
+        tier_ram_free(t->ram, off);
+        goto out_free;
+    }
+    e->cls = (uint8_t)cls;
+    e->off = off;
+    e->flags |= IDX_F_PROMOTING;
+    *m = (struct move){ .t = t, .id = id, .waiter = waiter, .next = t->promos };
+    if (t->promos)
+        t->promos->prev = m;
+    t->promos = m;
+    return 0;
+out_free:
+    free(m);
+    return rc;
+}
+
+static struct move *promo_of(struct tier *t, uint32_t id)
+{
+    /* O(promotions in flight): a few batches at most */
+    for (struct move *m = t->promos; m; m = m->next)
+        if (m->id == id)
+            return m;
+    return NULL;
+}
+
+void tier_forget_waiter(struct tier *t, void *waiter)
+{
+    for (struct move *m = t->promos; m; m = m->next)
+        if (m->waiter == waiter)
+            m->waiter = NULL;
+}
+
+size_t tier_prefetch(struct tier *t, uint32_t ns, uint64_t block_bytes,
+                     const struct tier_key *keys, size_t n)
+{
+    size_t started = 0;
+
+    if (!t->cold)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t id = idx_find(t->idx, ns, &keys[i]);
+        struct idx_entry *e;
+
+        if (id == TIER_NONE || idx_at(t->idx, id)->state != IDX_COMMITTED)
+            break;
+        e = idx_at(t->idx, id);
+        if (e->level == TIER_L_COLD && !(e->flags & IDX_F_PROMOTING)) {
+            if (promote(t, id, tier_slot_bytes(block_bytes), NULL) < 0)
+                break;
+            started++;
+        }
+    }
+    return started;
+}
+
+int tier_event_fd(const struct tier *t)
+{
+    return t->cold ? tier_cold_event_fd(t->cold) : -1;
+}
+
+int tier_poll(struct tier *t, bool wait)
+{
+    return t->cold ? tier_cold_poll(t->cold, wait) : 0;
 }
 
 /* ---- operations ----------------------------------------------------- */
@@ -329,7 +604,6 @@ size_t tier_lookup(struct tier *t, uint32_t ns, const struct tier_key *keys, siz
     t->st.lookups++;
     t->st.lookup_keys += n;
     t->st.lookup_hits += hits;
-    t->st.hits[TIER_L_WARM] += hits;
     t->st.misses += n - hits;
     return hits;
 }
@@ -339,16 +613,11 @@ size_t tier_lookup(struct tier *t, uint32_t ns, const struct tier_key *keys, siz
 static void drop_reserved(struct tier *t, uint32_t id)
 {
     struct idx_entry *e = idx_at(t->idx, id);
-    uint32_t p = e->parent;
 
     tier_ram_free(t->ram, e->off);
     t->st.reserved--;
-    if (e->nchild > 0) {
-        e->state = IDX_GHOST;
-        return;
-    }
-    idx_delete(t->idx, id);
-    child_gone(t, p, false);
+    warm_lose(t, id, false);
+    forget(t, id, false);
 }
 
 /* Reserve one absent (or ghost) key under parent p. */
@@ -364,27 +633,21 @@ static int reserve_one(struct tier *t, uint32_t ns, int cls, uint32_t owner, uin
         rc = idx_insert(t->idx, ns, key, &id);
         if (rc < 0)
             return rc;
-        /* linked before the slot is found, so eviction cannot take p */
         set_parent(t, id, p);
     }
     e = idx_at(t->idx, id);
     e->state = IDX_RESERVED;
     e->owner = owner;
     e->cls = (uint8_t)cls;
-    e->level = TIER_L_WARM;
+    /* counted in warm before the slot is found, so eviction cannot take p */
+    warm_gain(t, id);
     rc = alloc_slot(t, cls, id, off_out);
-    e = idx_at(t->idx, id);
     if (rc < 0) {
-        uint32_t up = e->parent;
-
-        e->state = IDX_GHOST;
-        if (e->nchild == 0) {
-            idx_delete(t->idx, id);
-            child_gone(t, up, false);
-        }
+        warm_lose(t, id, false);
+        forget(t, id, false);
         return rc;
     }
-    e->off = *off_out;
+    idx_at(t->idx, id)->off = *off_out;
     t->st.reserved++;
     *id_out = id;
     return 0;
@@ -411,8 +674,11 @@ int tier_reserve(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t own
 
         ids[i] = TIER_NONE;
         offs[i] = UINT64_MAX;
-        if (id != TIER_NONE && idx_at(t->idx, id)->state != IDX_GHOST) {
-            dedup++; /* present or being written by someone: nothing to do */
+        /* present (any tier), being written, or a lost block still leased by
+         * a getter: nothing to write now */
+        if (id != TIER_NONE && (idx_at(t->idx, id)->state != IDX_GHOST ||
+                                idx_at(t->idx, id)->leases > 0)) {
+            dedup++;
             p = id;
             continue;
         }
@@ -454,12 +720,15 @@ size_t tier_commit(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t o
             continue;
         e->state = IDX_COMMITTED;
         e->stamp = ++t->clock;
-        settle(t, id, false);
         t->st.reserved--;
         t->st.put_blocks++;
         t->st.blocks[TIER_L_WARM]++;
         t->st.bytes_in[TIER_L_WARM] += block_bytes;
         done++;
+        /* write-through: on disk at once, so leaving warm later is free; a
+         * full queue or disk leaves it to the background mover */
+        if (!t->write_through || demote(t, id) < 0)
+            settle(t, id, false);
     }
     return done;
 }
@@ -493,7 +762,6 @@ size_t tier_abort_ids(struct tier *t, uint32_t owner, const uint32_t *ids, size_
         if (ids[i] == TIER_NONE)
             continue;
         e = idx_at(t->idx, ids[i]);
-
         if (e->state != IDX_RESERVED || e->owner != owner)
             continue;
         drop_reserved(t, ids[i]);
@@ -510,40 +778,63 @@ bool tier_reserved_by(const struct tier *t, uint32_t id, uint32_t owner)
     return e->state == IDX_RESERVED && e->owner == owner;
 }
 
-int tier_get(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
-             size_t n, uint32_t *ids, uint64_t *offs)
+int tier_get_async(struct tier *t, uint32_t ns, uint64_t block_bytes,
+                   const struct tier_key *keys, size_t n, uint32_t *ids, uint64_t *offs,
+                   void *waiter, uint32_t *pending)
 {
-    uint64_t slot = tier_slot_bytes(block_bytes);
+    uint64_t slot = tier_slot_bytes(block_bytes), warm = 0;
     size_t i;
 
+    if (pending)
+        *pending = 0;
     for (i = 0; i < n; i++) {
         uint32_t id = idx_find(t->idx, ns, &keys[i]);
         struct idx_entry *e;
 
-        if (id == TIER_NONE)
+        if (id == TIER_NONE || idx_at(t->idx, id)->state != IDX_COMMITTED)
             break;
         e = idx_at(t->idx, id);
-        if (e->state != IDX_COMMITTED)
-            break;
-        if (tier_ram_class_slot(t->ram, e->cls) != slot) {
-            t->st.leases_active += i; /* tier_release takes them off again */
-            tier_release(t, ids, i, false);
-            return -EINVAL;
+        if (e->level == TIER_L_WARM) {
+            if (tier_ram_class_slot(t->ram, e->cls) != slot) {
+                t->st.leases_active += i; /* tier_release takes them off again */
+                tier_release(t, ids, i, false);
+                return -EINVAL;
+            }
+            warm++;
+        } else if (!pending || !t->cold) {
+            break; /* cold, and the caller cannot wait */
+        } else if (e->flags & IDX_F_PROMOTING) {
+            struct move *m = promo_of(t, id);
+
+            if (!m || (m->waiter && m->waiter != waiter))
+                break; /* another getter waits on it: a miss here, rare */
+            m->waiter = waiter;
+            (*pending)++;
+        } else {
+            if (promote(t, id, slot, waiter) < 0)
+                break;
+            (*pending)++;
         }
+        e = idx_at(t->idx, id);
         e->leases++;
         e->stamp = ++t->clock;
-        if (e->in_lru)
-            lru_unlink(t, id);
+        settle(t, id, false);
         ids[i] = id;
         offs[i] = e->off;
     }
     t->st.gets++;
     t->st.get_blocks += i;
-    t->st.hits[TIER_L_WARM] += i;
+    t->st.hits[TIER_L_WARM] += warm;
     t->st.bytes_out[TIER_L_WARM] += i * block_bytes;
     t->st.misses += n - i;
     t->st.leases_active += i;
     return (int)i;
+}
+
+int tier_get(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
+             size_t n, uint32_t *ids, uint64_t *offs)
+{
+    return tier_get_async(t, ns, block_bytes, keys, n, ids, offs, NULL, NULL);
 }
 
 void tier_release(struct tier *t, const uint32_t *ids, size_t n, bool reclaimed)
@@ -552,6 +843,14 @@ void tier_release(struct tier *t, const uint32_t *ids, size_t n, bool reclaimed)
         struct idx_entry *e = idx_at(t->idx, ids[i]);
 
         e->leases--;
+        if (e->state == IDX_GHOST && e->leases == 0 && e->nchild == 0) {
+            /* a block lost while leased (a failed promotion) goes now */
+            uint32_t p = e->parent;
+
+            idx_delete(t->idx, ids[i]);
+            child_gone(t, p, false);
+            continue;
+        }
         settle(t, ids[i], false);
     }
     t->st.leases_active -= n;
@@ -564,26 +863,116 @@ size_t tier_remove(struct tier *t, uint32_t ns, const struct tier_key *keys, siz
     size_t done = 0;
 
     for (size_t i = n; i-- > 0;) {
-        uint32_t id = idx_find(t->idx, ns, &keys[i]), p;
+        uint32_t id = idx_find(t->idx, ns, &keys[i]);
         struct idx_entry *e;
 
         if (id == TIER_NONE)
             continue;
         e = idx_at(t->idx, id);
-        if (e->state != IDX_COMMITTED || e->leases || e->nchild)
+        if (e->state != IDX_COMMITTED || e->leases || e->nchild ||
+            (e->flags & (IDX_F_DEMOTING | IDX_F_PROMOTING)))
             continue;
-        p = e->parent;
-        if (e->in_lru)
-            lru_unlink(t, id);
-        tier_ram_free(t->ram, e->off);
-        idx_delete(t->idx, id);
-        child_gone(t, p, true);
-        t->st.blocks[TIER_L_WARM]--;
+        if (e->flags & IDX_F_COLD) {
+            if (tier_cold_remove(t->cold, e->ns, &e->key) < 0)
+                continue; /* the durable copy stays: so does the entry */
+            t->st.blocks[TIER_L_COLD]--;
+        }
+        e = idx_at(t->idx, id);
+        if (e->level == TIER_L_WARM) {
+            if (e->flags & IDX_F_LRU)
+                lru_unlink(t, id);
+            tier_ram_free(t->ram, e->off);
+            t->st.blocks[TIER_L_WARM]--;
+            warm_lose(t, id, true);
+        }
+        forget(t, id, true);
         t->st.removes++;
         done++;
     }
     return done;
 }
+
+/* ---- restart and shutdown ----------------------------------------------- */
+
+struct load {
+    struct tier *t;
+    int n, err;
+};
+
+static int load_one(void *ctx, uint32_t ns, const struct tier_key *key,
+                    const struct tier_key *parent, uint64_t len)
+{
+    struct load *l = ctx;
+    struct idx_entry *e;
+    uint32_t id;
+    int rc;
+
+    (void)parent; /* linked in a second pass, once every entry exists */
+    (void)len;
+    if (idx_find(l->t->idx, ns, key) != TIER_NONE)
+        return 0;
+    rc = idx_insert(l->t->idx, ns, key, &id);
+    if (rc < 0)
+        return rc;
+    e = idx_at(l->t->idx, id);
+    e->state = IDX_COMMITTED;
+    e->level = TIER_L_COLD;
+    e->flags = IDX_F_COLD;
+    l->t->st.blocks[TIER_L_COLD]++;
+    l->n++;
+    return 0;
+}
+
+static int link_one(void *ctx, uint32_t ns, const struct tier_key *key,
+                    const struct tier_key *parent, uint64_t len)
+{
+    struct load *l = ctx;
+    uint32_t id = idx_find(l->t->idx, ns, key), p;
+
+    (void)len;
+    if (!parent || id == TIER_NONE || idx_at(l->t->idx, id)->parent != TIER_NONE)
+        return 0;
+    p = idx_find(l->t->idx, ns, parent);
+    if (p != TIER_NONE && p != id)
+        set_parent(l->t, id, p);
+    return 0;
+}
+
+int tier_load_cold(struct tier *t)
+{
+    struct load l = { .t = t };
+    int rc;
+
+    if (!t->cold)
+        return 0;
+    rc = tier_cold_scan(t->cold, load_one, &l);
+    if (rc == 0)
+        rc = tier_cold_scan(t->cold, link_one, &l);
+    return rc < 0 ? rc : l.n;
+}
+
+int tier_flush_to_cold(struct tier *t)
+{
+    uint32_t lim = idx_id_limit(t->idx);
+    int rc;
+
+    if (!t->cold)
+        return 0;
+    for (uint32_t id = 0; id < lim; id++) {
+        struct idx_entry *e = idx_at(t->idx, id);
+
+        if (e->state != IDX_COMMITTED || e->level != TIER_L_WARM ||
+            (e->flags & (IDX_F_COLD | IDX_F_DEMOTING | IDX_F_PROMOTING)))
+            continue;
+        while ((rc = demote(t, id)) == -EBUSY)
+            tier_cold_poll(t->cold, true);
+        if (rc < 0)
+            return rc;
+    }
+    return tier_cold_drain(t->cold);
+}
+
+/* ---- stats and checks --------------------------------------------------- */
 
 void tier_stats_get(const struct tier *t, struct tier_stats *out)
 {
@@ -594,6 +983,15 @@ void tier_stats_get(const struct tier *t, struct tier_stats *out)
     out->index_bytes = idx_mem_bytes(t->idx);
     out->memory_locked = tier_ram_locked(t->ram);
     out->huge_pages = tier_ram_huge(t->ram);
+    if (t->cold) {
+        struct tier_cold_stats cs;
+
+        tier_cold_stats_get(t->cold, &cs);
+        out->bytes_used[TIER_L_COLD] = cs.bytes_used;
+        out->bytes_capacity[TIER_L_COLD] = cs.bytes_capacity;
+        out->checksum_errors = cs.checksum_errors;
+        out->io_errors = cs.io_errors;
+    }
 }
 
 double tier_index_bytes_per_block(const struct tier *t)
@@ -608,8 +1006,8 @@ double tier_index_bytes_per_block(const struct tier *t)
 int tier_check(const struct tier *t, char *why, size_t cap)
 {
     uint32_t lim = idx_id_limit(t->idx);
-    uint32_t *kids = calloc(lim ? lim : 1, sizeof(*kids));
-    uint64_t used = 0, nres = 0, ncom = 0, leases = 0, in_lru = 0;
+    uint32_t *kids = calloc(lim ? 2 * (size_t)lim : 1, sizeof(*kids)), *warm = kids + lim;
+    uint64_t used = 0, nres = 0, nwarm_blocks = 0, leases = 0, in_lru = 0;
     int rc = 0;
 
     if (!kids)
@@ -622,42 +1020,48 @@ int tier_check(const struct tier *t, char *why, size_t cap)
         if (idx_at(t->idx, e->parent)->state == IDX_FREE)
             BAD("entry %u: parent %u is free", id, e->parent);
         kids[e->parent]++;
+        if (e->state != IDX_GHOST && e->level == TIER_L_WARM)
+            warm[e->parent]++;
     }
     for (uint32_t id = 0; id < lim; id++) {
         const struct idx_entry *e = idx_at(t->idx, id);
-        bool leaf = e->state == IDX_COMMITTED && e->leases == 0 && e->nchild == 0;
+        bool has_slot = (e->state == IDX_RESERVED || e->state == IDX_COMMITTED) &&
+                        (e->level == TIER_L_WARM || (e->flags & IDX_F_PROMOTING));
 
         if (e->state == IDX_FREE)
             continue;
-        if (kids[id] != e->nchild)
-            BAD("entry %u: nchild %u, %u children point at it", id, e->nchild, kids[id]);
-        if (leaf != (bool)e->in_lru)
-            BAD("entry %u: leaf %d but in_lru %d", id, leaf, e->in_lru);
-        if (e->state == IDX_GHOST && e->nchild == 0)
-            BAD("entry %u: ghost without children", id);
-        if (e->leases && e->state != IDX_COMMITTED)
+        if (kids[id] != e->nchild || warm[id] != e->nwarm)
+            BAD("entry %u: nchild %u nwarm %u, children say %u and %u", id, e->nchild,
+                e->nwarm, kids[id], warm[id]);
+        if (warm_leaf(e) != !!(e->flags & IDX_F_LRU))
+            BAD("entry %u: leaf %d but in LRU %d", id, warm_leaf(e), !!(e->flags & IDX_F_LRU));
+        if (e->state == IDX_GHOST && e->nchild == 0 && e->leases == 0)
+            BAD("entry %u: ghost without children or leases", id);
+        if (e->leases && e->state != IDX_COMMITTED && e->state != IDX_GHOST)
             BAD("entry %u: leased but state %d", id, e->state);
+        if (e->state == IDX_COMMITTED && e->level == TIER_L_COLD && !(e->flags & IDX_F_COLD))
+            BAD("entry %u: cold without a cold copy", id);
         if (idx_find(t->idx, e->ns, &e->key) != id)
             BAD("entry %u: not found under its own key", id);
-        if (e->state == IDX_RESERVED || e->state == IDX_COMMITTED) {
+        if (has_slot) {
             if (tier_ram_tag_at(t->ram, e->off) != id)
                 BAD("entry %u: slot at %llu belongs to %u", id, (unsigned long long)e->off,
                     tier_ram_tag_at(t->ram, e->off));
             used += tier_ram_class_slot(t->ram, e->cls);
         }
         nres += e->state == IDX_RESERVED;
-        ncom += e->state == IDX_COMMITTED;
+        nwarm_blocks += e->state == IDX_COMMITTED && e->level == TIER_L_WARM;
         leases += e->leases;
-        in_lru += e->in_lru;
+        in_lru += !!(e->flags & IDX_F_LRU);
     }
     if (used != tier_ram_used(t->ram))
         BAD("slot bytes: entries hold %llu, pool says %llu", (unsigned long long)used,
             (unsigned long long)tier_ram_used(t->ram));
-    if (nres != t->st.reserved || ncom != t->st.blocks[TIER_L_WARM] ||
+    if (nres != t->st.reserved || nwarm_blocks != t->st.blocks[TIER_L_WARM] ||
         leases != t->st.leases_active)
-        BAD("counters: reserved %llu/%llu blocks %llu/%llu leases %llu/%llu",
+        BAD("counters: reserved %llu/%llu warm blocks %llu/%llu leases %llu/%llu",
             (unsigned long long)nres, (unsigned long long)t->st.reserved,
-            (unsigned long long)ncom, (unsigned long long)t->st.blocks[TIER_L_WARM],
+            (unsigned long long)nwarm_blocks, (unsigned long long)t->st.blocks[TIER_L_WARM],
             (unsigned long long)leases, (unsigned long long)t->st.leases_active);
     for (int c = 0; c < TIER_RAM_CLASSES; c++) {
         uint32_t prev = TIER_NONE;
@@ -667,7 +1071,7 @@ int tier_check(const struct tier *t, char *why, size_t cap)
 
             if (!in_lru--)
                 BAD("LRU lists hold more entries than are marked (a loop?)");
-            if (e->prev != prev || e->cls != c || !e->in_lru)
+            if (e->prev != prev || e->cls != c || !(e->flags & IDX_F_LRU))
                 BAD("LRU of class %d: bad link or member at %u", c, id);
             prev = id;
         }
@@ -675,7 +1079,7 @@ int tier_check(const struct tier *t, char *why, size_t cap)
             BAD("LRU of class %d: tail %u, walk ends at %u", c, t->lru[c].tail, prev);
     }
     if (in_lru)
-        BAD("%llu entries marked in_lru are on no list", (unsigned long long)in_lru);
+        BAD("%llu entries marked in the LRU are on no list", (unsigned long long)in_lru);
 out:
     free(kids);
     return rc;

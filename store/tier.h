@@ -26,22 +26,30 @@ struct tier_key {
 /* Where a block lives; values equal the public KVT_TIER_* codes. */
 enum tier_level { TIER_L_NONE = 0, TIER_L_HOT = 1, TIER_L_WARM = 2, TIER_L_COLD = 3, TIER_L_N = 4 };
 
-/* The tier below warm. demote() is called for each block evicted from warm,
- * before its slot is reused; data is valid only during the call. Returning
- * an error does not keep the block (warm must make room); it is counted. */
-struct tier_cold_ops {
-    int (*demote)(void *ctx, uint32_t ns, const struct tier_key *key, const void *data,
-                  uint64_t len);
-};
+struct tier_cold; /* tier_cold.h */
+
+/* Called from tier_poll() when a promotion that tier_get_async() started
+ * for `waiter` has finished: rc 0 (entry id now holds verified bytes in its
+ * warm slot) or negative (-EBADMSG, -EIO, -ENOENT: the block is lost; the
+ * waiter's lease on it must still be released). */
+typedef void (*tier_ready_fn)(void *ctx, void *waiter, uint32_t id, int rc);
 
 struct tier_cfg {
     uint64_t warm_bytes;     /* warm pool size; rounded up to the segment size */
-    double high_wm;          /* evict when occupancy exceeds this fraction (0.95) */
+    double high_wm;          /* demote/evict when occupancy exceeds this fraction (0.95) */
     double low_wm;           /* ... down to this fraction (0.85) */
     bool lock_memory;        /* mlock the pool (warns and goes on unpinned if refused) */
     bool huge_pages;         /* try MFD_HUGETLB, then transparent huge pages */
-    const struct tier_cold_ops *cold; /* NULL: the no-op sink */
-    void *cold_ctx;
+    struct tier_cold *cold;  /* the tier below warm (caller-owned; NULL: evicted
+                                blocks are dropped) */
+    bool write_through;      /* with cold: copy each block to cold when committed, so
+                                that a warm eviction never waits to demote */
+    tier_ready_fn ready;     /* promotion completions (needed with cold) */
+    void *ready_ctx;
+    /* observer: a block left warm (demoted or dropped); data valid during the call */
+    void (*on_evict)(void *ctx, uint32_t ns, const struct tier_key *key, const void *data,
+                     uint64_t len);
+    void *evict_ctx;
     void (*log)(void *ctx, const char *msg); /* warnings; NULL: silent */
     void *log_ctx;
 };
@@ -49,7 +57,12 @@ struct tier_cfg {
 struct tier_stats {
     uint64_t lookups, lookup_keys, lookup_hits, misses;
     uint64_t puts, put_blocks, dedup_blocks, gets, get_blocks, removes;
-    uint64_t leases_active, reserved, reclaimed, cold_errors;
+    uint64_t leases_active, reserved, reclaimed;
+    uint64_t demotions;      /* warm blocks written to cold (durable) */
+    uint64_t promotions;     /* cold blocks read back into warm */
+    uint64_t dropped;        /* warm blocks evicted with no cold copy (lost) */
+    uint64_t cold_errors;    /* demotions or promotions that failed */
+    uint64_t checksum_errors, io_errors; /* from the cold tier */
     uint64_t hits[TIER_L_N], bytes_in[TIER_L_N], bytes_out[TIER_L_N];
     uint64_t evictions[TIER_L_N], blocks[TIER_L_N], bytes_used[TIER_L_N];
     uint64_t bytes_capacity[TIER_L_N];
@@ -114,6 +127,38 @@ bool tier_reserved_by(const struct tier *t, uint32_t id, uint32_t owner);
  * match the stored blocks' (-EINVAL otherwise). */
 int tier_get(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
              size_t n, uint32_t *ids, uint64_t *offs);
+
+/* tier_get that also leases blocks only on disk: each starts (or joins) a
+ * read into a fresh warm slot, and counts in *pending; its offs[i] is valid
+ * once the ready callback reported it for `waiter`. The leading run stops
+ * at a key that is absent or cannot be promoted now. Returns the run's
+ * length (hits, pending included) or -EINVAL. */
+int tier_get_async(struct tier *t, uint32_t ns, uint64_t block_bytes,
+                   const struct tier_key *keys, size_t n, uint32_t *ids, uint64_t *offs,
+                   void *waiter, uint32_t *pending);
+
+/* Start promoting the cold blocks of the leading run of keys (lookup's
+ * prefetch): a later get finds them in warm or joins the read. Returns the
+ * number of reads started. */
+size_t tier_prefetch(struct tier *t, uint32_t ns, uint64_t block_bytes,
+                     const struct tier_key *keys, size_t n);
+
+/* The waiter is gone (its client died): no ready callback will name it. */
+void tier_forget_waiter(struct tier *t, void *waiter);
+
+/* The cold tier's event fd for an epoll loop (-1 without a cold tier), and
+ * the call that delivers its completions (demotions land, promotions call
+ * the ready callback). wait: block until at least one completes. */
+int tier_event_fd(const struct tier *t);
+int tier_poll(struct tier *t, bool wait);
+
+/* At start: index every block of the cold tier (as cold-only entries, with
+ * their chain parents) so that it is served at once. Returns the count. */
+int tier_load_cold(struct tier *t);
+
+/* At a clean stop: demote every warm block that has no cold copy yet and
+ * wait until all are durable. 0 or the first error. */
+int tier_flush_to_cold(struct tier *t);
 /* Drop one lease on each id (from tier_get). reclaimed: count them as
  * reclaimed from a dead client. */
 void tier_release(struct tier *t, const uint32_t *ids, size_t n, bool reclaimed);
@@ -122,8 +167,11 @@ void tier_release(struct tier *t, const uint32_t *ids, size_t n, bool reclaimed)
  * children stay. Returns the number removed. */
 size_t tier_remove(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n);
 
-/* Evict leaf-first LRU blocks until occupancy is at or below the low
- * watermark, if it is above the high one. Returns blocks evicted. */
+/* Background demotion: when warm is above the high watermark, move
+ * leaf-first LRU blocks out until it would be at the low one: blocks with a
+ * cold copy are dropped from warm at once, others are written to cold
+ * (asynchronously; their slots free when durable) or, without a cold tier,
+ * dropped. Returns the blocks handled. */
 size_t tier_maintain(struct tier *t);
 
 void tier_stats_get(const struct tier *t, struct tier_stats *out);

@@ -13,14 +13,14 @@
 
 #define MIB (1u << 20)
 
-/* The cold sink of these tests: records which keys were evicted, in order. */
+/* The eviction observer of these tests: which keys left warm, in order. */
 struct sink {
     struct tier_key keys[256];
     int n;
 };
 
-static int record(void *ctx, uint32_t ns, const struct tier_key *key, const void *data,
-                  uint64_t len)
+static void record(void *ctx, uint32_t ns, const struct tier_key *key, const void *data,
+                   uint64_t len)
 {
     struct sink *s = ctx;
 
@@ -29,16 +29,13 @@ static int record(void *ctx, uint32_t ns, const struct tier_key *key, const void
     cr_assert_eq(len, MIB, "demoted length %llu", (unsigned long long)len);
     if (s->n < 256)
         s->keys[s->n++] = *key;
-    return 0;
 }
-
-static const struct tier_cold_ops sink_ops = { .demote = record };
 
 /* A 32 MiB pool (32 slots of 1 MiB) with the given watermarks. */
 static struct tier *store(struct sink *s, double hi, double lo)
 {
     struct tier_cfg cfg = { .warm_bytes = 32 * MIB, .high_wm = hi, .low_wm = lo,
-                            .cold = &sink_ops, .cold_ctx = s };
+                            .on_evict = record, .evict_ctx = s };
     struct tier *t = NULL;
 
     cr_assert_eq(tier_create(&cfg, &t), 0);
