@@ -37,8 +37,13 @@
 #include "tier_ram.h"
 
 struct lru {
-    uint32_t head, tail; /* most / least recently used leaf of a class */
+    uint32_t head, tail; /* most / least recently used leaf of a list */
 };
+
+/* Each size class has two LRU lists of leaves: dirty (no cold copy: leaving
+ * warm means a demotion, or a loss) and clean (on disk too: leaving warm is
+ * free). A slot needed right now comes from a clean leaf first. */
+enum { DIRTY = 0, CLEAN = 1 };
 
 /* A block moving between warm and cold (a cold tier callback's context). */
 struct move {
@@ -51,7 +56,7 @@ struct move {
 struct tier {
     struct idx *idx;
     struct tier_ram *ram;
-    struct lru lru[TIER_RAM_CLASSES];
+    struct lru lru[TIER_RAM_CLASSES][2];
     uint32_t clock;                   /* bumps on every access; entries keep a stamp */
     uint64_t high_bytes, low_bytes;   /* watermarks in slot bytes */
     uint64_t demoting_bytes;          /* slot bytes whose demotion is in flight */
@@ -94,7 +99,8 @@ int tier_create(const struct tier_cfg *cfg, struct tier **out)
     if (rc < 0)
         goto out_idx;
     for (int c = 0; c < TIER_RAM_CLASSES; c++)
-        t->lru[c].head = t->lru[c].tail = TIER_NONE;
+        for (int k = 0; k < 2; k++)
+            t->lru[c][k].head = t->lru[c][k].tail = TIER_NONE;
     t->high_bytes = (uint64_t)(hi * (double)tier_ram_bytes(t->ram));
     t->low_bytes = (uint64_t)(lo * (double)tier_ram_bytes(t->ram));
     t->cold = cfg->cold;
@@ -137,10 +143,17 @@ static uint8_t *slot_ptr(const struct tier *t, const struct idx_entry *e)
 
 /* ---- LRU of leaves ---------------------------------------------------- */
 
+/* The list of e: its cold bit does not change while it is linked (it is set
+ * and cleared only on entries that are moving, reserved or unlinked). */
+static struct lru *list_of(struct tier *t, const struct idx_entry *e)
+{
+    return &t->lru[e->cls][e->flags & IDX_F_COLD ? CLEAN : DIRTY];
+}
+
 static void lru_unlink(struct tier *t, uint32_t id)
 {
     struct idx_entry *e = idx_at(t->idx, id);
-    struct lru *l = &t->lru[e->cls];
+    struct lru *l = list_of(t, e);
 
     if (e->prev != TIER_NONE)
         idx_at(t->idx, e->prev)->next = e->next;
@@ -157,7 +170,7 @@ static void lru_unlink(struct tier *t, uint32_t id)
 static void lru_link(struct tier *t, uint32_t id, bool at_tail)
 {
     struct idx_entry *e = idx_at(t->idx, id);
-    struct lru *l = &t->lru[e->cls];
+    struct lru *l = list_of(t, e);
 
     if (at_tail) {
         e->next = TIER_NONE;
@@ -267,22 +280,23 @@ static void forget(struct tier *t, uint32_t id, bool at_tail)
 
 /* ---- leaving warm ------------------------------------------------------ */
 
-/* The victim for the watermarks: the oldest leaf of any class. O(classes). */
+/* The victim for the watermarks: the oldest leaf of any list. O(classes). */
 static uint32_t pick_victim(struct tier *t)
 {
     uint32_t best = TIER_NONE, best_age = 0;
 
-    for (int c = 0; c < TIER_RAM_CLASSES; c++) {
-        uint32_t id = t->lru[c].tail, age;
+    for (int c = 0; c < TIER_RAM_CLASSES; c++)
+        for (int k = 0; k < 2; k++) {
+            uint32_t id = t->lru[c][k].tail, age;
 
-        if (id == TIER_NONE)
-            continue;
-        age = t->clock - idx_at(t->idx, id)->stamp; /* wrap-safe difference */
-        if (best == TIER_NONE || age > best_age) {
-            best = id;
-            best_age = age;
+            if (id == TIER_NONE)
+                continue;
+            age = t->clock - idx_at(t->idx, id)->stamp; /* wrap-safe difference */
+            if (best == TIER_NONE || age > best_age) {
+                best = id;
+                best_age = age;
+            }
         }
-    }
     return best;
 }
 
@@ -412,12 +426,36 @@ static int alloc_slot(struct tier *t, int cls, uint32_t id, uint64_t *off)
 
         if (rc != -ENOSPC)
             return rc;
-        v = t->lru[cls].tail;
+        v = t->lru[cls][CLEAN].tail;
+        if (v == TIER_NONE)
+            v = t->lru[cls][DIRTY].tail; /* lost: the mover did not keep up */
         if (v != TIER_NONE)
             leave_warm(t, v);
         else if (free_segment(t, cls) < 0)
             return -ENOSPC; /* everything is leased, reserved, moving or a parent */
     }
+}
+
+/* Write the ancestors of id that have no cold copy yet, up to max of them:
+ * a demoted leaf's parent becomes the next leaf, and leaving warm is free
+ * for a block already on disk. A chain thus goes to disk in one sweep, in
+ * sequence, instead of one block per turn of the mover. */
+static unsigned demote_ancestors(struct tier *t, uint32_t id, unsigned max)
+{
+    unsigned n = 0;
+
+    for (uint32_t p = idx_at(t->idx, id)->parent; p != TIER_NONE && n < max;
+         p = idx_at(t->idx, p)->parent) {
+        const struct idx_entry *e = idx_at(t->idx, p);
+
+        if (e->state != IDX_COMMITTED || e->level != TIER_L_WARM ||
+            (e->flags & (IDX_F_COLD | IDX_F_DEMOTING | IDX_F_PROMOTING)))
+            break;
+        if (demote(t, p) < 0)
+            break;
+        n++;
+    }
+    return n;
 }
 
 size_t tier_maintain(struct tier *t)
@@ -437,14 +475,20 @@ size_t tier_maintain(struct tier *t)
         if (e->flags & IDX_F_COLD || !t->cold) {
             leave_warm(t, v);
         } else {
+            int rc;
+
             /* bounded: the rest waits for the next turn of the loop */
-            if (t->demoting_bytes && ++inflight > DEMOTE_INFLIGHT)
+            if (inflight >= DEMOTE_INFLIGHT)
                 break;
-            if (demote(t, v) == -EBUSY)
+            rc = demote(t, v);
+            if (rc == -EBUSY)
                 break;
-            /* other failures (disk full, failed tier): drop instead */
-            if (!(idx_at(t->idx, v)->flags & IDX_F_DEMOTING))
-                leave_warm(t, v);
+            if (rc < 0) {
+                leave_warm(t, v); /* disk full or tier failed: drop instead */
+            } else {
+                inflight++;
+                inflight += demote_ancestors(t, v, DEMOTE_INFLIGHT - inflight);
+            }
         }
         n++;
     }
@@ -1063,21 +1107,24 @@ int tier_check(const struct tier *t, char *why, size_t cap)
             (unsigned long long)nres, (unsigned long long)t->st.reserved,
             (unsigned long long)nwarm_blocks, (unsigned long long)t->st.blocks[TIER_L_WARM],
             (unsigned long long)leases, (unsigned long long)t->st.leases_active);
-    for (int c = 0; c < TIER_RAM_CLASSES; c++) {
-        uint32_t prev = TIER_NONE;
+    for (int c = 0; c < TIER_RAM_CLASSES; c++)
+        for (int k = 0; k < 2; k++) {
+            uint32_t prev = TIER_NONE;
 
-        for (uint32_t id = t->lru[c].head; id != TIER_NONE; id = idx_at(t->idx, id)->next) {
-            const struct idx_entry *e = idx_at(t->idx, id);
+            for (uint32_t id = t->lru[c][k].head; id != TIER_NONE;
+                 id = idx_at(t->idx, id)->next) {
+                const struct idx_entry *e = idx_at(t->idx, id);
 
-            if (!in_lru--)
-                BAD("LRU lists hold more entries than are marked (a loop?)");
-            if (e->prev != prev || e->cls != c || !(e->flags & IDX_F_LRU))
-                BAD("LRU of class %d: bad link or member at %u", c, id);
-            prev = id;
+                if (!in_lru--)
+                    BAD("LRU lists hold more entries than are marked (a loop?)");
+                if (e->prev != prev || e->cls != c || !(e->flags & IDX_F_LRU) ||
+                    !!(e->flags & IDX_F_COLD) != (k == CLEAN))
+                    BAD("LRU %d/%d: bad link or member at %u", c, k, id);
+                prev = id;
+            }
+            if (t->lru[c][k].tail != prev)
+                BAD("LRU %d/%d: tail %u, walk ends at %u", c, k, t->lru[c][k].tail, prev);
         }
-        if (t->lru[c].tail != prev)
-            BAD("LRU of class %d: tail %u, walk ends at %u", c, t->lru[c].tail, prev);
-    }
     if (in_lru)
         BAD("%llu entries marked in the LRU are on no list", (unsigned long long)in_lru);
 out:
