@@ -29,6 +29,7 @@ struct kvt_ns {
     kvt_client *c;
     uint32_t id;          /* the daemon's namespace id */
     uint64_t block_bytes;
+    uint32_t deadline_ms; /* for gets; 0: wait */
     struct kvt_ns *next;  /* the client's list, freed by kvt_close */
 };
 
@@ -182,6 +183,7 @@ static int keys_rpc(kvt_ns *ns, uint16_t op, uint32_t flags, const kvt_key *pare
 {
     struct kvt_wire_keys_req r = {
         .ns_id = ns->id, .n = (uint32_t)n, .block_bytes = ns->block_bytes, .flags = flags,
+        .deadline_ms = op == KVT_OP_GET ? ns->deadline_ms : 0,
     };
     struct iovec iov[4];
     int niov = 0, rc;
@@ -348,6 +350,11 @@ uint64_t kvt_ns_block_bytes(const kvt_ns *ns)
     return ns->block_bytes;
 }
 
+void kvt_ns_set_deadline(kvt_ns *ns, uint32_t ms)
+{
+    ns->deadline_ms = ms;
+}
+
 /* A pool offset from the daemon, checked before it becomes a pointer. */
 static int slot_ptr(const kvt_ns *ns, uint64_t off, void **p)
 {
@@ -420,7 +427,7 @@ int kvt_put_reserve(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size
     return (int)rep.count;
 }
 
-static int count_rpc(kvt_ns *ns, uint16_t op, const kvt_key *keys, size_t n)
+static int count_rpc(kvt_ns *ns, uint16_t op, const kvt_key *keys, size_t n, uint32_t flags)
 {
     struct kvt_wire_count_rep rep;
     uint32_t blen;
@@ -428,7 +435,7 @@ static int count_rpc(kvt_ns *ns, uint16_t op, const kvt_key *keys, size_t n)
 
     if (!ns)
         return -EINVAL;
-    rc = keys_rpc(ns, op, 0, NULL, keys, n, &blen);
+    rc = keys_rpc(ns, op, flags, NULL, keys, n, &blen);
     if (rc < 0)
         return rc;
     if (blen != sizeof(rep))
@@ -439,17 +446,25 @@ static int count_rpc(kvt_ns *ns, uint16_t op, const kvt_key *keys, size_t n)
 
 int kvt_put_commit(kvt_ns *ns, const kvt_key *keys, size_t n)
 {
-    return count_rpc(ns, KVT_OP_PUT_COMMIT, keys, n);
+    return count_rpc(ns, KVT_OP_PUT_COMMIT, keys, n, 0);
+}
+
+int kvt_put_commit_flags(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags)
+{
+    if (flags & ~KVT_COMMIT_DURABLE)
+        return -EINVAL;
+    return count_rpc(ns, KVT_OP_PUT_COMMIT, keys, n,
+                     flags & KVT_COMMIT_DURABLE ? KVT_WIRE_KF_DURABLE : 0);
 }
 
 int kvt_put_abort(kvt_ns *ns, const kvt_key *keys, size_t n)
 {
-    return count_rpc(ns, KVT_OP_PUT_ABORT, keys, n);
+    return count_rpc(ns, KVT_OP_PUT_ABORT, keys, n, 0);
 }
 
 int kvt_remove(kvt_ns *ns, const kvt_key *keys, size_t n)
 {
-    return count_rpc(ns, KVT_OP_REMOVE, keys, n);
+    return count_rpc(ns, KVT_OP_REMOVE, keys, n, 0);
 }
 
 int kvt_put(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,

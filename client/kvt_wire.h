@@ -84,7 +84,8 @@ struct kvt_wire_ns_rep {
     uint64_t slot_bytes; /* block_bytes rounded up to the slot alignment */
 };
 
-#define KVT_WIRE_KF_PARENT 0x1u /* keys_req: a parent key precedes keys[] */
+#define KVT_WIRE_KF_PARENT 0x1u  /* keys_req: a parent key precedes keys[] */
+#define KVT_WIRE_KF_DURABLE 0x2u /* commit: reply once the blocks are durable on disk */
 
 /* Body of every request that carries keys; followed by the parent key when
  * KVT_WIRE_KF_PARENT is set, then n keys of KVT_KEY_BYTES. */
@@ -93,7 +94,8 @@ struct kvt_wire_keys_req {
     uint32_t n;
     uint64_t block_bytes; /* must match the namespace (catches layout drift) */
     uint32_t flags;       /* KVT_WIRE_KF_* and, for lookup, KVT_LOOKUP_* << 8 */
-    uint32_t reserved;
+    uint32_t deadline_ms; /* get: answer within this long, blocks still on their
+                             way from disk counting as misses (0: wait) */
 };
 
 struct kvt_wire_lookup_rep {

@@ -145,10 +145,17 @@ int kvt_ns_open(kvt_client *c, const kvt_model *model, kvt_ns **out);
 /* Bytes of one block in this namespace. */
 uint64_t kvt_ns_block_bytes(const kvt_ns *ns);
 
+/* Bound the wait of later gets on this namespace: blocks still on their way
+ * from disk when ms milliseconds have passed count as misses (the get
+ * returns the leading run that is in memory); their reads go on and land in
+ * warm for next time. 0 (the default) waits for the disk. */
+void kvt_ns_set_deadline(kvt_ns *ns, uint32_t ms);
+
 /* ---- blocks ---------------------------------------------------------- */
 
 /* Flags for kvt_lookup. */
-#define KVT_LOOKUP_PREFETCH 0x1u /* start promotion of cold hits (later tiers) */
+#define KVT_LOOKUP_PREFETCH 0x1u /* start reading the leading cold hits into warm now,
+                                    so that the get that follows waits less */
 
 /* How many leading keys of the chain keys[0..n) are present: the prefix-hit
  * length. tiers (NULL or room for n) receives each key's tier, present or not
@@ -171,6 +178,16 @@ int kvt_put_reserve(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size
  * committed. */
 int kvt_put_commit(kvt_ns *ns, const kvt_key *keys, size_t n);
 
+/* Flags for kvt_put_commit_flags. */
+#define KVT_COMMIT_DURABLE 0x1u /* return once every block of keys[] is durable in the
+                                   cold tier (written and synced, indexed): it
+                                   survives a crash of tierd or of the machine */
+
+/* kvt_put_commit with flags. With KVT_COMMIT_DURABLE: -EOPNOTSUPP when tierd
+ * runs without a cold tier, -EIO / -ENOSPC when a block could not be made
+ * durable (the blocks stay committed in memory). */
+int kvt_put_commit_flags(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags);
+
 /* Give back reservations among keys[0..n) without publishing them. */
 int kvt_put_abort(kvt_ns *ns, const kvt_key *keys, size_t n);
 
@@ -188,7 +205,8 @@ typedef struct kvt_lease {
 /* Lease the leading present keys of keys[0..n) (n <= KVT_BATCH_MAX):
  * slots[i] (room for n) points at block i, read-only, for i < the returned
  * count, and stays valid and unchanged until kvt_release(). Leased blocks
- * are never evicted. Returns the leading hit count (0 is not an error);
+ * are never evicted. Blocks only on disk are read into warm first (bounded
+ * by kvt_ns_set_deadline). Returns the leading hit count (0 is not an error);
  * -EBUSY when this client already holds 4096 leases. */
 int kvt_get_lease(kvt_ns *ns, const kvt_key *keys, size_t n, const void **slots,
                   kvt_lease *lease);
@@ -240,10 +258,16 @@ typedef struct kvt_stats {
     uint64_t proto_errors;   /* malformed messages received */
     uint64_t index_entries;  /* entries in the in-memory index */
     uint64_t index_bytes;    /* memory held by the in-memory index */
+    uint64_t demotions;      /* warm blocks written to cold (durable) */
+    uint64_t promotions;     /* cold blocks read back into warm */
+    uint64_t dropped;        /* warm blocks evicted with no cold copy */
+    uint64_t checksum_errors;/* cold reads with wrong bytes: dropped, served as misses */
+    uint64_t io_errors;      /* failed cold reads, writes or syncs */
+    uint64_t deadline_misses;/* gets answered short because their deadline passed */
     kvt_tier_stats tier[KVT_TIER_COUNT]; /* indexed by KVT_TIER_* */
 } kvt_stats;
 
-#define KVT_STATS_VERSION 1
+#define KVT_STATS_VERSION 2
 
 /* Fetch the daemon's counters. */
 int kvt_stats_get(kvt_client *c, kvt_stats *out);

@@ -49,8 +49,10 @@ enum { DIRTY = 0, CLEAN = 1 };
 struct move {
     struct tier *t;
     uint32_t id;
-    void *waiter;        /* promotions: who waits (NULL: prefetch, or forgotten) */
-    struct move *prev, *next; /* promotions in flight (tier_forget_waiter) */
+    bool promote;        /* cold -> warm; else warm -> cold */
+    bool evict;          /* demotion by the mover: leave warm once durable */
+    void *waiter;        /* who waits for it (NULL: nobody, or forgotten) */
+    struct move *prev, *next; /* moves in flight (tier_forget_waiter) */
 };
 
 struct tier {
@@ -62,7 +64,7 @@ struct tier {
     uint64_t demoting_bytes;          /* slot bytes whose demotion is in flight */
     struct tier_cold *cold;           /* NULL: no tier below warm */
     bool write_through;
-    struct move *promos;              /* promotions in flight */
+    struct move *moves;               /* moves in flight */
     struct tier_cfg cfg;              /* callbacks */
     struct tier_stats st;             /* counters; gauges filled in tier_stats_get */
 };
@@ -120,10 +122,10 @@ void tier_destroy(struct tier *t)
     if (!t)
         return;
     /* the caller drained the cold tier first; any move left is orphaned */
-    while (t->promos) {
-        struct move *m = t->promos;
+    while (t->moves) {
+        struct move *m = t->moves;
 
-        t->promos = m->next;
+        t->moves = m->next;
         free(m);
     }
     tier_ram_close(t->ram);
@@ -321,6 +323,34 @@ static void leave_warm(struct tier *t, uint32_t id)
     }
 }
 
+static void moves_add(struct tier *t, struct move *m)
+{
+    m->prev = NULL;
+    m->next = t->moves;
+    if (t->moves)
+        t->moves->prev = m;
+    t->moves = m;
+}
+
+static void moves_del(struct tier *t, struct move *m)
+{
+    if (m->prev)
+        m->prev->next = m->next;
+    else
+        t->moves = m->next;
+    if (m->next)
+        m->next->prev = m->prev;
+}
+
+static struct move *move_of(struct tier *t, uint32_t id)
+{
+    /* O(moves in flight): a few batches at most */
+    for (struct move *m = t->moves; m; m = m->next)
+        if (m->id == id)
+            return m;
+    return NULL;
+}
+
 static void on_demoted(void *ctx, int rc)
 {
     struct move *m = ctx;
@@ -328,6 +358,7 @@ static void on_demoted(void *ctx, int rc)
     struct idx_entry *e = idx_at(t->idx, m->id);
     uint64_t slot = tier_ram_class_slot(t->ram, e->cls);
 
+    moves_del(t, m);
     t->demoting_bytes -= slot;
     e->flags &= ~IDX_F_DEMOTING;
     if (rc < 0) {
@@ -338,17 +369,20 @@ static void on_demoted(void *ctx, int rc)
         t->st.blocks[TIER_L_COLD]++;
         t->st.bytes_in[TIER_L_COLD] += slot;
     }
-    /* written through at commit: it stays in warm; demoted: it leaves */
-    if (rc == 0 && e->leases == 0 && !t->write_through && e->state == IDX_COMMITTED &&
-        e->nwarm == 0)
+    /* demoted by the mover: it leaves warm; written through or for a
+     * durable commit: it stays */
+    if (rc == 0 && m->evict && e->leases == 0 && e->state == IDX_COMMITTED && e->nwarm == 0)
         leave_warm(t, m->id);
     else
         settle(t, m->id, false);
+    if (m->waiter && t->cfg.ready)
+        t->cfg.ready(t->cfg.ready_ctx, m->waiter, m->id, rc);
     free(m);
 }
 
-/* Start writing id (committed, in warm, no cold copy) to cold. */
-static int demote(struct tier *t, uint32_t id)
+/* Start writing id (committed, in warm, no cold copy) to cold. evict: leave
+ * warm once durable (the mover); waiter: who is told when it is durable. */
+static int demote_for(struct tier *t, uint32_t id, bool evict, void *waiter)
 {
     struct idx_entry *e = idx_at(t->idx, id);
     uint64_t slot = tier_ram_class_slot(t->ram, e->cls);
@@ -358,7 +392,7 @@ static int demote(struct tier *t, uint32_t id)
 
     if (!m)
         return -ENOMEM;
-    *m = (struct move){ .t = t, .id = id };
+    *m = (struct move){ .t = t, .id = id, .evict = evict, .waiter = waiter };
     if (e->parent != TIER_NONE)
         parent = &idx_at(t->idx, e->parent)->key;
     rc = tier_cold_put(t->cold, e->ns, &e->key, parent, slot_ptr(t, e), slot, on_demoted, m);
@@ -370,7 +404,13 @@ static int demote(struct tier *t, uint32_t id)
     e->flags |= IDX_F_DEMOTING; /* pins the slot until the write is durable */
     settle(t, id, false);
     t->demoting_bytes += slot;
+    moves_add(t, m);
     return 0;
+}
+
+static int demote(struct tier *t, uint32_t id)
+{
+    return demote_for(t, id, true, NULL);
 }
 
 /* Free a whole segment of another class for class cls: the one with the
@@ -463,6 +503,10 @@ size_t tier_maintain(struct tier *t)
     size_t n = 0;
     unsigned inflight = 0;
 
+    /* group commit: demotions that completed since the last sync are made
+     * durable now, or with the next sync if one is in flight */
+    if (t->cold)
+        tier_cold_flush(t->cold);
     if (tier_ram_used(t->ram) - t->demoting_bytes <= t->high_bytes)
         return 0;
     while (tier_ram_used(t->ram) - t->demoting_bytes > t->low_bytes) {
@@ -504,12 +548,7 @@ static void on_promoted(void *ctx, int rc)
     struct idx_entry *e = idx_at(t->idx, m->id);
     uint64_t slot = tier_ram_class_slot(t->ram, e->cls);
 
-    if (m->prev)
-        m->prev->next = m->next;
-    else
-        t->promos = m->next;
-    if (m->next)
-        m->next->prev = m->prev;
+    moves_del(t, m);
     e->flags &= ~IDX_F_PROMOTING;
     if (rc == 0) {
         t->st.promotions++;
@@ -559,28 +598,24 @@ static int promote(struct tier *t, uint32_t id, uint64_t slot, void *waiter)
     e->cls = (uint8_t)cls;
     e->off = off;
     e->flags |= IDX_F_PROMOTING;
-    *m = (struct move){ .t = t, .id = id, .waiter = waiter, .next = t->promos };
-    if (t->promos)
-        t->promos->prev = m;
-    t->promos = m;
+    *m = (struct move){ .t = t, .id = id, .promote = true, .waiter = waiter };
+    moves_add(t, m);
     return 0;
 out_free:
     free(m);
     return rc;
 }
 
-static struct move *promo_of(struct tier *t, uint32_t id)
+bool tier_ready(const struct tier *t, uint32_t id)
 {
-    /* O(promotions in flight): a few batches at most */
-    for (struct move *m = t->promos; m; m = m->next)
-        if (m->id == id)
-            return m;
-    return NULL;
+    const struct idx_entry *e = idx_at(t->idx, id);
+
+    return e->state == IDX_COMMITTED && e->level == TIER_L_WARM;
 }
 
 void tier_forget_waiter(struct tier *t, void *waiter)
 {
-    for (struct move *m = t->promos; m; m = m->next)
+    for (struct move *m = t->moves; m; m = m->next)
         if (m->waiter == waiter)
             m->waiter = NULL;
 }
@@ -771,10 +806,51 @@ size_t tier_commit(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t o
         done++;
         /* write-through: on disk at once, so leaving warm later is free; a
          * full queue or disk leaves it to the background mover */
-        if (!t->write_through || demote(t, id) < 0)
+        if (!t->write_through || demote_for(t, id, false, NULL) < 0)
             settle(t, id, false);
     }
     return done;
+}
+
+int tier_commit_durable(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
+                        const struct tier_key *keys, size_t n, void *waiter, uint32_t *ids,
+                        uint32_t *pending)
+{
+    size_t done = tier_commit(t, ns, block_bytes, owner, keys, n);
+
+    *pending = 0;
+    if (!t->cold)
+        return -EOPNOTSUPP;
+    /* every key of the batch that is committed and not yet on disk, whoever
+     * wrote it (a deduplicated key counts only once it is durable too) */
+    for (size_t i = 0; i < n; i++) {
+        uint32_t id = idx_find(t->idx, ns, &keys[i]);
+        struct idx_entry *e;
+        struct move *m;
+        int rc;
+
+        if (id == TIER_NONE || idx_at(t->idx, id)->state != IDX_COMMITTED)
+            continue;
+        e = idx_at(t->idx, id);
+        if (e->flags & IDX_F_COLD)
+            continue;
+        if (e->flags & IDX_F_DEMOTING) {
+            m = move_of(t, id);
+            if (!m || (m->waiter && m->waiter != waiter))
+                return -EBUSY; /* rare: another durable commit of the key */
+            m->waiter = waiter;
+            m->evict = false;
+        } else if (e->level != TIER_L_WARM) {
+            continue; /* being promoted: its cold copy exists */
+        } else {
+            while ((rc = demote_for(t, id, false, waiter)) == -EBUSY)
+                tier_cold_poll(t->cold, true);
+            if (rc < 0)
+                return rc;
+        }
+        ids[(*pending)++] = id;
+    }
+    return (int)done;
 }
 
 size_t tier_abort(struct tier *t, uint32_t ns, uint32_t owner, const struct tier_key *keys,
@@ -848,7 +924,7 @@ int tier_get_async(struct tier *t, uint32_t ns, uint64_t block_bytes,
         } else if (!pending || !t->cold) {
             break; /* cold, and the caller cannot wait */
         } else if (e->flags & IDX_F_PROMOTING) {
-            struct move *m = promo_of(t, id);
+            struct move *m = move_of(t, id);
 
             if (!m || (m->waiter && m->waiter != waiter))
                 break; /* another getter waits on it: a miss here, rare */

@@ -28,10 +28,11 @@ enum tier_level { TIER_L_NONE = 0, TIER_L_HOT = 1, TIER_L_WARM = 2, TIER_L_COLD 
 
 struct tier_cold; /* tier_cold.h */
 
-/* Called from tier_poll() when a promotion that tier_get_async() started
- * for `waiter` has finished: rc 0 (entry id now holds verified bytes in its
- * warm slot) or negative (-EBADMSG, -EIO, -ENOENT: the block is lost; the
- * waiter's lease on it must still be released). */
+/* Called from tier_poll() when a move `waiter` waits for has finished: a
+ * promotion (tier_get_async): rc 0, entry id holds verified bytes in its
+ * warm slot, or negative (-EBADMSG, -EIO, -ENOENT: the block is lost; the
+ * waiter's lease on it must still be released); a durable commit
+ * (tier_commit_durable): rc 0, id is durable on disk, or the write's error. */
 typedef void (*tier_ready_fn)(void *ctx, void *waiter, uint32_t id, int rc);
 
 struct tier_cfg {
@@ -105,6 +106,15 @@ int tier_reserve(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t own
                  const struct tier_key *parent, const struct tier_key *keys, size_t n,
                  uint32_t *ids, uint64_t *offs);
 
+/* Commit as tier_commit, then make every committed key of the batch durable
+ * in the cold tier: ids[0..*pending) are the blocks being written, each
+ * reported to waiter by the ready callback when durable (rc 0) or not.
+ * Returns the number committed, -EOPNOTSUPP without a cold tier, or the
+ * error that kept a write from starting (-ENOSPC, -EIO). */
+int tier_commit_durable(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
+                        const struct tier_key *keys, size_t n, void *waiter, uint32_t *ids,
+                        uint32_t *pending);
+
 /* Commit (publish) the keys of ns reserved by owner among keys[0..n), in
  * order; others are skipped. block_bytes is the namespace's block size (for
  * the byte counters). Returns the number committed. */
@@ -142,6 +152,10 @@ int tier_get_async(struct tier *t, uint32_t ns, uint64_t block_bytes,
  * number of reads started. */
 size_t tier_prefetch(struct tier *t, uint32_t ns, uint64_t block_bytes,
                      const struct tier_key *keys, size_t n);
+
+/* Whether leased entry id holds its bytes in warm now (not still on its way
+ * from disk). */
+bool tier_ready(const struct tier *t, uint32_t id);
 
 /* The waiter is gone (its client died): no ready callback will name it. */
 void tier_forget_waiter(struct tier *t, void *waiter);

@@ -54,6 +54,9 @@ void t_tierd_start(struct t_tierd *d, const char *const *args)
     argv[n++] = d->sock;
     argv[n++] = "--data";
     argv[n++] = data;
+    /* a small cold tier unless the test asks otherwise (a later option wins) */
+    argv[n++] = "--cold-bytes";
+    argv[n++] = "64M";
     for (int i = 0; args && args[i] && n < 30; i++)
         argv[n++] = args[i];
     argv[n] = NULL;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -31,6 +32,24 @@ struct lease {
     uint32_t *ids; /* store entry ids, owned */
 };
 
+/* A get waiting for blocks on their way from disk, or a durable commit
+ * waiting for its writes. A client has at most one request outstanding, so
+ * one per session. */
+struct pending {
+    bool active;
+    bool commit;             /* a durable commit (else a get) */
+    uint32_t count;          /* commit: blocks committed */
+    int err;                 /* commit: first write error */
+    struct kvt_wire_hdr hdr; /* the request being answered */
+    uint32_t n;              /* blocks leased for it */
+    uint32_t waiting;        /* of those, still on their way */
+    uint32_t fail_at;        /* first block lost (n: none) */
+    uint64_t deadline_ms;    /* CLOCK_MONOTONIC ms; 0: none */
+    uint32_t *ids;           /* KVT_BATCH_MAX each, allocated on first use */
+    uint64_t *offs;
+    uint8_t *ready;
+};
+
 struct sess {
     struct tierd *d;
     int fd;
@@ -43,10 +62,13 @@ struct sess {
     size_t resv_live;          /* ids left after the last prune (>= 32) */
     struct lease *lease;       /* outstanding leases; linear search, few per client */
     size_t nlease, lease_cap;
+    struct pending pend;       /* a get waiting for the disk */
     struct sess *prev, *next;  /* all sessions (for shutdown) */
 };
 
 static struct sess *all_sessions;
+static int timer_fd = -1;       /* fires at the earliest get deadline */
+static uint64_t timer_at_ms;    /* when it is armed for (0: disarmed) */
 
 /* One request and one reply at a time (single thread): static buffers. */
 static _Alignas(16) uint8_t rbuf[KVT_WIRE_MSG_MAX + 64];
@@ -61,6 +83,14 @@ static void sess_close(struct sess *s)
     struct tierd *d = s->d;
     size_t back = 0;
 
+    if (s->pend.active && !s->pend.commit) { /* a get's leases */
+        tier_release(d->store, s->pend.ids, s->pend.n, true);
+        back += s->pend.n;
+    }
+    tier_forget_waiter(d->store, s);
+    free(s->pend.ids);
+    free(s->pend.offs);
+    free(s->pend.ready);
     for (size_t i = 0; i < s->nlease; i++) {
         tier_release(d->store, s->lease[i].ids, s->lease[i].n, true);
         back += s->lease[i].n;
@@ -86,9 +116,13 @@ static void sess_close(struct sess *s)
 
 void sess_close_all(struct tierd *d)
 {
-    (void)d;
     while (all_sessions)
         sess_close(all_sessions);
+    if (timer_fd >= 0) {
+        ev_del(d->loop, timer_fd);
+        close(timer_fd);
+        timer_fd = -1;
+    }
 }
 
 /* ---- replies --------------------------------------------------------- */
@@ -203,12 +237,161 @@ static struct lease *new_lease(struct sess *s, const uint32_t *ids, uint32_t n)
     return l;
 }
 
+/* ---- gets that wait for the disk -------------------------------------- */
+
+static void arm_timer(uint64_t at_ms)
+{
+    struct itimerspec it = { 0 };
+
+    if (timer_fd < 0 || (timer_at_ms && timer_at_ms <= at_ms))
+        return;
+    it.it_value.tv_sec = (time_t)(at_ms / 1000);
+    it.it_value.tv_nsec = (long)(at_ms % 1000) * 1000000;
+    timerfd_settime(timer_fd, TFD_TIMER_ABSTIME, &it, NULL);
+    timer_at_ms = at_ms;
+}
+
+/* Answer the waiting get with its leading run of blocks that are in warm:
+ * up to the first lost one, and at a deadline up to the first still on its
+ * way. The leases on the rest go back; their reads go on and land in warm
+ * for next time. */
+static int finish_get(struct sess *s)
+{
+    struct pending *p = &s->pend;
+    struct kvt_wire_get_rep rep = { 0 };
+    uint32_t hits = 0;
+    struct lease *l;
+
+    while (hits < p->fail_at && p->ready[hits])
+        hits++;
+    p->active = false;
+    tier_release(s->d->store, p->ids + hits, p->n - hits, false);
+    if (hits > 0) {
+        l = new_lease(s, p->ids, hits);
+        if (!l) {
+            tier_release(s->d->store, p->ids, hits, false);
+            return reply_err(s, &p->hdr, -ENOMEM);
+        }
+        rep.lease_id = l->id;
+    }
+    rep.hits = hits;
+    return reply(s, &p->hdr, 0, &rep, sizeof(rep), p->offs, (size_t)hits * sizeof(uint64_t),
+                 -1);
+}
+
+/* Answer a durable commit once every write landed. */
+static int finish_commit(struct sess *s)
+{
+    struct pending *p = &s->pend;
+    struct kvt_wire_count_rep cnt = { .count = p->count };
+
+    p->active = false;
+    if (p->err)
+        return reply_err(s, &p->hdr, p->err);
+    return reply(s, &p->hdr, 0, &cnt, sizeof(cnt), NULL, 0, -1);
+}
+
+static int pend_alloc(struct pending *p)
+{
+    if (!p->ids) {
+        p->ids = malloc(KVT_BATCH_MAX * sizeof(*p->ids));
+        p->offs = malloc(KVT_BATCH_MAX * sizeof(*p->offs));
+        p->ready = malloc(KVT_BATCH_MAX);
+    }
+    return p->ids && p->offs && p->ready ? 0 : -ENOMEM;
+}
+
+static int wait_for_disk(struct sess *s, const struct kvt_wire_hdr *h, uint32_t n,
+                         uint32_t pending, uint32_t deadline_ms)
+{
+    struct pending *p = &s->pend;
+
+    if (pend_alloc(p) < 0) {
+        tier_release(s->d->store, ids_buf, n, false);
+        return reply_err(s, h, -ENOMEM);
+    }
+    p->active = true;
+    p->commit = false;
+    p->hdr = *h;
+    p->n = n;
+    p->waiting = pending;
+    p->fail_at = n;
+    memcpy(p->ids, ids_buf, n * sizeof(*p->ids));
+    memcpy(p->offs, offs_buf, n * sizeof(*p->offs));
+    for (uint32_t i = 0; i < n; i++)
+        p->ready[i] = tier_ready(s->d->store, ids_buf[i]);
+    p->deadline_ms = deadline_ms ? tierd_now_ms() + deadline_ms : 0;
+    if (p->deadline_ms)
+        arm_timer(p->deadline_ms);
+    return 0;
+}
+
+void sess_on_ready(void *ctx, void *waiter, uint32_t id, int rc)
+{
+    struct sess *s = waiter;
+    struct pending *p = &s->pend;
+
+    (void)ctx;
+    if (!p->active)
+        return; /* answered at its deadline; the block simply landed in warm */
+    for (uint32_t i = 0; i < p->n; i++) {
+        if (p->ids[i] != id || p->ready[i])
+            continue;
+        p->ready[i] = 1;
+        if (rc < 0 && i < p->fail_at)
+            p->fail_at = i;
+        if (rc < 0 && !p->err)
+            p->err = rc;
+        if (--p->waiting == 0 && (p->commit ? finish_commit(s) : finish_get(s)) < 0)
+            sess_close(s); /* the client stopped reading */
+        return;
+    }
+}
+
+/* The deadline timer: answer every get whose deadline passed, re-arm for
+ * the next. O(sessions) per expiry. */
+static void on_timer(struct ev_loop *l, int fd, uint32_t events, void *ctx)
+{
+    uint64_t now = tierd_now_ms(), next = 0, ticks;
+    struct sess *s, *nx;
+
+    (void)l;
+    (void)events;
+    (void)ctx;
+    if (read(fd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
+        return;
+    timer_at_ms = 0;
+    for (s = all_sessions; s; s = nx) {
+        nx = s->next;
+        if (!s->pend.active || !s->pend.deadline_ms)
+            continue;
+        if (s->pend.deadline_ms <= now) {
+            s->d->get_deadline_misses++;
+            if (finish_get(s) < 0)
+                sess_close(s);
+        } else if (!next || s->pend.deadline_ms < next) {
+            next = s->pend.deadline_ms;
+        }
+    }
+    if (next)
+        arm_timer(next);
+}
+
+int sess_init(struct tierd *d)
+{
+    timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (timer_fd < 0)
+        return -errno;
+    return ev_add(d->loop, timer_fd, on_timer, d);
+}
+
 /* ---- requests --------------------------------------------------------- */
 
 struct kreq {
     uint32_t ns_id;
     uint32_t n;
     uint32_t flags;
+    uint32_t deadline_ms;
     uint64_t block_bytes;
     const struct tier_key *parent; /* NULL: none */
     const struct tier_key *keys;
@@ -238,6 +421,7 @@ static int parse_keys(struct sess *s, const uint8_t *body, uint32_t len, struct 
     k->ns_id = r.ns_id;
     k->n = r.n;
     k->flags = r.flags;
+    k->deadline_ms = r.deadline_ms;
     k->block_bytes = r.block_bytes;
     body += sizeof(r);
     k->parent = NULL;
@@ -282,6 +466,33 @@ static int do_ns_open(struct sess *s, const struct kvt_wire_hdr *h, const uint8_
     return reply(s, h, 0, &rep, sizeof(rep), NULL, 0, -1);
 }
 
+static int commit_durable(struct sess *s, const struct kvt_wire_hdr *h, const struct kreq *k)
+{
+    struct pending *p = &s->pend;
+    uint32_t pending = 0;
+    int rc;
+
+    if (p->active)
+        return reply_err(s, h, -EBUSY);
+    if (pend_alloc(p) < 0)
+        return reply_err(s, h, -ENOMEM);
+    rc = tier_commit_durable(s->d->store, k->ns_id, k->block_bytes, s->id, k->keys, k->n, s,
+                             p->ids, &pending);
+    prune_resv(s);
+    if (rc < 0 && pending == 0)
+        return reply_err(s, h, rc);
+    *p = (struct pending){ .active = true, .commit = true, .hdr = *h, .n = pending,
+                           .waiting = pending, .fail_at = pending, .count = (uint32_t)rc,
+                           .err = rc < 0 ? rc : 0, .ids = p->ids, .offs = p->offs,
+                           .ready = p->ready };
+    if (rc < 0)
+        p->count = 0;
+    memset(p->ready, 0, pending);
+    if (pending == 0)
+        return finish_commit(s);
+    return 0;
+}
+
 static int do_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body)
 {
     struct tier *t = s->d->store;
@@ -296,6 +507,8 @@ static int do_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *
         struct kvt_wire_lookup_rep rep = { .n = k.n };
 
         rep.hits = (uint32_t)tier_lookup(t, k.ns_id, k.keys, k.n, tiers_buf);
+        if ((k.flags >> 8) & KVT_LOOKUP_PREFETCH)
+            tier_prefetch(t, k.ns_id, k.block_bytes, k.keys, rep.hits);
         return reply(s, h, 0, &rep, sizeof(rep), tiers_buf, k.n, -1);
     }
     case KVT_OP_PUT_RESERVE:
@@ -311,6 +524,8 @@ static int do_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *
         cnt.count = (uint32_t)rc;
         return reply(s, h, 0, &cnt, sizeof(cnt), offs_buf, k.n * sizeof(uint64_t), -1);
     case KVT_OP_PUT_COMMIT:
+        if (k.flags & KVT_WIRE_KF_DURABLE)
+            return commit_durable(s, h, &k);
         cnt.count = (uint32_t)tier_commit(t, k.ns_id, k.block_bytes, s->id, k.keys, k.n);
         prune_resv(s);
         return reply(s, h, 0, &cnt, sizeof(cnt), NULL, 0, -1);
@@ -327,9 +542,16 @@ static int do_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *
 
         if (s->nlease >= SESS_LEASES_MAX)
             return reply_err(s, h, -EBUSY);
-        rc = tier_get(t, k.ns_id, k.block_bytes, k.keys, k.n, ids_buf, offs_buf);
+        uint32_t pending;
+
+        if (s->pend.active)
+            return reply_err(s, h, -EBUSY); /* one get at a time per client */
+        rc = tier_get_async(t, k.ns_id, k.block_bytes, k.keys, k.n, ids_buf, offs_buf, s,
+                            &pending);
         if (rc < 0)
             return reply_err(s, h, rc);
+        if (pending > 0)
+            return wait_for_disk(s, h, (uint32_t)rc, pending, k.deadline_ms);
         if (rc > 0) {
             l = new_lease(s, ids_buf, (uint32_t)rc);
             if (!l) {
@@ -389,6 +611,12 @@ static int do_stats(struct sess *s, const struct kvt_wire_hdr *h)
     st.proto_errors = s->d->proto_errors;
     st.index_entries = ts.index_entries;
     st.index_bytes = ts.index_bytes;
+    st.demotions = ts.demotions;
+    st.promotions = ts.promotions;
+    st.dropped = ts.dropped;
+    st.checksum_errors = ts.checksum_errors;
+    st.io_errors = ts.io_errors;
+    st.deadline_misses = s->d->get_deadline_misses;
     for (int i = 0; i < KVT_TIER_COUNT; i++) {
         st.tier[i].hits = ts.hits[i];
         st.tier[i].bytes_in = ts.bytes_in[i];

@@ -14,6 +14,12 @@ struct ev_loop;
 /* The listening socket's callback: accepts pending connections. */
 void sess_on_accept(struct ev_loop *l, int fd, uint32_t events, void *ctx);
 
+/* Set up what sessions share (the deadline timer) on d's loop. */
+int sess_init(struct tierd *d);
+
+/* The store's ready callback: a promotion a session waits for landed. */
+void sess_on_ready(void *ctx, void *waiter, uint32_t id, int rc);
+
 /* Close every session (at shutdown), reclaiming what they hold. */
 void sess_close_all(struct tierd *d);
 

@@ -28,6 +28,7 @@
 #include "ev.h"
 #include "sess.h"
 #include "tier.h"
+#include "tier_cold.h"
 #include "tierd.h"
 
 #define DEFAULT_DATA "/var/lib/kvtier"
@@ -80,25 +81,43 @@ int tierd_ns_open(struct tierd *d, uint32_t tenant, const struct kvt_wire_ns_req
     strcpy(n.dtype, req->dtype);
     strcpy(n.layout, req->layout);
     /* linear: namespaces are opened once per engine process, and few */
-    for (uint32_t i = 0; i < d->nns; i++)
-        if (d->ns[i].tenant == tenant && memcmp(&d->ns[i].d, &n, sizeof(n)) == 0) {
+    for (uint32_t i = 0; i < d->ns_cap; i++)
+        if (d->ns[i].open && d->ns[i].tenant == tenant &&
+            memcmp(&d->ns[i].d, &n, sizeof(n)) == 0) {
             *id = i + 1;
             return 0;
         }
     if (d->nns == TIERD_NS_MAX)
         return -ENOSPC;
-    if (d->nns == d->ns_cap) {
-        uint32_t cap = d->ns_cap ? d->ns_cap * 2 : 16;
-        struct tierd_ns *p = realloc(d->ns, cap * sizeof(*p));
+    if (d->cold) {
+        /* the id comes from the cold index, so that blocks on disk find
+         * their namespace again after a restart, and only theirs */
+        struct {
+            uint32_t tenant;
+            struct kvt_wire_ns_req d;
+        } desc = { tenant, n };
+        int rc = tier_cold_ns_id(d->cold, &desc, sizeof(desc), id);
 
+        if (rc < 0)
+            return rc;
+    } else {
+        *id = d->ns_cap + 1;
+    }
+    if (*id > d->ns_cap) {
+        uint32_t cap = d->ns_cap ? d->ns_cap : 16;
+        struct tierd_ns *p;
+
+        while (cap < *id)
+            cap *= 2;
+        p = realloc(d->ns, cap * sizeof(*p));
         if (!p)
             return -ENOMEM;
+        memset(p + d->ns_cap, 0, (cap - d->ns_cap) * sizeof(*p));
         d->ns = p;
         d->ns_cap = cap;
     }
-    d->ns[d->nns].tenant = tenant;
-    d->ns[d->nns].d = n;
-    *id = ++d->nns;
+    d->ns[*id - 1] = (struct tierd_ns){ .open = true, .tenant = tenant, .d = n };
+    d->nns++;
     if (d->verbose)
         tierd_log("namespace %u: %s %s %s block %u tokens / %llu bytes, tp %u/%u", *id,
                   n.model_id, n.dtype, n.layout, n.block_tokens,
@@ -108,7 +127,7 @@ int tierd_ns_open(struct tierd *d, uint32_t tenant, const struct kvt_wire_ns_req
 
 const struct tierd_ns *tierd_ns_get(const struct tierd *d, uint32_t tenant, uint32_t id)
 {
-    if (id == 0 || id > d->nns || d->ns[id - 1].tenant != tenant)
+    if (id == 0 || id > d->ns_cap || !d->ns[id - 1].open || d->ns[id - 1].tenant != tenant)
         return NULL;
     return &d->ns[id - 1];
 }
@@ -129,6 +148,9 @@ struct opts {
     bool no_mlock, no_huge, verbose;
     uint32_t max_clients;
     int busy_poll_us;
+    uint64_t cold_bytes;
+    uint32_t cold_qd;
+    bool no_cold, write_through, no_flush;
 };
 
 static void usage(FILE *f)
@@ -144,6 +166,11 @@ static void usage(FILE *f)
             "  --no-hugepages     do not try huge pages\n"
             "  --max-clients N    refuse connections beyond N (default 1024)\n"
             "  --busy-poll-us N   poll without sleeping N us after activity (default 200; 0: off)\n"
+            "  --cold-bytes SIZE  cold tier file in the data folder, preallocated (default 4G)\n"
+            "  --cold-qd N        io_uring queue depth of the cold tier (default 32)\n"
+            "  --no-cold          no cold tier: blocks evicted from warm are dropped\n"
+            "  --write-through    copy every block to cold when committed\n"
+            "  --no-flush         at a clean stop, do not write warm blocks to cold\n"
             "  -v, --verbose      log sessions and namespaces\n",
             KVT_DEFAULT_SOCKET, DEFAULT_DATA);
 }
@@ -192,6 +219,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         { "no-hugepages", no_argument, NULL, 'P' },
         { "max-clients", required_argument, NULL, 'c' },
         { "busy-poll-us", required_argument, NULL, 'b' },
+        { "cold-bytes", required_argument, NULL, 'C' },
+        { "cold-qd", required_argument, NULL, 'Q' },
+        { "no-cold", no_argument, NULL, 'N' },
+        { "write-through", no_argument, NULL, 'W' },
+        { "no-flush", no_argument, NULL, 'F' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
@@ -201,7 +233,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     *o = (struct opts){
         .socket = getenv("KVTIER_SOCKET"), .data = getenv("KVTIER_DATA"),
         .warm_bytes = 1ull << 30, .high_wm = 0.95, .low_wm = 0.85, .max_clients = 1024,
-        .busy_poll_us = 200,
+        .busy_poll_us = 200, .cold_bytes = 4ull << 30, .cold_qd = 32,
     };
     if (!o->socket || !*o->socket)
         o->socket = KVT_DEFAULT_SOCKET;
@@ -253,6 +285,26 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             o->busy_poll_us = (int)v;
             break;
         }
+        case 'C':
+            if (!(o->cold_bytes = parse_size(optarg)) || o->cold_bytes < (1u << 20)) {
+                fprintf(stderr, "tierd: --cold-bytes: bad size '%s' (at least 1M)\n", optarg);
+                return -1;
+            }
+            break;
+        case 'Q': {
+            char *end;
+            unsigned long v = strtoul(optarg, &end, 10);
+
+            if (*end || end == optarg || v < 4 || v > 4096) {
+                fprintf(stderr, "tierd: --cold-qd: want 4..4096, got '%s'\n", optarg);
+                return -1;
+            }
+            o->cold_qd = (uint32_t)v;
+            break;
+        }
+        case 'N': o->no_cold = true; break;
+        case 'W': o->write_through = true; break;
+        case 'F': o->no_flush = true; break;
         case 'v': o->verbose = true; break;
         case 'h': usage(stdout); exit(EX_OK);
         default: usage(stderr); return -1;
@@ -375,6 +427,17 @@ static void on_signal(struct ev_loop *l, int fd, uint32_t events, void *ctx)
     ev_stop(l);
 }
 
+/* The cold tier's completions: demotions landed, promotions to hand out. */
+static void on_cold(struct ev_loop *l, int fd, uint32_t events, void *ctx)
+{
+    struct tierd *d = ctx;
+
+    (void)l;
+    (void)fd;
+    (void)events;
+    tier_poll(d->store, false);
+}
+
 static void idle(void *ctx)
 {
     struct tierd *d = ctx;
@@ -420,12 +483,44 @@ int main(int argc, char **argv)
     tc.lock_memory = !o.no_mlock;
     tc.huge_pages = !o.no_huge;
     tc.log = store_log;
+    tc.ready = sess_on_ready;
+    tc.ready_ctx = &d;
+    tc.write_through = o.write_through;
+    if (!o.no_cold) {
+        struct tier_cold_cfg cc = { .dir = o.data, .bytes = o.cold_bytes, .qd = o.cold_qd,
+                                    .log = store_log };
+
+        rc = tier_cold_open(&cc, &d.cold);
+        if (rc < 0) {
+            tierd_log("cannot open the cold tier in %s (%llu bytes): %s", o.data,
+                      (unsigned long long)o.cold_bytes, strerror(-rc));
+            ex = rc == -ENOSPC ? EX_CANTCREAT : EX_OSERR;
+            goto out_lock;
+        }
+    }
+    tc.cold = d.cold;
     rc = tier_create(&tc, &d.store);
     if (rc < 0) {
         tierd_log("cannot create the warm tier (%llu bytes): %s",
                   (unsigned long long)o.warm_bytes, strerror(-rc));
         ex = EX_OSERR;
-        goto out_lock;
+        goto out_cold;
+    }
+    if (d.cold) {
+        uint64_t t0 = tierd_now_ms();
+        struct tier_cold_stats cs;
+
+        rc = tier_load_cold(d.store);
+        if (rc < 0) {
+            tierd_log("cannot index the cold tier: %s", strerror(-rc));
+            ex = EX_OSERR;
+            goto out_store;
+        }
+        tier_cold_stats_get(d.cold, &cs);
+        tierd_log("cold tier %llu MiB (%s), %d blocks served from disk, indexed in %llu ms",
+                  (unsigned long long)(cs.bytes_capacity >> 20),
+                  cs.direct ? "O_DIRECT" : "buffered", rc,
+                  (unsigned long long)(tierd_now_ms() - t0));
     }
     d.listen_fd = listen_on(o.socket);
     if (d.listen_fd < 0) {
@@ -435,7 +530,9 @@ int main(int argc, char **argv)
     d.sig_fd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
     if (d.sig_fd < 0 || ev_loop_create(&d.loop) < 0 ||
         ev_add(d.loop, d.listen_fd, sess_on_accept, &d) < 0 ||
-        ev_add(d.loop, d.sig_fd, on_signal, &d) < 0) {
+        ev_add(d.loop, d.sig_fd, on_signal, &d) < 0 ||
+        (d.cold && ev_add(d.loop, tier_event_fd(d.store), on_cold, &d) < 0) ||
+        sess_init(&d) < 0) {
         tierd_log("cannot set up the event loop: %s", strerror(errno));
         ex = EX_OSERR;
         goto out_loop;
@@ -458,6 +555,11 @@ int main(int argc, char **argv)
     }
     sess_close_all(&d);
     unlink(o.socket);
+    if (d.cold && !o.no_flush) {
+        rc = tier_flush_to_cold(d.store);
+        tierd_log("warm tier written to cold%s%s", rc < 0 ? ": " : "",
+                  rc < 0 ? strerror(-rc) : "");
+    }
     tierd_log("stopped");
 out_loop:
     ev_loop_destroy(d.loop);
@@ -465,7 +567,12 @@ out_loop:
         close(d.sig_fd);
     close(d.listen_fd);
 out_store:
+    /* completions may still name the store: let them land first */
+    if (d.cold)
+        tier_cold_drain(d.cold);
     tier_destroy(d.store);
+out_cold:
+    tier_cold_close(d.cold);
     tierd_ns_free(&d);
 out_lock:
     close(d.lock_fd);

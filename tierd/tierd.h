@@ -16,15 +16,18 @@
 #include "kvt_wire.h"
 
 struct tier;
+struct tier_cold;
 struct ev_loop;
 
 struct tierd_ns {
+    bool open;                /* opened in this run (ids may have holes) */
     uint32_t tenant;          /* uid of the tenant that opened it */
     struct kvt_wire_ns_req d; /* the descriptor, strings NUL-padded */
 };
 
 struct tierd {
     struct tier *store;
+    struct tier_cold *cold;   /* NULL with --no-cold */
     struct ev_loop *loop;
     int listen_fd;            /* the SOCK_SEQPACKET socket */
     int sig_fd;               /* signalfd for SIGINT/SIGTERM */
@@ -36,15 +39,18 @@ struct tierd {
     uint64_t next_lease;      /* next lease id, never 0 */
     uint64_t start_ms;        /* CLOCK_MONOTONIC at start */
     uint64_t proto_errors;    /* malformed messages seen */
-    struct tierd_ns *ns;      /* registry, ns id = index + 1 */
-    uint32_t nns, ns_cap;
+    uint64_t get_deadline_misses; /* gets answered short at their deadline */
+    struct tierd_ns *ns;      /* registry, ns id = index + 1 (with holes: ids of the
+                                 cold index not opened in this run) */
+    uint32_t nns, ns_cap;     /* open namespaces; entries in ns */
     bool verbose;
 };
 
 #define TIERD_NS_MAX 4096
 
-/* Find or add the namespace for descriptor d in tenant; *id gets its id.
- * -EINVAL for a malformed descriptor, -ENOSPC when the registry is full. */
+/* Find or add the namespace for descriptor d in tenant; *id gets its id
+ * (with a cold tier: the durable id of the descriptor). -EINVAL for a
+ * malformed descriptor, -ENOSPC when the registry is full. */
 int tierd_ns_open(struct tierd *d, uint32_t tenant, const struct kvt_wire_ns_req *req,
                   uint32_t *id);
 /* The namespace id in tenant, or NULL when unknown or another tenant's. */

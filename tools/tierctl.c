@@ -276,6 +276,10 @@ static void print_table(const char *path, const kvt_stats *s)
     printf("  %-18s %" PRIu64 "\n", "protocol errors", s->proto_errors);
     printf("  %-18s %" PRIu64 " entries, %s\n", "index", s->index_entries,
            fmt_bytes(s->index_bytes, b1));
+    printf("  %-18s %" PRIu64 " demoted, %" PRIu64 " promoted, %" PRIu64 " dropped\n",
+           "warm <-> cold", s->demotions, s->promotions, s->dropped);
+    printf("  %-18s %" PRIu64 " checksum, %" PRIu64 " I/O, %" PRIu64 " deadline misses\n",
+           "cold errors", s->checksum_errors, s->io_errors, s->deadline_misses);
     printf("\n  %-5s %12s %11s %11s %7s %12s %11s %11s %11s\n", "tier", "blocks", "used",
            "capacity", "use", "hits", "bytes in", "bytes out", "evictions");
     for (int i = KVT_TIER_HOT; i < KVT_TIER_COUNT; i++) {
@@ -307,8 +311,13 @@ static void print_json(const kvt_stats *s)
     printf(",\"removes\":%" PRIu64 ",\"leases_active\":%" PRIu64 ",\"reserved\":%" PRIu64
            ",\"reclaimed\":%" PRIu64 ",\"proto_errors\":%" PRIu64,
            s->removes, s->leases_active, s->reserved, s->reclaimed, s->proto_errors);
-    printf(",\"index_entries\":%" PRIu64 ",\"index_bytes\":%" PRIu64 ",\"tiers\":{",
+    printf(",\"index_entries\":%" PRIu64 ",\"index_bytes\":%" PRIu64,
            s->index_entries, s->index_bytes);
+    printf(",\"demotions\":%" PRIu64 ",\"promotions\":%" PRIu64 ",\"dropped\":%" PRIu64
+           ",\"checksum_errors\":%" PRIu64 ",\"io_errors\":%" PRIu64
+           ",\"deadline_misses\":%" PRIu64 ",\"tiers\":{",
+           s->demotions, s->promotions, s->dropped, s->checksum_errors, s->io_errors,
+           s->deadline_misses);
     for (int i = KVT_TIER_HOT; i < KVT_TIER_COUNT; i++) {
         const kvt_tier_stats *t = &s->tier[i];
 
