@@ -24,12 +24,11 @@ const char *t_bin(const char *name, char *buf, size_t cap)
     return buf;
 }
 
+static void start_in(struct t_tierd *d, const char *const *args);
+
 void t_tierd_start(struct t_tierd *d, const char *const *args)
 {
     const char *attach = getenv("KVT_TEST_ATTACH");
-    char bin[512], data[300];
-    const char *argv[32];
-    int n = 0;
 
     memset(d, 0, sizeof(*d));
     if (attach && *attach) {
@@ -38,6 +37,31 @@ void t_tierd_start(struct t_tierd *d, const char *const *args)
     }
     snprintf(d->dir, sizeof(d->dir), "/tmp/kvt-test-XXXXXX");
     cr_assert_not_null(mkdtemp(d->dir), "mkdtemp: %s", strerror(errno));
+    start_in(d, args);
+}
+
+void t_tierd_restart(struct t_tierd *d, const char *const *args)
+{
+    cr_assert_eq(d->pid, 0, "restart of a tierd that still runs");
+    start_in(d, args);
+}
+
+int t_tierd_kill(struct t_tierd *d, int sig)
+{
+    int st;
+
+    kill(d->pid, sig);
+    st = t_wait(d->pid);
+    d->pid = 0;
+    return st;
+}
+
+static void start_in(struct t_tierd *d, const char *const *args)
+{
+    char bin[512], data[300];
+    const char *argv[32];
+    int n = 0;
+
     snprintf(d->sock, sizeof(d->sock), "%s/tierd.sock", d->dir);
     snprintf(data, sizeof(data), "%s/data", d->dir);
     /* KVT_TEST_VALGRIND=1: the daemon runs under memcheck; any error or

@@ -25,6 +25,10 @@ struct t_tierd {
 /* Start tierd with extra arguments (NULL-terminated list, may be NULL) and
  * wait until it accepts connections. Fails the test on error. */
 void t_tierd_start(struct t_tierd *d, const char *const *args);
+/* Start a tierd again on the same folder (after t_tierd_kill). */
+void t_tierd_restart(struct t_tierd *d, const char *const *args);
+/* Send sig, wait, keep the folder; returns the exit status (128+signal). */
+int t_tierd_kill(struct t_tierd *d, int sig);
 /* SIGTERM it, wait, and assert a clean exit (status 0). Removes the dir. */
 void t_tierd_stop(struct t_tierd *d);
 /* Path of a built program (tierd, tierctl) for this flavour. */

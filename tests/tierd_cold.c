@@ -1,0 +1,271 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tierd_cold.c - the cold tier through tierd and libkvtier: blocks beyond
+ * warm go to disk and come back byte-identical; a restart serves them from
+ * disk; SIGKILL of tierd while a client puts durably loses no acknowledged
+ * block; flipped bytes on disk are misses; a full cold file costs blocks,
+ * never the daemon.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "t.h"
+
+#define BLK (1u << 20)
+#define CHAIN 8
+
+static const char *const small_warm[] = { "--warm-bytes", "32M", "--high-wm", "0.75",
+                                          "--low-wm", "0.5", "--cold-bytes", "256M", NULL };
+
+static uint8_t buf[CHAIN][BLK];
+
+/* Put chain c (CHAIN blocks, payload seeds c*100+i). */
+static int put_chain(kvt_ns *ns, int c, unsigned flags)
+{
+    kvt_key k[CHAIN];
+    void *slots[CHAIN];
+    int rc;
+
+    t_keys(k, CHAIN, 9000 + (uint64_t)c);
+    rc = kvt_put_reserve(ns, NULL, k, CHAIN, slots);
+    if (rc < 0)
+        return rc;
+    for (int i = 0; i < CHAIN; i++)
+        if (slots[i])
+            t_fill(slots[i], BLK, (uint64_t)c * 100 + (uint64_t)i);
+    return kvt_put_commit_flags(ns, k, CHAIN, flags);
+}
+
+/* Get chain c into buf; returns the hits, every byte checked. */
+static int get_chain(kvt_ns *ns, int c)
+{
+    kvt_key k[CHAIN];
+    void *dst[CHAIN];
+    int hits;
+
+    t_keys(k, CHAIN, 9000 + (uint64_t)c);
+    for (int i = 0; i < CHAIN; i++)
+        dst[i] = buf[i];
+    hits = kvt_get(ns, k, CHAIN, dst);
+    for (int i = 0; i < hits; i++) {
+        long bad = t_check(buf[i], BLK, (uint64_t)c * 100 + (uint64_t)i);
+
+        cr_assert_eq(bad, -1, "chain %d block %d: wrong byte at %ld", c, i, bad);
+    }
+    return hits;
+}
+
+/* Wait (bounded) until the mover has brought warm back under its mark. */
+static void settle(kvt_client *c)
+{
+    kvt_stats st;
+
+    for (int i = 0; i < 500; i++) {
+        cr_assert_eq(kvt_stats_get(c, &st), 0);
+        if (st.tier[KVT_TIER_WARM].bytes_used <= 24ull * BLK)
+            return;
+        usleep(10000);
+    }
+    cr_assert_fail("warm stayed above its high mark: %llu bytes",
+                   (unsigned long long)st.tier[KVT_TIER_WARM].bytes_used);
+}
+
+Test(tierd_cold, blocks_beyond_warm_go_to_disk_and_come_back)
+{
+    struct t_tierd d;
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_stats st;
+    kvt_key k[CHAIN];
+    uint8_t tiers[CHAIN];
+
+    t_tierd_start(&d, small_warm);
+    c = t_connect(&d);
+    ns = t_ns(c, BLK);
+    for (int ch = 0; ch < 12; ch++) { /* 96 MiB through a 32 MiB warm tier */
+        cr_assert_geq(put_chain(ns, ch, 0), 0, "chain %d", ch);
+        settle(c);
+    }
+    t_keys(k, CHAIN, 9000);
+    cr_assert_eq(kvt_lookup(ns, k, CHAIN, 0, tiers), CHAIN);
+    cr_assert_eq(tiers[0], KVT_TIER_COLD, "the oldest chain is on disk");
+    cr_assert_eq(kvt_lookup(ns, k, CHAIN, KVT_LOOKUP_PREFETCH, NULL), CHAIN);
+    for (int ch = 0; ch < 12; ch++)
+        cr_assert_eq(get_chain(ns, ch), CHAIN, "chain %d", ch);
+    cr_assert_eq(kvt_stats_get(c, &st), 0);
+    cr_assert_gt(st.demotions, 0);
+    cr_assert_gt(st.promotions, 0);
+    cr_assert_eq(st.dropped, 0, "the mover kept up: nothing should be lost");
+    cr_assert_eq(st.checksum_errors, 0);
+    cr_assert_gt(st.tier[KVT_TIER_COLD].blocks, 0);
+    cr_assert_eq(st.leases_active, 0);
+    kvt_close(c);
+    t_tierd_stop(&d);
+}
+
+Test(tierd_cold, restart_serves_every_block_from_disk)
+{
+    struct t_tierd d;
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_key k[CHAIN];
+    uint8_t tiers[CHAIN];
+
+    t_tierd_start(&d, small_warm);
+    c = t_connect(&d);
+    ns = t_ns(c, BLK);
+    for (int ch = 0; ch < 3; ch++)
+        cr_assert_eq(put_chain(ns, ch, 0), CHAIN);
+    kvt_close(c);
+    cr_assert_eq(t_tierd_kill(&d, SIGTERM), 0, "clean stop (warm flushed to cold)");
+    t_tierd_restart(&d, small_warm);
+    c = t_connect(&d);
+    ns = t_ns(c, BLK);
+    for (int ch = 0; ch < 3; ch++) {
+        t_keys(k, CHAIN, 9000 + (uint64_t)ch);
+        cr_assert_eq(kvt_lookup(ns, k, CHAIN, 0, tiers), CHAIN, "chain %d after restart", ch);
+        cr_assert_eq(tiers[0], KVT_TIER_COLD);
+        cr_assert_eq(get_chain(ns, ch), CHAIN);
+    }
+    kvt_close(c);
+    t_tierd_stop(&d);
+}
+
+/* The client of the crash test: durable puts of chain after chain, each
+ * acknowledged chain number written to the pipe. */
+static void durable_putter(const char *sock, int fd)
+{
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_model m = t_model(BLK);
+
+    if (kvt_connect(sock, &c) || kvt_ns_open(c, &m, &ns))
+        _exit(2);
+    for (int ch = 0; ch < 1000; ch++) {
+        if (put_chain(ns, ch, KVT_COMMIT_DURABLE) != CHAIN)
+            _exit(0); /* tierd died: expected */
+        if (write(fd, &ch, sizeof(ch)) != sizeof(ch))
+            _exit(3);
+    }
+    _exit(0);
+}
+
+Test(tierd_cold, sigkill_loses_no_acknowledged_durable_block)
+{
+    static const int kill_after[] = { 1, 4, 11 };
+    static const char *const args[] = { "--warm-bytes", "64M", "--cold-bytes", "1G", NULL };
+
+    for (size_t kp = 0; kp < sizeof(kill_after) / sizeof(kill_after[0]); kp++) {
+        struct t_tierd d;
+        static uint8_t acked[1000];
+        int pfd[2], ch, nack = 0, last = -1;
+        pid_t pid;
+        kvt_client *c;
+        kvt_ns *ns;
+
+        memset(acked, 0, sizeof(acked));
+        t_tierd_start(&d, args);
+        cr_assert_eq(pipe(pfd), 0);
+        pid = fork();
+        if (pid == 0) {
+            close(pfd[0]);
+            durable_putter(d.sock, pfd[1]);
+        }
+        close(pfd[1]);
+        while (nack < kill_after[kp] && read(pfd[0], &ch, sizeof(ch)) == sizeof(ch)) {
+            acked[ch] = 1;
+            nack++;
+        }
+        t_tierd_kill(&d, SIGKILL);
+        while (read(pfd[0], &ch, sizeof(ch)) == sizeof(ch))
+            acked[ch] = 1; /* acknowledged before the kill */
+        close(pfd[0]);
+        t_wait(pid);
+
+        t_tierd_restart(&d, args);
+        c = t_connect(&d);
+        ns = t_ns(c, BLK);
+        for (ch = 0; ch < 1000; ch++) {
+            int hits = get_chain(ns, ch); /* checks every byte it gets */
+
+            if (acked[ch])
+                cr_assert_eq(hits, CHAIN, "kill point %d: acknowledged chain %d lost "
+                                          "(%d blocks back)", kill_after[kp], ch, hits);
+            if (hits)
+                last = ch;
+        }
+        cr_assert_geq(last, kill_after[kp] - 1);
+        kvt_close(c);
+        t_tierd_stop(&d);
+    }
+}
+
+Test(tierd_cold, flipped_bytes_on_disk_are_misses)
+{
+    struct t_tierd d;
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_stats st;
+    char path[400];
+    int fd;
+
+    t_tierd_start(&d, small_warm);
+    c = t_connect(&d);
+    ns = t_ns(c, BLK);
+    cr_assert_eq(put_chain(ns, 0, KVT_COMMIT_DURABLE), CHAIN);
+    kvt_close(c);
+    cr_assert_eq(t_tierd_kill(&d, SIGTERM), 0);
+    /* flip one byte in every MiB of the data file: every block is hit */
+    snprintf(path, sizeof(path), "%s/data/cold.data", d.dir);
+    fd = open(path, O_RDWR);
+    cr_assert_geq(fd, 0, "%s: %s", path, strerror(errno));
+    for (off_t at = 4321; at < (off_t)(CHAIN * BLK); at += BLK) {
+        uint8_t b;
+
+        cr_assert_eq(pread(fd, &b, 1, at), 1);
+        b ^= 0x80;
+        cr_assert_eq(pwrite(fd, &b, 1, at), 1);
+    }
+    close(fd);
+    t_tierd_restart(&d, small_warm);
+    c = t_connect(&d);
+    ns = t_ns(c, BLK);
+    cr_assert_eq(get_chain(ns, 0), 0, "corrupt blocks must be misses");
+    cr_assert_eq(kvt_stats_get(c, &st), 0);
+    cr_assert_geq(st.checksum_errors, 1);
+    kvt_close(c);
+    t_tierd_stop(&d);
+}
+
+Test(tierd_cold, full_cold_file_costs_blocks_not_the_daemon)
+{
+    struct t_tierd d;
+    static const char *const args[] = { "--warm-bytes", "32M", "--high-wm", "0.75",
+                                        "--low-wm", "0.5", "--cold-bytes", "4M", NULL };
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_stats st;
+
+    t_tierd_start(&d, args);
+    c = t_connect(&d);
+    ns = t_ns(c, BLK);
+    for (int ch = 0; ch < 12; ch++) {
+        cr_assert_geq(put_chain(ns, ch, 0), 0, "chain %d", ch);
+        settle(c);
+    }
+    cr_assert_eq(put_chain(ns, 50, KVT_COMMIT_DURABLE), -ENOSPC,
+                 "a durable put that cannot be made durable says so");
+    cr_assert_eq(kvt_stats_get(c, &st), 0);
+    cr_assert_gt(st.dropped, 0, "with the disk full, blocks are dropped from warm");
+    cr_assert_leq(st.tier[KVT_TIER_COLD].bytes_used, 4ull << 20);
+    cr_assert_eq(get_chain(ns, 11), CHAIN, "the newest chain is still served");
+    kvt_close(c);
+    t_tierd_stop(&d);
+}
