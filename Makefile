@@ -19,6 +19,17 @@ CFLAGS_SAN := $(BASE) -O1 -fPIC -fsanitize=address,undefined -fno-omit-frame-poi
 LIBS    := -lcrypto
 STORE_LIBS := -luring -llmdb -lxxhash
 
+# The hot tier's CUDA backend is built into the release flavour when the
+# toolkit is there (linked statically: tierd then runs on machines without
+# the toolkit's libraries, and falls back to the emulated device without a
+# GPU). The sanitizer flavour leaves it out: the CUDA runtime's mappings and
+# ASan's shadow memory do not mix, and the emulated backend is what runs here.
+CUDA_HOME := $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)))
+ifneq ($(wildcard $(CUDA_HOME)/include/cuda_runtime.h),)
+CUDA_CFLAGS := -DKVT_HAVE_CUDA -I$(CUDA_HOME)/include
+CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread
+endif
+
 ifeq ($(V),1)
 Q :=
 else
@@ -32,8 +43,9 @@ TIERD_SRC   := $(wildcard tierd/*.c)
 TEST_SRC    := $(wildcard tests/*.c)
 
 obj = $(patsubst %.c,$(1)/obj/%.o,$(2))
+comma := ,
 
-# ---- per-flavour rules: $(1) = build dir, $(2) = CFLAGS, $(3) = LDFLAGS ----
+# ---- per-flavour rules: $(1) = build dir, $(2) = CFLAGS, $(3) = LDFLAGS, $(4) = store libs ----
 define flavour
 $(1)/obj/%.o: %.c
 	@mkdir -p $$(dir $$@)
@@ -55,7 +67,7 @@ $(1)/libkvtier.so: $(call obj,$(1),$(CLIENT_SRC) $(KERNEL_SRC)) client/libkvtier
 
 $(1)/tierd: $(call obj,$(1),$(TIERD_SRC)) $(1)/libstore.a
 	@$(if $(Q),echo "  LD      $$@")
-	$(Q)$(CC) $(2) -o $$@ $$^ $(STORE_LIBS) $(LIBS) $(3)
+	$(Q)$(CC) $(2) -o $$@ $$^ $(4) $(LIBS) $(3)
 
 $(1)/tierctl: $(1)/obj/tools/tierctl.o $(1)/libkvtier.a
 	@$(if $(Q),echo "  LD      $$@")
@@ -63,11 +75,11 @@ $(1)/tierctl: $(1)/obj/tools/tierctl.o $(1)/libkvtier.a
 
 $(1)/kvt_tests: $(call obj,$(1),$(TEST_SRC)) $(1)/libkvtier.a $(1)/libstore.a
 	@$(if $(Q),echo "  LD      $$@")
-	$(Q)$(CC) $(2) -o $$@ $$^ -lcriterion $(STORE_LIBS) $(LIBS) $(3)
+	$(Q)$(CC) $(2) -o $$@ $$^ -lcriterion $(4) $(LIBS) $(3)
 endef
 
-$(eval $(call flavour,build,$(CFLAGS_REL),))
-$(eval $(call flavour,build-san,$(CFLAGS_SAN),-fsanitize=address,undefined))
+$(eval $(call flavour,build,$(CFLAGS_REL) $(CUDA_CFLAGS),,$(STORE_LIBS) $(CUDA_LIBS)))
+$(eval $(call flavour,build-san,$(CFLAGS_SAN),-fsanitize=address$(comma)undefined,$(STORE_LIBS)))
 
 BINS     = tierd tierctl libkvtier.a libkvtier.so
 REL_BINS = $(addprefix build/,$(BINS))
@@ -112,7 +124,7 @@ valgrind: test-deps $(REL_BINS) build/kvt_tests
 
 build/tierbench: build/obj/tools/tierbench.o build/libkvtier.a build/libstore.a
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(CFLAGS_REL) -o $@ $^ -lhiredis $(STORE_LIBS) $(LIBS)
+	$(Q)$(CC) $(CFLAGS_REL) -o $@ $^ -lhiredis $(STORE_LIBS) $(CUDA_LIBS) $(LIBS)
 
 bench: $(REL_BINS) build/tierbench
 	@mk/deps.sh bench

@@ -9,7 +9,7 @@ case "$level" in
 test|bench) pkgs="$pkgs libcriterion-dev python3 python3-cbor2 valgrind" ;;
 esac
 case "$level" in
-bench) pkgs="$pkgs redis-server libhiredis-dev" ;;
+bench) pkgs="$pkgs redis-server libhiredis-dev fio" ;;
 esac
 missing=""
 for p in $pkgs; do
