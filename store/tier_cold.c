@@ -53,7 +53,8 @@ struct tier_cold {
     unsigned nsyncing;
     bool sync_inflight;
     bool flush_wanted;    /* commit the pending ops as soon as possible */
-    unsigned writes, reads; /* in flight */
+    unsigned writes, reads; /* in flight (reads: backlog included) */
+    struct op *backlog, **backlog_tail; /* reads waiting for a ring slot, FIFO */
     struct tier_cold_stats st;
     void (*log)(void *ctx, const char *msg);
     void *log_ctx;
@@ -335,8 +336,14 @@ int tier_cold_get(struct tier_cold *c, uint32_t ns, const struct tier_key *key, 
         return -ENOMEM;
     *o = (struct op){ .c = c, .ns = ns, .key = *key, .off = rec.off, .len = rec.len,
                       .xxh3 = rec.xxh3, .gen = rec.gen, .buf = buf, .cb = cb, .ctx = ctx };
-    rc = tier_nvme_read(c->io, rec.off, buf, rec.len, on_read, o);
-    if (rc < 0) {
+    rc = c->backlog ? -EBUSY : tier_nvme_read(c->io, rec.off, buf, rec.len, on_read, o);
+    if (rc == -EBUSY) {
+        /* the ring is full: a long chain's reads wait their turn here rather
+         * than being refused, and go in as earlier ones complete (FIFO) */
+        o->next = NULL;
+        *c->backlog_tail = o;
+        c->backlog_tail = &o->next;
+    } else if (rc < 0) {
         free(o);
         return rc;
     }
@@ -381,11 +388,30 @@ unsigned tier_cold_busy(const struct tier_cold *c)
     return c->writes + c->reads + c->npending + c->nsyncing;
 }
 
+/* Move backlogged reads into the ring while it has room. */
+static void feed_backlog(struct tier_cold *c)
+{
+    while (c->backlog) {
+        struct op *o = c->backlog;
+        int rc = tier_nvme_read(c->io, o->off, o->buf, o->len, on_read, o);
+
+        if (rc == -EBUSY)
+            break; /* still full: the next completion makes room */
+        c->backlog = o->next;
+        if (!c->backlog)
+            c->backlog_tail = &c->backlog;
+        if (rc < 0)
+            on_read(o, rc); /* refused for good: the getter hears it now */
+    }
+    tier_nvme_submit(c->io);
+}
+
 int tier_cold_poll(struct tier_cold *c, bool wait)
 {
     bool inflight = tier_nvme_inflight(c->io) > 0;
     int rc = tier_nvme_reap(c->io, wait && inflight ? 1 : 0);
 
+    feed_backlog(c);
     if (c->flush_wanted && !c->sync_inflight)
         start_sync(c);
     return rc;
@@ -497,6 +523,7 @@ int tier_cold_open(const struct tier_cold_cfg *cfg, struct tier_cold **out)
     c->log_ctx = cfg->log_ctx;
     c->batch = cfg->batch ? cfg->batch : 32;
     c->next_gen = 1;
+    c->backlog_tail = &c->backlog;
     snprintf(path, sizeof(path), "%s/cold.lmdb", cfg->dir);
     rc = idx_cold_open(path, 0, cfg->log, cfg->log_ctx, &c->idx);
     if (rc < 0)

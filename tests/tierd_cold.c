@@ -269,3 +269,61 @@ Test(tierd_cold, full_cold_file_costs_blocks_not_the_daemon)
     kvt_close(c);
     t_tierd_stop(&d);
 }
+
+Test(tierd_cold, a_get_deadline_turns_slow_disk_reads_into_misses)
+{
+    enum { NB = 64, BIG = 2u << 20 };
+    static const char *const args[] = { "--warm-bytes", "512M", "--cold-bytes", "1G", NULL };
+    struct t_tierd d;
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_stats st;
+    kvt_key k[NB];
+    void *slots[NB];
+    const void *got[NB];
+    kvt_lease lease;
+    int hits;
+
+    t_tierd_start(&d, args);
+    c = t_connect(&d);
+    ns = t_ns(c, BIG);
+    t_keys(k, NB, 777);
+    cr_assert_eq(kvt_put_reserve(ns, NULL, k, NB, slots), NB);
+    for (int i = 0; i < NB; i++)
+        t_fill(slots[i], BIG, 700 + (uint64_t)i);
+    cr_assert_eq(kvt_put_commit_flags(ns, k, NB, KVT_COMMIT_DURABLE), NB);
+    kvt_close(c);
+    cr_assert_eq(t_tierd_kill(&d, SIGTERM), 0);
+    t_tierd_restart(&d, args); /* now every block is on disk only */
+    c = t_connect(&d);
+    ns = t_ns(c, BIG);
+
+    /* 128 MiB of O_DIRECT reads cannot land within 1 ms: the get answers
+     * with what is in memory by then, the rest are misses */
+    kvt_ns_set_deadline(ns, 1);
+    hits = kvt_get_lease(ns, k, NB, got, &lease);
+    cr_assert_geq(hits, 0);
+    cr_assert_lt(hits, NB, "all %d blocks read from disk within 1 ms?", NB);
+    for (int i = 0; i < hits; i++)
+        cr_assert_eq(t_check(got[i], BIG, 700 + (uint64_t)i), -1, "block %d", i);
+    kvt_release(ns, &lease);
+    cr_assert_eq(kvt_stats_get(c, &st), 0);
+    cr_assert_eq(st.deadline_misses, 1);
+
+    /* the reads went on and land in warm: the next get finds them all */
+    for (int i = 0; i < 500; i++) {
+        cr_assert_eq(kvt_stats_get(c, &st), 0);
+        if (st.promotions >= NB)
+            break;
+        usleep(10000);
+    }
+    cr_assert_eq(st.promotions, NB, "promotions: %llu", (unsigned long long)st.promotions);
+    kvt_ns_set_deadline(ns, 0);
+    hits = kvt_get_lease(ns, k, NB, got, &lease);
+    cr_assert_eq(hits, NB);
+    for (int i = 0; i < NB; i++)
+        cr_assert_eq(t_check(got[i], BIG, 700 + (uint64_t)i), -1, "block %d", i);
+    kvt_release(ns, &lease);
+    kvt_close(c);
+    t_tierd_stop(&d);
+}
