@@ -97,7 +97,7 @@ run: all
 	@mkdir -p $(RUN_DIR)
 	@echo "tierd: socket $(RUN_DIR)/tierd.sock  data $(RUN_DIR)/data  (Ctrl-C stops it)"
 	@echo "tierd: clients use it with: export KVTIER_SOCKET=$(RUN_DIR)/tierd.sock"
-	exec build/tierd --socket $(RUN_DIR)/tierd.sock --data $(RUN_DIR)/data
+	exec build/tierd --socket $(RUN_DIR)/tierd.sock --data $(RUN_DIR)/data --cold-bytes 1G
 
 # Each suite runs under Criterion, every test with its own timeout; the
 # sanitizer build runs the same suite against the sanitizer tierd.
