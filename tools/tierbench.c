@@ -2,9 +2,10 @@
 /*
  * tierbench.c - every performance figure of kvtier beside its target.
  *
- * Starts its own private tierd (and a redis-server for the comparison), moves
- * blocks through libkvtier, drives the in-process store and the key hash, and
- * prints one greppable line per figure:
+ * Starts its own private tierd, one at a time (and a redis-server, and fio
+ * on a file beside tierd's cold tier, for comparisons), moves blocks through
+ * libkvtier, drives the in-process store and the key hash, and prints one
+ * greppable line per figure:
  *     bench: <name> <value> <unit> target <op> <number>
  * plus context lines starting with '#'. Where the target is a ratio, the
  * baseline is measured in the same run, interleaved round by round, so that
@@ -40,6 +41,8 @@
 
 #include "kvtier.h"
 #include "tier.h"
+#include "tier_cold.h"
+#include "tier_nvme.h"
 
 #define MIB (1024ull * 1024ull)
 #define GIB (1024ull * MIB)
@@ -51,7 +54,10 @@ enum {
     GRP_LOOKUP = 0x2, /* figure 3a: lookup through tierd */
     GRP_INPROC = 0x4, /* figures 3b and 5: in-process store */
     GRP_HASH = 0x8,   /* figure 4: prompt hashing */
-    GRP_ALL = 0xf,
+    GRP_COLD = 0x10,  /* figure 6: cold-tier writes and reads vs fio */
+    GRP_PREFETCH = 0x20, /* figure 7: get of a cold chain with / without prefetch */
+    GRP_RESTART = 0x40,  /* figure 8: start-up over a cold index of 1 M blocks */
+    GRP_ALL = 0x7f,
 };
 
 static struct {
@@ -64,6 +70,11 @@ static struct {
     const char *pool_64k;
     const char *pool_lookup;
     size_t lookup_blocks; /* blocks in the lookup index (1 M) */
+    uint64_t cold_bytes;  /* bytes per round of the cold figures (512 MiB) */
+    int cold_rounds;      /* rounds of the cold figures, tierd and fio interleaved */
+    int prefetch_trials;  /* chains got with prefetch, and as many without */
+    unsigned work_us;     /* simulated engine work between lookup and get */
+    size_t restart_blocks; /* blocks in the cold index of the restart figure */
 } opt = {
     .groups = GRP_ALL,
     .redis = true,
@@ -74,6 +85,11 @@ static struct {
     .pool_64k = "256M",
     .pool_lookup = "5G",
     .lookup_blocks = 1u << 20,
+    .cold_bytes = 512 * MIB,
+    .cold_rounds = 8,
+    .prefetch_trials = 15,
+    .work_us = 2000,
+    .restart_blocks = 1000000,
 };
 
 static char tmpdir[128]; /* private folder for sockets, data and logs */
@@ -81,7 +97,7 @@ static int n_targets;         /* figures reported (or that failed) */
 static int n_met;             /* ... whose target was met */
 static int n_errors;          /* failures that make the exit status non-zero */
 
-/* Children to stop at exit or on a signal: tierd and redis-server. At most
+/* Children to stop at exit or on a signal: tierd, redis-server, fio. At most
  * two live at once; a fixed array, scanned linearly. */
 #define MAX_CHILDREN 4
 static volatile pid_t children[MAX_CHILDREN];
@@ -344,9 +360,12 @@ static int tierd_start_ex(struct daemon *d, const char *tag, const char *warm, b
         return -errno;
 
     argv[n++] = bin;
-    argv[n++] = "--socket", argv[n++] = d->sock;
-    argv[n++] = "--data", argv[n++] = d->data;
-    argv[n++] = "--warm-bytes", argv[n++] = (char *)warm;
+    argv[n++] = "--socket";
+    argv[n++] = d->sock;
+    argv[n++] = "--data";
+    argv[n++] = d->data;
+    argv[n++] = "--warm-bytes";
+    argv[n++] = (char *)warm;
     if (no_mlock)
         argv[n++] = "--no-mlock";
     for (int i = 0; extra && extra[i] && n < (int)(sizeof(argv) / sizeof(argv[0])) - 1; i++) {
@@ -1456,13 +1475,952 @@ out:
     free(tokens);
 }
 
+/* ---- helpers for the cold-tier figures ------------------------------------ */
+
+static void rm_tree(const char *path)
+{
+    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Run argv to completion (output into log_path), waiting up to timeout_s.
+ * Returns its exit status (0..255), or a negative error. */
+static int run_wait(char *const argv[], const char *log_path, unsigned timeout_s)
+{
+    pid_t pid = spawn(argv, log_path);
+    uint64_t t0 = now_ns();
+    int st = 0;
+
+    if (pid < 0)
+        return (int)pid;
+    while (child_alive(pid, &st)) {
+        if (now_ns() - t0 > timeout_s * 1000000000ull) {
+            printf("# %s: still running after %u s: stopped\n", argv[0], timeout_s);
+            stop_child(pid);
+            return -ETIMEDOUT;
+        }
+        sleep_ms(5);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -EINTR;
+}
+
+/* Read a whole (small) file into a NUL-terminated malloc'ed string. */
+static char *slurp(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    struct stat sb;
+    char *buf = NULL;
+
+    if (fd < 0)
+        return NULL;
+    if (fstat(fd, &sb) == 0 && sb.st_size < (64 << 20) && (buf = malloc((size_t)sb.st_size + 1))) {
+        ssize_t n = pread(fd, buf, (size_t)sb.st_size, 0);
+        if (n < 0) {
+            free(buf);
+            buf = NULL;
+        } else {
+            buf[n] = '\0';
+        }
+    }
+    close(fd);
+    return buf;
+}
+
+/* Print, as context, the first line of a log that contains needle (tierd's
+ * lines name tierd already). */
+static void print_log_line(const char *path, const char *needle)
+{
+    char *buf = slurp(path);
+    char *p = buf ? strstr(buf, needle) : NULL;
+
+    if (p) {
+        while (p > buf && p[-1] != '\n')
+            p--;
+        char *e = strchr(p, '\n');
+        if (e)
+            *e = '\0';
+        printf("# %s\n", p);
+    }
+    free(buf);
+}
+
+/* In fio's JSON, the number of field inside the object "dir" : { ... } (the
+ * first such object: the first job's). The fields tierbench reads come
+ * before any nested object, so the first match after the brace is the
+ * object's own. A strstr walk, not a JSON parser: enough for fio's fixed
+ * output format. */
+static int json_field(const char *json, const char *dir, const char *field, double *out)
+{
+    char pat[64], fpat[64];
+
+    snprintf(pat, sizeof(pat), "\"%s\"", dir);
+    snprintf(fpat, sizeof(fpat), "\"%s\"", field);
+    for (const char *p = strstr(json, pat); p; p = strstr(p + 1, pat)) {
+        const char *q = p + strlen(pat), *end_obj;
+        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')
+            q++;
+        if (*q++ != ':')
+            continue;
+        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')
+            q++;
+        if (*q != '{')
+            continue;
+        const char *f = strstr(q, fpat);
+        end_obj = strchr(q + 1, '}'); /* the first closing brace: a nested object's, at worst */
+        if (!f || (end_obj && f > end_obj))
+            return -EPROTO;
+        f += strlen(fpat);
+        while (*f == ' ' || *f == ':')
+            f++;
+        char *e;
+        double v = strtod(f, &e);
+        if (e == f)
+            return -EPROTO;
+        *out = v;
+        return 0;
+    }
+    return -EPROTO;
+}
+
+/* One fio run on <tmpdir>/fio.dat, the same shape as tierd's cold I/O. */
+struct fio_job {
+    const char *rw;  /* "write" or "read" */
+    size_t bs;
+    uint64_t size;
+    unsigned qd;
+    bool fdatasync;  /* --fdatasync=qd: a sync after every qd writes */
+    bool lockstep;   /* submit qd, wait for all qd, repeat */
+};
+
+static char fio_cmd[1024]; /* the command line of the last fio run */
+
+/* Bytes per second that fio reports for the job (its "bw_bytes"), and when
+ * syncs is not NULL the number of fdatasyncs it issued. */
+static int fio_run(const struct fio_job *j, double *bw, double *syncs)
+{
+    char file[PATH_MAX], out[PATH_MAX], log[PATH_MAX], a_file[PATH_MAX + 16],
+        a_out[PATH_MAX + 16], a_size[48], a_bs[48], a_qd[32], a_rw[32], a_sync[32], a_b1[48],
+        a_b2[48];
+    char *argv[24];
+    int n = 0, r;
+    double io = 0, err = -1;
+
+    snprintf(file, sizeof(file), "%s/fio.dat", tmpdir);
+    snprintf(out, sizeof(out), "%s/fio.json", tmpdir);
+    snprintf(log, sizeof(log), "%s/fio.log", tmpdir);
+    snprintf(a_file, sizeof(a_file), "--filename=%s", file);
+    snprintf(a_out, sizeof(a_out), "--output=%s", out);
+    snprintf(a_size, sizeof(a_size), "--size=%" PRIu64, j->size);
+    snprintf(a_bs, sizeof(a_bs), "--bs=%zu", j->bs);
+    snprintf(a_qd, sizeof(a_qd), "--iodepth=%u", j->qd);
+    snprintf(a_rw, sizeof(a_rw), "--rw=%s", j->rw);
+    snprintf(a_sync, sizeof(a_sync), "--fdatasync=%u", j->qd);
+    snprintf(a_b1, sizeof(a_b1), "--iodepth_batch_submit=%u", j->qd);
+    snprintf(a_b2, sizeof(a_b2), "--iodepth_batch_complete_min=%u", j->qd);
+    argv[n++] = "fio";
+    argv[n++] = "--name=tierbench";
+    argv[n++] = a_file;
+    argv[n++] = a_size;
+    argv[n++] = a_bs;
+    argv[n++] = a_qd;
+    argv[n++] = "--ioengine=io_uring";
+    argv[n++] = "--direct=1";
+    argv[n++] = a_rw;
+    if (j->fdatasync) {
+        argv[n++] = a_sync;
+        argv[n++] = "--end_fsync=1"; /* the last writes durable too, as tierd's are */
+    }
+    if (j->lockstep) {
+        argv[n++] = a_b1;
+        argv[n++] = a_b2;
+    }
+    argv[n++] = "--output-format=json";
+    argv[n++] = a_out;
+    argv[n] = NULL;
+    fio_cmd[0] = '\0';
+    for (int i = 0; i < n && strlen(fio_cmd) + strlen(argv[i]) + 2 < sizeof(fio_cmd); i++)
+        snprintf(fio_cmd + strlen(fio_cmd), sizeof(fio_cmd) - strlen(fio_cmd), "%s%s",
+                 i ? " " : "", argv[i]);
+
+    unlink(out);
+    r = run_wait(argv, log, 300);
+    if (r != 0) {
+        printf("# fio exited with %d%s\n", r, r == 127 ? " (not installed? mk/deps.sh bench "
+                                                         "installs Debian's fio)" : "");
+        print_log_tail("fio", log);
+        return r < 0 ? r : r == 127 ? -ENOENT : -ECHILD;
+    }
+    char *json = slurp(out);
+    if (!json)
+        return -EIO;
+    r = json_field(json, j->rw, "bw_bytes", bw);
+    if (r == 0)
+        r = json_field(json, j->rw, "io_bytes", &io);
+    if (r == 0 && syncs && json_field(json, "sync", "N", syncs) < 0)
+        *syncs = -1;
+    /* "error" is a plain field of the job object: the first one is the job's */
+    const char *e = strstr(json, "\"error\"");
+    if (e && (e = strchr(e, ':')))
+        err = strtod(e + 1, NULL);
+    free(json);
+    if (r < 0 || err != 0 || io != (double)j->size || *bw <= 0) {
+        printf("# fio: unexpected output in %s (error %.0f, io_bytes %.0f of %" PRIu64 ")\n",
+               out, err, io, j->size);
+        return r < 0 ? r : -EIO;
+    }
+    return 0;
+}
+
+static const char *size_label(size_t bs, char *buf, size_t cap)
+{
+    if (bs >= MIB)
+        snprintf(buf, cap, "%zuMiB", (size_t)(bs / MIB));
+    else
+        snprintf(buf, cap, "%zuKiB", bs / 1024);
+    return buf;
+}
+
+/* ---- figure 6: cold-tier writes and reads vs fio -------------------------- */
+
+#define CQD 32    /* blocks per batch = tierd --cold-qd = fio --iodepth */
+#define CW_WARM 4 /* untimed batches put (and got) before the timed rounds */
+
+struct cold {
+    size_t bs;
+    size_t per_round;    /* blocks per round */
+    int rounds;
+    uint8_t *src;        /* CQD source blocks (pattern), pre-faulted */
+    kvt_key *keys;       /* rounds * per_round fresh keys */
+    kvt_ns *ns;
+    const char *what;    /* the call that failed */
+    uint64_t fill_ns;    /* time spent filling slots, all write rounds */
+    uint64_t short_gets; /* gets answered with fewer blocks than asked, asked again */
+    uint64_t get_calls;
+};
+
+/* A block's first 8 bytes: which block it is, so that a read can tell. */
+static uint64_t stamp_of(size_t bs, size_t g)
+{
+    return 0x6b76746965720000ull ^ ((uint64_t)bs << 20) ^ (uint64_t)g;
+}
+
+/* Fill slot (block g) from source block j: pattern + stamp. */
+static void fill_block(void *slot, const uint8_t *src, size_t bs, size_t g)
+{
+    uint64_t st = stamp_of(bs, g);
+    memcpy((uint8_t *)slot + 8, src + 8, bs - 8);
+    memcpy(slot, &st, 8);
+}
+
+/* 0 when slot holds block g (stamp; the whole block when full). */
+static int check_block(const void *slot, const uint8_t *src, size_t bs, size_t g, bool full)
+{
+    uint64_t st;
+    memcpy(&st, slot, 8);
+    if (st != stamp_of(bs, g))
+        return -EBADMSG;
+    if (full && memcmp((const uint8_t *)slot + 8, src + 8, bs - 8) != 0)
+        return -EBADMSG;
+    return 0;
+}
+
+/* Map a short count to an error. */
+static int want_n(const char **what_out, const char *what, int r, int n)
+{
+    if (r == n)
+        return 0;
+    *what_out = what;
+    return r < 0 ? r : -EIO;
+}
+
+/* Put keys[0..n) (blocks g0...) as one durable batch: reserve, fill,
+ * commit with KVT_COMMIT_DURABLE (returns once written, synced, indexed). */
+static int put_durable(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
+                       const uint8_t *src, size_t nsrc, size_t bs, size_t g0, const char **what,
+                       uint64_t *fill_ns)
+{
+    void *slots[KVT_BATCH_MAX];
+    int r = kvt_put_reserve(ns, parent, keys, n, slots);
+
+    if ((r = want_n(what, "kvt_put_reserve", r, (int)n)) < 0)
+        return r;
+    uint64_t a = now_ns();
+    for (size_t j = 0; j < n; j++) {
+        if (!slots[j]) {
+            *what = "kvt_put_reserve: a fresh key came back deduplicated";
+            return -EIO;
+        }
+        fill_block(slots[j], src + (j % nsrc) * bs, bs, g0 + j);
+    }
+    if (fill_ns)
+        *fill_ns += now_ns() - a;
+    r = kvt_put_commit_flags(ns, keys, n, KVT_COMMIT_DURABLE);
+    return want_n(what, "kvt_put_commit_flags(KVT_COMMIT_DURABLE)", r, (int)n);
+}
+
+/* Lease all of keys[0..n), asking again after a short answer (tierd answers
+ * a get with the leading run it could start reads for); leases[] gets one
+ * lease per call. Returns the number of leases, or an error (0 hits for a
+ * key that was put is an error). */
+static int get_all(kvt_ns *ns, const kvt_key *keys, size_t n, const void **slots,
+                   kvt_lease *leases, const char **what, uint64_t *calls, uint64_t *shorts)
+{
+    size_t done = 0;
+    int nl = 0;
+
+    while (done < n) {
+        int r = kvt_get_lease(ns, keys + done, n - done, slots + done, &leases[nl]);
+        (*calls)++;
+        if (r <= 0) {
+            *what = r < 0 ? "kvt_get_lease" : "kvt_get_lease: 0 hits for blocks put before";
+            for (int i = 0; i < nl; i++)
+                kvt_release(ns, &leases[i]);
+            return r < 0 ? r : -ENOENT;
+        }
+        if ((size_t)r < n - done)
+            (*shorts)++;
+        nl++;
+        done += (size_t)r;
+    }
+    return nl;
+}
+
+static int cold_put_round(struct cold *c, int round, double *secs)
+{
+    size_t g0 = (size_t)round * c->per_round;
+    uint64_t t0 = now_ns();
+    int r;
+
+    for (size_t at = 0; at < c->per_round; at += CQD) {
+        size_t n = c->per_round - at < CQD ? c->per_round - at : CQD;
+        if ((r = put_durable(c->ns, NULL, c->keys + g0 + at, n, c->src, CQD, c->bs, g0 + at,
+                             &c->what, &c->fill_ns)) < 0)
+            return r;
+    }
+    *secs = (double)(now_ns() - t0) / 1e9;
+    return 0;
+}
+
+static int cold_get_round(struct cold *c, int round, double *secs)
+{
+    const void *slots[CQD];
+    kvt_lease leases[CQD];
+    size_t g0 = (size_t)round * c->per_round;
+    uint64_t t0 = now_ns();
+    int nl;
+
+    for (size_t at = 0; at < c->per_round; at += CQD) {
+        size_t n = c->per_round - at < CQD ? c->per_round - at : CQD;
+        nl = get_all(c->ns, c->keys + g0 + at, n, slots, leases, &c->what, &c->get_calls,
+                     &c->short_gets);
+        if (nl < 0)
+            return nl;
+        int bad = 0;
+        for (size_t j = 0; j < n && !bad; j++)
+            bad = check_block(slots[j], c->src + (j % CQD) * c->bs, c->bs, g0 + at + j,
+                              at == 0); /* whole blocks in the first batch of a round */
+        for (int i = 0; i < nl; i++)
+            kvt_release(c->ns, &leases[i]);
+        if (bad) {
+            c->what = "a block read back from disk holds other bytes than were put";
+            return -EBADMSG;
+        }
+    }
+    *secs = (double)(now_ns() - t0) / 1e9;
+    return 0;
+}
+
+/*
+ * The disk work of tierd's pattern and nothing else, through the store's
+ * own I/O layer in-process (no daemon, no client, no index, no checksums):
+ * batches of CQD blocks, all in flight at once, waiting for the whole batch;
+ * for writes then one fdatasync, waited for. On a preallocated file beside
+ * tierd's. Bytes per second of writes then reads of size bytes.
+ */
+static void nvme_count(void *ctx, int64_t res)
+{
+    int *left = ctx;
+    if (res < 0)
+        left[1] = (int)res;
+    left[0]--;
+}
+
+static int nvme_wait(struct tier_nvme *io, int *left)
+{
+    tier_nvme_submit(io);
+    while (left[0] > 0) {
+        int r = tier_nvme_reap(io, 1);
+        if (r < 0)
+            return r;
+    }
+    return left[1];
+}
+
+static int nvme_floor(size_t bs, uint64_t size, uint8_t *wbufs, uint8_t *rbufs, double *w_bps,
+                      double *r_bps)
+{
+    char path[PATH_MAX];
+    struct tier_nvme_cfg cfg = { .path = path, .bytes = size, .qd = CQD };
+    struct tier_nvme *io = NULL;
+    int r;
+
+    snprintf(path, sizeof(path), "%s/floor.dat", tmpdir);
+    unlink(path);
+    if ((r = tier_nvme_open(&cfg, &io)) < 0)
+        return r;
+    if (!tier_nvme_direct(io)) {
+        r = -EOPNOTSUPP;
+        goto out;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        uint64_t t0 = now_ns();
+        for (uint64_t off = 0; off + bs <= size; off += CQD * bs) {
+            int left[2] = { 0, 0 };
+            for (size_t j = 0; j < CQD && off + (j + 1) * bs <= size; j++) {
+                r = pass ? tier_nvme_read(io, off + j * bs, rbufs + j * bs, bs, nvme_count, left)
+                         : tier_nvme_write(io, off + j * bs, wbufs + j * bs, bs, nvme_count, left);
+                if (r < 0)
+                    goto out;
+                left[0]++;
+            }
+            if ((r = nvme_wait(io, left)) < 0)
+                goto out;
+            if (pass == 0) {
+                left[0] = 1;
+                if ((r = tier_nvme_sync(io, nvme_count, left)) < 0 || (r = nvme_wait(io, left)) < 0)
+                    goto out;
+            }
+        }
+        *(pass ? r_bps : w_bps) = (double)(size / bs * bs) / ((double)(now_ns() - t0) / 1e9);
+    }
+    r = 0;
+out:
+    tier_nvme_close(io);
+    unlink(path);
+    return r;
+}
+
+/* Write then read one block size: tierd and fio interleaved round by round
+ * (which of the two goes first alternates), medians of per-round ratios. */
+static void bench_cold(size_t bs)
+{
+    char lbl[32], wname[64], rname[64], tag[32], cold_sz[32], fio_file[PATH_MAX];
+    const char *extra[] = { "--cold-bytes", cold_sz, "--cold-qd", "32", NULL };
+    struct cold c = { .bs = bs, .rounds = opt.cold_rounds };
+    struct daemon d = { 0 };
+    double tw[64], fw[64], rw[64], tr[64], fr[64], rr[64], lk[64], flw[64], flr[64];
+    double fio_nosync = 0, fio_syncs = 0;
+    bool floor_ok = true;
+    uint8_t *dst = NULL;
+    kvt_stats s0, s1;
+    int r, n = opt.cold_rounds;
+    bool wrote = false;
+
+    size_label(bs, lbl, sizeof(lbl));
+    snprintf(wname, sizeof(wname), "cold_write_%s_vs_fio", lbl);
+    snprintf(rname, sizeof(rname), "cold_read_%s_vs_fio", lbl);
+    snprintf(tag, sizeof(tag), "cold%zuk", bs / 1024);
+    snprintf(fio_file, sizeof(fio_file), "%s/fio.dat", tmpdir);
+    c.per_round = (size_t)(opt.cold_bytes / bs);
+    /* every round writes fresh keys into fresh (preallocated, never written) space */
+    snprintf(cold_sz, sizeof(cold_sz), "%" PRIu64 "M",
+             (uint64_t)((n * opt.cold_bytes + CW_WARM * CQD * bs) / MIB + 256));
+    struct fio_job fj = { .rw = "write", .bs = bs, .size = (uint64_t)c.per_round * bs,
+                          .qd = CQD, .fdatasync = true };
+
+    printf("# --- %s, %s: %d rounds of %zu blocks of %zu KiB (%.0f MiB); tierd: batches of "
+           "%d, each reserved, filled and put with KVT_COMMIT_DURABLE, then (after a restart) "
+           "got back from disk; fio: --bs %zu --iodepth %d --direct=1 io_uring on a file beside "
+           "tierd's\n", wname, rname, n, c.per_round, bs / 1024, (double)fj.size / MIB, CQD,
+           bs, CQD);
+    fflush(stdout);
+    c.src = alloc_faulted(CQD * bs, 0xc01d ^ bs);
+    dst = alloc_faulted(CQD * bs, 0xd57 ^ bs);
+    c.keys = malloc(((size_t)n * c.per_round + CW_WARM * CQD) * sizeof(*c.keys));
+    if (!c.src || !dst || !c.keys || c.per_round == 0) {
+        r = -ENOMEM;
+        c.what = "buffers";
+        goto out_fail;
+    }
+    uint64_t seed = 0x636f6c64ull ^ bs;
+    rand_keys(&seed, c.keys, (size_t)n * c.per_round + CW_WARM * CQD);
+    const kvt_key *wkeys = c.keys + (size_t)n * c.per_round; /* untimed warm-up batches */
+
+    /* context: fio without the syncs; the pattern's disk work alone */
+    unlink(fio_file);
+    fj.fdatasync = false;
+    if ((r = fio_run(&fj, &fio_nosync, NULL)) < 0) {
+        c.what = "fio --rw=write";
+        goto out_fail;
+    }
+    fj.fdatasync = true;
+
+    c.what = "tierd did not start";
+    if ((r = tierd_start_ex(&d, tag, "256M", false, extra, 30)) < 0)
+        goto out_fail;
+    c.what = "kvt_ns_open";
+    if ((r = ns_open(d.c, "tierbench/cold", bs, &c.ns)) < 0)
+        goto out_fail;
+    for (size_t b = 0; b < CW_WARM; b++) {
+        size_t g = (size_t)n * c.per_round + b * CQD;
+        if ((r = put_durable(c.ns, NULL, wkeys + b * CQD, CQD, c.src, CQD, bs, g, &c.what,
+                             NULL)) < 0)
+            goto out_fail;
+    }
+    c.what = "kvt_stats_get";
+    if ((r = kvt_stats_get(d.c, &s0)) < 0)
+        goto out_fail;
+    for (int i = 0; i < n; i++) {
+        double fbw = 0, secs = 0, ns_ = 0;
+        for (int k = 0; k < 2; k++) {
+            if ((k == 0) == (i % 2 == 0)) {
+                unlink(fio_file); /* like tierd's space: preallocated, never written */
+                if ((r = fio_run(&fj, &fbw, &ns_)) < 0) {
+                    c.what = "fio --rw=write --fdatasync";
+                    goto out_fail;
+                }
+                if (i == 0)
+                    printf("# %s\n", fio_cmd);
+                fio_syncs += ns_;
+            } else if ((r = cold_put_round(&c, i, &secs)) < 0) {
+                goto out_fail;
+            }
+        }
+        fw[i] = fbw;
+        tw[i] = (double)fj.size / secs;
+        rw[i] = tw[i] / fw[i];
+        /* context, every round: the pattern's disk work alone */
+        if (floor_ok && (r = nvme_floor(bs, fj.size, c.src, dst, &flw[i], &flr[i])) < 0) {
+            printf("# in-process tier_nvme baseline failed: %s\n", strerror(-r));
+            floor_ok = false;
+        }
+    }
+    c.what = "kvt_stats_get";
+    if ((r = kvt_stats_get(d.c, &s1)) < 0)
+        goto out_fail;
+    wrote = true;
+    printf("# write rounds, MB/s tierd / fio:");
+    for (int i = 0; i < n; i++)
+        printf(" %.0f/%.0f", tw[i] / 1e6, fw[i] / 1e6);
+    double t_all = 0;
+    for (int i = 0; i < n; i++)
+        t_all += (double)fj.size / tw[i];
+    double fill_share = (double)c.fill_ns / 1e9 / t_all;
+    printf("\n# tierd: %" PRIu64 " blocks made durable, %" PRIu64 " dropped, %" PRIu64
+           " cold blocks, %" PRIu64 " I/O errors; the client's filling of the slots (memcpy, "
+           "not overlapped with the disk) took %.0f%% of the time: commits alone %.0f MB/s\n",
+           s1.demotions - s0.demotions, s1.dropped - s0.dropped, s1.tier[KVT_TIER_COLD].blocks,
+           s1.io_errors, 100 * fill_share, (double)n * (double)fj.size / (t_all * (1 - fill_share)) / 1e6);
+    printf("# fio without --fdatasync: %.0f MB/s. fio --fdatasync=%d issued %.0f fdatasyncs "
+           "for %zu writes a round, queued among its writes (not a barrier: its writes go on "
+           "while they run; --end_fsync=1 makes its last writes durable too); a durable batch "
+           "in tierd is a barrier: %d writes, fdatasync, LMDB commit (synced), reply, and only "
+           "then the next batch\n", fio_nosync / 1e6, CQD, fio_syncs / n, c.per_round, CQD);
+    if (floor_ok)
+        printf("# that barrier pattern's disk work alone (in-process tier_nvme: %d writes, wait, "
+               "fdatasync, wait; every round): %.0f MB/s median; tierd's puts %.0f MB/s, %.2f of "
+               "it\n", CQD, median(flw, n) / 1e6, median(tw, n) / 1e6,
+               median(tw, n) / median(flw, n));
+    report(wname, median(rw, n), "%.2f", "ratio", ">=", "0.85");
+
+    /* reads: restart, so that every block is only on disk */
+    tierd_stop(&d);
+    c.ns = NULL;
+    c.what = "tierd did not restart";
+    if ((r = tierd_start_ex(&d, tag, "256M", false, extra, 30)) < 0)
+        goto out_fail_read;
+    print_log_line(d.log, "cold tier");
+    c.what = "kvt_ns_open";
+    if ((r = ns_open(d.c, "tierbench/cold", bs, &c.ns)) < 0)
+        goto out_fail_read;
+    for (size_t b = 0; b < CW_WARM; b++) {
+        const void *slots[CQD];
+        kvt_lease leases[CQD];
+        int nl = get_all(c.ns, wkeys + b * CQD, CQD, slots, leases, &c.what, &c.get_calls,
+                         &c.short_gets);
+        if ((r = nl) < 0)
+            goto out_fail_read;
+        for (int i = 0; i < nl; i++)
+            kvt_release(c.ns, &leases[i]);
+    }
+    c.get_calls = c.short_gets = 0;
+    c.what = "kvt_stats_get";
+    if ((r = kvt_stats_get(d.c, &s0)) < 0)
+        goto out_fail_read;
+    fj.rw = "read";
+    fj.fdatasync = false;
+    for (int i = 0; i < n; i++) {
+        double fbw = 0, secs = 0;
+        for (int k = 0; k < 2; k++) {
+            if ((k == 0) == (i % 2 == 0)) {
+                if ((r = fio_run(&fj, &fbw, NULL)) < 0) {
+                    c.what = "fio --rw=read";
+                    goto out_fail_read;
+                }
+                if (i == 0)
+                    printf("# %s\n", fio_cmd);
+            } else if ((r = cold_get_round(&c, i, &secs)) < 0) {
+                goto out_fail_read;
+            }
+        }
+        fr[i] = fbw;
+        tr[i] = (double)fj.size / secs;
+        rr[i] = tr[i] / fr[i];
+        /* context, every round: fio in tierd's lockstep */
+        fj.lockstep = true;
+        r = fio_run(&fj, &lk[i], NULL);
+        fj.lockstep = false;
+        if (r == 0 && i == 0)
+            printf("# %s\n", fio_cmd);
+        if (r < 0) {
+            c.what = "fio --rw=read (lockstep)";
+            goto out_fail_read;
+        }
+    }
+    c.what = "kvt_stats_get";
+    if ((r = kvt_stats_get(d.c, &s1)) < 0)
+        goto out_fail_read;
+    printf("# read rounds, MB/s tierd / fio:");
+    for (int i = 0; i < n; i++)
+        printf(" %.0f/%.0f", tr[i] / 1e6, fr[i] / 1e6);
+    printf("\n# tierd: %" PRIu64 " blocks promoted from disk for %zu got (all checked: stamps; "
+           "whole blocks in one batch a round); %" PRIu64 " get calls, %" PRIu64
+           " answered short and asked again\n", s1.promotions - s0.promotions,
+           (size_t)n * c.per_round, c.get_calls, c.short_gets);
+    if (s1.promotions - s0.promotions < (uint64_t)n * c.per_round)
+        printf("# note: some blocks were not read from disk (served from warm)\n");
+    printf("# queue depth: a get of %d blocks starts %d reads at once and is answered when "
+           "the last lands (and is checksummed); the next get starts after that, so the queue "
+           "drains to 0 at the end of every batch, while fio keeps %d in flight. The same "
+           "lockstep in fio (--iodepth_batch_submit=%d --iodepth_batch_complete_min=%d): "
+           "%.0f MB/s", CQD, CQD, CQD, CQD, CQD, median(lk, n) / 1e6);
+    if (floor_ok)
+        printf("; in-process tier_nvme: %.0f MB/s", median(flr, n) / 1e6);
+    printf("; tierd's gets %.0f MB/s; fio %.0f MB/s (medians over the rounds). So one "
+           "client's gets keep fewer than %d reads in flight on average; what that costs is "
+           "the gap between the lockstep baselines and fio (on a noisy disk, compare the "
+           "per-round figures)\n",
+           median(tr, n) / 1e6, median(fr, n) / 1e6, CQD);
+    report(rname, median(rr, n), "%.2f", "ratio", ">=", "0.85");
+    goto out;
+
+out_fail:
+    if (!wrote)
+        report_fail(wname, c.what, r);
+out_fail_read:
+    report_fail(rname, c.what, r);
+out:
+    tierd_stop(&d);
+    if (d.data[0])
+        rm_tree(d.data);
+    unlink(fio_file);
+    free_faulted(c.src, CQD * bs);
+    free_faulted(dst, CQD * bs);
+    free(c.keys);
+}
+
+/* ---- figure 7: prefetch ----------------------------------------------------- */
+
+#define PF_CHAIN 64
+#define PF_BS (256 * 1024)
+
+static void spin_us(unsigned us)
+{
+    uint64_t t0 = now_ns();
+    while (now_ns() - t0 < us * 1000ull) {
+    }
+}
+
+/*
+ * Chains of 64 blocks of 256 KiB, put durably, then tierd restarts so that
+ * they are only on disk. Each trial takes a fresh chain: kvt_lookup (with
+ * or without KVT_LOOKUP_PREFETCH), ~2 ms of busy "engine work", then the
+ * timed get of all 64 blocks. With and without alternate, trial by trial.
+ */
+static void bench_prefetch(void)
+{
+    const char *name = "prefetch_get_64_chain_speedup";
+    const char *extra[] = { "--cold-bytes", "2G", "--cold-qd", "32", NULL };
+    int trials = opt.prefetch_trials, nchains = 2 * trials, r = -ENOMEM;
+    uint8_t *src = alloc_faulted(CQD * PF_BS, 0x7066);
+    kvt_key *keys = malloc((size_t)nchains * PF_CHAIN * sizeof(*keys));
+    const void **slots = malloc(PF_CHAIN * sizeof(*slots));
+    kvt_lease *leases = malloc(PF_CHAIN * sizeof(*leases));
+    double t[2][64];
+    uint64_t calls[2] = { 0 }, shorts[2] = { 0 };
+    const char *what = "buffers";
+    struct daemon d = { 0 };
+    kvt_ns *ns = NULL;
+    uint64_t seed = 0x707265666574ull;
+
+    printf("# --- %s: get of a %d-block chain of %d KiB blocks only on disk, with and without "
+           "a kvt_lookup(KVT_LOOKUP_PREFETCH) %u us of busy work before; %d trials each, "
+           "alternating\n", name, PF_CHAIN, PF_BS / 1024, opt.work_us, trials);
+    fflush(stdout);
+    if (!src || !keys || !slots || !leases)
+        goto out_fail;
+    rand_keys(&seed, keys, (size_t)nchains * PF_CHAIN);
+    what = "tierd did not start";
+    if ((r = tierd_start_ex(&d, "prefetch", "256M", false, extra, 30)) < 0)
+        goto out_fail;
+    what = "kvt_ns_open";
+    if ((r = ns_open(d.c, "tierbench/prefetch", PF_BS, &ns)) < 0)
+        goto out_fail;
+    for (int ch = 0; ch < nchains; ch++) {
+        /* a chain in durable batches of CQD (keys[i]'s parent is keys[i - 1]):
+         * a durable commit of more blocks than --cold-qd can hang (see the
+         * report of this figure) */
+        for (size_t at = 0; at < PF_CHAIN; at += CQD) {
+            const kvt_key *k = keys + (size_t)ch * PF_CHAIN + at;
+            if ((r = put_durable(ns, at ? k - 1 : NULL, k, CQD, src, CQD, PF_BS,
+                                 (size_t)ch * PF_CHAIN + at, &what, NULL)) < 0)
+                goto out_fail;
+        }
+    }
+    tierd_stop(&d);
+    ns = NULL;
+    what = "tierd did not restart";
+    if ((r = tierd_start_ex(&d, "prefetch", "256M", false, extra, 30)) < 0)
+        goto out_fail;
+    print_log_line(d.log, "cold tier");
+    what = "kvt_ns_open";
+    if ((r = ns_open(d.c, "tierbench/prefetch", PF_BS, &ns)) < 0)
+        goto out_fail;
+
+    for (int ch = 0; ch < nchains; ch++) {
+        int with = ch % 2, k = ch / 2, nl;
+        const kvt_key *chain = keys + (size_t)ch * PF_CHAIN;
+
+        r = kvt_lookup(ns, chain, PF_CHAIN, with ? KVT_LOOKUP_PREFETCH : 0, NULL);
+        if ((r = want_n(&what, "kvt_lookup", r, PF_CHAIN)) < 0)
+            goto out_fail;
+        spin_us(opt.work_us);
+        uint64_t t0 = now_ns();
+        nl = get_all(ns, chain, PF_CHAIN, slots, leases, &what, &calls[with], &shorts[with]);
+        t[with][k] = (double)(now_ns() - t0) / 1e9;
+        if ((r = nl) < 0)
+            goto out_fail;
+        for (int j = 0; j < PF_CHAIN && r >= 0; j++)
+            if (check_block(slots[j], src + (size_t)(j % CQD) * PF_BS, PF_BS,
+                            (size_t)ch * PF_CHAIN + j, j == 0) < 0)
+                r = -EBADMSG;
+        for (int i = 0; i < nl; i++)
+            kvt_release(ns, &leases[i]);
+        if (r < 0) {
+            what = "a block read back from disk holds other bytes than were put";
+            goto out_fail;
+        }
+    }
+    double t_without = median(t[0], trials), t_with = median(t[1], trials);
+    printf("# get of the chain without prefetch: %.2f ms (median; %.1f get calls a chain)\n",
+           t_without * 1e3, (double)calls[0] / trials);
+    printf("# get of the chain %u us after a prefetching lookup: %.2f ms (median; %.1f get "
+           "calls a chain)\n", opt.work_us, t_with * 1e3, (double)calls[1] / trials);
+    if (shorts[0] + shorts[1])
+        printf("# tierd answered %" PRIu64 " of %" PRIu64 " gets short: with --cold-qd %d, a "
+               "get (or a prefetch) starts at most %d reads, and a get stops its leading run "
+               "at the first block whose read cannot start; the rest are reported as misses "
+               "although they are on disk, so the client asks again\n",
+               shorts[0] + shorts[1], calls[0] + calls[1], CQD, CQD);
+    report(name, t_without / t_with, "%.2f", "ratio", ">=", "1");
+    goto out;
+
+out_fail:
+    report_fail(name, what, r);
+out:
+    tierd_stop(&d);
+    if (d.data[0])
+        rm_tree(d.data);
+    free_faulted(src, CQD * PF_BS);
+    free(keys);
+    free(slots);
+    free(leases);
+}
+
+/* ---- figure 8: restart over a big cold index ------------------------------- */
+
+struct rs_ctx {
+    uint64_t done, errors;
+    int first_err;
+};
+
+static void rs_cb(void *ctx, int rc)
+{
+    struct rs_ctx *x = ctx;
+    x->done++;
+    if (rc < 0 && x->errors++ == 0)
+        x->first_err = rc;
+}
+
+static void rs_log(void *ctx, const char *msg)
+{
+    (void)ctx;
+    printf("# store: %s\n", msg);
+}
+
+#define RS_CHAIN 64 /* blocks per chain: parents are recorded, as tierd would */
+#define RS_PAGES 64 /* distinct 4 KiB payloads, reused (they never change) */
+
+/*
+ * Build <tmpdir>/restart.data with the store library: n blocks of 4 KiB in
+ * ns 1, chains of RS_CHAIN, one durable commit per 4096 blocks. If the first
+ * 100,000 say the whole would take over a minute, stop at 250,000.
+ */
+static int rs_build(const char *dir, uint64_t file_bytes, size_t *n, double *secs)
+{
+    struct tier_cold_cfg cfg = { .dir = dir, .bytes = file_bytes, .qd = 32, .batch = 4096,
+                                 .log = rs_log };
+    struct tier_cold *tc = NULL;
+    struct tier_cold_stats cs;
+    struct rs_ctx x = { 0 };
+    struct tier_key key, prev;
+    uint64_t seed = 0x7265737461ull, t0 = now_ns();
+    uint8_t *pages = NULL;
+    int r;
+
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+        return -errno;
+    if (posix_memalign((void **)&pages, 4096, RS_PAGES * 4096) != 0)
+        return -ENOMEM;
+    for (size_t i = 0; i < RS_PAGES * 4096 / 8; i++) {
+        uint64_t v = rng_next(&seed);
+        memcpy(pages + i * 8, &v, 8);
+    }
+    if ((r = tier_cold_open(&cfg, &tc)) < 0) {
+        printf("# tier_cold_open %s: %s\n", dir, strerror(-r));
+        goto out;
+    }
+    for (size_t i = 0; i < *n; i++) {
+        for (size_t j = 0; j < TIER_KEY_BYTES; j += 8) {
+            uint64_t v = rng_next(&seed);
+            memcpy(key.b + j, &v, 8);
+        }
+        while ((r = tier_cold_put(tc, 1, &key, i % RS_CHAIN ? &prev : NULL,
+                                  pages + (i % RS_PAGES) * 4096, 4096, rs_cb, &x)) == -EBUSY) {
+            if ((r = tier_cold_poll(tc, true)) < 0)
+                break;
+        }
+        if (r < 0) {
+            printf("# tier_cold_put of block %zu: %s\n", i, strerror(-r));
+            goto out;
+        }
+        prev = key;
+        if (i + 1 == 100000 && *n > 250000) {
+            double el = (double)(now_ns() - t0) / 1e9, proj = el * (double)*n / 100000;
+            if (proj > 60) {
+                printf("# building %zu blocks would take about %.0f s (100000 took %.1f s): "
+                       "building and measuring 250000 instead\n", *n, proj, el);
+                *n = 250000;
+            }
+        }
+    }
+    if ((r = tier_cold_drain(tc)) < 0) {
+        printf("# tier_cold_drain: %s\n", strerror(-r));
+        goto out;
+    }
+    tier_cold_stats_get(tc, &cs);
+    if (x.errors || x.done != *n || cs.blocks != *n) {
+        printf("# build: %" PRIu64 " of %zu puts completed, %" PRIu64 " failed (first: %s), "
+               "%" PRIu64 " in the index\n", x.done, *n, x.errors, strerror(-x.first_err),
+               cs.blocks);
+        r = -EIO;
+        goto out;
+    }
+    *secs = (double)(now_ns() - t0) / 1e9;
+    printf("# built with tier_cold_put: %zu blocks of 4 KiB in ns 1 (chains of %d) in %.1f s, "
+           "%" PRIu64 " durable commits\n", *n, RS_CHAIN, *secs, cs.commits);
+    r = 0;
+out:
+    tier_cold_close(tc);
+    free(pages);
+    return r;
+}
+
+/* Drop a file's pages from the page cache (it is clean: LMDB synced it). */
+static int drop_cache(const char *path)
+{
+    int fd = open(path, O_RDONLY), r;
+    if (fd < 0)
+        return -errno;
+    r = -posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+    return r;
+}
+
+static void bench_restart(void)
+{
+    const char *name = "cold_restart_1M_blocks_s";
+    char dir[PATH_MAX], mdb[PATH_MAX + 32], cold_sz[32];
+    const char *extra[] = { "--cold-bytes", cold_sz, "--no-flush", NULL };
+    size_t n = opt.restart_blocks;
+    uint64_t file_bytes = (uint64_t)n * 4096 + 64 * MIB;
+    const char *what = "";
+    struct daemon d = { 0 };
+    struct stat sb;
+    double build_s = 0, ready[3];
+    int r;
+
+    printf("# --- %s: tierd start-up (fork until kvt_connect succeeds) on a data folder whose "
+           "cold index holds %zu blocks\n", name, n);
+    fflush(stdout);
+    snprintf(dir, sizeof(dir), "%s/restart.data", tmpdir);
+    snprintf(cold_sz, sizeof(cold_sz), "%" PRIu64 "M", (uint64_t)(file_bytes / MIB));
+    what = "building the data folder with tier_cold_put";
+    if ((r = rs_build(dir, file_bytes, &n, &build_s)) < 0)
+        goto out_fail;
+    snprintf(mdb, sizeof(mdb), "%s/cold.lmdb/data.mdb", dir);
+    if (stat(mdb, &sb) == 0)
+        printf("# cold index: %s, %.0f MiB\n", mdb, (double)sb.st_size / MIB);
+
+    /* run 0: the index dropped from the page cache first (as after a
+     * reboot); runs 1 and 2: with the index cached (as after a restart) */
+    for (int i = 0; i < 3; i++) {
+        kvt_stats st;
+        if (i == 0 && (r = drop_cache(mdb)) < 0)
+            printf("# posix_fadvise(DONTNEED) %s: %s\n", mdb, strerror(-r));
+        what = "tierd did not start";
+        if ((r = tierd_start_ex(&d, "restart", "256M", true, extra, 120)) < 0)
+            goto out_fail;
+        ready[i] = d.ready_s;
+        print_log_line(d.log, "cold tier");
+        what = "kvt_stats_get";
+        if ((r = kvt_stats_get(d.c, &st)) < 0)
+            goto out_fail;
+        if (st.tier[KVT_TIER_COLD].blocks != n || st.index_entries < n) {
+            printf("# tierd has %" PRIu64 " cold blocks, %" PRIu64 " index entries; %zu were "
+                   "built\n", st.tier[KVT_TIER_COLD].blocks, st.index_entries, n);
+            what = "tierd did not index every block";
+            r = -EIO;
+            goto out_fail;
+        }
+        tierd_stop(&d);
+    }
+    printf("# start-up: %.2f s with the index out of the page cache, %.2f s and %.2f s with "
+           "it cached (--warm-bytes 256M --no-mlock: the pool costs little); the figure is "
+           "the first\n", ready[0], ready[1], ready[2]);
+    if (n != opt.restart_blocks)
+        printf("# NOTE: measured with %zu blocks, not %zu (the build would have taken over a "
+               "minute); nothing is scaled\n", n, opt.restart_blocks);
+    else if (n != 1000000)
+        printf("# NOTE: measured with %zu blocks (--restart-blocks), not 1000000; nothing is "
+               "scaled\n", n);
+    report(name, ready[0], "%.2f", "s", "<=", "2");
+    goto out;
+
+out_fail:
+    report_fail(name, what, r);
+out:
+    tierd_stop(&d);
+    rm_tree(dir);
+}
+
 /* ---- main ---------------------------------------------------------------- */
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: tierbench [options]\n"
-            "  --only LIST       comma-separated groups: put, lookup, inproc, hash (default all)\n"
+            "  --only LIST       comma-separated groups: put, lookup, inproc, hash, cold,\n"
+            "                    prefetch, restart (default all)\n"
             "  --no-redis        skip the redis-server comparison\n"
             "  --rounds N        timed rounds per figure, median reported (default 7)\n"
             "  --round-ms MS     minimum length of a timed round (default 100)\n"
@@ -1470,6 +2428,12 @@ static void usage(FILE *f)
             "  --pool-2m SIZE    tierd --warm-bytes for 2 MiB put/get (default 1G)\n"
             "  --pool-64k SIZE   tierd --warm-bytes for 64 KiB put/get (default 256M)\n"
             "  --pool-lookup SIZE tierd --warm-bytes for the lookup figure (default 5G)\n"
+            "  --cold-mib N      MiB per round of the cold write/read figures (default 512)\n"
+            "  --cold-rounds N   rounds of the cold figures (default 8)\n"
+            "  --prefetch-trials N  chains got with prefetch, and as many without (default 15)\n"
+            "  --work-us N       busy work between the prefetching lookup and the get (2000)\n"
+            "  --restart-blocks N  blocks in the cold index of the restart figure (1000000)\n"
+            "fio (Debian's fio package) is the baseline of the cold figures.\n"
             "tierd is $KVT_TEST_BIN/tierd (default ./build/tierd).\n");
 }
 
@@ -1477,7 +2441,8 @@ static int parse_groups(const char *s, unsigned *out)
 {
     static const struct { const char *name; unsigned g; } tab[] = {
         { "put", GRP_PUT }, { "lookup", GRP_LOOKUP }, { "inproc", GRP_INPROC },
-        { "hash", GRP_HASH }, { "all", GRP_ALL },
+        { "hash", GRP_HASH }, { "cold", GRP_COLD }, { "prefetch", GRP_PREFETCH },
+        { "restart", GRP_RESTART }, { "all", GRP_ALL },
     };
     char buf[128];
     *out = 0;
@@ -1501,6 +2466,11 @@ static int parse_args(int argc, char **argv)
         { "hash-runs", required_argument, NULL, 'H' },
         { "pool-2m", required_argument, NULL, '2' }, { "pool-64k", required_argument, NULL, '6' },
         { "pool-lookup", required_argument, NULL, 'L' }, { "help", no_argument, NULL, 'h' },
+        { "cold-mib", required_argument, NULL, 'c' },
+        { "cold-rounds", required_argument, NULL, 'C' },
+        { "prefetch-trials", required_argument, NULL, 'P' },
+        { "work-us", required_argument, NULL, 'w' },
+        { "restart-blocks", required_argument, NULL, 'B' },
         { NULL, 0, NULL, 0 },
     };
     int c;
@@ -1536,6 +2506,31 @@ static int parse_args(int argc, char **argv)
             break;
         case 'L':
             opt.pool_lookup = optarg;
+            break;
+        case 'c':
+            if (atoi(optarg) < 2 || atoi(optarg) > 64 * 1024)
+                return -EINVAL;
+            opt.cold_bytes = (uint64_t)atoi(optarg) * MIB;
+            break;
+        case 'C':
+            opt.cold_rounds = atoi(optarg);
+            if (opt.cold_rounds < 1 || opt.cold_rounds > 64)
+                return -EINVAL;
+            break;
+        case 'P':
+            opt.prefetch_trials = atoi(optarg);
+            if (opt.prefetch_trials < 1 || opt.prefetch_trials > 64)
+                return -EINVAL;
+            break;
+        case 'w':
+            if (atoi(optarg) < 0)
+                return -EINVAL;
+            opt.work_us = (unsigned)atoi(optarg);
+            break;
+        case 'B':
+            if (atol(optarg) < 1000 || atol(optarg) > 100000000)
+                return -EINVAL;
+            opt.restart_blocks = (size_t)atol(optarg);
             break;
         case 'h':
             usage(stdout);
@@ -1581,6 +2576,14 @@ int main(int argc, char **argv)
         bench_lookups(opt.groups);
     if (opt.groups & GRP_HASH)
         bench_hash();
+    if (opt.groups & GRP_COLD) {
+        bench_cold(2 * MIB);
+        bench_cold(256 * 1024);
+    }
+    if (opt.groups & GRP_PREFETCH)
+        bench_prefetch();
+    if (opt.groups & GRP_RESTART)
+        bench_restart();
 
     printf("# tierbench took %.1f s%s\n", (double)(now_ns() - t0) / 1e9,
            n_errors ? "; some figures could not be measured" : "");
