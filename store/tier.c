@@ -503,10 +503,11 @@ size_t tier_maintain(struct tier *t)
     size_t n = 0;
     unsigned inflight = 0;
 
-    /* group commit: demotions that completed since the last sync are made
-     * durable now, or with the next sync if one is in flight */
+    /* group commit: once no write is in flight any more, the ones that
+     * completed are made durable (a sync already in flight takes them next);
+     * while writes are in flight a full batch starts its own sync */
     if (t->cold)
-        tier_cold_flush(t->cold);
+        tier_cold_flush_idle(t->cold);
     if (tier_ram_used(t->ram) - t->demoting_bytes <= t->high_bytes)
         return 0;
     while (tier_ram_used(t->ram) - t->demoting_bytes > t->low_bytes) {

@@ -289,6 +289,12 @@ void tier_cold_flush(struct tier_cold *c)
     start_sync(c);
 }
 
+void tier_cold_flush_idle(struct tier_cold *c)
+{
+    if (c->writes == 0 && c->npending)
+        tier_cold_flush(c);
+}
+
 /* ---- reads ------------------------------------------------------------ */
 
 static void on_read(void *ctx, int64_t res)

@@ -80,6 +80,9 @@ int tier_cold_put(struct tier_cold *c, uint32_t ns, const struct tier_key *key,
 /* Start the durable commit of every completed write now instead of waiting
  * for a full batch. */
 void tier_cold_flush(struct tier_cold *c);
+/* tier_cold_flush, but only when no write is in flight: for an idle loop,
+ * so that a batch still being written is not split into two syncs. */
+void tier_cold_flush_idle(struct tier_cold *c);
 /* flush + poll until nothing is in flight. 0 or the first error seen. */
 int tier_cold_drain(struct tier_cold *c);
 

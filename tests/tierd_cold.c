@@ -327,3 +327,33 @@ Test(tierd_cold, a_get_deadline_turns_slow_disk_reads_into_misses)
     kvt_close(c);
     t_tierd_stop(&d);
 }
+
+/* Bug found by the benchmark: a durable commit of more blocks than the cold
+ * queue's depth never answered (writes that landed while the store waited
+ * for room were reported before the session was waiting for them). */
+Test(tierd_cold, durable_commit_larger_than_the_queue_answers)
+{
+    enum { NB = 256, SMALL = 256u << 10 };
+    static const char *const args[] = { "--warm-bytes", "256M", "--cold-bytes", "256M",
+                                        "--cold-qd", "8", NULL };
+    struct t_tierd d;
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_key k[NB];
+    void *slots[NB];
+    kvt_stats st;
+
+    t_tierd_start(&d, args);
+    c = t_connect(&d);
+    ns = t_ns(c, SMALL);
+    t_keys(k, NB, 4242);
+    cr_assert_eq(kvt_put_reserve(ns, NULL, k, NB, slots), NB);
+    for (int i = 0; i < NB; i++)
+        t_fill(slots[i], SMALL, (uint64_t)i);
+    cr_assert_eq(kvt_put_commit_flags(ns, k, NB, KVT_COMMIT_DURABLE), NB);
+    cr_assert_eq(kvt_stats_get(c, &st), 0);
+    cr_assert_eq(st.demotions, NB, "every block durable before the reply: %llu",
+                 (unsigned long long)st.demotions);
+    kvt_close(c);
+    t_tierd_stop(&d);
+}

@@ -38,6 +38,7 @@ struct lease {
 struct pending {
     bool active;
     bool commit;             /* a durable commit (else a get) */
+    bool armed;              /* commit: the store call returned, waiting is known */
     uint32_t count;          /* commit: blocks committed */
     int err;                 /* commit: first write error */
     struct kvt_wire_hdr hdr; /* the request being answered */
@@ -342,6 +343,8 @@ void sess_on_ready(void *ctx, void *waiter, uint32_t id, int rc)
             p->fail_at = i;
         if (rc < 0 && !p->err)
             p->err = rc;
+        if (p->commit && !p->armed)
+            return; /* counted when tier_commit_durable returns */
         if (--p->waiting == 0 && (p->commit ? finish_commit(s) : finish_get(s)) < 0)
             sess_close(s); /* the client stopped reading */
         return;
@@ -469,26 +472,30 @@ static int do_ns_open(struct sess *s, const struct kvt_wire_hdr *h, const uint8_
 static int commit_durable(struct sess *s, const struct kvt_wire_hdr *h, const struct kreq *k)
 {
     struct pending *p = &s->pend;
-    uint32_t pending = 0;
+    uint32_t ready = 0;
     int rc;
 
     if (p->active)
         return reply_err(s, h, -EBUSY);
     if (pend_alloc(p) < 0)
         return reply_err(s, h, -ENOMEM);
+    /* pending before the writes start: when the ring is full the store
+     * waits for completions, and writes of this very batch may land (and be
+     * reported here) before it returns */
+    *p = (struct pending){ .active = true, .commit = true, .hdr = *h, .ids = p->ids,
+                           .offs = p->offs, .ready = p->ready };
+    memset(p->ready, 0, KVT_BATCH_MAX);
     rc = tier_commit_durable(s->d->store, k->ns_id, k->block_bytes, s->id, k->keys, k->n, s,
-                             p->ids, &pending);
+                             p->ids, &p->n);
     prune_resv(s);
-    if (rc < 0 && pending == 0)
-        return reply_err(s, h, rc);
-    *p = (struct pending){ .active = true, .commit = true, .hdr = *h, .n = pending,
-                           .waiting = pending, .fail_at = pending, .count = (uint32_t)rc,
-                           .err = rc < 0 ? rc : 0, .ids = p->ids, .offs = p->offs,
-                           .ready = p->ready };
-    if (rc < 0)
-        p->count = 0;
-    memset(p->ready, 0, pending);
-    if (pending == 0)
+    if (rc < 0 && !p->err)
+        p->err = rc;
+    p->count = rc < 0 ? 0 : (uint32_t)rc;
+    for (uint32_t i = 0; i < p->n; i++)
+        ready += p->ready[i];
+    p->waiting = p->n - ready;
+    p->armed = true;
+    if (p->waiting == 0)
         return finish_commit(s);
     return 0;
 }
