@@ -58,11 +58,13 @@ int t_tierd_kill(struct t_tierd *d, int sig)
 
 static void start_in(struct t_tierd *d, const char *const *args)
 {
-    char bin[512], data[300];
+    char bin[512], data[300], supp[600];
+    const char *src = getenv("KVT_TEST_SRC");
     const char *argv[32];
     int n = 0;
 
     snprintf(d->sock, sizeof(d->sock), "%s/tierd.sock", d->dir);
+    snprintf(supp, sizeof(supp), "--suppressions=%s/tests/valgrind.supp", src ? src : ".");
     snprintf(data, sizeof(data), "%s/data", d->dir);
     /* KVT_TEST_VALGRIND=1: the daemon runs under memcheck; any error or
      * leak makes it exit 9, which t_tierd_stop reports */
@@ -72,6 +74,7 @@ static void start_in(struct t_tierd *d, const char *const *args)
         argv[n++] = "--leak-check=full";
         argv[n++] = "--errors-for-leak-kinds=definite,indirect";
         argv[n++] = "--error-exitcode=9";
+        argv[n++] = supp;
     }
     argv[n++] = t_bin("tierd", bin, sizeof(bin));
     argv[n++] = "--socket";

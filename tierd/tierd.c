@@ -92,11 +92,14 @@ int tierd_ns_open(struct tierd *d, uint32_t tenant, const struct kvt_wire_ns_req
     if (d->cold) {
         /* the id comes from the cold index, so that blocks on disk find
          * their namespace again after a restart, and only theirs */
-        struct {
-            uint32_t tenant;
-            struct kvt_wire_ns_req d;
-        } desc = { tenant, n };
-        int rc = tier_cold_ns_id(d->cold, &desc, sizeof(desc), id);
+        /* packed by hand: struct padding would put undefined bytes into a
+         * key that must be the same on every run */
+        uint8_t desc[sizeof(tenant) + sizeof(n)];
+        int rc;
+
+        memcpy(desc, &tenant, sizeof(tenant));
+        memcpy(desc + sizeof(tenant), &n, sizeof(n));
+        rc = tier_cold_ns_id(d->cold, desc, sizeof(desc), id);
 
         if (rc < 0)
             return rc;
