@@ -44,6 +44,7 @@ struct idx_entry {
 #define IDX_F_COLD 0x2u      /* a durable copy is in the cold tier */
 #define IDX_F_DEMOTING 0x4u  /* its slot is being written to cold */
 #define IDX_F_PROMOTING 0x8u /* its slot is being read from cold */
+#define IDX_F_CLRU 0x10u     /* linked into the cold LRU list (disk-only leaves) */
 _Static_assert(sizeof(struct idx_entry) <= 128, "an index entry stays within 128 bytes");
 
 struct idx;

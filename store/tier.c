@@ -59,6 +59,7 @@ struct tier {
     struct idx *idx;
     struct tier_ram *ram;
     struct lru lru[TIER_RAM_CLASSES][2];
+    struct lru clru;                  /* disk-only leaves, for a full disk */
     uint32_t clock;                   /* bumps on every access; entries keep a stamp */
     uint64_t high_bytes, low_bytes;   /* watermarks in slot bytes */
     uint64_t demoting_bytes;          /* slot bytes whose demotion is in flight */
@@ -103,6 +104,7 @@ int tier_create(const struct tier_cfg *cfg, struct tier **out)
     for (int c = 0; c < TIER_RAM_CLASSES; c++)
         for (int k = 0; k < 2; k++)
             t->lru[c][k].head = t->lru[c][k].tail = TIER_NONE;
+    t->clru.head = t->clru.tail = TIER_NONE;
     t->high_bytes = (uint64_t)(hi * (double)tier_ram_bytes(t->ram));
     t->low_bytes = (uint64_t)(lo * (double)tier_ram_bytes(t->ram));
     t->cold = cfg->cold;
@@ -145,10 +147,13 @@ static uint8_t *slot_ptr(const struct tier *t, const struct idx_entry *e)
 
 /* ---- LRU of leaves ---------------------------------------------------- */
 
-/* The list of e: its cold bit does not change while it is linked (it is set
- * and cleared only on entries that are moving, reserved or unlinked). */
+/* The list e is on (or would go on): the cold list, or its class's warm
+ * list for blocks on disk or not. What decides it (level, cls, cold bit)
+ * changes only while e is unlinked. */
 static struct lru *list_of(struct tier *t, const struct idx_entry *e)
 {
+    if (e->flags & IDX_F_CLRU)
+        return &t->clru;
     return &t->lru[e->cls][e->flags & IDX_F_COLD ? CLEAN : DIRTY];
 }
 
@@ -166,14 +171,16 @@ static void lru_unlink(struct tier *t, uint32_t id)
     else
         l->tail = e->prev;
     e->prev = e->next = TIER_NONE;
-    e->flags &= ~IDX_F_LRU;
+    e->flags &= ~(IDX_F_LRU | IDX_F_CLRU);
 }
 
-static void lru_link(struct tier *t, uint32_t id, bool at_tail)
+static void lru_link(struct tier *t, uint32_t id, bool at_tail, uint8_t which)
 {
     struct idx_entry *e = idx_at(t->idx, id);
-    struct lru *l = list_of(t, e);
+    struct lru *l;
 
+    e->flags |= which;
+    l = list_of(t, e);
     if (at_tail) {
         e->next = TIER_NONE;
         e->prev = l->tail;
@@ -191,7 +198,6 @@ static void lru_link(struct tier *t, uint32_t id, bool at_tail)
             l->tail = id;
         l->head = id;
     }
-    e->flags |= IDX_F_LRU;
 }
 
 static bool warm_leaf(const struct idx_entry *e)
@@ -200,16 +206,27 @@ static bool warm_leaf(const struct idx_entry *e)
            e->nwarm == 0 && !(e->flags & (IDX_F_DEMOTING | IDX_F_PROMOTING));
 }
 
-/* Put id into its LRU list exactly when it is a warm leaf. */
+/* On disk only, and nothing depends on it: the cold tier may evict it. */
+static bool cold_leaf(const struct idx_entry *e)
+{
+    return e->state == IDX_COMMITTED && e->level == TIER_L_COLD && (e->flags & IDX_F_COLD) &&
+           e->leases == 0 && e->nchild == 0 && !(e->flags & (IDX_F_DEMOTING | IDX_F_PROMOTING));
+}
+
+/* Put id on the list it belongs to now: its class's warm list when it is a
+ * warm leaf, the cold list when it is a cold leaf, none otherwise. */
 static void settle(struct tier *t, uint32_t id, bool at_tail)
 {
     struct idx_entry *e = idx_at(t->idx, id);
-    bool leaf = warm_leaf(e);
+    uint8_t want = warm_leaf(e) ? IDX_F_LRU : cold_leaf(e) ? IDX_F_CLRU : 0;
+    uint8_t have = e->flags & (IDX_F_LRU | IDX_F_CLRU);
 
-    if (leaf && !(e->flags & IDX_F_LRU))
-        lru_link(t, id, at_tail);
-    else if (!leaf && (e->flags & IDX_F_LRU))
+    if (want == have)
+        return;
+    if (have)
         lru_unlink(t, id);
+    if (want)
+        lru_link(t, id, at_tail, want);
 }
 
 /* A child of p went away. Ghosts disappear with their last child, which
@@ -309,7 +326,7 @@ static void leave_warm(struct tier *t, uint32_t id)
     struct idx_entry *e = idx_at(t->idx, id);
     uint64_t slot = tier_ram_class_slot(t->ram, e->cls);
 
-    if (e->flags & IDX_F_LRU)
+    if (e->flags & (IDX_F_LRU | IDX_F_CLRU))
         lru_unlink(t, id);
     if (t->cfg.on_evict)
         t->cfg.on_evict(t->cfg.evict_ctx, e->ns, &e->key, slot_ptr(t, e), slot);
@@ -320,7 +337,29 @@ static void leave_warm(struct tier *t, uint32_t id)
     if (!(idx_at(t->idx, id)->flags & IDX_F_COLD)) {
         t->st.dropped++;
         forget(t, id, true);
+    } else {
+        settle(t, id, false); /* a disk-only leaf now: newest on the cold list */
     }
+}
+
+/* The disk is full: evict the least recently demoted disk-only leaf. */
+static int cold_make_room(struct tier *t)
+{
+    uint32_t v = t->clru.tail;
+    struct idx_entry *e;
+    int rc;
+
+    if (v == TIER_NONE)
+        return -ENOSPC;
+    e = idx_at(t->idx, v);
+    rc = tier_cold_remove(t->cold, e->ns, &e->key);
+    if (rc < 0 && rc != -ENOENT)
+        return rc;
+    lru_unlink(t, v);
+    t->st.blocks[TIER_L_COLD]--;
+    t->st.evictions[TIER_L_COLD]++;
+    forget(t, v, true);
+    return 0;
 }
 
 static void moves_add(struct tier *t, struct move *m)
@@ -395,7 +434,11 @@ static int demote_for(struct tier *t, uint32_t id, bool evict, void *waiter)
     *m = (struct move){ .t = t, .id = id, .evict = evict, .waiter = waiter };
     if (e->parent != TIER_NONE)
         parent = &idx_at(t->idx, e->parent)->key;
-    rc = tier_cold_put(t->cold, e->ns, &e->key, parent, slot_ptr(t, e), slot, on_demoted, m);
+    /* a full disk makes room leaf-first; -ENOSPC only when nothing can go */
+    while ((rc = tier_cold_put(t->cold, e->ns, &e->key, parent, slot_ptr(t, e), slot,
+                               on_demoted, m)) == -ENOSPC &&
+           cold_make_room(t) == 0)
+        e = idx_at(t->idx, id);
     if (rc < 0) {
         free(m);
         return rc;
@@ -566,6 +609,8 @@ static void on_promoted(void *ctx, int rc)
             if (e->flags & IDX_F_COLD)
                 t->st.blocks[TIER_L_COLD]--;
             forget(t, m->id, false);
+        } else {
+            settle(t, m->id, false);
         }
     }
     if (m->waiter && t->cfg.ready)
@@ -596,6 +641,8 @@ static int promote(struct tier *t, uint32_t id, uint64_t slot, void *waiter)
         tier_ram_free(t->ram, off);
         goto out_free;
     }
+    if (e->flags & IDX_F_CLRU)
+        lru_unlink(t, id); /* before cls changes: it is not a cold leaf any more */
     e->cls = (uint8_t)cls;
     e->off = off;
     e->flags |= IDX_F_PROMOTING;
@@ -999,9 +1046,9 @@ size_t tier_remove(struct tier *t, uint32_t ns, const struct tier_key *keys, siz
             t->st.blocks[TIER_L_COLD]--;
         }
         e = idx_at(t->idx, id);
+        if (e->flags & (IDX_F_LRU | IDX_F_CLRU))
+            lru_unlink(t, id);
         if (e->level == TIER_L_WARM) {
-            if (e->flags & IDX_F_LRU)
-                lru_unlink(t, id);
             tier_ram_free(t->ram, e->off);
             t->st.blocks[TIER_L_WARM]--;
             warm_lose(t, id, true);
@@ -1069,7 +1116,13 @@ int tier_load_cold(struct tier *t)
     rc = tier_cold_scan(t->cold, load_one, &l);
     if (rc == 0)
         rc = tier_cold_scan(t->cold, link_one, &l);
-    return rc < 0 ? rc : l.n;
+    if (rc < 0)
+        return rc;
+    /* with every parent linked, the leaves go on the cold list */
+    for (uint32_t id = 0; id < idx_id_limit(t->idx); id++)
+        if (idx_at(t->idx, id)->state == IDX_COMMITTED)
+            settle(t, id, false);
+    return l.n;
 }
 
 int tier_flush_to_cold(struct tier *t)
@@ -1156,6 +1209,9 @@ int tier_check(const struct tier *t, char *why, size_t cap)
                 e->nwarm, kids[id], warm[id]);
         if (warm_leaf(e) != !!(e->flags & IDX_F_LRU))
             BAD("entry %u: leaf %d but in LRU %d", id, warm_leaf(e), !!(e->flags & IDX_F_LRU));
+        if (cold_leaf(e) != !!(e->flags & IDX_F_CLRU))
+            BAD("entry %u: cold leaf %d but on the cold list %d", id, cold_leaf(e),
+                !!(e->flags & IDX_F_CLRU));
         if (e->state == IDX_GHOST && e->nchild == 0 && e->leases == 0)
             BAD("entry %u: ghost without children or leases", id);
         if (e->leases && e->state != IDX_COMMITTED && e->state != IDX_GHOST)
@@ -1173,7 +1229,7 @@ int tier_check(const struct tier *t, char *why, size_t cap)
         nres += e->state == IDX_RESERVED;
         nwarm_blocks += e->state == IDX_COMMITTED && e->level == TIER_L_WARM;
         leases += e->leases;
-        in_lru += !!(e->flags & IDX_F_LRU);
+        in_lru += !!(e->flags & (IDX_F_LRU | IDX_F_CLRU));
     }
     if (used != tier_ram_used(t->ram))
         BAD("slot bytes: entries hold %llu, pool says %llu", (unsigned long long)used,
@@ -1202,6 +1258,19 @@ int tier_check(const struct tier *t, char *why, size_t cap)
             if (t->lru[c][k].tail != prev)
                 BAD("LRU %d/%d: tail %u, walk ends at %u", c, k, t->lru[c][k].tail, prev);
         }
+    {
+        uint32_t prev = TIER_NONE;
+
+        for (uint32_t id = t->clru.head; id != TIER_NONE; id = idx_at(t->idx, id)->next) {
+            if (!in_lru--)
+                BAD("LRU lists hold more entries than are marked (a loop?)");
+            if (idx_at(t->idx, id)->prev != prev || !(idx_at(t->idx, id)->flags & IDX_F_CLRU))
+                BAD("cold LRU: bad link or member at %u", id);
+            prev = id;
+        }
+        if (t->clru.tail != prev)
+            BAD("cold LRU: tail %u, walk ends at %u", t->clru.tail, prev);
+    }
     if (in_lru)
         BAD("%llu entries marked in the LRU are on no list", (unsigned long long)in_lru);
 out:

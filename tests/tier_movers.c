@@ -40,9 +40,11 @@ static void on_ready(void *ctx, void *waiter, uint32_t id, int rc)
         r->failed++;
 }
 
+static uint64_t cold_bytes = 64u << 20; /* a test may shrink the disk */
+
 static void rig_open(struct rig *r, bool fresh, bool write_through)
 {
-    struct tier_cold_cfg cc = { .dir = r->dir, .bytes = 64u << 20, .qd = 32, .batch = 8 };
+    struct tier_cold_cfg cc = { .dir = r->dir, .bytes = cold_bytes, .qd = 32, .batch = 8 };
     struct tier_cfg tc = { .warm_bytes = 8u << 20, .high_wm = 0.75, .low_wm = 0.5,
                            .ready = on_ready, .ready_ctx = r, .write_through = write_through };
     int rc;
@@ -235,6 +237,8 @@ Test(movers, random_operations_with_cold_keep_every_invariant)
         int lease_n[32], nl = 0;
         uint64_t s = seed * 7919;
 
+        /* seeds 3 and 4 on a disk of 12 blocks: cold evictions too */
+        cold_bytes = seed > 2 ? 12 * BLK : 64u << 20;
         rig_open(&r, true, seed % 2 == 0);
         t_keys((kvt_key *)k, 64, seed);
         for (int step = 0; step < 3000; step++) {
@@ -297,9 +301,45 @@ Test(movers, random_operations_with_cold_keep_every_invariant)
             tier_stats_get(r.t, &st);
             cr_assert_gt(st.demotions, 0, "seed %llu: no demotion", (unsigned long long)seed);
             cr_assert_gt(st.promotions, 0, "seed %llu: no promotion", (unsigned long long)seed);
+            if (seed > 2)
+                cr_assert_gt(st.evictions[TIER_L_COLD], 0, "seed %llu: no cold eviction",
+                             (unsigned long long)seed);
         }
         tier_forget_waiter(r.t, &r);
         rig_close(&r, false);
         rig_rm(&r);
     }
+    cold_bytes = 64u << 20;
+}
+
+Test(movers, a_full_disk_evicts_its_oldest_leaves_first)
+{
+    struct rig r;
+    struct tier_key k[N];
+    struct tier_stats st;
+    uint8_t tiers[N];
+
+    cold_bytes = 24 * BLK; /* the disk holds 24 of the 100 blocks */
+    rig_open(&r, true, false);
+    put_all(&r, k);
+    tier_stats_get(r.t, &st);
+    cr_assert_gt(st.evictions[TIER_L_COLD], 0, "the disk never evicted");
+    cr_assert_eq(st.dropped, 0, "blocks were dropped although disk leaves could go");
+    cr_assert_leq(st.bytes_used[TIER_L_COLD], 24ull * BLK);
+    /* the newest chains are whole; the oldest went first */
+    cr_assert_eq(tier_lookup(r.t, 1, k + 90, 10, tiers), 10);
+    cr_assert_eq(tier_lookup(r.t, 1, k, 10, NULL), 0, "the oldest chain should be gone");
+    for (int c = 0; c < N; c += 10) {
+        uint8_t t10[10];
+        size_t hits = tier_lookup(r.t, 1, k + c, 10, t10);
+
+        /* whatever is left of a chain is a prefix: leaf-first on disk too */
+        for (size_t i = hits; i < 10; i++)
+            cr_assert_eq(t10[i], TIER_L_NONE, "chain %d: block %zu left after a hole", c, i);
+        if (hits)
+            cr_assert_eq(get_chain(&r, k, c), (int)hits);
+    }
+    rig_close(&r, false);
+    rig_rm(&r);
+    cold_bytes = 64u << 20;
 }
