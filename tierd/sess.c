@@ -351,18 +351,13 @@ void sess_on_ready(void *ctx, void *waiter, uint32_t id, int rc)
     }
 }
 
-/* The deadline timer: answer every get whose deadline passed, re-arm for
- * the next. O(sessions) per expiry. */
-static void on_timer(struct ev_loop *l, int fd, uint32_t events, void *ctx)
+/* Answer every get whose deadline passed, re-arm for the next. O(sessions)
+ * per expiry. */
+static void expire(uint64_t now)
 {
-    uint64_t now = tierd_now_ms(), next = 0, ticks;
+    uint64_t next = 0;
     struct sess *s, *nx;
 
-    (void)l;
-    (void)events;
-    (void)ctx;
-    if (read(fd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
-        return;
     timer_at_ms = 0;
     for (s = all_sessions; s; s = nx) {
         nx = s->next;
@@ -378,6 +373,27 @@ static void on_timer(struct ev_loop *l, int fd, uint32_t events, void *ctx)
     }
     if (next)
         arm_timer(next);
+}
+
+static void on_timer(struct ev_loop *l, int fd, uint32_t events, void *ctx)
+{
+    uint64_t ticks;
+
+    (void)l;
+    (void)events;
+    (void)ctx;
+    if (read(fd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
+        return;
+    expire(tierd_now_ms());
+}
+
+void sess_expire(void)
+{
+    uint64_t now;
+
+    if (!timer_at_ms || (now = tierd_now_ms()) < timer_at_ms)
+        return;
+    expire(now);
 }
 
 int sess_init(struct tierd *d)

@@ -20,6 +20,11 @@ int sess_init(struct tierd *d);
 /* The store's ready callback: a promotion a session waits for landed. */
 void sess_on_ready(void *ctx, void *waiter, uint32_t id, int rc);
 
+/* Answer the gets whose deadline has passed, now: called before disk
+ * completions are delivered, so that a block that came in after its get's
+ * deadline counts as late even when the daemon looks at both at once. */
+void sess_expire(void);
+
 /* Close every session (at shutdown), reclaiming what they hold. */
 void sess_close_all(struct tierd *d);
 

@@ -438,6 +438,7 @@ static void on_cold(struct ev_loop *l, int fd, uint32_t events, void *ctx)
     (void)l;
     (void)fd;
     (void)events;
+    sess_expire();
     tier_poll(d->store, false);
 }
 
