@@ -357,3 +357,84 @@ Test(tierd_cold, durable_commit_larger_than_the_queue_answers)
     kvt_close(c);
     t_tierd_stop(&d);
 }
+
+/* A tmpfs of `mib` MiB mounted on dir (root only). */
+static bool mount_small(const char *dir, int mib)
+{
+    char cmd[1024];
+
+    snprintf(cmd, sizeof(cmd), "mkdir -p '%s' && mount -t tmpfs -o size=%dm tmpfs '%s'", dir,
+             mib, dir);
+    return geteuid() == 0 && system(cmd) == 0;
+}
+
+static void umount_small(const char *dir)
+{
+    char cmd[1024];
+
+    snprintf(cmd, sizeof(cmd), "umount '%s'", dir);
+    if (system(cmd) != 0)
+        cr_log_warn("could not unmount %s", dir);
+}
+
+Test(tierd_cold, a_full_file_system_is_a_clear_error_not_a_crash)
+{
+    static const char *const too_big[] = { "--cold-bytes", "64M", NULL };
+    static const char *const fits[] = { "--warm-bytes", "32M", "--cold-bytes", "8M", NULL };
+    struct t_tierd d;
+    char data[400], cmd[1024];
+    kvt_client *c;
+    kvt_ns *ns;
+    int st, rc;
+
+    t_tierd_start(&d, fits);
+    t_tierd_kill(&d, SIGTERM);
+    snprintf(data, sizeof(data), "%s/data", d.dir);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", data);
+    cr_assert_eq(system(cmd), 0);
+    if (!mount_small(data, 12))
+        cr_skip_test("needs root to mount a small tmpfs");
+
+    /* a cold tier larger than the file system: refused at start, clearly */
+    {
+        pid_t p = fork();
+
+        if (p == 0) {
+            char bin[512], sock[400];
+            int null = open("/dev/null", O_WRONLY);
+
+            dup2(null, 2);
+            snprintf(sock, sizeof(sock), "%s/x.sock", d.dir);
+            execl(t_bin("tierd", bin, sizeof(bin)), "tierd", "--socket", sock, "--data", data,
+                  too_big[0], too_big[1], (char *)NULL);
+            _exit(127);
+        }
+        st = t_wait(p);
+        cr_assert_eq(st, 73, "tierd with a cold tier over the free space: exit %d, "
+                             "expected 73 (EX_CANTCREAT)", st);
+    }
+
+    /* one that fits; then the file system fills up behind it */
+    t_tierd_restart(&d, fits);
+    c = t_connect(&d);
+    ns = t_ns(c, BLK);
+    cr_assert_eq(put_chain(ns, 0, KVT_COMMIT_DURABLE), CHAIN, "8 blocks fill 8 MiB exactly");
+    snprintf(cmd, sizeof(cmd), "dd if=/dev/zero of='%s/filler' bs=1M count=64 2>/dev/null",
+             data);
+    rc = system(cmd); /* fails once the file system is full: that is the point */
+    (void)rc;
+    for (int ch = 1; ch < 4; ch++) {
+        rc = put_chain(ns, ch, KVT_COMMIT_DURABLE);
+        cr_assert(rc == CHAIN || rc == -ENOSPC || rc == -EIO,
+                  "durable put on a full file system: %d (%s)", rc, kvt_strerror(rc));
+    }
+    /* the daemon lives on and serves what it holds in memory */
+    cr_assert_eq(put_chain(ns, 9, 0), CHAIN);
+    cr_assert_eq(get_chain(ns, 9), CHAIN);
+    kvt_close(c);
+    st = t_tierd_kill(&d, SIGTERM);
+    cr_assert(st == 0, "tierd must stop cleanly even with its disk full: %d", st);
+    umount_small(data);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d.dir);
+    cr_assert_eq(system(cmd), 0);
+}
