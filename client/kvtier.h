@@ -185,7 +185,9 @@ int kvt_put_commit(kvt_ns *ns, const kvt_key *keys, size_t n);
 
 /* kvt_put_commit with flags. With KVT_COMMIT_DURABLE: -EOPNOTSUPP when tierd
  * runs without a cold tier, -EIO / -ENOSPC when a block could not be made
- * durable (the blocks stay committed in memory). */
+ * durable (the blocks stay committed in memory), -EAGAIN when a key was
+ * deduplicated against another client's put still in progress (retry once
+ * it is committed). */
 int kvt_put_commit_flags(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags);
 
 /* Give back reservations among keys[0..n) without publishing them. */

@@ -123,7 +123,8 @@ void tier_destroy(struct tier *t)
 {
     if (!t)
         return;
-    /* the caller drained the cold tier first; any move left is orphaned */
+    /* the caller closed the cold tier first (tier_cold_close runs or cancels
+     * every callback), so nothing in flight can name t any more */
     while (t->moves) {
         struct move *m = t->moves;
 
@@ -865,6 +866,7 @@ int tier_commit_durable(struct tier *t, uint32_t ns, uint64_t block_bytes, uint3
                         uint32_t *pending)
 {
     size_t done = tier_commit(t, ns, block_bytes, owner, keys, n);
+    int err = 0;
 
     *pending = 0;
     if (!t->cold)
@@ -877,8 +879,14 @@ int tier_commit_durable(struct tier *t, uint32_t ns, uint64_t block_bytes, uint3
         struct move *m;
         int rc;
 
-        if (id == TIER_NONE || idx_at(t->idx, id)->state != IDX_COMMITTED)
+        if (id == TIER_NONE)
+            continue; /* not this client's to make durable: it put nothing */
+        if (idx_at(t->idx, id)->state != IDX_COMMITTED) {
+            /* deduplicated against another writer's reservation (or a lost
+             * block): its bytes are not ours to vouch for yet */
+            err = -EAGAIN;
             continue;
+        }
         e = idx_at(t->idx, id);
         if (e->flags & IDX_F_COLD)
             continue;
@@ -898,7 +906,7 @@ int tier_commit_durable(struct tier *t, uint32_t ns, uint64_t block_bytes, uint3
         }
         ids[(*pending)++] = id;
     }
-    return (int)done;
+    return err ? err : (int)done;
 }
 
 size_t tier_abort(struct tier *t, uint32_t ns, uint32_t owner, const struct tier_key *keys,

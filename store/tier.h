@@ -109,8 +109,10 @@ int tier_reserve(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t own
 /* Commit as tier_commit, then make every committed key of the batch durable
  * in the cold tier: ids[0..*pending) are the blocks being written, each
  * reported to waiter by the ready callback when durable (rc 0) or not.
- * Returns the number committed, -EOPNOTSUPP without a cold tier, or the
- * error that kept a write from starting (-ENOSPC, -EIO). */
+ * Returns the number committed, -EOPNOTSUPP without a cold tier, -EAGAIN
+ * when a key is still being written by another client (deduplicated against
+ * its reservation: not durable yet), or the error that kept a write from
+ * starting (-ENOSPC, -EIO). */
 int tier_commit_durable(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
                         const struct tier_key *keys, size_t n, void *waiter, uint32_t *ids,
                         uint32_t *pending);

@@ -438,3 +438,39 @@ Test(tierd_cold, a_full_file_system_is_a_clear_error_not_a_crash)
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d.dir);
     cr_assert_eq(system(cmd), 0);
 }
+
+/* Bug found in review: a key that stands twice in one request made a
+ * durable commit, or a get waiting for the disk, wait for ever (one
+ * completion, two positions waiting). */
+Test(tierd_cold, a_key_twice_in_one_request_is_answered)
+{
+    static const char *const args[] = { "--warm-bytes", "64M", "--cold-bytes", "64M", NULL };
+    struct t_tierd d;
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_key k[2];
+    void *slots[2];
+    const void *got[2];
+    kvt_lease lease;
+
+    t_tierd_start(&d, args);
+    c = t_connect(&d);
+    ns = t_ns(c, BLK);
+    t_keys(k, 1, 31337);
+    k[1] = k[0];
+    cr_assert_eq(kvt_put_reserve(ns, NULL, k, 2, slots), 1);
+    cr_assert_null(slots[1], "the second copy of the key is deduplicated");
+    t_fill(slots[0], BLK, 5);
+    cr_assert_eq(kvt_put_commit_flags(ns, k, 2, KVT_COMMIT_DURABLE), 1);
+    kvt_close(c);
+    cr_assert_eq(t_tierd_kill(&d, SIGTERM), 0);
+    t_tierd_restart(&d, args); /* on disk only now */
+    c = t_connect(&d);
+    ns = t_ns(c, BLK);
+    cr_assert_eq(kvt_get_lease(ns, k, 2, got, &lease), 2);
+    cr_assert_eq(t_check(got[0], BLK, 5), -1);
+    cr_assert_eq(t_check(got[1], BLK, 5), -1);
+    kvt_release(ns, &lease);
+    kvt_close(c);
+    t_tierd_stop(&d);
+}

@@ -333,22 +333,27 @@ void sess_on_ready(void *ctx, void *waiter, uint32_t id, int rc)
     struct pending *p = &s->pend;
 
     (void)ctx;
+    bool counted = !p->commit || p->armed; /* else counted when the store returns */
+    bool hit = false;
+
     if (!p->active)
         return; /* answered at its deadline; the block simply landed in warm */
+    /* a key may stand more than once in a request: every position waits */
     for (uint32_t i = 0; i < p->n; i++) {
         if (p->ids[i] != id || p->ready[i])
             continue;
         p->ready[i] = 1;
+        hit = true;
         if (rc < 0 && i < p->fail_at)
             p->fail_at = i;
         if (rc < 0 && !p->err)
             p->err = rc;
-        if (p->commit && !p->armed)
-            return; /* counted when tier_commit_durable returns */
-        if (--p->waiting == 0 && (p->commit ? finish_commit(s) : finish_get(s)) < 0)
-            sess_close(s); /* the client stopped reading */
-        return;
+        if (counted)
+            p->waiting--;
     }
+    if (hit && counted && p->waiting == 0 &&
+        (p->commit ? finish_commit(s) : finish_get(s)) < 0)
+        sess_close(s); /* the client stopped reading */
 }
 
 /* Answer every get whose deadline passed, re-arm for the next. O(sessions)

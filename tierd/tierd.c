@@ -571,9 +571,10 @@ out_loop:
         close(d.sig_fd);
     close(d.listen_fd);
 out_store:
-    /* completions may still name the store: let them land first */
-    if (d.cold)
-        tier_cold_drain(d.cold);
+    /* completions name the store: the cold tier closes (every callback
+     * landed or cancelled) while the store is still there */
+    tier_cold_close(d.cold);
+    d.cold = NULL;
     tier_destroy(d.store);
 out_cold:
     tier_cold_close(d.cold);
