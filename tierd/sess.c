@@ -266,6 +266,9 @@ static int finish_get(struct sess *s)
     while (hits < p->fail_at && p->ready[hits])
         hits++;
     p->active = false;
+    /* reads still in flight (a deadline passed) are nobody's now: another
+     * client's get may join them instead of missing */
+    tier_forget_waiter(s->d->store, s);
     tier_release(s->d->store, p->ids + hits, p->n - hits, false);
     if (hits > 0) {
         l = new_lease(s, p->ids, hits);
