@@ -34,17 +34,20 @@ struct idx_entry {
     uint64_t off;        /* offset of the slot in the warm pool */
     uint32_t stamp;      /* tier clock at the last access (wraps; compare by difference) */
     uint32_t nwarm;      /* children whose data is in warm (level WARM) */
-    uint8_t cls;         /* warm size class of the slot */
-    uint8_t level;       /* enum tier_level: WARM (a slot holds the data) or COLD (disk only) */
+    uint32_t nhot;       /* children whose data is in hot (level HOT) */
+    uint8_t cls;         /* size class of the slot (of the hot pool when level HOT) */
+    uint8_t level;       /* enum tier_level: HOT (a device slot holds the data), WARM
+                            (a warm slot does) or COLD (disk only) */
     uint8_t state;       /* enum idx_state */
     uint8_t flags;       /* IDX_F_* */
 };
 
 #define IDX_F_LRU 0x1u       /* linked into its class's warm LRU list */
 #define IDX_F_COLD 0x2u      /* a durable copy is in the cold tier */
-#define IDX_F_DEMOTING 0x4u  /* its slot is being written to cold */
+#define IDX_F_DEMOTING 0x4u  /* its slot is being copied down (to cold, or hot to warm) */
 #define IDX_F_PROMOTING 0x8u /* its slot is being read from cold */
 #define IDX_F_CLRU 0x10u     /* linked into the cold LRU list (disk-only leaves) */
+#define IDX_F_HLRU 0x20u     /* linked into its class's hot LRU list */
 _Static_assert(sizeof(struct idx_entry) <= 128, "an index entry stays within 128 bytes");
 
 struct idx;

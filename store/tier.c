@@ -34,6 +34,7 @@
 #include "idx.h"
 #include "tier.h"
 #include "tier_cold.h"
+#include "tier_hot.h"
 #include "tier_ram.h"
 
 struct lru {
@@ -51,6 +52,9 @@ struct move {
     uint32_t id;
     bool promote;        /* cold -> warm; else warm -> cold */
     bool evict;          /* demotion by the mover: leave warm once durable */
+    bool hot_down;       /* hot -> warm: the copy into warm_off */
+    uint8_t warm_cls;    /* hot_down: class of the warm slot */
+    uint64_t warm_off;   /* hot_down: the warm slot being filled */
     void *waiter;        /* who waits for it (NULL: nobody, or forgotten) */
     struct move *prev, *next; /* moves in flight (tier_forget_waiter) */
 };
@@ -60,6 +64,13 @@ struct tier {
     struct tier_ram *ram;
     struct lru lru[TIER_RAM_CLASSES][2];
     struct lru clru;                  /* disk-only leaves, for a full disk */
+    struct tier_hot *hot;             /* NULL: no tier above warm */
+    struct tier_ram *hram;            /* slots of the hot pool (offsets only) */
+    struct lru hlru[TIER_RAM_CLASSES]; /* hot leaves per class */
+    uint64_t hot_high, hot_low;       /* hot watermarks in slot bytes */
+    uint64_t hot_moving;              /* hot slot bytes whose copy to warm is in flight */
+    bool hot_draining;                /* passed the high mark, not yet at the low one */
+    bool warm_draining;               /* the same for warm (or hot is waiting for room) */
     uint32_t clock;                   /* bumps on every access; entries keep a stamp */
     uint64_t high_bytes, low_bytes;   /* watermarks in slot bytes */
     uint64_t demoting_bytes;          /* slot bytes whose demotion is in flight */
@@ -105,6 +116,20 @@ int tier_create(const struct tier_cfg *cfg, struct tier **out)
         for (int k = 0; k < 2; k++)
             t->lru[c][k].head = t->lru[c][k].tail = TIER_NONE;
     t->clru.head = t->clru.tail = TIER_NONE;
+    for (int c = 0; c < TIER_RAM_CLASSES; c++)
+        t->hlru[c].head = t->hlru[c].tail = TIER_NONE;
+    if (cfg->hot) {
+        struct tier_ram_cfg hc = { .bytes = tier_hot_bytes(cfg->hot), .no_memory = true };
+
+        rc = tier_ram_open(&hc, &t->hram);
+        if (rc < 0) {
+            tier_ram_close(t->ram);
+            goto out_idx;
+        }
+        t->hot = cfg->hot;
+        t->hot_high = (uint64_t)(hi * (double)tier_ram_bytes(t->hram));
+        t->hot_low = (uint64_t)(lo * (double)tier_ram_bytes(t->hram));
+    }
     t->high_bytes = (uint64_t)(hi * (double)tier_ram_bytes(t->ram));
     t->low_bytes = (uint64_t)(lo * (double)tier_ram_bytes(t->ram));
     t->cold = cfg->cold;
@@ -131,6 +156,7 @@ void tier_destroy(struct tier *t)
         t->moves = m->next;
         free(m);
     }
+    tier_ram_close(t->hram);
     tier_ram_close(t->ram);
     idx_destroy(t->idx);
     free(t);
@@ -155,6 +181,8 @@ static struct lru *list_of(struct tier *t, const struct idx_entry *e)
 {
     if (e->flags & IDX_F_CLRU)
         return &t->clru;
+    if (e->flags & IDX_F_HLRU)
+        return &t->hlru[e->cls];
     return &t->lru[e->cls][e->flags & IDX_F_COLD ? CLEAN : DIRTY];
 }
 
@@ -172,7 +200,7 @@ static void lru_unlink(struct tier *t, uint32_t id)
     else
         l->tail = e->prev;
     e->prev = e->next = TIER_NONE;
-    e->flags &= ~(IDX_F_LRU | IDX_F_CLRU);
+    e->flags &= ~(IDX_F_LRU | IDX_F_CLRU | IDX_F_HLRU);
 }
 
 static void lru_link(struct tier *t, uint32_t id, bool at_tail, uint8_t which)
@@ -207,6 +235,13 @@ static bool warm_leaf(const struct idx_entry *e)
            e->nwarm == 0 && !(e->flags & (IDX_F_DEMOTING | IDX_F_PROMOTING));
 }
 
+/* In hot with no child in hot: the hot mover may copy it down to warm. */
+static bool hot_leaf(const struct idx_entry *e)
+{
+    return e->state == IDX_COMMITTED && e->level == TIER_L_HOT && e->leases == 0 &&
+           e->nhot == 0 && !(e->flags & (IDX_F_DEMOTING | IDX_F_PROMOTING));
+}
+
 /* On disk only, and nothing depends on it: the cold tier may evict it. */
 static bool cold_leaf(const struct idx_entry *e)
 {
@@ -219,8 +254,9 @@ static bool cold_leaf(const struct idx_entry *e)
 static void settle(struct tier *t, uint32_t id, bool at_tail)
 {
     struct idx_entry *e = idx_at(t->idx, id);
-    uint8_t want = warm_leaf(e) ? IDX_F_LRU : cold_leaf(e) ? IDX_F_CLRU : 0;
-    uint8_t have = e->flags & (IDX_F_LRU | IDX_F_CLRU);
+    uint8_t want = warm_leaf(e) ? IDX_F_LRU : cold_leaf(e) ? IDX_F_CLRU
+                 : hot_leaf(e)  ? IDX_F_HLRU : 0;
+    uint8_t have = e->flags & (IDX_F_LRU | IDX_F_CLRU | IDX_F_HLRU);
 
     if (want == have)
         return;
@@ -255,30 +291,31 @@ static void set_parent(struct tier *t, uint32_t id, uint32_t p)
         idx_at(t->idx, p)->nchild++;
 }
 
-/* id's data entered or left warm: keep its parent's nwarm (and so the
+/* id's data moved to level lvl: keep its parent's nwarm / nhot (and so the
  * parent's leaf status) right. */
-static void warm_gain(struct tier *t, uint32_t id)
+static void set_level(struct tier *t, uint32_t id, uint8_t lvl, bool at_tail)
 {
     struct idx_entry *e = idx_at(t->idx, id);
     uint32_t p = e->parent;
+    uint8_t old = e->level;
 
-    e->level = TIER_L_WARM;
-    if (p != TIER_NONE) {
-        idx_at(t->idx, p)->nwarm++;
-        settle(t, p, false); /* a parent of a warm block is no longer a leaf */
-    }
+    e->level = lvl;
+    if (p == TIER_NONE || old == lvl)
+        return;
+    e = idx_at(t->idx, p);
+    e->nwarm += (lvl == TIER_L_WARM) - (old == TIER_L_WARM);
+    e->nhot += (lvl == TIER_L_HOT) - (old == TIER_L_HOT);
+    settle(t, p, at_tail);
+}
+
+static void warm_gain(struct tier *t, uint32_t id)
+{
+    set_level(t, id, TIER_L_WARM, false); /* a parent of a warm block is not a leaf */
 }
 
 static void warm_lose(struct tier *t, uint32_t id, bool at_tail)
 {
-    struct idx_entry *e = idx_at(t->idx, id);
-    uint32_t p = e->parent;
-
-    e->level = TIER_L_COLD;
-    if (p != TIER_NONE) {
-        idx_at(t->idx, p)->nwarm--;
-        settle(t, p, at_tail);
-    }
+    set_level(t, id, TIER_L_COLD, at_tail);
 }
 
 /* An entry whose data is gone (in no tier): delete it, or keep it as a
@@ -327,7 +364,7 @@ static void leave_warm(struct tier *t, uint32_t id)
     struct idx_entry *e = idx_at(t->idx, id);
     uint64_t slot = tier_ram_class_slot(t->ram, e->cls);
 
-    if (e->flags & (IDX_F_LRU | IDX_F_CLRU))
+    if (e->flags & (IDX_F_LRU | IDX_F_CLRU | IDX_F_HLRU))
         lru_unlink(t, id);
     if (t->cfg.on_evict)
         t->cfg.on_evict(t->cfg.evict_ctx, e->ns, &e->key, slot_ptr(t, e), slot);
@@ -457,6 +494,130 @@ static int demote(struct tier *t, uint32_t id)
     return demote_for(t, id, true, NULL);
 }
 
+static void on_hot_down(void *ctx, int rc)
+{
+    struct move *m = ctx;
+    struct tier *t = m->t;
+    struct idx_entry *e = idx_at(t->idx, m->id);
+    uint64_t hslot = tier_ram_class_slot(t->hram, e->cls);
+
+    moves_del(t, m);
+    t->hot_moving -= hslot;
+    e->flags &= ~IDX_F_DEMOTING;
+    if (rc == 0) {
+        /* the block now lives in its warm slot; the device slot goes back */
+        tier_ram_free(t->hram, e->off);
+        e->off = m->warm_off;
+        e->cls = m->warm_cls;
+        t->st.evictions[TIER_L_HOT]++;
+        t->st.blocks[TIER_L_HOT]--;
+        t->st.blocks[TIER_L_WARM]++;
+        t->st.bytes_in[TIER_L_WARM] += tier_ram_class_slot(t->ram, m->warm_cls);
+        set_level(t, m->id, TIER_L_WARM, false);
+    } else {
+        tier_ram_free(t->ram, m->warm_off); /* stays in hot; tried again later */
+        t->st.cold_errors++;
+    }
+    settle(t, m->id, false);
+    if (m->waiter && t->cfg.ready)
+        t->cfg.ready(t->cfg.ready_ctx, m->waiter, m->id, rc);
+    free(m);
+}
+
+static int alloc_slot(struct tier *t, int cls, uint32_t id, uint64_t *off);
+
+/* Start copying id (committed, in hot) down into a new warm slot. */
+static int hot_down(struct tier *t, uint32_t id, void *waiter, uint64_t *warm_off)
+{
+    struct idx_entry *e = idx_at(t->idx, id);
+    uint64_t slot = tier_ram_class_slot(t->hram, e->cls);
+    int cls = tier_ram_class(t->ram, slot), rc;
+    struct move *m;
+
+    if (cls < 0)
+        return cls;
+    m = malloc(sizeof(*m));
+    if (!m)
+        return -ENOMEM;
+    *m = (struct move){ .t = t, .id = id, .hot_down = true, .waiter = waiter,
+                        .warm_cls = (uint8_t)cls };
+    rc = alloc_slot(t, cls, id, &m->warm_off);
+    if (rc < 0)
+        goto out_free;
+    e = idx_at(t->idx, id);
+    rc = tier_hot_copy_out(t->hot, (uint8_t *)tier_ram_base(t->ram) + m->warm_off, e->off, slot,
+                           on_hot_down, m);
+    if (rc < 0) {
+        tier_ram_free(t->ram, m->warm_off);
+        goto out_free;
+    }
+    e->flags |= IDX_F_DEMOTING;
+    settle(t, id, false);
+    t->hot_moving += slot;
+    moves_add(t, m);
+    if (warm_off)
+        *warm_off = m->warm_off;
+    return 0;
+out_free:
+    free(m);
+    return rc;
+}
+
+/* The oldest hot leaf of any class. O(classes). */
+static uint32_t pick_hot_victim(struct tier *t)
+{
+    uint32_t best = TIER_NONE, best_age = 0;
+
+    for (int c = 0; c < TIER_RAM_CLASSES; c++) {
+        uint32_t id = t->hlru[c].tail, age;
+
+        if (id == TIER_NONE)
+            continue;
+        age = t->clock - idx_at(t->idx, id)->stamp;
+        if (best == TIER_NONE || age > best_age) {
+            best = id;
+            best_age = age;
+        }
+    }
+    return best;
+}
+
+/* Hot above its high watermark: copy leaf-first LRU blocks down to warm
+ * until it would be at the low one (slots free as the copies land). */
+static size_t hot_maintain(struct tier *t)
+{
+    size_t n = 0;
+
+    if (!t->hot)
+        return 0;
+    /* hysteresis: once past the high mark, keep going (turn after turn, as
+     * leaf after leaf becomes free to go) until the low mark is reached */
+    if (tier_ram_used(t->hram) - t->hot_moving > t->hot_high)
+        t->hot_draining = true;
+    if (tier_ram_used(t->hram) - t->hot_moving <= t->hot_low)
+        t->hot_draining = false;
+    if (!t->hot_draining)
+        return 0;
+    while (tier_ram_used(t->hram) - t->hot_moving > t->hot_low && n < DEMOTE_INFLIGHT) {
+        uint32_t v = pick_hot_victim(t);
+
+        if (v == TIER_NONE)
+            break;
+        /* only into room warm has below its own high mark: pushing further
+         * would make warm drop blocks it has not written to disk yet; its
+         * mover makes room and this one goes on next turn */
+        if (tier_ram_used(t->ram) + tier_ram_class_slot(t->hram, idx_at(t->idx, v)->cls) >
+            t->high_bytes) {
+            t->warm_draining = true; /* ask the warm mover for room */
+            break;
+        }
+        if (hot_down(t, v, NULL, NULL) < 0)
+            break;
+        n++;
+    }
+    return n;
+}
+
 /* Free a whole segment of another class for class cls: the one with the
  * fewest blocks among those whose blocks are all committed, unleased and
  * not moving. Evicting blocks of another class one by one in LRU order
@@ -544,7 +705,7 @@ static unsigned demote_ancestors(struct tier *t, uint32_t id, unsigned max)
 
 size_t tier_maintain(struct tier *t)
 {
-    size_t n = 0;
+    size_t n = hot_maintain(t);
     unsigned inflight = 0;
 
     /* group commit: once no write is in flight any more, the ones that
@@ -552,8 +713,12 @@ size_t tier_maintain(struct tier *t)
      * while writes are in flight a full batch starts its own sync */
     if (t->cold)
         tier_cold_flush_idle(t->cold);
-    if (tier_ram_used(t->ram) - t->demoting_bytes <= t->high_bytes)
-        return 0;
+    if (tier_ram_used(t->ram) - t->demoting_bytes > t->high_bytes)
+        t->warm_draining = true;
+    if (tier_ram_used(t->ram) - t->demoting_bytes <= t->low_bytes)
+        t->warm_draining = false;
+    if (!t->warm_draining)
+        return n;
     while (tier_ram_used(t->ram) - t->demoting_bytes > t->low_bytes) {
         uint32_t v = pick_victim(t);
         struct idx_entry *e;
@@ -697,9 +862,25 @@ int tier_event_fd(const struct tier *t)
     return t->cold ? tier_cold_event_fd(t->cold) : -1;
 }
 
+int tier_hot_fd(const struct tier *t)
+{
+    return t->hot ? tier_hot_event_fd(t->hot) : -1;
+}
+
 int tier_poll(struct tier *t, bool wait)
 {
-    return t->cold ? tier_cold_poll(t->cold, wait) : 0;
+    int n = t->hot ? tier_hot_poll(t->hot, false) : 0, rc;
+
+    if (n < 0)
+        return n;
+    /* wait on whichever has work in flight: the disk first */
+    if (t->cold && (tier_cold_busy(t->cold) || !wait || n > 0))
+        rc = tier_cold_poll(t->cold, wait && n == 0);
+    else if (t->hot)
+        rc = tier_hot_poll(t->hot, wait && n == 0);
+    else
+        rc = 0;
+    return rc < 0 ? rc : n + rc;
 }
 
 /* ---- operations ----------------------------------------------------- */
@@ -742,16 +923,16 @@ static void drop_reserved(struct tier *t, uint32_t id)
 {
     struct idx_entry *e = idx_at(t->idx, id);
 
-    tier_ram_free(t->ram, e->off);
+    tier_ram_free(e->level == TIER_L_HOT ? t->hram : t->ram, e->off);
     t->st.reserved--;
     warm_lose(t, id, false);
     forget(t, id, false);
 }
 
 /* Reserve one absent (or ghost) key under parent p. */
-static int reserve_one(struct tier *t, uint32_t ns, int cls, uint32_t owner, uint32_t p,
-                       const struct tier_key *key, uint32_t ghost, uint32_t *id_out,
-                       uint64_t *off_out)
+static int reserve_one(struct tier *t, uint32_t ns, int cls, bool hot, uint32_t owner,
+                       uint32_t p, const struct tier_key *key, uint32_t ghost,
+                       uint32_t *id_out, uint64_t *off_out)
 {
     uint32_t id = ghost;
     struct idx_entry *e;
@@ -767,9 +948,10 @@ static int reserve_one(struct tier *t, uint32_t ns, int cls, uint32_t owner, uin
     e->state = IDX_RESERVED;
     e->owner = owner;
     e->cls = (uint8_t)cls;
-    /* counted in warm before the slot is found, so eviction cannot take p */
-    warm_gain(t, id);
-    rc = alloc_slot(t, cls, id, off_out);
+    /* counted in its tier before the slot is found, so eviction cannot take p;
+     * a hot slot is never made by evicting (copies down are asynchronous) */
+    set_level(t, id, hot ? TIER_L_HOT : TIER_L_WARM, false);
+    rc = hot ? tier_ram_alloc(t->hram, cls, id, off_out) : alloc_slot(t, cls, id, off_out);
     if (rc < 0) {
         warm_lose(t, id, false);
         forget(t, id, false);
@@ -781,18 +963,19 @@ static int reserve_one(struct tier *t, uint32_t ns, int cls, uint32_t owner, uin
     return 0;
 }
 
-int tier_reserve(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
-                 const struct tier_key *parent, const struct tier_key *keys, size_t n,
-                 uint32_t *ids, uint64_t *offs)
+static int reserve_in(struct tier *t, bool hot, uint32_t ns, uint64_t block_bytes,
+                      uint32_t owner, const struct tier_key *parent,
+                      const struct tier_key *keys, size_t n, uint32_t *ids, uint64_t *offs)
 {
+    struct tier_ram *pool = hot ? t->hram : t->ram;
     uint64_t slot = tier_slot_bytes(block_bytes);
     uint32_t p = parent ? idx_find(t->idx, ns, parent) : TIER_NONE;
     size_t i, count = 0, dedup = 0;
     int cls, rc = 0;
 
-    if (block_bytes == 0 || slot > tier_ram_seg_bytes(t->ram))
+    if (block_bytes == 0 || slot > tier_ram_seg_bytes(pool))
         return -EINVAL;
-    cls = tier_ram_class(t->ram, slot);
+    cls = tier_ram_class(pool, slot);
     if (cls < 0)
         return cls;
     if (p != TIER_NONE && idx_at(t->idx, p)->state == IDX_GHOST)
@@ -811,7 +994,7 @@ int tier_reserve(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t own
             continue;
         }
         ghost = id;
-        rc = reserve_one(t, ns, cls, owner, p, &keys[i], ghost, &ids[i], &offs[i]);
+        rc = reserve_one(t, ns, cls, hot, owner, p, &keys[i], ghost, &ids[i], &offs[i]);
         if (rc < 0)
             break;
         p = ids[i];
@@ -832,6 +1015,22 @@ int tier_reserve(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t own
     return (int)count;
 }
 
+int tier_reserve(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
+                 const struct tier_key *parent, const struct tier_key *keys, size_t n,
+                 uint32_t *ids, uint64_t *offs)
+{
+    return reserve_in(t, false, ns, block_bytes, owner, parent, keys, n, ids, offs);
+}
+
+int tier_reserve_hot(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
+                     const struct tier_key *parent, const struct tier_key *keys, size_t n,
+                     uint32_t *ids, uint64_t *offs)
+{
+    if (!t->hot)
+        return -EOPNOTSUPP;
+    return reserve_in(t, true, ns, block_bytes, owner, parent, keys, n, ids, offs);
+}
+
 size_t tier_commit(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
                    const struct tier_key *keys, size_t n)
 {
@@ -850,12 +1049,12 @@ size_t tier_commit(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t o
         e->stamp = ++t->clock;
         t->st.reserved--;
         t->st.put_blocks++;
-        t->st.blocks[TIER_L_WARM]++;
-        t->st.bytes_in[TIER_L_WARM] += block_bytes;
+        t->st.blocks[e->level]++;
+        t->st.bytes_in[e->level] += block_bytes;
         done++;
         /* write-through: on disk at once, so leaving warm later is free; a
          * full queue or disk leaves it to the background mover */
-        if (!t->write_through || demote_for(t, id, false, NULL) < 0)
+        if (e->level != TIER_L_WARM || !t->write_through || demote_for(t, id, false, NULL) < 0)
             settle(t, id, false);
     }
     return done;
@@ -896,8 +1095,11 @@ int tier_commit_durable(struct tier *t, uint32_t ns, uint64_t block_bytes, uint3
                 return -EBUSY; /* rare: another durable commit of the key */
             m->waiter = waiter;
             m->evict = false;
-        } else if (e->level != TIER_L_WARM) {
+        } else if (e->level == TIER_L_COLD) {
             continue; /* being promoted: its cold copy exists */
+        } else if (e->level == TIER_L_HOT) {
+            err = -EOPNOTSUPP; /* on the device: durable only once copied down */
+            continue;
         } else {
             while ((rc = demote_for(t, id, false, waiter)) == -EBUSY)
                 tier_cold_poll(t->cold, true);
@@ -977,6 +1179,29 @@ int tier_get_async(struct tier *t, uint32_t ns, uint64_t block_bytes,
                 return -EINVAL;
             }
             warm++;
+        } else if (e->level == TIER_L_HOT) {
+            /* clients read warm: a hot block is copied down for them */
+            struct move *m = (e->flags & IDX_F_DEMOTING) ? move_of(t, id) : NULL;
+            uint64_t woff;
+
+            if (!pending)
+                break;
+            if (m) {
+                if (m->waiter && m->waiter != waiter)
+                    break;
+                m->waiter = waiter;
+                woff = m->warm_off;
+            } else if (hot_down(t, id, waiter, &woff) < 0) {
+                break;
+            }
+            (*pending)++;
+            e = idx_at(t->idx, id);
+            e->leases++;
+            e->stamp = ++t->clock;
+            settle(t, id, false);
+            ids[i] = id;
+            offs[i] = woff;
+            continue;
         } else if (!pending || !t->cold) {
             break; /* cold, and the caller cannot wait */
         } else if (e->flags & IDX_F_PROMOTING) {
@@ -1054,8 +1279,13 @@ size_t tier_remove(struct tier *t, uint32_t ns, const struct tier_key *keys, siz
             t->st.blocks[TIER_L_COLD]--;
         }
         e = idx_at(t->idx, id);
-        if (e->flags & (IDX_F_LRU | IDX_F_CLRU))
+        if (e->flags & (IDX_F_LRU | IDX_F_CLRU | IDX_F_HLRU))
             lru_unlink(t, id);
+        if (e->level == TIER_L_HOT) {
+            tier_ram_free(t->hram, e->off);
+            t->st.blocks[TIER_L_HOT]--;
+            warm_lose(t, id, true);
+        }
         if (e->level == TIER_L_WARM) {
             tier_ram_free(t->ram, e->off);
             t->st.blocks[TIER_L_WARM]--;
@@ -1140,6 +1370,17 @@ int tier_flush_to_cold(struct tier *t)
 
     if (!t->cold)
         return 0;
+    /* what is on the device comes down to warm first */
+    for (uint32_t id = 0; t->hot && id < lim; id++) {
+        struct idx_entry *e = idx_at(t->idx, id);
+
+        if (e->state == IDX_COMMITTED && e->level == TIER_L_HOT &&
+            !(e->flags & IDX_F_DEMOTING) && hot_down(t, id, NULL, NULL) < 0)
+            break; /* warm is full of pinned blocks: these stay on the device */
+    }
+    while (t->hot && tier_hot_inflight(t->hot))
+        if (tier_hot_poll(t->hot, true) < 0)
+            break;
     for (uint32_t id = 0; id < lim; id++) {
         struct idx_entry *e = idx_at(t->idx, id);
 
@@ -1165,6 +1406,10 @@ void tier_stats_get(const struct tier *t, struct tier_stats *out)
     out->index_bytes = idx_mem_bytes(t->idx);
     out->memory_locked = tier_ram_locked(t->ram);
     out->huge_pages = tier_ram_huge(t->ram);
+    if (t->hot) {
+        out->bytes_used[TIER_L_HOT] = tier_ram_used(t->hram);
+        out->bytes_capacity[TIER_L_HOT] = tier_ram_bytes(t->hram);
+    }
     if (t->cold) {
         struct tier_cold_stats cs;
 
@@ -1188,8 +1433,10 @@ double tier_index_bytes_per_block(const struct tier *t)
 int tier_check(const struct tier *t, char *why, size_t cap)
 {
     uint32_t lim = idx_id_limit(t->idx);
-    uint32_t *kids = calloc(lim ? 2 * (size_t)lim : 1, sizeof(*kids)), *warm = kids + lim;
-    uint64_t used = 0, nres = 0, nwarm_blocks = 0, leases = 0, in_lru = 0;
+    uint32_t *kids = calloc(lim ? 3 * (size_t)lim : 1, sizeof(*kids)), *warm = kids + lim;
+    uint32_t *hot = warm + lim;
+    uint64_t used = 0, hused = 0, nres = 0, nwarm_blocks = 0, nhot_blocks = 0, leases = 0;
+    uint64_t in_lru = 0;
     int rc = 0;
 
     if (!kids)
@@ -1204,6 +1451,17 @@ int tier_check(const struct tier *t, char *why, size_t cap)
         kids[e->parent]++;
         if (e->state != IDX_GHOST && e->level == TIER_L_WARM)
             warm[e->parent]++;
+        if (e->state != IDX_GHOST && e->level == TIER_L_HOT)
+            hot[e->parent]++;
+    }
+    /* warm slots being filled from hot belong to their move until it lands */
+    for (const struct move *m = t->moves; m; m = m->next) {
+        if (!m->hot_down)
+            continue;
+        if (tier_ram_tag_at(t->ram, m->warm_off) != m->id)
+            BAD("move of %u: its warm slot belongs to %u", m->id,
+                tier_ram_tag_at(t->ram, m->warm_off));
+        used += tier_ram_class_slot(t->ram, m->warm_cls);
     }
     for (uint32_t id = 0; id < lim; id++) {
         const struct idx_entry *e = idx_at(t->idx, id);
@@ -1212,9 +1470,12 @@ int tier_check(const struct tier *t, char *why, size_t cap)
 
         if (e->state == IDX_FREE)
             continue;
-        if (kids[id] != e->nchild || warm[id] != e->nwarm)
-            BAD("entry %u: nchild %u nwarm %u, children say %u and %u", id, e->nchild,
-                e->nwarm, kids[id], warm[id]);
+        if (kids[id] != e->nchild || warm[id] != e->nwarm || hot[id] != e->nhot)
+            BAD("entry %u: nchild %u nwarm %u nhot %u, children say %u, %u and %u", id,
+                e->nchild, e->nwarm, e->nhot, kids[id], warm[id], hot[id]);
+        if (hot_leaf(e) != !!(e->flags & IDX_F_HLRU))
+            BAD("entry %u: hot leaf %d but on a hot list %d", id, hot_leaf(e),
+                !!(e->flags & IDX_F_HLRU));
         if (warm_leaf(e) != !!(e->flags & IDX_F_LRU))
             BAD("entry %u: leaf %d but in LRU %d", id, warm_leaf(e), !!(e->flags & IDX_F_LRU));
         if (cold_leaf(e) != !!(e->flags & IDX_F_CLRU))
@@ -1228,6 +1489,14 @@ int tier_check(const struct tier *t, char *why, size_t cap)
             BAD("entry %u: cold without a cold copy", id);
         if (idx_find(t->idx, e->ns, &e->key) != id)
             BAD("entry %u: not found under its own key", id);
+        if ((e->state == IDX_RESERVED || e->state == IDX_COMMITTED) &&
+            e->level == TIER_L_HOT) {
+            if (tier_ram_tag_at(t->hram, e->off) != id)
+                BAD("entry %u: hot slot at %llu belongs to %u", id, (unsigned long long)e->off,
+                    tier_ram_tag_at(t->hram, e->off));
+            hused += tier_ram_class_slot(t->hram, e->cls);
+            has_slot = false;
+        }
         if (has_slot) {
             if (tier_ram_tag_at(t->ram, e->off) != id)
                 BAD("entry %u: slot at %llu belongs to %u", id, (unsigned long long)e->off,
@@ -1236,9 +1505,16 @@ int tier_check(const struct tier *t, char *why, size_t cap)
         }
         nres += e->state == IDX_RESERVED;
         nwarm_blocks += e->state == IDX_COMMITTED && e->level == TIER_L_WARM;
+        nhot_blocks += e->state == IDX_COMMITTED && e->level == TIER_L_HOT;
         leases += e->leases;
-        in_lru += !!(e->flags & (IDX_F_LRU | IDX_F_CLRU));
+        in_lru += !!(e->flags & (IDX_F_LRU | IDX_F_CLRU | IDX_F_HLRU));
     }
+    if (t->hot && hused != tier_ram_used(t->hram))
+        BAD("hot slot bytes: entries hold %llu, pool says %llu", (unsigned long long)hused,
+            (unsigned long long)tier_ram_used(t->hram));
+    if (nhot_blocks != t->st.blocks[TIER_L_HOT])
+        BAD("hot blocks %llu, counted %llu", (unsigned long long)nhot_blocks,
+            (unsigned long long)t->st.blocks[TIER_L_HOT]);
     if (used != tier_ram_used(t->ram))
         BAD("slot bytes: entries hold %llu, pool says %llu", (unsigned long long)used,
             (unsigned long long)tier_ram_used(t->ram));
@@ -1278,6 +1554,21 @@ int tier_check(const struct tier *t, char *why, size_t cap)
         }
         if (t->clru.tail != prev)
             BAD("cold LRU: tail %u, walk ends at %u", t->clru.tail, prev);
+    }
+    for (int c = 0; c < TIER_RAM_CLASSES; c++) {
+        uint32_t prev = TIER_NONE;
+
+        for (uint32_t id = t->hlru[c].head; id != TIER_NONE; id = idx_at(t->idx, id)->next) {
+            const struct idx_entry *e = idx_at(t->idx, id);
+
+            if (!in_lru--)
+                BAD("LRU lists hold more entries than are marked (a loop?)");
+            if (e->prev != prev || e->cls != c || !(e->flags & IDX_F_HLRU))
+                BAD("hot LRU %d: bad link or member at %u", c, id);
+            prev = id;
+        }
+        if (t->hlru[c].tail != prev)
+            BAD("hot LRU %d: tail %u, walk ends at %u", c, t->hlru[c].tail, prev);
     }
     if (in_lru)
         BAD("%llu entries marked in the LRU are on no list", (unsigned long long)in_lru);

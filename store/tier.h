@@ -27,6 +27,7 @@ struct tier_key {
 enum tier_level { TIER_L_NONE = 0, TIER_L_HOT = 1, TIER_L_WARM = 2, TIER_L_COLD = 3, TIER_L_N = 4 };
 
 struct tier_cold; /* tier_cold.h */
+struct tier_hot;  /* tier_hot.h */
 
 /* Called from tier_poll() when a move `waiter` waits for has finished: a
  * promotion (tier_get_async): rc 0, entry id holds verified bytes in its
@@ -43,6 +44,7 @@ struct tier_cfg {
     bool huge_pages;         /* try MFD_HUGETLB, then transparent huge pages */
     struct tier_cold *cold;  /* the tier below warm (caller-owned; NULL: evicted
                                 blocks are dropped) */
+    struct tier_hot *hot;    /* the tier above warm (caller-owned; NULL: none) */
     bool write_through;      /* with cold: copy each block to cold when committed, so
                                 that a warm eviction never waits to demote */
     tier_ready_fn ready;     /* promotion completions (needed with cold) */
@@ -117,6 +119,14 @@ int tier_commit_durable(struct tier *t, uint32_t ns, uint64_t block_bytes, uint3
                         const struct tier_key *keys, size_t n, void *waiter, uint32_t *ids,
                         uint32_t *pending);
 
+/* tier_reserve in the hot tier: offs are offsets in the device pool, where
+ * the engine writes the blocks (device to device); tier_commit publishes
+ * them. -ENOSPC when the hot pool is full (its mover makes room in the
+ * background), -EOPNOTSUPP without a hot tier. */
+int tier_reserve_hot(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
+                     const struct tier_key *parent, const struct tier_key *keys, size_t n,
+                     uint32_t *ids, uint64_t *offs);
+
 /* Commit (publish) the keys of ns reserved by owner among keys[0..n), in
  * order; others are skipped. block_bytes is the namespace's block size (for
  * the byte counters). Returns the number committed. */
@@ -166,6 +176,7 @@ void tier_forget_waiter(struct tier *t, void *waiter);
  * the call that delivers its completions (demotions land, promotions call
  * the ready callback). wait: block until at least one completes. */
 int tier_event_fd(const struct tier *t);
+int tier_hot_fd(const struct tier *t); /* the hot tier's (-1 without one) */
 int tier_poll(struct tier *t, bool wait);
 
 /* At start: index every block of the cold tier (as cold-only entries, with

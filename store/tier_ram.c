@@ -136,10 +136,11 @@ int tier_ram_open(const struct tier_ram_cfg *cfg, struct tier_ram **out)
     r->free_seg = 0;
     for (int c = 0; c < TIER_RAM_CLASSES; c++)
         r->cls[c].avail = NONE;
-    rc = map_pool(r, cfg);
+    r->fd = -1;
+    rc = cfg->no_memory ? 0 : map_pool(r, cfg);
     if (rc < 0)
         goto out_free;
-    if (cfg->lock) {
+    if (cfg->lock && !cfg->no_memory) {
         /* pinned memory is what makes GPU DMA to and from warm possible;
          * unpinned still works, only slower and swappable */
         if (mlock(r->base, r->bytes) == 0)
@@ -166,8 +167,10 @@ void tier_ram_close(struct tier_ram *r)
         free(r->seg[i].tag);
     }
     free(r->seg);
-    munmap(r->base, r->bytes);
-    close(r->fd);
+    if (r->base) {
+        munmap(r->base, r->bytes);
+        close(r->fd);
+    }
     free(r);
 }
 

@@ -24,6 +24,7 @@ struct tier_ram_cfg {
     uint64_t bytes;   /* pool size (rounded up to whole segments) */
     bool lock;        /* mlock the pool */
     bool huge;        /* try hugetlb, then transparent huge pages */
+    bool no_memory;   /* offsets only, no memfd (slots of a device pool) */
     void (*log)(void *ctx, const char *msg);
     void *log_ctx;
 };

@@ -16,12 +16,14 @@
 #include "t.h"
 #include "tier.h"
 #include "tier_cold.h"
+#include "tier_hot.h"
 
 #define BLK (256u << 10)
 #define N 100
 
 struct rig {
     char dir[64];
+    struct tier_hot *hot;  /* NULL unless the test wants a hot tier */
     struct tier_cold *cold;
     struct tier *t;
     int ready, failed;     /* promotions reported to the waiter */
@@ -41,6 +43,7 @@ static void on_ready(void *ctx, void *waiter, uint32_t id, int rc)
 }
 
 static uint64_t cold_bytes = 64u << 20; /* a test may shrink the disk */
+static bool with_hot;                   /* a test may add an emulated hot tier */
 
 static void rig_open(struct rig *r, bool fresh, bool write_through)
 {
@@ -56,6 +59,13 @@ static void rig_open(struct rig *r, bool fresh, bool write_through)
     rc = tier_cold_open(&cc, &r->cold);
     cr_assert_eq(rc, 0, "cold open: %s", strerror(-rc));
     tc.cold = r->cold;
+    r->hot = NULL;
+    if (with_hot) {
+        struct tier_hot_cfg hc = { .kind = TIER_HOT_EMU, .bytes = 8u << 20 };
+
+        cr_assert_eq(tier_hot_open(&hc, &r->hot), 0);
+        tc.hot = r->hot;
+    }
     cr_assert_eq(tier_create(&tc, &r->t), 0);
 }
 
@@ -64,6 +74,7 @@ static void rig_close(struct rig *r, bool flush)
     if (flush)
         cr_assert_eq(tier_flush_to_cold(r->t), 0);
     tier_cold_close(r->cold); /* every callback lands while the store lives */
+    tier_hot_close(r->hot);
     tier_destroy(r->t);
 }
 
@@ -363,4 +374,141 @@ Test(movers, durable_commit_of_a_key_another_client_still_writes_is_eagain)
     check(&r);
     rig_close(&r, false);
     rig_rm(&r);
+}
+
+/* Busy: copies or disk work in flight. */
+static bool busy(struct rig *r)
+{
+    return tier_cold_busy(r->cold) || (r->hot && tier_hot_inflight(r->hot));
+}
+
+Test(movers, hot_blocks_go_down_to_warm_and_cold_and_come_back)
+{
+    struct rig r;
+    struct tier_key k[N];
+    struct tier_stats st;
+    uint8_t tiers[N];
+    int seen[TIER_L_N] = { 0 };
+
+    with_hot = true;
+    rig_open(&r, true, false);
+    t_keys((kvt_key *)k, N, 31);
+    /* an engine offloads device to device: chains of 10 straight into hot */
+    for (int c = 0; c < N; c += 10) {
+        uint32_t ids[10];
+        uint64_t offs[10];
+
+        cr_assert_eq(tier_reserve_hot(r.t, 1, BLK, 1, NULL, k + c, 10, ids, offs), 10);
+        for (int i = 0; i < 10; i++)
+            t_fill((uint8_t *)tier_hot_emu_base(r.hot) + offs[i], BLK, (uint64_t)(c + i));
+        cr_assert_eq(tier_commit(r.t, 1, BLK, 1, k + c, 10), 10);
+        /* the mover's turns, as tierd's loop runs them, until it rests */
+        for (size_t moved = 1; moved || busy(&r);) {
+            moved = tier_maintain(r.t);
+            tier_cold_flush(r.cold);
+            tier_poll(r.t, busy(&r));
+            check(&r);
+        }
+    }
+    tier_stats_get(r.t, &st);
+    cr_assert_gt(st.evictions[TIER_L_HOT], 0, "nothing left hot");
+    cr_assert_gt(st.demotions, 0, "nothing reached the disk");
+    cr_assert_eq(st.dropped, 0);
+    cr_assert_leq(st.bytes_used[TIER_L_HOT], (uint64_t)(0.75 * (8u << 20)));
+    cr_assert_eq(tier_lookup(r.t, 1, k, N, tiers), N, "every block is still a hit");
+    for (int i = 0; i < N; i++)
+        seen[tiers[i]]++;
+    cr_assert_gt(seen[TIER_L_HOT], 0, "newest blocks stay hot");
+    cr_assert_gt(seen[TIER_L_COLD], 0, "oldest blocks are on disk");
+    /* a get reads from warm: hot blocks are copied down, cold ones read up */
+    for (int c = 0; c < N; c += 10)
+        cr_assert_eq(get_chain(&r, k, c), 10, "chain %d", c);
+    rig_close(&r, false);
+    rig_rm(&r);
+    with_hot = false;
+}
+
+Test(movers, random_operations_with_hot_keep_every_invariant)
+{
+    with_hot = true;
+    for (uint64_t seed = 11; seed <= 13; seed++) {
+        struct rig r;
+        struct tier_key k[64];
+        static uint32_t lease_ids[32][8];
+        int lease_n[32], nl = 0;
+        uint64_t s = seed * 104729;
+
+        cold_bytes = seed == 13 ? 12 * BLK : 64u << 20;
+        rig_open(&r, true, false);
+        t_keys((kvt_key *)k, 64, seed);
+        for (int step = 0; step < 3000; step++) {
+            size_t at = rnd(&s) % 64, n = 1 + rnd(&s) % 8;
+            uint32_t ids[8], pending;
+            uint64_t offs[8];
+            int rc;
+
+            if (at + n > 64)
+                n = 64 - at;
+            switch (rnd(&s) % 7) {
+            case 0: case 1: /* into hot or into warm */
+                if (rnd(&s) % 2)
+                    rc = tier_reserve_hot(r.t, 1, BLK, 1, at ? &k[at - 1] : NULL, k + at, n,
+                                          ids, offs);
+                else
+                    rc = tier_reserve(r.t, 1, BLK, 1, at ? &k[at - 1] : NULL, k + at, n, ids,
+                                      offs);
+                if (rc > 0)
+                    tier_commit(r.t, 1, BLK, 1, k + at, n);
+                else if (rc == 0)
+                    tier_abort(r.t, 1, 1, k + at, n);
+                break;
+            case 2:
+                if (nl < 32) {
+                    int h = tier_get_async(r.t, 1, BLK, k + at, n, lease_ids[nl], offs, &r,
+                                           &pending);
+
+                    if (h > 0)
+                        lease_n[nl++] = h;
+                } else {
+                    int j = (int)(rnd(&s) % 32);
+
+                    tier_release(r.t, lease_ids[j], (size_t)lease_n[j], false);
+                    memcpy(lease_ids[j], lease_ids[--nl], sizeof(lease_ids[j]));
+                    lease_n[j] = lease_n[nl];
+                }
+                break;
+            case 3:
+                tier_maintain(r.t);
+                break;
+            case 4:
+                tier_cold_flush(r.cold);
+                tier_poll(r.t, rnd(&s) % 2 && busy(&r));
+                break;
+            case 5:
+                tier_remove(r.t, 1, k + at, n);
+                break;
+            case 6:
+                tier_prefetch(r.t, 1, BLK, k + at, n);
+                break;
+            }
+            if (tier_check(r.t, r.why, sizeof(r.why)))
+                cr_assert_fail("seed %llu step %d: %s", (unsigned long long)seed, step, r.why);
+        }
+        {
+            struct tier_stats st;
+
+            tier_stats_get(r.t, &st);
+            cr_assert_gt(st.evictions[TIER_L_HOT], 0, "seed %llu: nothing left hot",
+                         (unsigned long long)seed);
+        }
+        while (nl > 0) {
+            nl--;
+            tier_release(r.t, lease_ids[nl], (size_t)lease_n[nl], false);
+        }
+        tier_forget_waiter(r.t, &r);
+        rig_close(&r, false);
+        rig_rm(&r);
+    }
+    cold_bytes = 64u << 20;
+    with_hot = false;
 }
