@@ -474,3 +474,22 @@ Test(tierd_cold, a_key_twice_in_one_request_is_answered)
     kvt_close(c);
     t_tierd_stop(&d);
 }
+
+Test(tierd_cold, a_hot_tier_is_reported_and_the_rest_works_around_it)
+{
+    static const char *const args[] = { "--hot-bytes", "16M", "--warm-bytes", "64M", NULL };
+    struct t_tierd d;
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_stats st;
+
+    t_tierd_start(&d, args); /* emulated here: no GPU */
+    c = t_connect(&d);
+    ns = t_ns(c, BLK);
+    cr_assert_eq(kvt_stats_get(c, &st), 0);
+    cr_assert_eq(st.tier[KVT_TIER_HOT].bytes_capacity, 16u << 20);
+    cr_assert_eq(put_chain(ns, 3, 0), CHAIN);
+    cr_assert_eq(get_chain(ns, 3), CHAIN);
+    kvt_close(c);
+    t_tierd_stop(&d);
+}

@@ -29,6 +29,7 @@
 #include "sess.h"
 #include "tier.h"
 #include "tier_cold.h"
+#include "tier_hot.h"
 #include "tierd.h"
 
 #define DEFAULT_DATA "/var/lib/kvtier"
@@ -152,6 +153,8 @@ struct opts {
     uint32_t max_clients;
     int busy_poll_us;
     uint64_t cold_bytes;
+    uint64_t hot_bytes;
+    int hot_device;
     uint32_t cold_qd;
     bool no_cold, write_through, no_flush;
 };
@@ -174,6 +177,9 @@ static void usage(FILE *f)
             "  --no-cold          no cold tier: blocks evicted from warm are dropped\n"
             "  --write-through    copy every block to cold when committed\n"
             "  --no-flush         at a clean stop, do not write warm blocks to cold\n"
+            "  --hot-bytes SIZE   hot tier in GPU memory (emulated in RAM without a GPU);\n"
+            "                     0 (default): no hot tier\n"
+            "  --hot-device N     CUDA device of the hot tier (default 0)\n"
             "  -v, --verbose      log sessions and namespaces\n",
             KVT_DEFAULT_SOCKET, DEFAULT_DATA);
 }
@@ -227,6 +233,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         { "no-cold", no_argument, NULL, 'N' },
         { "write-through", no_argument, NULL, 'W' },
         { "no-flush", no_argument, NULL, 'F' },
+        { "hot-bytes", required_argument, NULL, 'T' },
+        { "hot-device", required_argument, NULL, 'D' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
@@ -308,6 +316,23 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'N': o->no_cold = true; break;
         case 'W': o->write_through = true; break;
         case 'F': o->no_flush = true; break;
+        case 'T':
+            if (strcmp(optarg, "0") != 0 && !(o->hot_bytes = parse_size(optarg))) {
+                fprintf(stderr, "tierd: --hot-bytes: bad size '%s'\n", optarg);
+                return -1;
+            }
+            break;
+        case 'D': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+
+            if (*end || end == optarg || v < 0 || v > 1024) {
+                fprintf(stderr, "tierd: --hot-device: bad device '%s'\n", optarg);
+                return -1;
+            }
+            o->hot_device = (int)v;
+            break;
+        }
         case 'v': o->verbose = true; break;
         case 'h': usage(stdout); exit(EX_OK);
         default: usage(stderr); return -1;
@@ -430,7 +455,7 @@ static void on_signal(struct ev_loop *l, int fd, uint32_t events, void *ctx)
     ev_stop(l);
 }
 
-/* The cold tier's completions: demotions landed, promotions to hand out. */
+/* The cold and hot tiers' completions: moves landed, blocks to hand out. */
 static void on_cold(struct ev_loop *l, int fd, uint32_t events, void *ctx)
 {
     struct tierd *d = ctx;
@@ -503,12 +528,32 @@ int main(int argc, char **argv)
         }
     }
     tc.cold = d.cold;
+    if (o.hot_bytes) {
+        struct tier_hot_cfg hc = { .kind = TIER_HOT_AUTO, .bytes = o.hot_bytes,
+                                   .device = o.hot_device, .log = store_log };
+
+        rc = tier_hot_open(&hc, &d.hot);
+        if (rc < 0) {
+            tierd_log("cannot open the hot tier (%llu bytes): %s",
+                      (unsigned long long)o.hot_bytes, strerror(-rc));
+            ex = EX_OSERR;
+            goto out_cold;
+        }
+        /* copies between the device and the warm pool are DMA once pinned */
+        tc.hot = d.hot;
+    }
     rc = tier_create(&tc, &d.store);
     if (rc < 0) {
         tierd_log("cannot create the warm tier (%llu bytes): %s",
                   (unsigned long long)o.warm_bytes, strerror(-rc));
         ex = EX_OSERR;
         goto out_cold;
+    }
+    if (d.hot) {
+        rc = tier_hot_register_host(d.hot, tier_pool_base(d.store), tier_pool_bytes(d.store));
+        tierd_log("hot tier %llu MiB (%s)%s", (unsigned long long)(tier_hot_bytes(d.hot) >> 20),
+                  tier_hot_kind(d.hot) == TIER_HOT_CUDA ? "CUDA" : "emulated in RAM",
+                  rc < 0 ? "; the warm pool could not be registered for DMA" : "");
     }
     if (d.cold) {
         uint64_t t0 = tierd_now_ms();
@@ -536,6 +581,7 @@ int main(int argc, char **argv)
         ev_add(d.loop, d.listen_fd, sess_on_accept, &d) < 0 ||
         ev_add(d.loop, d.sig_fd, on_signal, &d) < 0 ||
         (d.cold && ev_add(d.loop, tier_event_fd(d.store), on_cold, &d) < 0) ||
+        (d.hot && ev_add(d.loop, tier_hot_fd(d.store), on_cold, &d) < 0) ||
         sess_init(&d) < 0) {
         tierd_log("cannot set up the event loop: %s", strerror(errno));
         ex = EX_OSERR;
@@ -575,8 +621,11 @@ out_store:
      * landed or cancelled) while the store is still there */
     tier_cold_close(d.cold);
     d.cold = NULL;
+    tier_hot_close(d.hot);
+    d.hot = NULL;
     tier_destroy(d.store);
 out_cold:
+    tier_hot_close(d.hot);
     tier_cold_close(d.cold);
     tierd_ns_free(&d);
 out_lock:

@@ -17,6 +17,7 @@
 
 struct tier;
 struct tier_cold;
+struct tier_hot;
 struct ev_loop;
 
 struct tierd_ns {
@@ -28,6 +29,7 @@ struct tierd_ns {
 struct tierd {
     struct tier *store;
     struct tier_cold *cold;   /* NULL with --no-cold */
+    struct tier_hot *hot;     /* NULL without --hot-bytes */
     struct ev_loop *loop;
     int listen_fd;            /* the SOCK_SEQPACKET socket */
     int sig_fd;               /* signalfd for SIGINT/SIGTERM */
