@@ -337,23 +337,38 @@ static void forget(struct tier *t, uint32_t id, bool at_tail)
 
 /* ---- leaving warm ------------------------------------------------------ */
 
-/* The victim for the watermarks: the oldest leaf of any list. O(classes). */
+/* Make *best the older (by access stamp) of itself and list l's tail. */
+static void older(const struct tier *t, const struct lru *l, uint32_t *best, uint32_t *age)
+{
+    uint32_t a;
+
+    if (l->tail == TIER_NONE)
+        return;
+    a = t->clock - idx_at(t->idx, l->tail)->stamp; /* wrap-safe difference */
+    if (*best == TIER_NONE || a > *age) {
+        *best = l->tail;
+        *age = a;
+    }
+}
+
+/* The victim for warm's watermarks: the oldest warm leaf. O(classes). */
 static uint32_t pick_victim(struct tier *t)
 {
-    uint32_t best = TIER_NONE, best_age = 0;
+    uint32_t best = TIER_NONE, age = 0;
 
     for (int c = 0; c < TIER_RAM_CLASSES; c++)
-        for (int k = 0; k < 2; k++) {
-            uint32_t id = t->lru[c][k].tail, age;
+        for (int k = 0; k < 2; k++)
+            older(t, &t->lru[c][k], &best, &age);
+    return best;
+}
 
-            if (id == TIER_NONE)
-                continue;
-            age = t->clock - idx_at(t->idx, id)->stamp; /* wrap-safe difference */
-            if (best == TIER_NONE || age > best_age) {
-                best = id;
-                best_age = age;
-            }
-        }
+/* The victim for hot's watermarks: the oldest hot leaf. O(classes). */
+static uint32_t pick_hot_victim(struct tier *t)
+{
+    uint32_t best = TIER_NONE, age = 0;
+
+    for (int c = 0; c < TIER_RAM_CLASSES; c++)
+        older(t, &t->hlru[c], &best, &age);
     return best;
 }
 
@@ -561,25 +576,6 @@ static int hot_down(struct tier *t, uint32_t id, void *waiter, uint64_t *warm_of
 out_free:
     free(m);
     return rc;
-}
-
-/* The oldest hot leaf of any class. O(classes). */
-static uint32_t pick_hot_victim(struct tier *t)
-{
-    uint32_t best = TIER_NONE, best_age = 0;
-
-    for (int c = 0; c < TIER_RAM_CLASSES; c++) {
-        uint32_t id = t->hlru[c].tail, age;
-
-        if (id == TIER_NONE)
-            continue;
-        age = t->clock - idx_at(t->idx, id)->stamp;
-        if (best == TIER_NONE || age > best_age) {
-            best = id;
-            best_age = age;
-        }
-    }
-    return best;
 }
 
 /* Hot above its high watermark: copy leaf-first LRU blocks down to warm
