@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kv_layout.h"
+#include "kvk.h"
 #include "kvt_wire.h"
 #include "kvtier.h"
 
@@ -591,4 +593,71 @@ const char *kvt_strerror(int err)
     if (err < 0 && err > -4096)
         return strerror(-err);
     return "unknown error";
+}
+
+/* ---- offload and restore ------------------------------------------------ */
+
+static int layout_ok(const kvt_ns *ns, const struct kvk_layout *l, const int64_t *ids, size_t n,
+                     void *stream)
+{
+    int rc;
+
+    if (!ns || !l || (n && !ids))
+        return -EINVAL;
+    if (stream)
+        return -EOPNOTSUPP; /* device caches: the CUDA build's kernels */
+    rc = kvk_layout_check(l);
+    if (rc < 0)
+        return rc;
+    if (kvk_block_bytes(l) != ns->block_bytes)
+        return KVT_EBLOCKSIZE;
+    return kvk_check_ids(l, ids, n);
+}
+
+int kvt_offload(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
+                const struct kvk_layout *layout, const int64_t *block_ids, void *stream)
+{
+    void *slots[KVT_BATCH_MAX];
+    int64_t ids[KVT_BATCH_MAX];
+    size_t m = 0;
+    int rc = layout_ok(ns, layout, block_ids, n, stream);
+
+    if (rc < 0)
+        return rc;
+    if (n > KVT_BATCH_MAX)
+        return -E2BIG;
+    rc = kvt_put_reserve(ns, parent, keys, n, slots);
+    if (rc <= 0)
+        return rc;
+    /* only the blocks that got a slot: the others are stored already */
+    for (size_t i = 0; i < n; i++)
+        if (slots[i]) {
+            slots[m] = slots[i];
+            ids[m++] = block_ids[i];
+        }
+    rc = kvk_gather_ref(layout, ids, m, slots);
+    if (rc < 0) {
+        kvt_put_abort(ns, keys, n);
+        return rc;
+    }
+    return kvt_put_commit(ns, keys, n);
+}
+
+int kvt_restore(kvt_ns *ns, const kvt_key *keys, size_t n, const struct kvk_layout *layout,
+                const int64_t *block_ids, void *stream)
+{
+    const void *slots[KVT_BATCH_MAX];
+    kvt_lease lease;
+    int rc = layout_ok(ns, layout, block_ids, n, stream), hits;
+
+    if (rc < 0)
+        return rc;
+    if (n > KVT_BATCH_MAX)
+        return -E2BIG;
+    hits = kvt_get_lease(ns, keys, n, slots, &lease);
+    if (hits <= 0)
+        return hits;
+    rc = kvk_scatter_ref(layout, slots, block_ids, (size_t)hits);
+    kvt_release(ns, &lease);
+    return rc < 0 ? rc : hits;
 }

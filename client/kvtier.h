@@ -221,6 +221,31 @@ int kvt_release(kvt_ns *ns, kvt_lease *lease);
  * the leading hit count. */
 int kvt_get(kvt_ns *ns, const kvt_key *keys, size_t n, void *const *bufs);
 
+/* ---- offload and restore of an engine's paged cache -------------------- */
+
+/* The layout of an engine's paged KV cache (kernels/kv_layout.h, shipped
+ * with this header): layers, element size, block/token/head/dim strides. */
+struct kvk_layout;
+
+/* Offload engine blocks block_ids[0..n) of the cache described by layout as
+ * the chain keys[0..n) (parent: the key before keys[0], or NULL): reserve,
+ * gather each new block's pages from every layer straight into its slot,
+ * commit. Keys already stored are skipped. The layout's tier block size
+ * must equal the namespace's (KVT_EBLOCKSIZE); the layout and every block id
+ * are checked before anything is written (-EINVAL, -ERANGE). stream: NULL
+ * for a cache in host memory (gathered by the CPU); a CUDA stream for a
+ * device cache needs a CUDA build of libkvtier (-EOPNOTSUPP otherwise).
+ * Returns the number of blocks newly stored. */
+int kvt_offload(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
+                const struct kvk_layout *layout, const int64_t *block_ids, void *stream);
+
+/* Restore the leading cached run of keys[0..n) into engine blocks
+ * block_ids[0..run): lease, scatter into every layer's pages, release.
+ * Checks as kvt_offload; nothing is written on an error. Returns the run's
+ * length (0 is not an error). */
+int kvt_restore(kvt_ns *ns, const kvt_key *keys, size_t n, const struct kvk_layout *layout,
+                const int64_t *block_ids, void *stream);
+
 /* Remove keys[0..n) (walked from the last to the first, so a chain goes
  * leaf-first). A key with resident children or leases stays. Returns the
  * number removed. */

@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvt_offload_e2e.c - an engine's paged cache through tierd: one process
+ * offloads 64 blocks of a vLLM-layout cache, another restores them into
+ * other block ids of its own cache, page for page identical; descriptors
+ * that do not fit the namespace or ids out of range change nothing.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kv_layout.h"
+#include "t.h"
+
+enum { LAYERS = 4, BS = 16, H = 2, D = 64, NB = 128, ELEM = 2 };
+#define LAYER_BYTES ((size_t)2 * NB * BS * H * D * ELEM)
+#define PAGE_ELEMS ((size_t)BS * H * D)
+#define TIER_BLOCK ((uint64_t)LAYERS * 2 * BS * H * D * ELEM)
+
+struct cache {
+    void *layer[LAYERS];
+    struct kvk_layout l;
+};
+
+/* vLLM flash-attn per layer: [2, num_blocks, block_size, kv_heads, head_dim] */
+static void cache_init(struct cache *c, bool fill)
+{
+    for (int i = 0; i < LAYERS; i++) {
+        c->layer[i] = calloc(1, LAYER_BYTES);
+        cr_assert_not_null(c->layer[i]);
+        if (fill)
+            t_fill(c->layer[i], LAYER_BYTES, 100 + (uint64_t)i);
+    }
+    c->l = (struct kvk_layout){
+        .n_layers = LAYERS, .layer_base = c->layer, .elem_bytes = ELEM, .block_tokens = BS,
+        .kv_heads = H, .head_dim = D, .n_kv = 2, .num_blocks = NB,
+        .stride_kv = (int64_t)NB * PAGE_ELEMS, .stride_block = (int64_t)PAGE_ELEMS,
+        .stride_token = H * D, .stride_head = D, .stride_dim = 1,
+    };
+}
+
+static void cache_free(struct cache *c)
+{
+    for (int i = 0; i < LAYERS; i++)
+        free(c->layer[i]);
+}
+
+static const uint8_t *page(const struct cache *c, int layer, int kv, int64_t block)
+{
+    return (const uint8_t *)c->layer[layer] + ((size_t)kv * NB + (size_t)block) * PAGE_ELEMS * ELEM;
+}
+
+static kvt_ns *ns_for(kvt_client *c)
+{
+    return t_ns(c, TIER_BLOCK);
+}
+
+Test(offload, another_process_restores_the_same_pages)
+{
+    struct t_tierd d;
+    kvt_key keys[64];
+    int64_t src_ids[64], dst_ids[64];
+    pid_t a;
+
+    t_keys(keys, 64, 2024);
+    for (int i = 0; i < 64; i++) {
+        src_ids[i] = (i * 37) % 64;      /* scattered engine blocks */
+        dst_ids[i] = 64 + (i * 11) % 64; /* other blocks on restore */
+    }
+    t_tierd_start(&d, NULL);
+    a = fork();
+    if (a == 0) {
+        struct cache c;
+        kvt_client *cl;
+
+        cache_init(&c, true);
+        if (kvt_connect(d.sock, &cl))
+            _exit(10);
+        _exit(kvt_offload(ns_for(cl), NULL, keys, 64, &c.l, src_ids, NULL) == 64 ? 0 : 11);
+    }
+    cr_assert_eq(t_wait(a), 0, "the offloading process failed");
+    {
+        struct cache src, dst;
+        kvt_client *cl = t_connect(&d);
+        kvt_ns *ns = ns_for(cl);
+
+        cache_init(&src, true); /* what process A had */
+        cache_init(&dst, false);
+        cr_assert_eq(kvt_restore(ns, keys, 64, &dst.l, dst_ids, NULL), 64);
+        for (int i = 0; i < 64; i++)
+            for (int l = 0; l < LAYERS; l++)
+                for (int kv = 0; kv < 2; kv++)
+                    cr_assert_eq(memcmp(page(&dst, l, kv, dst_ids[i]),
+                                        page(&src, l, kv, src_ids[i]), PAGE_ELEMS * ELEM), 0,
+                                 "block %d layer %d %s: wrong bytes", i, l, kv ? "V" : "K");
+        /* nothing else was written: block 0..63 of the new cache stay zero */
+        for (int l = 0; l < LAYERS; l++)
+            for (size_t b = 0; b < (size_t)64 * PAGE_ELEMS * ELEM; b++)
+                if (((const uint8_t *)dst.layer[l])[b])
+                    cr_assert_fail("layer %d: byte %zu of an untouched block written", l, b);
+        cache_free(&src);
+        cache_free(&dst);
+        kvt_close(cl);
+    }
+    t_tierd_stop(&d);
+}
+
+Test(offload, descriptors_that_do_not_fit_change_nothing)
+{
+    struct t_tierd d;
+    struct cache c;
+    kvt_client *cl;
+    kvt_ns *ns;
+    kvt_key keys[4];
+    int64_t ids[4] = { 1, 2, 3, NB }; /* the last is out of range */
+    kvt_stats st;
+
+    t_keys(keys, 4, 77);
+    t_tierd_start(&d, NULL);
+    cl = t_connect(&d);
+    ns = ns_for(cl);
+    cache_init(&c, true);
+    cr_assert_eq(kvt_offload(ns, NULL, keys, 4, &c.l, ids, NULL), -ERANGE);
+    cr_assert_eq(kvt_lookup(ns, keys, 4, 0, NULL), 0, "nothing stored");
+    ids[3] = -1;
+    cr_assert_eq(kvt_restore(ns, keys, 4, &c.l, ids, NULL), -ERANGE);
+    ids[3] = 4;
+    c.l.head_dim = 32; /* half the namespace's block */
+    cr_assert_eq(kvt_offload(ns, NULL, keys, 4, &c.l, ids, NULL), KVT_EBLOCKSIZE);
+    c.l.head_dim = D;
+    c.l.stride_head = 0; /* heads on top of each other */
+    cr_assert_eq(kvt_offload(ns, NULL, keys, 4, &c.l, ids, NULL), -EINVAL);
+    c.l.stride_head = D;
+    cr_assert_eq(kvt_offload(ns, NULL, keys, 4, &c.l, ids, (void *)1), -EOPNOTSUPP,
+                 "a CUDA stream needs the CUDA build");
+    cr_assert_eq(kvt_stats_get(cl, &st), 0);
+    cr_assert_eq(st.reserved, 0);
+    cr_assert_eq(st.tier[KVT_TIER_WARM].blocks, 0);
+    cr_assert_eq(kvt_offload(ns, NULL, keys, 4, &c.l, ids, NULL), 4, "the fixed call works");
+    cache_free(&c);
+    kvt_close(cl);
+    t_tierd_stop(&d);
+}
