@@ -2009,7 +2009,8 @@ static void bench_cold(size_t bs)
            " cold blocks, %" PRIu64 " I/O errors; the client's filling of the slots (memcpy, "
            "not overlapped with the disk) took %.0f%% of the time: commits alone %.0f MB/s\n",
            s1.demotions - s0.demotions, s1.dropped - s0.dropped, s1.tier[KVT_TIER_COLD].blocks,
-           s1.io_errors, 100 * fill_share, (double)n * (double)fj.size / (t_all * (1 - fill_share)) / 1e6);
+           s1.io_errors, 100 * fill_share,
+           (double)n * (double)fj.size / (t_all * (1 - fill_share)) / 1e6);
     printf("# fio without --fdatasync: %.0f MB/s. fio --fdatasync=%d issued %.0f fdatasyncs "
            "for %zu writes a round, queued among its writes (not a barrier: its writes go on "
            "while they run; --end_fsync=1 makes its last writes durable too); a durable batch "
