@@ -7,6 +7,8 @@
 #   make kernels  compile kernels/*.cu with nvcc (when nvcc exists)
 #   V=1           show full commands
 
+.DEFAULT_GOAL := all
+
 CC      ?= cc
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 PYTHON  := /usr/bin/python3
