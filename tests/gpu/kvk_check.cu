@@ -1,0 +1,583 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvk_check.cu - the CUDA gather/scatter movers of kernels/kvk.cu against
+ * their CPU references (kernels/kvk_cpu.c), and their bandwidth against
+ * cudaMemcpy. Needs a GPU; run by tests/gpu/run.sh.
+ *
+ * Part 1, equivalence: for the vLLM flash-attn, FlashInfer, HND and MLA
+ * layouts, elem sizes 1/2/4 (MLA 2), head dims 64/128 (MLA 576), n = 1 and
+ * 1024 blocks of a 4-layer cache of 2048 engine blocks: gather on the
+ * device and with kvk_gather_ref on a host copy of the same cache, compare
+ * the tier blocks byte for byte; scatter them at other ids into a zeroed
+ * cache (the layers given the other way: one base vs a layer_base array)
+ * on both sides, compare the whole allocation, gaps included. A few extra
+ * cases shift every base by elem_bytes to reach the narrower copy paths.
+ * Prints `gpu: kvk <layout> elem=<e> D=<d> n=<n> OK` per case, or the
+ * first differing byte.
+ *
+ * Part 2, bandwidth: a Llama-3.1-8B-like vLLM cache (BF16, 32 layers, 8 KV
+ * heads, head dim 128, 16-token blocks: 2 MiB tier blocks), 256 blocks
+ * gathered / scattered device<->device and device<->mapped pinned host,
+ * each against cudaMemcpyAsync of the same bytes. Prints
+ * `bench: <name> <value> ratio target >= <t>` lines (tierbench's format).
+ *
+ * Exit status: 0 all equivalence cases passed, 1 some failed, 2 a CUDA or
+ * allocation error. The bench targets are reported, not enforced.
+ */
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvk.h"
+
+#define CK(call)                                                                      \
+    do {                                                                              \
+        cudaError_t ck_err_ = (call);                                                 \
+        if (ck_err_ != cudaSuccess) {                                                 \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,             \
+                    cudaGetErrorString(ck_err_));                                     \
+            exit(2);                                                                  \
+        }                                                                             \
+    } while (0)
+
+/* A kvk_* call that must return 0; a failed launch shows up here too. */
+#define KV(call)                                                                      \
+    do {                                                                              \
+        int kv_rc_ = (call);                                                          \
+        if (kv_rc_ != 0) {                                                            \
+            fprintf(stderr, "%s:%d: %s returned %d (%s)\n", __FILE__, __LINE__, #call, \
+                    kv_rc_, cudaGetErrorString(cudaGetLastError()));                  \
+            exit(2);                                                                  \
+        }                                                                             \
+    } while (0)
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+
+    if (!p) {
+        fprintf(stderr, "kvk_check: out of host memory (%zu bytes)\n", n);
+        exit(2);
+    }
+    return p;
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Deterministic bytes: every 8-byte word a hash of (seed, word index). */
+static void fill_pattern(char *p, size_t bytes, uint64_t seed)
+{
+    size_t words = bytes / 8;
+
+    for (size_t i = 0; i < words; i++) {
+        uint64_t v = mix(seed ^ (i * 0x100000001b3ull));
+
+        memcpy(p + 8 * i, &v, 8);
+    }
+    for (size_t i = 8 * words; i < bytes; i++)
+        p[i] = (char)mix(seed + i);
+}
+
+/* n distinct ids in [0, nb): a partial Fisher-Yates shuffle. */
+static void pick_ids(int64_t *ids, size_t n, int64_t nb, uint64_t *rng)
+{
+    int64_t *all = (int64_t *)xmalloc((size_t)nb * sizeof(*all));
+
+    for (int64_t i = 0; i < nb; i++)
+        all[i] = i;
+    for (size_t i = 0; i < n; i++) {
+        size_t j = i + mix((*rng)++) % (size_t)(nb - (int64_t)i);
+        int64_t t = all[i];
+
+        all[i] = all[j];
+        all[j] = t;
+        ids[i] = all[i];
+    }
+    free(all);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Layouts                                                                */
+
+enum kind { VLLM, FLASHINFER, HND, MLA };
+static const char *const kind_name[] = { "vllm", "flashinfer", "hnd", "mla" };
+
+/* Shape and strides (in elements) of one kind, from kv_layout.h's tensors.
+ * Bases are filled in later. */
+static struct kvk_layout make_layout(enum kind k, uint32_t layers, uint32_t eb, uint32_t bt,
+                                     uint32_t heads, uint32_t hd, int64_t nb)
+{
+    struct kvk_layout l;
+    const int64_t BS = bt, D = hd;
+    int64_t H;
+
+    memset(&l, 0, sizeof(l));
+    l.n_layers = layers;
+    l.elem_bytes = eb;
+    l.block_tokens = bt;
+    l.kv_heads = k == MLA ? 1 : heads;
+    l.head_dim = hd;
+    l.n_kv = k == MLA ? 1 : 2;
+    l.num_blocks = nb;
+    l.stride_dim = 1;
+    H = l.kv_heads;
+    switch (k) {
+    case VLLM: /* [2, NB, BS, H, D] */
+        l.stride_kv = nb * BS * H * D;
+        l.stride_block = BS * H * D;
+        l.stride_token = H * D;
+        l.stride_head = D;
+        break;
+    case FLASHINFER: /* [NB, 2, BS, H, D] */
+        l.stride_block = 2 * BS * H * D;
+        l.stride_kv = BS * H * D;
+        l.stride_token = H * D;
+        l.stride_head = D;
+        break;
+    case HND: /* [NB, 2, H, BS, D] */
+        l.stride_block = 2 * H * BS * D;
+        l.stride_kv = H * BS * D;
+        l.stride_head = BS * D;
+        l.stride_token = D;
+        break;
+    case MLA: /* [NB, BS, D] */
+        l.stride_block = BS * D;
+        l.stride_token = D;
+        break;
+    }
+    return l;
+}
+
+/* Bytes of one layer's tensor; every layout here is dense. */
+static size_t layer_bytes_of(const struct kvk_layout *l)
+{
+    return (size_t)l->n_kv * (size_t)l->num_blocks * l->block_tokens * l->kv_heads *
+           l->head_dim * l->elem_bytes;
+}
+
+/*
+ * A cache mirrored on host and device: one allocation on each side, the
+ * layers at mis + i * (layer_bytes + PAD). With one_base the layouts use
+ * base + layer_stride, otherwise a layer_base array (host pointers for the
+ * host layout, an uploaded device array for the device one).
+ */
+#define MAX_LAYERS 32
+#define PAD 256
+
+struct mcache {
+    struct kvk_layout hl, dl;     /* host layout, device layout */
+    char *h, *d;                  /* the two allocations */
+    size_t bytes;                 /* of each */
+    void *hbases[MAX_LAYERS];     /* host layer pointers */
+    void *dbases_host[MAX_LAYERS]; /* device layer pointers, in host memory */
+    void **dbases;                /* the same, uploaded */
+};
+
+static void mcache_init(struct mcache *c, const struct kvk_layout *shape, bool one_base,
+                        size_t mis, cudaStream_t st)
+{
+    size_t lb = layer_bytes_of(shape);
+    struct kvk_layout dl;
+
+    memset(c, 0, sizeof(*c));
+    c->bytes = mis + shape->n_layers * (lb + PAD);
+    c->h = (char *)xmalloc(c->bytes);
+    CK(cudaMalloc((void **)&c->d, c->bytes));
+    CK(cudaMalloc((void **)&c->dbases, shape->n_layers * sizeof(void *)));
+    for (uint32_t i = 0; i < shape->n_layers; i++) {
+        c->hbases[i] = c->h + mis + i * (lb + PAD);
+        c->dbases_host[i] = c->d + mis + i * (lb + PAD);
+    }
+    c->hl = *shape;
+    dl = *shape;
+    if (one_base) {
+        c->hl.base = c->hbases[0];
+        c->hl.layer_stride = (int64_t)(lb + PAD);
+        dl.base = c->dbases_host[0];
+        dl.layer_stride = (int64_t)(lb + PAD);
+    } else {
+        c->hl.layer_base = c->hbases;
+        dl.layer_base = c->dbases_host;
+    }
+    KV(kvk_layout_check(&c->hl));
+    KV(kvk_layout_upload(&dl, c->dbases, &c->dl, st));
+    CK(cudaStreamSynchronize(st)); /* dbases_host is read by the queued copy */
+}
+
+static void mcache_fini(struct mcache *c)
+{
+    free(c->h);
+    CK(cudaFree(c->d));
+    CK(cudaFree(c->dbases));
+}
+
+/* Index of the first byte where a and b differ, or -1. */
+static long long first_diff(const char *a, const char *b, size_t n)
+{
+    const size_t chunk = 1 << 20;
+
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t len = n - off < chunk ? n - off : chunk;
+
+        if (memcmp(a + off, b + off, len) == 0)
+            continue;
+        for (size_t i = off; i < off + len; i++)
+            if (a[i] != b[i])
+                return (long long)i;
+    }
+    return -1;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Part 1: equivalence with the CPU reference                             */
+
+#define CHK_LAYERS 4
+#define CHK_BLOCKS 2048
+#define CHK_TOKENS 16
+#define CHK_HEADS 2
+
+static int n_fail, n_ok;
+
+/*
+ * One (layout, elem, head dim, misalignment): a patterned source cache on
+ * both sides, and for each n a gather and a scatter checked against the
+ * reference.
+ */
+static void check_shape(enum kind k, uint32_t eb, uint32_t hd, size_t mis, cudaStream_t st)
+{
+    static const size_t ns[] = { 1, 1024 };
+    struct kvk_layout shape = make_layout(k, CHK_LAYERS, eb, CHK_TOKENS, CHK_HEADS, hd,
+                                          CHK_BLOCKS);
+    bool one_base = ((eb + hd / 64 + (uint32_t)k) & 1) != 0;
+    struct mcache src, dst;
+    uint64_t rng = mix(0x6b766b32ull ^ ((uint64_t)k << 40) ^ ((uint64_t)eb << 32) ^
+                       ((uint64_t)hd << 8) ^ mis);
+    size_t bb;
+
+    mcache_init(&src, &shape, one_base, mis, st);
+    mcache_init(&dst, &shape, !one_base, mis, st);
+    fill_pattern(src.h, src.bytes, rng);
+    CK(cudaMemcpy(src.d, src.h, src.bytes, cudaMemcpyHostToDevice));
+    bb = kvk_block_bytes(&src.hl);
+
+    for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
+        const size_t n = ns[ni];
+        int64_t *src_ids = (int64_t *)xmalloc(n * sizeof(int64_t));
+        int64_t *dst_ids = (int64_t *)xmalloc(n * sizeof(int64_t));
+        void **hptrs = (void **)xmalloc(n * sizeof(void *));
+        void **dptrs_host = (void **)xmalloc(n * sizeof(void *));
+        size_t tier_bytes = n * bb + mis;
+        char *htier = (char *)xmalloc(tier_bytes), *back = (char *)xmalloc(tier_bytes);
+        char *dtier, *hcache_back;
+        int64_t *d_src_ids, *d_dst_ids;
+        void **dptrs;
+        char label[96];
+        long long at;
+        bool ok = true;
+
+        if (mis)
+            snprintf(label, sizeof(label), "%s elem=%u D=%u n=%zu mis=%zu", kind_name[k], eb,
+                     hd, n, mis);
+        else
+            snprintf(label, sizeof(label), "%s elem=%u D=%u n=%zu", kind_name[k], eb, hd, n);
+        pick_ids(src_ids, n, CHK_BLOCKS, &rng);
+        pick_ids(dst_ids, n, CHK_BLOCKS, &rng);
+        KV(kvk_check_ids(&src.hl, src_ids, n));
+        KV(kvk_check_ids(&dst.hl, dst_ids, n));
+
+        CK(cudaMalloc((void **)&dtier, tier_bytes));
+        CK(cudaMalloc((void **)&d_src_ids, n * sizeof(int64_t)));
+        CK(cudaMalloc((void **)&d_dst_ids, n * sizeof(int64_t)));
+        CK(cudaMalloc((void **)&dptrs, n * sizeof(void *)));
+        for (size_t i = 0; i < n; i++) {
+            hptrs[i] = htier + mis + i * bb;
+            dptrs_host[i] = dtier + mis + i * bb;
+        }
+        CK(cudaMemcpy(d_src_ids, src_ids, n * sizeof(int64_t), cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_dst_ids, dst_ids, n * sizeof(int64_t), cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dptrs, dptrs_host, n * sizeof(void *), cudaMemcpyHostToDevice));
+
+        /* gather: untouched bytes keep 0xee on both sides */
+        memset(htier, 0xee, tier_bytes);
+        CK(cudaMemset(dtier, 0xee, tier_bytes));
+        KV(kvk_gather_ref(&src.hl, src_ids, n, hptrs));
+        KV(kvk_gather(&src.dl, d_src_ids, n, dptrs, st));
+        CK(cudaStreamSynchronize(st));
+        CK(cudaMemcpy(back, dtier, tier_bytes, cudaMemcpyDeviceToHost));
+        at = first_diff(htier, back, tier_bytes);
+        if (at >= 0) {
+            long long rel = at - (long long)mis;
+
+            printf("gpu: kvk %s FAIL gather: tier byte %lld (block %lld, offset %lld): "
+                   "expected 0x%02x, got 0x%02x\n", label, at,
+                   rel < 0 ? -1 : rel / (long long)bb, rel < 0 ? rel : rel % (long long)bb,
+                   (uint8_t)htier[at], (uint8_t)back[at]);
+            ok = false;
+        }
+
+        /* scatter the same tier blocks into zeroed caches at other ids */
+        memset(dst.h, 0, dst.bytes);
+        CK(cudaMemset(dst.d, 0, dst.bytes));
+        KV(kvk_scatter_ref(&dst.hl, (const void *const *)hptrs, dst_ids, n));
+        KV(kvk_scatter(&dst.dl, (const void *const *)dptrs, d_dst_ids, n, st));
+        CK(cudaStreamSynchronize(st));
+        hcache_back = (char *)xmalloc(dst.bytes);
+        CK(cudaMemcpy(hcache_back, dst.d, dst.bytes, cudaMemcpyDeviceToHost));
+        at = first_diff(dst.h, hcache_back, dst.bytes);
+        if (at >= 0) {
+            long long rel = at - (long long)mis;
+            long long span = (long long)(layer_bytes_of(&shape) + PAD);
+
+            printf("gpu: kvk %s FAIL scatter: cache byte %lld (layer %lld, offset %lld): "
+                   "expected 0x%02x, got 0x%02x\n", label, at, rel < 0 ? -1 : rel / span,
+                   rel < 0 ? rel : rel % span, (uint8_t)dst.h[at], (uint8_t)hcache_back[at]);
+            ok = false;
+        }
+        if (ok) {
+            printf("gpu: kvk %s OK\n", label);
+            n_ok++;
+        } else {
+            n_fail++;
+        }
+        fflush(stdout);
+
+        free(hcache_back);
+        CK(cudaFree(dtier));
+        CK(cudaFree(d_src_ids));
+        CK(cudaFree(d_dst_ids));
+        CK(cudaFree(dptrs));
+        free(src_ids);
+        free(dst_ids);
+        free(hptrs);
+        free(dptrs_host);
+        free(htier);
+        free(back);
+    }
+    mcache_fini(&src);
+    mcache_fini(&dst);
+}
+
+static void check_all(cudaStream_t st)
+{
+    static const uint32_t ebs[] = { 1, 2, 4 }, dims[] = { 64, 128 };
+
+    for (int k = VLLM; k <= HND; k++)
+        for (size_t e = 0; e < 3; e++)
+            for (size_t d = 0; d < 2; d++)
+                check_shape((enum kind)k, ebs[e], dims[d], 0, st);
+    check_shape(MLA, 2, 576, 0, st);
+    /* bases off 16-byte alignment: the 4-, 2- and 1-byte copy paths */
+    for (int k = VLLM; k <= MLA; k++)
+        for (size_t e = 0; e < 3; e++)
+            if (k != MLA || ebs[e] == 2)
+                check_shape((enum kind)k, ebs[e], k == MLA ? 576 : 64, ebs[e], st);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Part 2: bandwidth                                                      */
+
+#define B_LAYERS 32
+#define B_HEADS 8
+#define B_DIM 128
+#define B_TOKENS 16
+#define B_ENGINE_BLOCKS 1024
+#define B_N 256
+#define B_WARMUP 2
+#define B_REPS 10
+
+struct bench_op {
+    const struct kvk_layout *l;
+    const int64_t *ids;
+    void **ptrs;       /* device array of tier block pointers */
+    void *a, *b;       /* memcpy dst, src */
+    size_t bytes;
+    cudaMemcpyKind dir;
+    int what;          /* 0 gather, 1 scatter, 2 memcpy */
+};
+
+static void bench_once(const struct bench_op *op, cudaStream_t st)
+{
+    switch (op->what) {
+    case 0:
+        KV(kvk_gather(op->l, op->ids, B_N, op->ptrs, st));
+        break;
+    case 1:
+        KV(kvk_scatter(op->l, (const void *const *)op->ptrs, op->ids, B_N, st));
+        break;
+    default:
+        CK(cudaMemcpyAsync(op->a, op->b, op->bytes, op->dir, st));
+        break;
+    }
+}
+
+/* Mean milliseconds of one op over B_REPS back-to-back repetitions. */
+static float time_ms(const struct bench_op *op, cudaStream_t st)
+{
+    cudaEvent_t t0, t1;
+    float ms = 0;
+
+    for (int i = 0; i < B_WARMUP; i++)
+        bench_once(op, st);
+    CK(cudaStreamSynchronize(st));
+    CK(cudaEventCreate(&t0));
+    CK(cudaEventCreate(&t1));
+    CK(cudaEventRecord(t0, st));
+    for (int i = 0; i < B_REPS; i++)
+        bench_once(op, st);
+    CK(cudaEventRecord(t1, st));
+    CK(cudaEventSynchronize(t1));
+    CK(cudaEventElapsedTime(&ms, t0, t1));
+    CK(cudaEventDestroy(t0));
+    CK(cudaEventDestroy(t1));
+    return ms / B_REPS;
+}
+
+static void report(const char *name, const char *a_name, float a_ms, const char *b_name,
+                   float b_ms, size_t bytes, const char *target)
+{
+    double gb = (double)bytes / 1e9;
+
+    printf("# %s: %s %.3f ms (%.1f GB/s), %s %.3f ms (%.1f GB/s)\n", name, a_name, a_ms,
+           gb / (a_ms / 1e3), b_name, b_ms, gb / (b_ms / 1e3));
+    printf("bench: %s %.3f ratio target >= %s\n", name, b_ms / a_ms, target);
+    fflush(stdout);
+}
+
+static int bench_all(cudaStream_t st)
+{
+    struct kvk_layout shape = make_layout(VLLM, B_LAYERS, 2, B_TOKENS, B_HEADS, B_DIM,
+                                          B_ENGINE_BLOCKS);
+    struct kvk_layout hl, dl;
+    size_t lb = layer_bytes_of(&shape), bb, total;
+    void *layers_host[B_LAYERS];
+    void **d_layers, **d_ptrs, **d_pin_ptrs;
+    void *ptrs_host[B_N], *pin_ptrs_host[B_N];
+    int64_t ids[B_N], *d_ids;
+    uint64_t rng = 0x62656e6368ull;
+    char *dtier, *dtier2, *pinned, *pinned_dev, *check;
+    struct bench_op op;
+    float g_ms, s_ms, d2d_ms, gp_ms, sp_ms, d2h_ms, h2d_ms;
+    int bad = 0;
+
+    for (int i = 0; i < B_LAYERS; i++) {
+        CK(cudaMalloc(&layers_host[i], lb));
+        CK(cudaMemset(layers_host[i], 0x11 * (i % 15 + 1), lb));
+    }
+    hl = shape;
+    hl.layer_base = layers_host; /* device pointers, in host memory */
+    CK(cudaMalloc((void **)&d_layers, B_LAYERS * sizeof(void *)));
+    KV(kvk_layout_upload(&hl, d_layers, &dl, st));
+    CK(cudaStreamSynchronize(st));
+    bb = kvk_block_bytes(&dl);
+    total = bb * B_N;
+
+    pick_ids(ids, B_N, B_ENGINE_BLOCKS, &rng);
+    KV(kvk_check_ids(&dl, ids, B_N));
+    CK(cudaMalloc((void **)&d_ids, sizeof(ids)));
+    CK(cudaMemcpy(d_ids, ids, sizeof(ids), cudaMemcpyHostToDevice));
+
+    CK(cudaMalloc((void **)&dtier, total));
+    CK(cudaMalloc((void **)&dtier2, total));
+    CK(cudaHostAlloc((void **)&pinned, total, cudaHostAllocMapped));
+    CK(cudaHostGetDevicePointer((void **)&pinned_dev, pinned, 0));
+    memset(pinned, 0, total); /* touch every page once */
+    for (int i = 0; i < B_N; i++) {
+        ptrs_host[i] = dtier + (size_t)i * bb;
+        pin_ptrs_host[i] = pinned_dev + (size_t)i * bb;
+    }
+    CK(cudaMalloc((void **)&d_ptrs, sizeof(ptrs_host)));
+    CK(cudaMalloc((void **)&d_pin_ptrs, sizeof(pin_ptrs_host)));
+    CK(cudaMemcpy(d_ptrs, ptrs_host, sizeof(ptrs_host), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_pin_ptrs, pin_ptrs_host, sizeof(pin_ptrs_host), cudaMemcpyHostToDevice));
+    CK(cudaMemset(dtier2, 0x5a, total));
+
+    printf("# bench: vLLM flash-attn BF16, %d layers, %d KV heads, head dim %d, %d-token "
+           "blocks: %zu-byte tier blocks, %d of %d engine blocks, %d reps\n", B_LAYERS,
+           B_HEADS, B_DIM, B_TOKENS, bb, B_N, B_ENGINE_BLOCKS, B_REPS);
+
+    memset(&op, 0, sizeof(op));
+    op.l = &dl;
+    op.ids = d_ids;
+    op.bytes = total;
+
+    op.what = 0, op.ptrs = d_ptrs;
+    g_ms = time_ms(&op, st);
+    op.what = 1;
+    s_ms = time_ms(&op, st);
+    op.what = 2, op.a = dtier2, op.b = dtier, op.dir = cudaMemcpyDeviceToDevice;
+    d2d_ms = time_ms(&op, st);
+
+    op.what = 0, op.ptrs = d_pin_ptrs;
+    gp_ms = time_ms(&op, st);
+    op.what = 1;
+    sp_ms = time_ms(&op, st);
+    op.what = 2, op.a = pinned, op.b = dtier2, op.dir = cudaMemcpyDeviceToHost;
+    d2h_ms = time_ms(&op, st);
+    op.a = dtier2, op.b = pinned, op.dir = cudaMemcpyHostToDevice;
+    h2d_ms = time_ms(&op, st);
+
+    report("gpu_gather_vs_d2d", "gather", g_ms, "memcpy d2d", d2d_ms, total, "0.8");
+    report("gpu_scatter_vs_d2d", "scatter", s_ms, "memcpy d2d", d2d_ms, total, "0.8");
+    report("gpu_gather_to_pinned_vs_memcpy", "gather to pinned", gp_ms, "memcpy d2h",
+           d2h_ms, total, "0.9");
+    report("gpu_scatter_from_pinned_vs_memcpy", "scatter from pinned", sp_ms, "memcpy h2d",
+           h2d_ms, total, "0.9");
+
+    /* sanity: a gather to pinned memory equals a gather to device memory */
+    op.what = 0, op.ptrs = d_ptrs;
+    bench_once(&op, st);
+    op.ptrs = d_pin_ptrs;
+    bench_once(&op, st);
+    CK(cudaStreamSynchronize(st));
+    check = (char *)xmalloc(total);
+    CK(cudaMemcpy(check, dtier, total, cudaMemcpyDeviceToHost));
+    if (first_diff(check, pinned, total) >= 0) {
+        printf("gpu: kvk bench gather to pinned differs from gather to device FAIL\n");
+        bad = 1;
+    } else {
+        printf("gpu: kvk bench gather to pinned == gather to device OK\n");
+    }
+    free(check);
+
+    CK(cudaFree(d_ids));
+    CK(cudaFree(d_ptrs));
+    CK(cudaFree(d_pin_ptrs));
+    CK(cudaFree(dtier));
+    CK(cudaFree(dtier2));
+    CK(cudaFreeHost(pinned));
+    CK(cudaFree(d_layers));
+    for (int i = 0; i < B_LAYERS; i++)
+        CK(cudaFree(layers_host[i]));
+    return bad;
+}
+
+int main(void)
+{
+    cudaStream_t st;
+    cudaDeviceProp prop;
+    int dev = 0;
+
+    CK(cudaSetDevice(dev));
+    CK(cudaGetDeviceProperties(&prop, dev));
+    printf("# kvk_check: %s, sm_%d%d, %.1f GiB\n", prop.name, prop.major, prop.minor,
+           (double)prop.totalGlobalMem / (1 << 30));
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+
+    check_all(st);
+    printf("gpu: kvk equivalence: %d OK, %d failed\n", n_ok, n_fail);
+    fflush(stdout);
+    if (bench_all(st))
+        n_fail++;
+
+    CK(cudaStreamDestroy(st));
+    CK(cudaDeviceSynchronize());
+    return n_fail ? 1 : 0;
+}
