@@ -29,7 +29,9 @@ STORE_LIBS := -luring -llmdb -lxxhash
 CUDA_HOME := $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)))
 ifneq ($(wildcard $(CUDA_HOME)/include/cuda_runtime.h),)
 CUDA_CFLAGS := -DKVT_HAVE_CUDA -I$(CUDA_HOME)/include
-CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread
+CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
+# the gather/scatter kernels go into the release libkvtier
+CUDA_OBJS   := $(patsubst kernels/%.cu,build/kernels/%.cu.o,$(wildcard kernels/*.cu))
 endif
 
 ifeq ($(V),1)
@@ -47,7 +49,8 @@ TEST_SRC    := $(wildcard tests/*.c)
 obj = $(patsubst %.c,$(1)/obj/%.o,$(2))
 comma := ,
 
-# ---- per-flavour rules: $(1) = build dir, $(2) = CFLAGS, $(3) = LDFLAGS, $(4) = store libs ----
+# ---- per-flavour rules: $(1) = build dir, $(2) = CFLAGS, $(3) = LDFLAGS, $(4) = store libs,
+# ---- $(5) = extra objects of libkvtier (CUDA kernels), $(6) = libs libkvtier needs ----
 define flavour
 $(1)/obj/%.o: %.c
 	@mkdir -p $$(dir $$@)
@@ -58,14 +61,14 @@ $(1)/libstore.a: $(call obj,$(1),$(STORE_SRC))
 	@$(if $(Q),echo "  AR      $$@")
 	$(Q)rm -f $$@ && ar rcs $$@ $$^
 
-$(1)/libkvtier.a: $(call obj,$(1),$(CLIENT_SRC) $(KERNEL_SRC))
+$(1)/libkvtier.a: $(call obj,$(1),$(CLIENT_SRC) $(KERNEL_SRC)) $(5)
 	@$(if $(Q),echo "  AR      $$@")
 	$(Q)rm -f $$@ && ar rcs $$@ $$^
 
-$(1)/libkvtier.so: $(call obj,$(1),$(CLIENT_SRC) $(KERNEL_SRC)) client/libkvtier.map
+$(1)/libkvtier.so: $(call obj,$(1),$(CLIENT_SRC) $(KERNEL_SRC)) $(5) client/libkvtier.map
 	@$(if $(Q),echo "  LD      $$@")
 	$(Q)$(CC) $(2) -shared -Wl,--version-script=client/libkvtier.map -Wl,-soname,libkvtier.so.0 \
-		-o $$@ $(call obj,$(1),$(CLIENT_SRC) $(KERNEL_SRC)) $(LIBS) $(3)
+		-o $$@ $(call obj,$(1),$(CLIENT_SRC) $(KERNEL_SRC)) $(5) $(6) $(LIBS) $(3)
 
 $(1)/tierd: $(call obj,$(1),$(TIERD_SRC)) $(1)/libstore.a
 	@$(if $(Q),echo "  LD      $$@")
@@ -73,14 +76,14 @@ $(1)/tierd: $(call obj,$(1),$(TIERD_SRC)) $(1)/libstore.a
 
 $(1)/tierctl: $(1)/obj/tools/tierctl.o $(1)/libkvtier.a
 	@$(if $(Q),echo "  LD      $$@")
-	$(Q)$(CC) $(2) -o $$@ $$^ $(LIBS) $(3)
+	$(Q)$(CC) $(2) -o $$@ $$^ $(6) $(LIBS) $(3)
 
 $(1)/kvt_tests: $(call obj,$(1),$(TEST_SRC)) $(1)/libkvtier.a $(1)/libstore.a
 	@$(if $(Q),echo "  LD      $$@")
-	$(Q)$(CC) $(2) -o $$@ $$^ -lcriterion $(4) $(LIBS) $(3)
+	$(Q)$(CC) $(2) -o $$@ $$^ -lcriterion $(4) $(6) $(LIBS) $(3)
 endef
 
-$(eval $(call flavour,build,$(CFLAGS_REL) $(CUDA_CFLAGS),,$(STORE_LIBS) $(CUDA_LIBS)))
+$(eval $(call flavour,build,$(CFLAGS_REL) $(CUDA_CFLAGS),,$(STORE_LIBS) $(CUDA_LIBS),$(CUDA_OBJS),$(CUDA_LIBS)))
 $(eval $(call flavour,build-san,$(CFLAGS_SAN),-fsanitize=address$(comma)undefined,$(STORE_LIBS)))
 
 BINS     = tierd tierctl libkvtier.a libkvtier.so

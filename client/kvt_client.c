@@ -22,6 +22,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef KVT_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include "kv_layout.h"
 #include "kvk.h"
 #include "kvt_wire.h"
@@ -44,6 +48,10 @@ struct kvt_client {
     uint8_t *base;        /* the warm pool, mapped shared */
     uint64_t pool_bytes;
     struct kvt_ns *ns;
+#ifdef KVT_HAVE_CUDA
+    bool gpu_ready;       /* pool registered for DMA, scratch allocated */
+    void *gpu_scratch;    /* device: ids, slot pointers, layer bases */
+#endif
     _Alignas(16) uint8_t rbuf[KVT_WIRE_MSG_MAX + 64]; /* last reply */
 };
 
@@ -291,6 +299,12 @@ void kvt_close(kvt_client *c)
         c->ns = n->next;
         free(n);
     }
+#ifdef KVT_HAVE_CUDA
+    if (c->gpu_ready) {
+        cudaFree(c->gpu_scratch);
+        cudaHostUnregister(c->base);
+    }
+#endif
     if (c->base)
         munmap(c->base, c->pool_bytes);
     close(c->fd);
@@ -604,14 +618,85 @@ static int layout_ok(const kvt_ns *ns, const struct kvk_layout *l, const int64_t
 
     if (!ns || !l || (n && !ids))
         return -EINVAL;
+#ifndef KVT_HAVE_CUDA
     if (stream)
-        return -EOPNOTSUPP; /* device caches: the CUDA build's kernels */
+        return -EOPNOTSUPP; /* device caches need the CUDA build's kernels */
+#else
+    (void)stream;
+#endif
     rc = kvk_layout_check(l);
     if (rc < 0)
         return rc;
     if (kvk_block_bytes(l) != ns->block_bytes)
         return KVT_EBLOCKSIZE;
     return kvk_check_ids(l, ids, n);
+}
+
+#ifdef KVT_HAVE_CUDA
+#define GPU_LAYERS_MAX 1024
+
+/* Move m blocks between a device cache and pool slots on the caller's
+ * stream, and wait for it: the pool is registered once (the GPU reaches it
+ * by DMA), the ids, slot pointers and layer bases go to a device scratch
+ * buffer. ids were checked on the host before (kvk_check_ids). */
+static int gpu_move(kvt_client *c, bool gather, const struct kvk_layout *l, const int64_t *ids,
+                    size_t m, void *const *slots, void *stream)
+{
+    cudaStream_t st = stream;
+    struct kvk_layout dl;
+    int64_t *d_ids;
+    void **d_ptrs, **d_bases;
+    void *dev[KVT_BATCH_MAX];
+    int rc;
+
+    if (l->n_layers > GPU_LAYERS_MAX)
+        return -E2BIG;
+    if (!c->gpu_ready) {
+        size_t bytes = KVT_BATCH_MAX * (sizeof(int64_t) + sizeof(void *)) +
+                       GPU_LAYERS_MAX * sizeof(void *);
+
+        if (cudaHostRegister(c->base, c->pool_bytes, cudaHostRegisterDefault) != cudaSuccess)
+            return -EIO;
+        if (cudaMalloc(&c->gpu_scratch, bytes) != cudaSuccess) {
+            cudaHostUnregister(c->base);
+            return -ENOMEM;
+        }
+        c->gpu_ready = true;
+    }
+    d_ids = c->gpu_scratch;
+    d_ptrs = (void **)(d_ids + KVT_BATCH_MAX);
+    d_bases = d_ptrs + KVT_BATCH_MAX;
+    for (size_t i = 0; i < m; i++)
+        if (cudaHostGetDevicePointer(&dev[i], slots[i], 0) != cudaSuccess)
+            return -EIO;
+    if (cudaMemcpyAsync(d_ids, ids, m * sizeof(*ids), cudaMemcpyHostToDevice, st) ||
+        cudaMemcpyAsync(d_ptrs, dev, m * sizeof(*dev), cudaMemcpyHostToDevice, st))
+        return -EIO;
+    rc = kvk_layout_upload(l, d_bases, &dl, st);
+    if (rc == 0)
+        rc = gather ? kvk_gather(&dl, d_ids, m, d_ptrs, st)
+                    : kvk_scatter(&dl, (const void *const *)d_ptrs, d_ids, m, st);
+    /* the host arrays above live on this stack frame: wait for the stream */
+    if (cudaStreamSynchronize(st) != cudaSuccess && rc == 0)
+        rc = -EIO;
+    return rc;
+}
+#endif
+
+/* Gather (offload) or scatter (restore) m blocks: the CPU reference for a
+ * cache in host memory, the CUDA kernels for one on a device stream. */
+static int move_blocks(kvt_ns *ns, bool gather, const struct kvk_layout *l, const int64_t *ids,
+                       size_t m, void *const *slots, void *stream)
+{
+#ifdef KVT_HAVE_CUDA
+    if (stream)
+        return gpu_move(ns->c, gather, l, ids, m, slots, stream);
+#else
+    (void)ns;
+    (void)stream;
+#endif
+    return gather ? kvk_gather_ref(l, ids, m, slots)
+                  : kvk_scatter_ref(l, (const void *const *)slots, ids, m);
 }
 
 int kvt_offload(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
@@ -635,7 +720,7 @@ int kvt_offload(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n
             slots[m] = slots[i];
             ids[m++] = block_ids[i];
         }
-    rc = kvk_gather_ref(layout, ids, m, slots);
+    rc = move_blocks(ns, true, layout, ids, m, slots, stream);
     if (rc < 0) {
         kvt_put_abort(ns, keys, n);
         return rc;
@@ -657,7 +742,7 @@ int kvt_restore(kvt_ns *ns, const kvt_key *keys, size_t n, const struct kvk_layo
     hits = kvt_get_lease(ns, keys, n, slots, &lease);
     if (hits <= 0)
         return hits;
-    rc = kvk_scatter_ref(layout, slots, block_ids, (size_t)hits);
+    rc = move_blocks(ns, false, layout, block_ids, (size_t)hits, (void *const *)slots, stream);
     kvt_release(ns, &lease);
     return rc < 0 ? rc : hits;
 }

@@ -133,8 +133,10 @@ Test(offload, descriptors_that_do_not_fit_change_nothing)
     c.l.stride_head = 0; /* heads on top of each other */
     cr_assert_eq(kvt_offload(ns, NULL, keys, 4, &c.l, ids, NULL), -EINVAL);
     c.l.stride_head = D;
+#ifndef KVT_HAVE_CUDA
     cr_assert_eq(kvt_offload(ns, NULL, keys, 4, &c.l, ids, (void *)1), -EOPNOTSUPP,
                  "a CUDA stream needs the CUDA build");
+#endif
     cr_assert_eq(kvt_stats_get(cl, &st), 0);
     cr_assert_eq(st.reserved, 0);
     cr_assert_eq(st.tier[KVT_TIER_WARM].blocks, 0);
