@@ -18,7 +18,7 @@ BASE    := -std=gnu11 $(WARN) -g -MMD -MP -D_GNU_SOURCE -Iclient -Istore -Ikerne
 CFLAGS_REL := $(BASE) -O2 -fPIC
 CFLAGS_SAN := $(BASE) -O1 -fPIC -fsanitize=address,undefined -fno-omit-frame-pointer \
               -fno-sanitize-recover=undefined
-LIBS    := -lcrypto
+LIBS    := -lcrypto -ljansson
 STORE_LIBS := -luring -llmdb -lxxhash
 
 # The hot tier's CUDA backend is built into the release flavour when the
@@ -77,6 +77,14 @@ $(1)/tierd: $(call obj,$(1),$(TIERD_SRC)) $(1)/libstore.a
 $(1)/tierctl: $(1)/obj/tools/tierctl.o $(1)/libkvtier.a
 	@$(if $(Q),echo "  LD      $$@")
 	$(Q)$(CC) $(2) -o $$@ $$^ $(6) $(LIBS) $(3)
+
+$(1)/kvcalc: $(1)/obj/tools/kvcalc.o $(1)/libkvtier.a
+	@$(if $(Q),echo "  LD      $$@")
+	$(Q)$(CC) $(2) -o $$@ $$^ $(6) $(LIBS) $(3)
+
+$(1)/kvreplay: $(1)/obj/tools/kvreplay.o $(1)/libkvtier.a $(1)/libstore.a
+	@$(if $(Q),echo "  LD      $$@")
+	$(Q)$(CC) $(2) -o $$@ $$^ $(4) $(6) $(LIBS) -lm $(3)
 
 $(1)/kvt_tests: $(call obj,$(1),$(TEST_SRC)) $(1)/libkvtier.a $(1)/libstore.a
 	@$(if $(Q),echo "  LD      $$@")
