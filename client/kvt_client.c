@@ -36,6 +36,7 @@ struct kvt_ns {
     uint32_t id;          /* the daemon's namespace id */
     uint64_t block_bytes;
     uint32_t deadline_ms; /* for gets; 0: wait */
+    unsigned hot;         /* KVT_GET_HOT / KVT_GET_PROMOTE for offload and restore */
     struct kvt_ns *next;  /* the client's list, freed by kvt_close */
 };
 
@@ -47,6 +48,10 @@ struct kvt_client {
     uint32_t req_id;
     uint8_t *base;        /* the warm pool, mapped shared */
     uint64_t pool_bytes;
+    uint8_t *hot_base;    /* the hot pool, once attached (device memory for CUDA) */
+    uint64_t hot_bytes;
+    uint32_t hot_kind;    /* KVT_HOT_*, 0 until attached */
+    int32_t hot_device;
     struct kvt_ns *ns;
 #ifdef KVT_HAVE_CUDA
     bool gpu_ready;       /* pool registered for DMA, scratch allocated */
@@ -305,6 +310,12 @@ void kvt_close(kvt_client *c)
         cudaHostUnregister(c->base);
     }
 #endif
+    if (c->hot_kind == KVT_HOT_EMULATED)
+        munmap(c->hot_base, c->hot_bytes);
+#ifdef KVT_HAVE_CUDA
+    if (c->hot_kind == KVT_HOT_CUDA)
+        cudaIpcCloseMemHandle(c->hot_base);
+#endif
     if (c->base)
         munmap(c->base, c->pool_bytes);
     close(c->fd);
@@ -380,6 +391,104 @@ static int slot_ptr(const kvt_ns *ns, uint64_t off, void **p)
     return 0;
 }
 
+/* The same for an offset into the hot pool. */
+static int hot_slot_ptr(const kvt_ns *ns, uint64_t off, void **p)
+{
+    if (!ns->c->hot_kind || off > ns->c->hot_bytes || ns->block_bytes > ns->c->hot_bytes - off)
+        return KVT_EPROTO;
+    *p = ns->c->hot_base + off;
+    return 0;
+}
+
+/* ---- the hot tier ----------------------------------------------------- */
+
+/* Open a CUDA pool's IPC handle on its device (the caller's current device
+ * is left as it was). */
+static int open_cuda_pool(kvt_client *c, const struct kvt_wire_hot_rep *rep)
+{
+#ifdef KVT_HAVE_CUDA
+    cudaIpcMemHandle_t hd;
+    void *p = NULL;
+    int cur = 0;
+    cudaError_t e;
+
+    _Static_assert(sizeof(hd) == sizeof(rep->ipc), "CUDA IPC handle size");
+    memcpy(&hd, rep->ipc, sizeof(hd));
+    if (cudaGetDevice(&cur) != cudaSuccess || cudaSetDevice(rep->device) != cudaSuccess)
+        return -ENODEV;
+    e = cudaIpcOpenMemHandle(&p, hd, cudaIpcMemLazyEnablePeerAccess);
+    cudaSetDevice(cur);
+    if (e != cudaSuccess)
+        return -EIO;
+    c->hot_base = p;
+    return 0;
+#else
+    (void)c;
+    (void)rep;
+    return -EOPNOTSUPP; /* a device pool needs a CUDA build of libkvtier */
+#endif
+}
+
+int kvt_hot_attach(kvt_client *c, kvt_hot_info *info)
+{
+    struct kvt_wire_hot_rep rep;
+    struct iovec iov[1] = { { 0 } };
+    uint32_t blen;
+    int fd = -1, rc;
+
+    if (!c)
+        return -EINVAL;
+    if (!c->hot_kind) {
+        rc = send_req(c, KVT_OP_HOT_ATTACH, 0, iov, 1);
+        if (rc < 0)
+            return rc;
+        rc = recv_rep(c, KVT_OP_HOT_ATTACH, &blen, &fd);
+        if (rc < 0)
+            goto out;
+        memcpy(&rep, body(c), sizeof(rep) <= blen ? sizeof(rep) : 0);
+        if (blen != sizeof(rep) || rep.bytes == 0 ||
+            (rep.kind == KVT_HOT_EMULATED) != (fd >= 0) ||
+            (rep.kind != KVT_HOT_EMULATED && rep.kind != KVT_HOT_CUDA)) {
+            rc = fail(c, KVT_EPROTO);
+            goto out;
+        }
+        if (rep.kind == KVT_HOT_EMULATED) {
+            void *p = mmap(NULL, rep.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+            if (p == MAP_FAILED) {
+                rc = -errno;
+                goto out;
+            }
+            c->hot_base = p;
+        } else if ((rc = open_cuda_pool(c, &rep)) < 0) {
+            goto out;
+        }
+        c->hot_bytes = rep.bytes;
+        c->hot_device = rep.device;
+        c->hot_kind = rep.kind;
+    }
+    if (info)
+        *info = (kvt_hot_info){ .kind = c->hot_kind, .device = c->hot_device,
+                                .bytes = c->hot_bytes, .base = c->hot_base };
+    rc = 0;
+out:
+    if (fd >= 0)
+        close(fd); /* the mapping keeps the pool alive */
+    return rc;
+}
+
+int kvt_ns_set_hot(kvt_ns *ns, unsigned flags)
+{
+    int rc;
+
+    if (!ns || (flags & ~(KVT_GET_HOT | KVT_GET_PROMOTE)))
+        return -EINVAL;
+    if (flags && (rc = kvt_hot_attach(ns->c, NULL)) < 0)
+        return rc;
+    ns->hot = flags;
+    return 0;
+}
+
 /* ---- blocks ---------------------------------------------------------- */
 
 int kvt_lookup(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags, uint8_t *tiers)
@@ -395,7 +504,12 @@ int kvt_lookup(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags, uint8_
         size_t k = n - at < KVT_BATCH_MAX ? n - at : KVT_BATCH_MAX;
         struct kvt_wire_lookup_rep rep;
         uint32_t blen;
-        int rc = keys_rpc(ns, KVT_OP_LOOKUP, (flags & 0xffu) << 8, NULL, keys + at, k, &blen);
+        uint32_t wf = (flags & 0xffu) << 8;
+        int rc;
+
+        if ((flags & KVT_LOOKUP_PREFETCH) && (ns->hot & KVT_GET_PROMOTE))
+            wf |= KVT_WIRE_KF_PROMOTE;
+        rc = keys_rpc(ns, KVT_OP_LOOKUP, wf, NULL, keys + at, k, &blen);
 
         if (rc < 0)
             return rc;
@@ -418,14 +532,23 @@ int kvt_lookup(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags, uint8_
 int kvt_put_reserve(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
                     void **slots)
 {
+    return kvt_put_reserve_flags(ns, parent, keys, n, slots, 0);
+}
+
+int kvt_put_reserve_flags(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
+                          void **slots, unsigned flags)
+{
     struct kvt_wire_count_rep rep;
     const uint8_t *offs;
+    bool hot = flags & KVT_RESERVE_HOT;
     uint32_t blen;
     int rc;
 
-    if (!ns || (n && !slots))
+    if (!ns || (n && !slots) || (flags & ~KVT_RESERVE_HOT))
         return -EINVAL;
-    rc = keys_rpc(ns, KVT_OP_PUT_RESERVE, 0, parent, keys, n, &blen);
+    if (hot && !ns->c->hot_kind)
+        return -EOPNOTSUPP; /* kvt_hot_attach first */
+    rc = keys_rpc(ns, KVT_OP_PUT_RESERVE, hot ? KVT_WIRE_KF_HOT : 0, parent, keys, n, &blen);
     if (rc < 0)
         return rc;
     memcpy(&rep, body(ns->c), sizeof(rep) <= blen ? sizeof(rep) : 0);
@@ -437,7 +560,8 @@ int kvt_put_reserve(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size
 
         memcpy(&off, offs + i * sizeof(off), sizeof(off));
         slots[i] = NULL;
-        if (off != KVT_WIRE_NO_SLOT && slot_ptr(ns, off, &slots[i]) < 0)
+        if (off != KVT_WIRE_NO_SLOT &&
+            (hot ? hot_slot_ptr(ns, off, &slots[i]) : slot_ptr(ns, off, &slots[i])) < 0)
             return fail(ns->c, KVT_EPROTO);
     }
     return (int)rep.count;
@@ -504,32 +628,53 @@ int kvt_put(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
 int kvt_get_lease(kvt_ns *ns, const kvt_key *keys, size_t n, const void **slots,
                   kvt_lease *lease)
 {
+    return kvt_get_lease_flags(ns, keys, n, 0, slots, NULL, lease);
+}
+
+int kvt_get_lease_flags(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags,
+                        const void **slots, uint8_t *tiers, kvt_lease *lease)
+{
     struct kvt_wire_get_rep rep;
-    const uint8_t *offs;
-    uint32_t blen;
+    const uint8_t *offs, *tier;
+    bool hot = flags & KVT_GET_HOT;
+    uint32_t blen, wf = 0;
     int rc;
 
-    if (!ns || !lease || (n && !slots))
+    if (!ns || !lease || (n && !slots) || (flags & ~(KVT_GET_HOT | KVT_GET_PROMOTE)))
         return -EINVAL;
     *lease = (kvt_lease){ 0 };
-    rc = keys_rpc(ns, KVT_OP_GET, 0, NULL, keys, n, &blen);
+    if (flags && !ns->c->hot_kind)
+        return -EOPNOTSUPP; /* kvt_hot_attach first */
+    wf = (hot ? KVT_WIRE_KF_HOT : 0) | (flags & KVT_GET_PROMOTE ? KVT_WIRE_KF_PROMOTE : 0);
+    rc = keys_rpc(ns, KVT_OP_GET, wf, NULL, keys, n, &blen);
     if (rc < 0)
         return rc;
     memcpy(&rep, body(ns->c), sizeof(rep) <= blen ? sizeof(rep) : 0);
-    if (blen < sizeof(rep) || rep.hits > n || blen != sizeof(rep) + rep.hits * sizeof(uint64_t) ||
+    if (blen < sizeof(rep) || rep.hits > n ||
+        blen != sizeof(rep) + rep.hits * (sizeof(uint64_t) + hot) ||
         (rep.hits > 0) != (rep.lease_id != 0))
         return fail(ns->c, KVT_EPROTO);
     offs = body(ns->c) + sizeof(rep);
+    tier = offs + rep.hits * sizeof(uint64_t);
     lease->id = rep.lease_id;
     lease->n = rep.hits;
     for (uint32_t i = 0; i < rep.hits; i++) {
+        uint8_t where = hot ? tier[i] : KVT_TIER_WARM;
         uint64_t off;
         void *p;
 
         memcpy(&off, offs + i * sizeof(off), sizeof(off));
-        if (slot_ptr(ns, off, &p) < 0)
+        if (where == KVT_TIER_HOT)
+            rc = hot_slot_ptr(ns, off, &p);
+        else
+            rc = where == KVT_TIER_WARM ? slot_ptr(ns, off, &p) : KVT_EPROTO;
+        if (rc < 0) {
+            kvt_release(ns, lease); /* what the daemon leased goes back */
             return fail(ns->c, KVT_EPROTO);
+        }
         slots[i] = p;
+        if (tiers)
+            tiers[i] = where;
     }
     return (int)rep.hits;
 }
@@ -640,7 +785,7 @@ static int layout_ok(const kvt_ns *ns, const struct kvk_layout *l, const int64_t
  * by DMA), the ids, slot pointers and layer bases go to a device scratch
  * buffer. ids were checked on the host before (kvk_check_ids). */
 static int gpu_move(kvt_client *c, bool gather, const struct kvk_layout *l, const int64_t *ids,
-                    size_t m, void *const *slots, void *stream)
+                    size_t m, void *const *slots, const uint8_t *tiers, void *stream)
 {
     cudaStream_t st = stream;
     struct kvk_layout dl;
@@ -666,8 +811,12 @@ static int gpu_move(kvt_client *c, bool gather, const struct kvk_layout *l, cons
     d_ids = c->gpu_scratch;
     d_ptrs = (void **)(d_ids + KVT_BATCH_MAX);
     d_bases = d_ptrs + KVT_BATCH_MAX;
+    /* hot slots are device memory already (the pool opened by CUDA IPC);
+     * warm ones are reached through their pinned mapping */
     for (size_t i = 0; i < m; i++)
-        if (cudaHostGetDevicePointer(&dev[i], slots[i], 0) != cudaSuccess)
+        if (tiers && tiers[i] == KVT_TIER_HOT)
+            dev[i] = slots[i];
+        else if (cudaHostGetDevicePointer(&dev[i], slots[i], 0) != cudaSuccess)
             return -EIO;
     if (cudaMemcpyAsync(d_ids, ids, m * sizeof(*ids), cudaMemcpyHostToDevice, st) ||
         cudaMemcpyAsync(d_ptrs, dev, m * sizeof(*dev), cudaMemcpyHostToDevice, st))
@@ -686,17 +835,29 @@ static int gpu_move(kvt_client *c, bool gather, const struct kvk_layout *l, cons
 /* Gather (offload) or scatter (restore) m blocks: the CPU reference for a
  * cache in host memory, the CUDA kernels for one on a device stream. */
 static int move_blocks(kvt_ns *ns, bool gather, const struct kvk_layout *l, const int64_t *ids,
-                       size_t m, void *const *slots, void *stream)
+                       size_t m, void *const *slots, const uint8_t *tiers, void *stream)
 {
 #ifdef KVT_HAVE_CUDA
     if (stream)
-        return gpu_move(ns->c, gather, l, ids, m, slots, stream);
+        return gpu_move(ns->c, gather, l, ids, m, slots, tiers, stream);
 #else
     (void)ns;
     (void)stream;
+    (void)tiers;
 #endif
     return gather ? kvk_gather_ref(l, ids, m, slots)
                   : kvk_scatter_ref(l, (const void *const *)slots, ids, m);
+}
+
+/* Whether offload and restore go through hot for this call: the namespace
+ * asked for it, and the pool is the same kind of memory as the cache (the
+ * kernels read and write one kind per call). */
+static bool use_hot(const kvt_ns *ns, void *stream)
+{
+    uint32_t k = ns->c->hot_kind;
+
+    return (ns->hot & (KVT_GET_HOT | KVT_GET_PROMOTE)) &&
+           (stream ? k == KVT_HOT_CUDA : k == KVT_HOT_EMULATED);
 }
 
 int kvt_offload(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
@@ -704,6 +865,8 @@ int kvt_offload(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n
 {
     void *slots[KVT_BATCH_MAX];
     int64_t ids[KVT_BATCH_MAX];
+    uint8_t tiers[KVT_BATCH_MAX];
+    uint8_t where = KVT_TIER_WARM;
     size_t m = 0;
     int rc = layout_ok(ns, layout, block_ids, n, stream);
 
@@ -711,16 +874,25 @@ int kvt_offload(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n
         return rc;
     if (n > KVT_BATCH_MAX)
         return -E2BIG;
-    rc = kvt_put_reserve(ns, parent, keys, n, slots);
+    rc = -ENOSPC;
+    if (use_hot(ns, stream) && (ns->hot & KVT_GET_HOT)) {
+        rc = kvt_put_reserve_flags(ns, parent, keys, n, slots, KVT_RESERVE_HOT);
+        where = KVT_TIER_HOT;
+    }
+    if (rc == -ENOSPC) { /* hot is full (its mover makes room): warm this time */
+        rc = kvt_put_reserve(ns, parent, keys, n, slots);
+        where = KVT_TIER_WARM;
+    }
     if (rc <= 0)
         return rc;
+    memset(tiers, where, n);
     /* only the blocks that got a slot: the others are stored already */
     for (size_t i = 0; i < n; i++)
         if (slots[i]) {
             slots[m] = slots[i];
             ids[m++] = block_ids[i];
         }
-    rc = move_blocks(ns, true, layout, ids, m, slots, stream);
+    rc = move_blocks(ns, true, layout, ids, m, slots, tiers, stream);
     if (rc < 0) {
         kvt_put_abort(ns, keys, n);
         return rc;
@@ -732,6 +904,7 @@ int kvt_restore(kvt_ns *ns, const kvt_key *keys, size_t n, const struct kvk_layo
                 const int64_t *block_ids, void *stream)
 {
     const void *slots[KVT_BATCH_MAX];
+    uint8_t tiers[KVT_BATCH_MAX];
     kvt_lease lease;
     int rc = layout_ok(ns, layout, block_ids, n, stream), hits;
 
@@ -739,10 +912,12 @@ int kvt_restore(kvt_ns *ns, const kvt_key *keys, size_t n, const struct kvk_layo
         return rc;
     if (n > KVT_BATCH_MAX)
         return -E2BIG;
-    hits = kvt_get_lease(ns, keys, n, slots, &lease);
+    hits = kvt_get_lease_flags(ns, keys, n, use_hot(ns, stream) ? ns->hot : 0, slots, tiers,
+                               &lease);
     if (hits <= 0)
         return hits;
-    rc = move_blocks(ns, false, layout, block_ids, (size_t)hits, (void *const *)slots, stream);
+    rc = move_blocks(ns, false, layout, block_ids, (size_t)hits, (void *const *)slots, tiers,
+                     stream);
     kvt_release(ns, &lease);
     return rc < 0 ? rc : hits;
 }

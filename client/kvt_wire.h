@@ -34,7 +34,8 @@ enum kvt_wire_op {
     KVT_OP_RELEASE = 8,     /* release_req, normally with KVT_WIRE_F_NOREPLY */
     KVT_OP_REMOVE = 9,      /* keys_req -> count_rep */
     KVT_OP_STATS = 10,      /* empty -> kvt_stats */
-    KVT_OP_MAX_ = 11,
+    KVT_OP_HOT_ATTACH = 11, /* empty -> hot_rep (+ the emulated hot pool's memfd) */
+    KVT_OP_MAX_ = 12,
 };
 
 #define KVT_WIRE_F_NOREPLY 0x1u /* header flag: the sender wants no reply */
@@ -86,6 +87,11 @@ struct kvt_wire_ns_rep {
 
 #define KVT_WIRE_KF_PARENT 0x1u  /* keys_req: a parent key precedes keys[] */
 #define KVT_WIRE_KF_DURABLE 0x2u /* commit: reply once the blocks are durable on disk */
+#define KVT_WIRE_KF_HOT 0x4u     /* reserve: slots in the hot pool; get: blocks in hot are
+                                    leased in place, and tiers[hits] follow offs[hits]
+                                    (the session must have done HOT_ATTACH) */
+#define KVT_WIRE_KF_PROMOTE 0x8u /* get, prefetching lookup: move the blocks up into hot
+                                    afterwards (after HOT_ATTACH) */
 
 /* Body of every request that carries keys; followed by the parent key when
  * KVT_WIRE_KF_PARENT is set, then n keys of KVT_KEY_BYTES. */
@@ -114,6 +120,15 @@ struct kvt_wire_get_rep {
     uint64_t lease_id; /* 0 when hits == 0 */
     uint32_t hits;     /* offs[hits] (uint64_t) follow */
     uint32_t reserved;
+};
+
+/* HOT_ATTACH: how to reach the hot pool. Offsets of KF_HOT replies are
+ * offsets into it. */
+struct kvt_wire_hot_rep {
+    uint32_t kind;    /* KVT_HOT_EMULATED (a memfd comes with the reply) or KVT_HOT_CUDA */
+    int32_t device;   /* CUDA device ordinal of the pool */
+    uint64_t bytes;   /* pool size */
+    uint8_t ipc[64];  /* KVT_HOT_CUDA: the pool's cudaIpcMemHandle_t */
 };
 
 struct kvt_wire_release_req {

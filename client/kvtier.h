@@ -221,6 +221,61 @@ int kvt_release(kvt_ns *ns, kvt_lease *lease);
  * the leading hit count. */
 int kvt_get(kvt_ns *ns, const kvt_key *keys, size_t n, void *const *bufs);
 
+/* ---- the hot tier (GPU memory) ----------------------------------------- */
+
+/* Kinds of hot pool. */
+#define KVT_HOT_EMULATED 1 /* host memory standing in for a GPU (no GPU on tierd's
+                              machine): slots are host pointers */
+#define KVT_HOT_CUDA 2     /* a cudaMalloc pool: slots are device pointers */
+
+typedef struct kvt_hot_info {
+    uint32_t kind;  /* KVT_HOT_* */
+    int32_t device; /* CUDA device ordinal of the pool */
+    uint64_t bytes; /* pool size */
+    void *base;     /* where the pool is mapped in this process (device memory
+                       for KVT_HOT_CUDA) */
+} kvt_hot_info;
+
+/* Map tierd's hot pool into this process, once per client (later calls
+ * only fill info): an emulated pool by mapping its memory, a CUDA pool by
+ * CUDA IPC (cudaIpcOpenMemHandle on its device; needs a CUDA build of
+ * libkvtier and a process other than tierd). Then reserves and gets may
+ * hand out hot slots, so an engine's offload and restore are device to
+ * device. info may be NULL. -EOPNOTSUPP: tierd has no hot tier, or it is a
+ * CUDA pool and this libkvtier was built without CUDA. */
+int kvt_hot_attach(kvt_client *c, kvt_hot_info *info);
+
+/* Flags for kvt_put_reserve_flags. */
+#define KVT_RESERVE_HOT 0x1u /* slots in the hot pool (after kvt_hot_attach); -ENOSPC
+                                when hot has no room now: reserve in warm instead */
+
+/* kvt_put_reserve with flags. Commit as usual (KVT_COMMIT_DURABLE is refused
+ * for hot blocks: -EOPNOTSUPP; they reach disk through warm). */
+int kvt_put_reserve_flags(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
+                          void **slots, unsigned flags);
+
+/* Flags for kvt_get_lease_flags and kvt_ns_set_hot. */
+#define KVT_GET_HOT 0x1u     /* blocks in hot are leased where they are: slots[i] points
+                                into the hot pool and tiers[i] says KVT_TIER_HOT;
+                                the others are in warm (KVT_TIER_WARM) */
+#define KVT_GET_PROMOTE 0x2u /* once released, tierd copies the blocks that came from
+                                warm or disk up into hot (where hot has room below
+                                its high watermark), for the next restore */
+
+/* kvt_get_lease with flags (both need kvt_hot_attach first). tiers (NULL,
+ * or room for n) receives where each leased slot is. */
+int kvt_get_lease_flags(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags,
+                        const void **slots, uint8_t *tiers, kvt_lease *lease);
+
+/* Make this namespace handle use the hot tier (attaching it if needed):
+ * KVT_GET_HOT: kvt_offload gathers into hot slots (warm when hot is full)
+ * and kvt_restore scatters from hot blocks in place; KVT_GET_PROMOTE:
+ * kvt_restore and prefetching lookups ask for the blocks in hot afterwards.
+ * Offload and restore use hot only where the cache and the pool are the
+ * same kind of memory (a device cache on a stream with a CUDA pool, a host
+ * cache with an emulated pool), else warm as before. 0 turns it off. */
+int kvt_ns_set_hot(kvt_ns *ns, unsigned flags);
+
 /* ---- offload and restore of an engine's paged cache -------------------- */
 
 /* The layout of an engine's paged KV cache (kernels/kv_layout.h, shipped
@@ -292,9 +347,10 @@ typedef struct kvt_stats {
     uint64_t io_errors;      /* failed cold reads, writes or syncs */
     uint64_t deadline_misses;/* gets answered short because their deadline passed */
     kvt_tier_stats tier[KVT_TIER_COUNT]; /* indexed by KVT_TIER_* */
+    uint64_t hot_promotions; /* warm blocks copied up into hot for getters that asked */
 } kvt_stats;
 
-#define KVT_STATS_VERSION 2
+#define KVT_STATS_VERSION 3
 
 /* Fetch the daemon's counters. */
 int kvt_stats_get(kvt_client *c, kvt_stats *out);

@@ -48,6 +48,10 @@ struct idx_entry {
 #define IDX_F_PROMOTING 0x8u /* its slot is being read from cold */
 #define IDX_F_CLRU 0x10u     /* linked into the cold LRU list (disk-only leaves) */
 #define IDX_F_HLRU 0x20u     /* linked into its class's hot LRU list */
+#define IDX_F_HOTUP 0x40u    /* its warm slot is being copied up into a hot slot */
+#define IDX_F_WANTHOT 0x80u  /* a getter asked for it in hot: copy it up when unleased */
+/* a move holds the slot: not evicted, removed or moved again meanwhile */
+#define IDX_F_MOVING (IDX_F_DEMOTING | IDX_F_PROMOTING | IDX_F_HOTUP)
 _Static_assert(sizeof(struct idx_entry) <= 128, "an index entry stays within 128 bytes");
 
 struct idx;

@@ -53,8 +53,11 @@ struct move {
     bool promote;        /* cold -> warm; else warm -> cold */
     bool evict;          /* demotion by the mover: leave warm once durable */
     bool hot_down;       /* hot -> warm: the copy into warm_off */
+    bool hot_up;         /* warm -> hot: the copy into hot_off */
     uint8_t warm_cls;    /* hot_down: class of the warm slot */
+    uint8_t hot_cls;     /* hot_up: class of the hot slot */
     uint64_t warm_off;   /* hot_down: the warm slot being filled */
+    uint64_t hot_off;    /* hot_up: the hot slot being filled */
     void *waiter;        /* who waits for it (NULL: nobody, or forgotten) */
     struct move *prev, *next; /* moves in flight (tier_forget_waiter) */
 };
@@ -232,21 +235,21 @@ static void lru_link(struct tier *t, uint32_t id, bool at_tail, uint8_t which)
 static bool warm_leaf(const struct idx_entry *e)
 {
     return e->state == IDX_COMMITTED && e->level == TIER_L_WARM && e->leases == 0 &&
-           e->nwarm == 0 && !(e->flags & (IDX_F_DEMOTING | IDX_F_PROMOTING));
+           e->nwarm == 0 && !(e->flags & IDX_F_MOVING);
 }
 
 /* In hot with no child in hot: the hot mover may copy it down to warm. */
 static bool hot_leaf(const struct idx_entry *e)
 {
     return e->state == IDX_COMMITTED && e->level == TIER_L_HOT && e->leases == 0 &&
-           e->nhot == 0 && !(e->flags & (IDX_F_DEMOTING | IDX_F_PROMOTING));
+           e->nhot == 0 && !(e->flags & IDX_F_MOVING);
 }
 
 /* On disk only, and nothing depends on it: the cold tier may evict it. */
 static bool cold_leaf(const struct idx_entry *e)
 {
     return e->state == IDX_COMMITTED && e->level == TIER_L_COLD && (e->flags & IDX_F_COLD) &&
-           e->leases == 0 && e->nchild == 0 && !(e->flags & (IDX_F_DEMOTING | IDX_F_PROMOTING));
+           e->leases == 0 && e->nchild == 0 && !(e->flags & IDX_F_MOVING);
 }
 
 /* Put id on the list it belongs to now: its class's warm list when it is a
@@ -614,6 +617,81 @@ static size_t hot_maintain(struct tier *t)
     return n;
 }
 
+static void on_hot_up(void *ctx, int rc)
+{
+    struct move *m = ctx;
+    struct tier *t = m->t;
+    struct idx_entry *e = idx_at(t->idx, m->id);
+
+    moves_del(t, m);
+    e->flags &= ~IDX_F_HOTUP;
+    /* the copy counts only if nobody read the warm slot meanwhile (a lease
+     * or a write to disk holds its offset): then the hot copy is dropped */
+    if (rc == 0 && e->state == IDX_COMMITTED && e->level == TIER_L_WARM && e->leases == 0 &&
+        !(e->flags & IDX_F_MOVING)) {
+        tier_ram_free(t->ram, e->off);
+        e->off = m->hot_off;
+        e->cls = m->hot_cls;
+        e->flags &= ~IDX_F_WANTHOT;
+        t->st.blocks[TIER_L_WARM]--;
+        t->st.blocks[TIER_L_HOT]++;
+        t->st.bytes_in[TIER_L_HOT] += tier_ram_class_slot(t->hram, m->hot_cls);
+        t->st.hot_promotions++;
+        set_level(t, m->id, TIER_L_HOT, false);
+    } else {
+        tier_ram_free(t->hram, m->hot_off);
+        if (rc < 0)
+            t->st.cold_errors++;
+    }
+    settle(t, m->id, false);
+    free(m);
+}
+
+/* Start copying id (committed, in warm, unleased, not moving) up into a hot
+ * slot, for a getter that asked for it there. Only into room below hot's
+ * high watermark: a promotion never makes hot push other blocks down. */
+static int hot_up(struct tier *t, uint32_t id)
+{
+    struct idx_entry *e = idx_at(t->idx, id);
+    uint64_t slot = tier_ram_class_slot(t->ram, e->cls);
+    int hcls = tier_ram_class(t->hram, slot), rc;
+    struct move *m;
+
+    if (hcls < 0)
+        return hcls;
+    if (tier_ram_used(t->hram) + tier_ram_class_slot(t->hram, hcls) > t->hot_high)
+        return -ENOSPC;
+    m = malloc(sizeof(*m));
+    if (!m)
+        return -ENOMEM;
+    *m = (struct move){ .t = t, .id = id, .hot_up = true, .hot_cls = (uint8_t)hcls };
+    rc = tier_ram_alloc(t->hram, hcls, id, &m->hot_off);
+    if (rc < 0)
+        goto out_free;
+    rc = tier_hot_copy_in(t->hot, m->hot_off, slot_ptr(t, e), slot, on_hot_up, m);
+    if (rc < 0) {
+        tier_ram_free(t->hram, m->hot_off);
+        goto out_free;
+    }
+    e->flags |= IDX_F_HOTUP; /* pins the warm slot: it is the copy's source */
+    settle(t, id, false);
+    moves_add(t, m);
+    return 0;
+out_free:
+    free(m);
+    return rc;
+}
+
+/* A block a getter wants in hot, once it is free to move. */
+static void maybe_hot_up(struct tier *t, uint32_t id)
+{
+    const struct idx_entry *e = idx_at(t->idx, id);
+
+    if (t->hot && (e->flags & IDX_F_WANTHOT) && e->state == IDX_COMMITTED &&
+        e->level == TIER_L_WARM && e->leases == 0 && !(e->flags & IDX_F_MOVING))
+        hot_up(t, id); /* no room or no memory: it stays in warm, still wanted */
+}
+
 /* Free a whole segment of another class for class cls: the one with the
  * fewest blocks among those whose blocks are all committed, unleased and
  * not moving. Evicting blocks of another class one by one in LRU order
@@ -639,7 +717,7 @@ static int free_segment(struct tier *t, int cls)
                 continue;
             e = idx_at(t->idx, tags[i]);
             ok = e->state == IDX_COMMITTED && e->level == TIER_L_WARM && e->leases == 0 &&
-                 !(e->flags & (IDX_F_DEMOTING | IDX_F_PROMOTING));
+                 !(e->flags & IDX_F_MOVING);
             live++;
         }
         if (ok && live < best_live) {
@@ -690,7 +768,7 @@ static unsigned demote_ancestors(struct tier *t, uint32_t id, unsigned max)
         const struct idx_entry *e = idx_at(t->idx, p);
 
         if (e->state != IDX_COMMITTED || e->level != TIER_L_WARM ||
-            (e->flags & (IDX_F_COLD | IDX_F_DEMOTING | IDX_F_PROMOTING)))
+            (e->flags & (IDX_F_COLD | IDX_F_MOVING)))
             break;
         if (demote(t, p) < 0)
             break;
@@ -763,6 +841,7 @@ static void on_promoted(void *ctx, int rc)
         t->st.hits[TIER_L_COLD]++;
         warm_gain(t, m->id);
         settle(t, m->id, false);
+        maybe_hot_up(t, m->id); /* a prefetch that asked for hot: nobody holds it */
     } else {
         t->st.cold_errors++;
         tier_ram_free(t->ram, e->off);
@@ -831,11 +910,11 @@ void tier_forget_waiter(struct tier *t, void *waiter)
 }
 
 size_t tier_prefetch(struct tier *t, uint32_t ns, uint64_t block_bytes,
-                     const struct tier_key *keys, size_t n)
+                     const struct tier_key *keys, size_t n, unsigned flags)
 {
     size_t started = 0;
 
-    if (!t->cold)
+    if (!t->cold && !(flags & TIER_GET_PROMOTE))
         return 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t id = idx_find(t->idx, ns, &keys[i]);
@@ -844,7 +923,12 @@ size_t tier_prefetch(struct tier *t, uint32_t ns, uint64_t block_bytes,
         if (id == TIER_NONE || idx_at(t->idx, id)->state != IDX_COMMITTED)
             break;
         e = idx_at(t->idx, id);
-        if (e->level == TIER_L_COLD && !(e->flags & IDX_F_PROMOTING)) {
+        if ((flags & TIER_GET_PROMOTE) && t->hot && e->level != TIER_L_HOT) {
+            e->flags |= IDX_F_WANTHOT;
+            maybe_hot_up(t, id); /* in warm already: up now */
+            e = idx_at(t->idx, id);
+        }
+        if (t->cold && e->level == TIER_L_COLD && !(e->flags & IDX_F_PROMOTING)) {
             if (promote(t, id, tier_slot_bytes(block_bytes), NULL) < 0)
                 break;
             started++;
@@ -1152,11 +1236,11 @@ bool tier_reserved_by(const struct tier *t, uint32_t id, uint32_t owner)
     return e->state == IDX_RESERVED && e->owner == owner;
 }
 
-int tier_get_async(struct tier *t, uint32_t ns, uint64_t block_bytes,
-                   const struct tier_key *keys, size_t n, uint32_t *ids, uint64_t *offs,
-                   void *waiter, uint32_t *pending)
+int tier_get_ex(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
+                size_t n, unsigned flags, uint32_t *ids, uint64_t *offs, uint8_t *tiers,
+                void *waiter, uint32_t *pending)
 {
-    uint64_t slot = tier_slot_bytes(block_bytes), warm = 0;
+    uint64_t slot = tier_slot_bytes(block_bytes), warm = 0, hot = 0;
     size_t i;
 
     if (pending)
@@ -1168,7 +1252,19 @@ int tier_get_async(struct tier *t, uint32_t ns, uint64_t block_bytes,
         if (id == TIER_NONE || idx_at(t->idx, id)->state != IDX_COMMITTED)
             break;
         e = idx_at(t->idx, id);
-        if (e->level == TIER_L_WARM) {
+        if (tiers)
+            tiers[i] = TIER_L_WARM;
+        if (e->level == TIER_L_HOT && (flags & TIER_GET_HOT) && !(e->flags & IDX_F_MOVING)) {
+            /* the caller reads the device pool: leased where it is */
+            if (tier_ram_class_slot(t->hram, e->cls) != slot) {
+                t->st.leases_active += i;
+                tier_release(t, ids, i, false);
+                return -EINVAL;
+            }
+            if (tiers)
+                tiers[i] = TIER_L_HOT;
+            hot++;
+        } else if (e->level == TIER_L_WARM) {
             if (tier_ram_class_slot(t->ram, e->cls) != slot) {
                 t->st.leases_active += i; /* tier_release takes them off again */
                 tier_release(t, ids, i, false);
@@ -1191,6 +1287,7 @@ int tier_get_async(struct tier *t, uint32_t ns, uint64_t block_bytes,
                 break;
             }
             (*pending)++;
+            hot++;
             e = idx_at(t->idx, id);
             e->leases++;
             e->stamp = ++t->clock;
@@ -1215,6 +1312,8 @@ int tier_get_async(struct tier *t, uint32_t ns, uint64_t block_bytes,
         e = idx_at(t->idx, id);
         e->leases++;
         e->stamp = ++t->clock;
+        if ((flags & TIER_GET_PROMOTE) && t->hot && e->level != TIER_L_HOT)
+            e->flags |= IDX_F_WANTHOT; /* copied up once its leases are back */
         settle(t, id, false);
         ids[i] = id;
         offs[i] = e->off;
@@ -1222,16 +1321,24 @@ int tier_get_async(struct tier *t, uint32_t ns, uint64_t block_bytes,
     t->st.gets++;
     t->st.get_blocks += i;
     t->st.hits[TIER_L_WARM] += warm;
+    t->st.hits[TIER_L_HOT] += hot;
     t->st.bytes_out[TIER_L_WARM] += i * block_bytes;
     t->st.misses += n - i;
     t->st.leases_active += i;
     return (int)i;
 }
 
+int tier_get_async(struct tier *t, uint32_t ns, uint64_t block_bytes,
+                   const struct tier_key *keys, size_t n, uint32_t *ids, uint64_t *offs,
+                   void *waiter, uint32_t *pending)
+{
+    return tier_get_ex(t, ns, block_bytes, keys, n, 0, ids, offs, NULL, waiter, pending);
+}
+
 int tier_get(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
              size_t n, uint32_t *ids, uint64_t *offs)
 {
-    return tier_get_async(t, ns, block_bytes, keys, n, ids, offs, NULL, NULL);
+    return tier_get_ex(t, ns, block_bytes, keys, n, 0, ids, offs, NULL, NULL, NULL);
 }
 
 void tier_release(struct tier *t, const uint32_t *ids, size_t n, bool reclaimed)
@@ -1249,6 +1356,7 @@ void tier_release(struct tier *t, const uint32_t *ids, size_t n, bool reclaimed)
             continue;
         }
         settle(t, ids[i], false);
+        maybe_hot_up(t, ids[i]);
     }
     t->st.leases_active -= n;
     if (reclaimed)
@@ -1267,7 +1375,7 @@ size_t tier_remove(struct tier *t, uint32_t ns, const struct tier_key *keys, siz
             continue;
         e = idx_at(t->idx, id);
         if (e->state != IDX_COMMITTED || e->leases || e->nchild ||
-            (e->flags & (IDX_F_DEMOTING | IDX_F_PROMOTING)))
+            (e->flags & IDX_F_MOVING))
             continue;
         if (e->flags & IDX_F_COLD) {
             if (tier_cold_remove(t->cold, e->ns, &e->key) < 0)
@@ -1366,12 +1474,16 @@ int tier_flush_to_cold(struct tier *t)
 
     if (!t->cold)
         return 0;
-    /* what is on the device comes down to warm first */
+    /* copies up land first (they may move blocks to the device), then what
+     * is on the device comes down to warm */
+    while (t->hot && tier_hot_inflight(t->hot))
+        if (tier_hot_poll(t->hot, true) < 0)
+            break;
     for (uint32_t id = 0; t->hot && id < lim; id++) {
         struct idx_entry *e = idx_at(t->idx, id);
 
         if (e->state == IDX_COMMITTED && e->level == TIER_L_HOT &&
-            !(e->flags & IDX_F_DEMOTING) && hot_down(t, id, NULL, NULL) < 0)
+            !(e->flags & IDX_F_MOVING) && hot_down(t, id, NULL, NULL) < 0)
             break; /* warm is full of pinned blocks: these stay on the device */
     }
     while (t->hot && tier_hot_inflight(t->hot))
@@ -1381,7 +1493,7 @@ int tier_flush_to_cold(struct tier *t)
         struct idx_entry *e = idx_at(t->idx, id);
 
         if (e->state != IDX_COMMITTED || e->level != TIER_L_WARM ||
-            (e->flags & (IDX_F_COLD | IDX_F_DEMOTING | IDX_F_PROMOTING)))
+            (e->flags & (IDX_F_COLD | IDX_F_MOVING)))
             continue;
         while ((rc = demote(t, id)) == -EBUSY)
             tier_cold_poll(t->cold, true);
@@ -1452,6 +1564,13 @@ int tier_check(const struct tier *t, char *why, size_t cap)
     }
     /* warm slots being filled from hot belong to their move until it lands */
     for (const struct move *m = t->moves; m; m = m->next) {
+        if (m->hot_up) {
+            /* and hot slots being filled from warm belong to theirs */
+            if (tier_ram_tag_at(t->hram, m->hot_off) != m->id)
+                BAD("move of %u: its hot slot belongs to %u", m->id,
+                    tier_ram_tag_at(t->hram, m->hot_off));
+            hused += tier_ram_class_slot(t->hram, m->hot_cls);
+        }
         if (!m->hot_down)
             continue;
         if (tier_ram_tag_at(t->ram, m->warm_off) != m->id)

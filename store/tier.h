@@ -63,6 +63,7 @@ struct tier_stats {
     uint64_t leases_active, reserved, reclaimed;
     uint64_t demotions;      /* warm blocks written to cold (durable) */
     uint64_t promotions;     /* cold blocks read back into warm */
+    uint64_t hot_promotions; /* warm blocks copied up into hot for a getter that asked */
     uint64_t dropped;        /* warm blocks evicted with no cold copy (lost) */
     uint64_t cold_errors;    /* demotions or promotions that failed */
     uint64_t checksum_errors, io_errors; /* from the cold tier */
@@ -144,6 +145,14 @@ size_t tier_abort_ids(struct tier *t, uint32_t owner, const uint32_t *ids, size_
  * keep lists of reserved ids and prune them). */
 bool tier_reserved_by(const struct tier *t, uint32_t id, uint32_t owner);
 
+/* Flags of tier_get_ex and tier_prefetch. */
+#define TIER_GET_HOT 0x1u     /* the caller reads the hot pool: blocks in hot are leased
+                                 in place (offs in the hot pool, tiers[i] TIER_L_HOT)
+                                 instead of being copied down to warm for it */
+#define TIER_GET_PROMOTE 0x2u /* copy the blocks up into hot once their leases are
+                                 back (and a cold one once it is read), where hot has
+                                 room below its high watermark */
+
 /* Lease the leading present keys: ids[i], offs[i] for i < the returned
  * count; each lease pins its block until tier_release(). block_bytes must
  * match the stored blocks' (-EINVAL otherwise). */
@@ -159,11 +168,19 @@ int tier_get_async(struct tier *t, uint32_t ns, uint64_t block_bytes,
                    const struct tier_key *keys, size_t n, uint32_t *ids, uint64_t *offs,
                    void *waiter, uint32_t *pending);
 
+/* tier_get_async with flags (TIER_GET_*); tiers (NULL or n entries) gets,
+ * for each leased block, where offs[i] points: TIER_L_HOT (the hot pool) or
+ * TIER_L_WARM (the warm pool, now or once its read lands). */
+int tier_get_ex(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
+                size_t n, unsigned flags, uint32_t *ids, uint64_t *offs, uint8_t *tiers,
+                void *waiter, uint32_t *pending);
+
 /* Start promoting the cold blocks of the leading run of keys (lookup's
- * prefetch): a later get finds them in warm or joins the read. Returns the
- * number of reads started. */
+ * prefetch): a later get finds them in warm or joins the read. With
+ * TIER_GET_PROMOTE, the run's blocks also go on up into hot (warm ones at
+ * once, cold ones once read). Returns the number of reads started. */
 size_t tier_prefetch(struct tier *t, uint32_t ns, uint64_t block_bytes,
-                     const struct tier_key *keys, size_t n);
+                     const struct tier_key *keys, size_t n, unsigned flags);
 
 /* Whether leased entry id holds its bytes in warm now (not still on its way
  * from disk). */

@@ -23,6 +23,7 @@ struct tier_hot {
     enum tier_hot_kind kind;
     uint64_t bytes;
     uint8_t *emu;          /* emulated device memory */
+    int emu_fd;            /* its memfd, which clients map to share it (-1: none) */
     void *cuda;            /* CUDA backend state */
     struct hot_done done;
     unsigned inflight;
@@ -62,6 +63,7 @@ int tier_hot_open(const struct tier_hot_cfg *cfg, struct tier_hot **out)
     h->bytes = (cfg->bytes + (2u << 20) - 1) & ~(uint64_t)((2u << 20) - 1);
     pthread_mutex_init(&h->done.lock, NULL);
     h->done.tail = &h->done.head;
+    h->emu_fd = -1;
     h->done.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (h->done.efd < 0) {
         rc = -errno;
@@ -89,13 +91,23 @@ int tier_hot_open(const struct tier_hot_cfg *cfg, struct tier_hot **out)
             goto out_efd;
     }
     h->kind = TIER_HOT_EMU;
-    h->emu = mmap(NULL, h->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    /* a memfd, not anonymous memory: clients map it as they would open a
+     * CUDA pool's IPC handle, so hot slots are shared in the emulation too */
+    h->emu_fd = memfd_create("kvtier-hot", MFD_CLOEXEC);
+    if (h->emu_fd < 0 || ftruncate(h->emu_fd, (off_t)h->bytes) < 0) {
+        rc = -errno;
+        goto out_memfd;
+    }
+    h->emu = mmap(NULL, h->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, h->emu_fd, 0);
     if (h->emu == MAP_FAILED) {
         rc = -errno;
-        goto out_efd;
+        goto out_memfd;
     }
     *out = h;
     return 0;
+out_memfd:
+    if (h->emu_fd >= 0)
+        close(h->emu_fd);
 out_efd:
     close(h->done.efd);
 out_free:
@@ -117,6 +129,8 @@ void tier_hot_close(struct tier_hot *h)
 #endif
     if (h->emu)
         munmap(h->emu, h->bytes);
+    if (h->emu_fd >= 0)
+        close(h->emu_fd);
     close(h->done.efd);
     pthread_mutex_destroy(&h->done.lock);
     free(h);
@@ -127,6 +141,16 @@ uint64_t tier_hot_bytes(const struct tier_hot *h) { return h->bytes; }
 int tier_hot_event_fd(const struct tier_hot *h) { return h->done.efd; }
 unsigned tier_hot_inflight(const struct tier_hot *h) { return h->inflight; }
 void *tier_hot_emu_base(const struct tier_hot *h) { return h->emu; }
+
+int tier_hot_export(const struct tier_hot *h, struct tier_hot_export *out)
+{
+    *out = (struct tier_hot_export){ .kind = h->kind, .bytes = h->bytes, .fd = h->emu_fd };
+#ifdef KVT_HAVE_CUDA
+    if (h->cuda)
+        return hot_cuda_export(h->cuda, &out->device, out->ipc);
+#endif
+    return 0;
+}
 
 int tier_hot_register_host(struct tier_hot *h, void *base, uint64_t len)
 {

@@ -68,4 +68,20 @@ unsigned tier_hot_inflight(const struct tier_hot *h);
 /* The emulated backend's device memory, for tests (NULL with CUDA). */
 void *tier_hot_emu_base(const struct tier_hot *h);
 
+#define TIER_HOT_IPC_BYTES 64 /* sizeof(cudaIpcMemHandle_t) */
+
+/* How another process reaches the pool: the emulated one by mapping fd
+ * (owned by the device; pass it, do not close it), the CUDA one by opening
+ * the IPC handle (cudaIpcOpenMemHandle) on device. */
+struct tier_hot_export {
+    enum tier_hot_kind kind;
+    int device;                        /* CUDA ordinal */
+    int fd;                            /* EMU: the memfd of the pool; else -1 */
+    uint64_t bytes;
+    uint8_t ipc[TIER_HOT_IPC_BYTES];   /* CUDA: cudaIpcMemHandle_t of the pool */
+};
+
+/* Describe the pool for sharing. 0, or -EIO when CUDA refuses a handle. */
+int tier_hot_export(const struct tier_hot *h, struct tier_hot_export *out);
+
 #endif /* TIER_HOT_H */

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tier_hot_int.h"
 
@@ -91,6 +92,20 @@ int hot_cuda_register(void *ctx, void *base, uint64_t len)
     if (e != cudaSuccess)
         return cuda_err(e);
     c->registered = base;
+    return 0;
+}
+
+int hot_cuda_export(void *ctx, int *device, uint8_t *ipc)
+{
+    struct hot_cuda *c = ctx;
+    cudaIpcMemHandle_t hd;
+    cudaError_t e = cudaIpcGetMemHandle(&hd, c->pool);
+
+    _Static_assert(sizeof(hd) == TIER_HOT_IPC_BYTES, "CUDA IPC handle size");
+    if (e != cudaSuccess)
+        return cuda_err(e);
+    memcpy(ipc, &hd, sizeof(hd));
+    *device = c->device;
     return 0;
 }
 

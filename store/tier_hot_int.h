@@ -36,6 +36,7 @@ int hot_cuda_open(int device, uint64_t bytes, struct hot_done *q, void **ctx, ch
                   size_t why_len);
 void hot_cuda_close(void *ctx);
 int hot_cuda_register(void *ctx, void *base, uint64_t len);
+int hot_cuda_export(void *ctx, int *device, uint8_t *ipc);
 int hot_cuda_copy(void *ctx, bool to_device, uint64_t dev_off, void *host, uint64_t len,
                   struct hot_op *op);
 #endif

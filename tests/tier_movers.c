@@ -189,7 +189,7 @@ Test(movers, restart_serves_everything_from_cold)
     for (int i = 0; i < N; i++)
         cr_assert_eq(tiers[i], TIER_L_COLD);
     /* a prefetch starts the reads; the get then joins them */
-    cr_assert_eq(tier_prefetch(r.t, 1, BLK, k, 10), 10);
+    cr_assert_eq(tier_prefetch(r.t, 1, BLK, k, 10, 0), 10);
     for (int c = 0; c < N; c += 10)
         cr_assert_eq(get_chain(&r, k, c), 10, "chain %d after restart", c);
     rig_close(&r, false);
@@ -294,7 +294,7 @@ Test(movers, random_operations_with_cold_keep_every_invariant)
                 if (rnd(&s) % 4 == 0)
                     tier_remove(r.t, 1, k + at, n);
                 else
-                    tier_prefetch(r.t, 1, BLK, k + at, n);
+                    tier_prefetch(r.t, 1, BLK, k + at, n, 0);
                 break;
             }
             if (tier_check(r.t, r.why, sizeof(r.why)))
@@ -454,8 +454,32 @@ Test(movers, hot_blocks_go_down_to_warm_and_cold_and_come_back)
     with_hot = false;
 }
 
+/* Every byte a getter is handed is the block's own: in hot (leased in
+ * place), or in warm once it is there. */
+static void check_leased(struct rig *r, const struct tier_key *k, size_t at, int h,
+                         const uint32_t *ids, const uint64_t *offs, const uint8_t *tiers)
+{
+    for (int i = 0; i < h; i++) {
+        const uint8_t *p;
+        long bad;
+
+        if (tiers[i] == TIER_L_HOT)
+            p = (const uint8_t *)tier_hot_emu_base(r->hot) + offs[i];
+        else if (tier_ready(r->t, ids[i]))
+            p = (const uint8_t *)tier_pool_base(r->t) + offs[i];
+        else
+            continue; /* still on its way from disk or from hot */
+        bad = t_check(p, BLK, (uint64_t)(at + (size_t)i));
+        cr_assert_eq(bad, -1, "key %zu (%s): wrong byte at %ld", at + (size_t)i,
+                     tiers[i] == TIER_L_HOT ? "hot" : "warm", bad);
+    }
+    (void)k;
+}
+
 Test(movers, random_operations_with_hot_keep_every_invariant)
 {
+    uint64_t hot_promotions = 0, hot_hits = 0;
+
     with_hot = true;
     for (uint64_t seed = 11; seed <= 13; seed++) {
         struct rig r;
@@ -471,18 +495,27 @@ Test(movers, random_operations_with_hot_keep_every_invariant)
             size_t at = rnd(&s) % 64, n = 1 + rnd(&s) % 8;
             uint32_t ids[8], pending;
             uint64_t offs[8];
+            bool into_hot;
             int rc;
 
             if (at + n > 64)
                 n = 64 - at;
             switch (rnd(&s) % 7) {
             case 0: case 1: /* into hot or into warm */
-                if (rnd(&s) % 2)
+                into_hot = rnd(&s) % 2;
+                if (into_hot)
                     rc = tier_reserve_hot(r.t, 1, BLK, 1, at ? &k[at - 1] : NULL, k + at, n,
                                           ids, offs);
                 else
                     rc = tier_reserve(r.t, 1, BLK, 1, at ? &k[at - 1] : NULL, k + at, n, ids,
                                       offs);
+                for (int i = 0; rc > 0 && i < (int)n; i++) {
+                    uint8_t *base = into_hot ? (uint8_t *)tier_hot_emu_base(r.hot)
+                                              : (uint8_t *)tier_pool_base(r.t);
+
+                    if (ids[i] != TIER_NONE)
+                        t_fill(base + offs[i], BLK, (uint64_t)(at + (size_t)i));
+                }
                 if (rc > 0)
                     tier_commit(r.t, 1, BLK, 1, k + at, n);
                 else if (rc == 0)
@@ -490,11 +523,16 @@ Test(movers, random_operations_with_hot_keep_every_invariant)
                 break;
             case 2:
                 if (nl < 32) {
-                    int h = tier_get_async(r.t, 1, BLK, k + at, n, lease_ids[nl], offs, &r,
-                                           &pending);
+                    /* readers of hot in place, or of warm; some ask for hot */
+                    unsigned fl = (unsigned)(rnd(&s) % 4);
+                    uint8_t tiers[8];
+                    int h = tier_get_ex(r.t, 1, BLK, k + at, n, fl, lease_ids[nl], offs, tiers,
+                                        &r, &pending);
 
-                    if (h > 0)
+                    if (h > 0) {
+                        check_leased(&r, k, at, h, lease_ids[nl], offs, tiers);
                         lease_n[nl++] = h;
+                    }
                 } else {
                     int j = (int)(rnd(&s) % 32);
 
@@ -514,7 +552,7 @@ Test(movers, random_operations_with_hot_keep_every_invariant)
                 tier_remove(r.t, 1, k + at, n);
                 break;
             case 6:
-                tier_prefetch(r.t, 1, BLK, k + at, n);
+                tier_prefetch(r.t, 1, BLK, k + at, n, rnd(&s) % 2 ? TIER_GET_PROMOTE : 0);
                 break;
             }
             if (tier_check(r.t, r.why, sizeof(r.why)))
@@ -526,6 +564,8 @@ Test(movers, random_operations_with_hot_keep_every_invariant)
             tier_stats_get(r.t, &st);
             cr_assert_gt(st.evictions[TIER_L_HOT], 0, "seed %llu: nothing left hot",
                          (unsigned long long)seed);
+            hot_promotions += st.hot_promotions;
+            hot_hits += st.hits[TIER_L_HOT];
         }
         while (nl > 0) {
             nl--;
@@ -537,4 +577,6 @@ Test(movers, random_operations_with_hot_keep_every_invariant)
     }
     cold_bytes = 64u << 20;
     with_hot = false;
+    cr_assert_gt(hot_promotions, 0, "no block was copied up into hot");
+    cr_assert_gt(hot_hits, 0, "no block was read from hot");
 }

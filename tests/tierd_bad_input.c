@@ -756,6 +756,55 @@ Test(bad_input, keys_request_with_other_block_size_gets_eblocksize, .fini = fx_f
     check_served("block size mismatches");
 }
 
+Test(bad_input, hot_requests_without_attach_or_hot_tier_are_refused, .fini = fx_fini)
+{
+    static const char *const with_hot[] = { "--warm-bytes", "64M", "--no-mlock",
+                                            "--hot-bytes", "8M", NULL };
+    struct kvt_wire_ns_req model = test_model(BLK);
+    struct kvt_wire_hot_rep hot;
+    uint32_t ns_id, id;
+    size_t blen;
+    kvt_stats st;
+    int fd;
+
+    fx_start(with_hot, BLK, CHAIN);
+    fd = raw_open_hello();
+    ns_id = raw_ns_open(fd, &model, 0, "NS_OPEN");
+    /* hot slots before the pool is mapped: refused, the connection stays */
+    blen = keys_body(ns_id, 2, BLK, KVT_WIRE_KF_HOT, NULL, F.chain, 2);
+    keys_expect(fd, KVT_OP_PUT_RESERVE, blen, KVT_EPROTO, "PUT_RESERVE into hot unattached");
+    keys_expect(fd, KVT_OP_GET, blen, KVT_EPROTO, "GET of hot unattached");
+    blen = keys_body(ns_id, 2, BLK, KVT_WIRE_KF_PROMOTE | (KVT_LOOKUP_PREFETCH << 8), NULL,
+                     F.chain, 2);
+    keys_expect(fd, KVT_OP_LOOKUP, blen, KVT_EPROTO, "prefetch into hot unattached");
+    /* HOT_ATTACH carries no body */
+    id = raw_req(fd, KVT_OP_HOT_ATTACH, 0, msg, 8);
+    expect_reply(fd, KVT_OP_HOT_ATTACH, id, KVT_EPROTO, NULL, 0, "HOT_ATTACH with a body");
+    id = raw_req(fd, KVT_OP_HOT_ATTACH, 0, NULL, 0);
+    cr_assert_eq(expect_reply(fd, KVT_OP_HOT_ATTACH, id, 0, &hot, sizeof(hot), "HOT_ATTACH"),
+                 sizeof(hot));
+    cr_assert_eq(hot.kind, KVT_HOT_EMULATED);
+    cr_assert_geq(hot.bytes, 8u << 20);
+    st = raw_stats(fd, "STATS after hot requests");
+    cr_assert_eq(st.reserved, 0);
+    cr_assert_eq(st.leases_active, 0);
+    close(fd);
+    check_served("hot requests");
+}
+
+Test(bad_input, hot_attach_without_hot_tier_gets_eopnotsupp, .fini = fx_fini)
+{
+    uint32_t id;
+    int fd;
+
+    fx_start(pool64, BLK, CHAIN);
+    fd = raw_open_hello();
+    id = raw_req(fd, KVT_OP_HOT_ATTACH, 0, NULL, 0);
+    expect_reply(fd, KVT_OP_HOT_ATTACH, id, -EOPNOTSUPP, NULL, 0, "HOT_ATTACH, no hot tier");
+    close(fd);
+    check_served("hot attach without a hot tier");
+}
+
 /* ---- namespaces ------------------------------------------------------- */
 
 Test(bad_input, ns_open_with_bad_descriptor_gets_einval, .fini = fx_fini)

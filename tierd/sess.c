@@ -24,6 +24,7 @@
 #include "ev.h"
 #include "sess.h"
 #include "tier.h"
+#include "tier_hot.h"
 #include "tierd.h"
 
 struct lease {
@@ -46,9 +47,11 @@ struct pending {
     uint32_t waiting;        /* of those, still on their way */
     uint32_t fail_at;        /* first block lost (n: none) */
     uint64_t deadline_ms;    /* CLOCK_MONOTONIC ms; 0: none */
+    bool hot;                /* get: the client reads hot slots (tiers follow offs) */
     uint32_t *ids;           /* KVT_BATCH_MAX each, allocated on first use */
     uint64_t *offs;
     uint8_t *ready;
+    uint8_t *tiers;
 };
 
 struct sess {
@@ -58,6 +61,7 @@ struct sess {
     uid_t uid;                 /* SO_PEERCRED at accept */
     pid_t pid;
     bool hello;                /* HELLO done: the pool is mapped */
+    bool hot;                  /* HOT_ATTACH done: it may be handed hot slots */
     uint32_t *resv;            /* ids reserved; pruned after commit/abort */
     size_t nresv, resv_cap;
     size_t resv_live;          /* ids left after the last prune (>= 32) */
@@ -76,6 +80,7 @@ static _Alignas(16) uint8_t rbuf[KVT_WIRE_MSG_MAX + 64];
 static uint32_t ids_buf[KVT_BATCH_MAX];
 static uint64_t offs_buf[KVT_BATCH_MAX];
 static uint8_t tiers_buf[KVT_BATCH_MAX];
+static _Alignas(8) uint8_t get_buf[KVT_BATCH_MAX * (sizeof(uint64_t) + 1)];
 
 /* ---- lifecycle ------------------------------------------------------- */
 
@@ -92,6 +97,7 @@ static void sess_close(struct sess *s)
     free(s->pend.ids);
     free(s->pend.offs);
     free(s->pend.ready);
+    free(s->pend.tiers);
     for (size_t i = 0; i < s->nlease; i++) {
         tier_release(d->store, s->lease[i].ids, s->lease[i].n, true);
         back += s->lease[i].n;
@@ -168,6 +174,20 @@ static int reply_err(struct sess *s, const struct kvt_wire_hdr *req, int status)
     if (status == KVT_EPROTO)
         s->d->proto_errors++; /* every malformed message is counted, once */
     return reply(s, req, status, NULL, 0, NULL, 0, -1);
+}
+
+/* A get's reply: the lease, offs[hits], and for a client reading hot
+ * slots tiers[hits] (where each offset points). */
+static int reply_get(struct sess *s, const struct kvt_wire_hdr *req,
+                     const struct kvt_wire_get_rep *rep, const uint64_t *offs,
+                     const uint8_t *tiers)
+{
+    size_t olen = (size_t)rep->hits * sizeof(uint64_t);
+
+    memcpy(get_buf, offs, olen);
+    if (tiers)
+        memcpy(get_buf + olen, tiers, rep->hits);
+    return reply(s, req, 0, rep, sizeof(*rep), get_buf, olen + (tiers ? rep->hits : 0), -1);
 }
 
 /* ---- bookkeeping ------------------------------------------------------ */
@@ -279,8 +299,7 @@ static int finish_get(struct sess *s)
         rep.lease_id = l->id;
     }
     rep.hits = hits;
-    return reply(s, &p->hdr, 0, &rep, sizeof(rep), p->offs, (size_t)hits * sizeof(uint64_t),
-                 -1);
+    return reply_get(s, &p->hdr, &rep, p->offs, p->hot ? p->tiers : NULL);
 }
 
 /* Answer a durable commit once every write landed. */
@@ -301,12 +320,13 @@ static int pend_alloc(struct pending *p)
         p->ids = malloc(KVT_BATCH_MAX * sizeof(*p->ids));
         p->offs = malloc(KVT_BATCH_MAX * sizeof(*p->offs));
         p->ready = malloc(KVT_BATCH_MAX);
+        p->tiers = malloc(KVT_BATCH_MAX);
     }
-    return p->ids && p->offs && p->ready ? 0 : -ENOMEM;
+    return p->ids && p->offs && p->ready && p->tiers ? 0 : -ENOMEM;
 }
 
 static int wait_for_disk(struct sess *s, const struct kvt_wire_hdr *h, uint32_t n,
-                         uint32_t pending, uint32_t deadline_ms)
+                         uint32_t pending, uint32_t deadline_ms, bool hot)
 {
     struct pending *p = &s->pend;
 
@@ -320,8 +340,10 @@ static int wait_for_disk(struct sess *s, const struct kvt_wire_hdr *h, uint32_t 
     p->n = n;
     p->waiting = pending;
     p->fail_at = n;
+    p->hot = hot;
     memcpy(p->ids, ids_buf, n * sizeof(*p->ids));
     memcpy(p->offs, offs_buf, n * sizeof(*p->offs));
+    memcpy(p->tiers, tiers_buf, n);
     for (uint32_t i = 0; i < n; i++)
         p->ready[i] = tier_ready(s->d->store, ids_buf[i]);
     p->deadline_ms = deadline_ms ? tierd_now_ms() + deadline_ms : 0;
@@ -474,6 +496,30 @@ static int do_hello(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t 
     return reply(s, h, 0, &rep, sizeof(rep), NULL, 0, tier_pool_fd(s->d->store));
 }
 
+static int do_hot_attach(struct sess *s, const struct kvt_wire_hdr *h)
+{
+    struct kvt_wire_hot_rep rep = { 0 };
+    struct tier_hot_export ex;
+    int rc;
+
+    if (h->body_len)
+        return reply_err(s, h, KVT_EPROTO);
+    if (!s->d->hot)
+        return reply_err(s, h, -EOPNOTSUPP);
+    rc = tier_hot_export(s->d->hot, &ex);
+    if (rc < 0)
+        return reply_err(s, h, rc);
+    _Static_assert(sizeof(rep.ipc) == TIER_HOT_IPC_BYTES, "IPC handle size");
+    rep.kind = ex.kind == TIER_HOT_CUDA ? KVT_HOT_CUDA : KVT_HOT_EMULATED;
+    rep.device = ex.device;
+    rep.bytes = ex.bytes;
+    memcpy(rep.ipc, ex.ipc, sizeof(rep.ipc));
+    /* one tenant per daemon for now: every client may map the pool (the
+     * tenants issue restricts it to the pool's own tenant) */
+    s->hot = true;
+    return reply(s, h, 0, &rep, sizeof(rep), NULL, 0, ex.kind == TIER_HOT_EMU ? ex.fd : -1);
+}
+
 static int do_ns_open(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body)
 {
     struct kvt_wire_ns_req req;
@@ -507,7 +553,7 @@ static int commit_durable(struct sess *s, const struct kvt_wire_hdr *h, const st
      * waits for completions, and writes of this very batch may land (and be
      * reported here) before it returns */
     *p = (struct pending){ .active = true, .commit = true, .hdr = *h, .ids = p->ids,
-                           .offs = p->offs, .ready = p->ready };
+                           .offs = p->offs, .ready = p->ready, .tiers = p->tiers };
     memset(p->ready, 0, KVT_BATCH_MAX);
     rc = tier_commit_durable(s->d->store, k->ns_id, k->block_bytes, s->id, k->keys, k->n, s,
                              p->ids, &p->n);
@@ -533,18 +579,22 @@ static int do_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *
 
     if (rc < 0)
         return reply_err(s, h, rc);
+    /* hot slots only for a client that mapped the hot pool */
+    if ((k.flags & (KVT_WIRE_KF_HOT | KVT_WIRE_KF_PROMOTE)) && !s->hot)
+        return reply_err(s, h, KVT_EPROTO);
     switch (h->op) {
     case KVT_OP_LOOKUP: {
         struct kvt_wire_lookup_rep rep = { .n = k.n };
 
         rep.hits = (uint32_t)tier_lookup(t, k.ns_id, k.keys, k.n, tiers_buf);
         if ((k.flags >> 8) & KVT_LOOKUP_PREFETCH)
-            tier_prefetch(t, k.ns_id, k.block_bytes, k.keys, rep.hits);
+            tier_prefetch(t, k.ns_id, k.block_bytes, k.keys, rep.hits,
+                          k.flags & KVT_WIRE_KF_PROMOTE ? TIER_GET_PROMOTE : 0);
         return reply(s, h, 0, &rep, sizeof(rep), tiers_buf, k.n, -1);
     }
     case KVT_OP_PUT_RESERVE:
-        rc = tier_reserve(t, k.ns_id, k.block_bytes, s->id, k.parent, k.keys, k.n, ids_buf,
-                          offs_buf);
+        rc = (k.flags & KVT_WIRE_KF_HOT ? tier_reserve_hot : tier_reserve)(
+            t, k.ns_id, k.block_bytes, s->id, k.parent, k.keys, k.n, ids_buf, offs_buf);
         if (rc < 0)
             return reply_err(s, h, rc);
         if (remember_resv(s, ids_buf, k.n) < 0) {
@@ -574,15 +624,18 @@ static int do_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *
         if (s->nlease >= SESS_LEASES_MAX)
             return reply_err(s, h, -EBUSY);
         uint32_t pending;
+        bool hot = k.flags & KVT_WIRE_KF_HOT;
 
         if (s->pend.active)
             return reply_err(s, h, -EBUSY); /* one get at a time per client */
-        rc = tier_get_async(t, k.ns_id, k.block_bytes, k.keys, k.n, ids_buf, offs_buf, s,
-                            &pending);
+        rc = tier_get_ex(t, k.ns_id, k.block_bytes, k.keys, k.n,
+                         (hot ? TIER_GET_HOT : 0) |
+                             (k.flags & KVT_WIRE_KF_PROMOTE ? TIER_GET_PROMOTE : 0),
+                         ids_buf, offs_buf, tiers_buf, s, &pending);
         if (rc < 0)
             return reply_err(s, h, rc);
         if (pending > 0)
-            return wait_for_disk(s, h, (uint32_t)rc, pending, k.deadline_ms);
+            return wait_for_disk(s, h, (uint32_t)rc, pending, k.deadline_ms, hot);
         if (rc > 0) {
             l = new_lease(s, ids_buf, (uint32_t)rc);
             if (!l) {
@@ -592,7 +645,7 @@ static int do_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *
             rep.lease_id = l->id;
         }
         rep.hits = (uint32_t)rc;
-        return reply(s, h, 0, &rep, sizeof(rep), offs_buf, (size_t)rc * sizeof(uint64_t), -1);
+        return reply_get(s, h, &rep, offs_buf, hot ? tiers_buf : NULL);
     }
     }
     return reply_err(s, h, KVT_EPROTO);
@@ -644,6 +697,7 @@ static int do_stats(struct sess *s, const struct kvt_wire_hdr *h)
     st.index_bytes = ts.index_bytes;
     st.demotions = ts.demotions;
     st.promotions = ts.promotions;
+    st.hot_promotions = ts.hot_promotions;
     st.dropped = ts.dropped;
     st.checksum_errors = ts.checksum_errors;
     st.io_errors = ts.io_errors;
@@ -694,6 +748,8 @@ static int handle(struct sess *s, size_t len)
         return do_release(s, &h, body);
     case KVT_OP_STATS:
         return h.body_len ? reply_err(s, &h, KVT_EPROTO) : do_stats(s, &h);
+    case KVT_OP_HOT_ATTACH:
+        return do_hot_attach(s, &h);
     }
     return reply_err(s, &h, KVT_EPROTO);
 }

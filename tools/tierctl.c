@@ -278,6 +278,7 @@ static void print_table(const char *path, const kvt_stats *s)
            fmt_bytes(s->index_bytes, b1));
     printf("  %-18s %" PRIu64 " demoted, %" PRIu64 " promoted, %" PRIu64 " dropped\n",
            "warm <-> cold", s->demotions, s->promotions, s->dropped);
+    printf("  %-18s %" PRIu64 " copied up for getters\n", "warm -> hot", s->hot_promotions);
     printf("  %-18s %" PRIu64 " checksum, %" PRIu64 " I/O, %" PRIu64 " deadline misses\n",
            "cold errors", s->checksum_errors, s->io_errors, s->deadline_misses);
     printf("\n  %-5s %12s %11s %11s %7s %12s %11s %11s %11s\n", "tier", "blocks", "used",
@@ -315,9 +316,9 @@ static void print_json(const kvt_stats *s)
            s->index_entries, s->index_bytes);
     printf(",\"demotions\":%" PRIu64 ",\"promotions\":%" PRIu64 ",\"dropped\":%" PRIu64
            ",\"checksum_errors\":%" PRIu64 ",\"io_errors\":%" PRIu64
-           ",\"deadline_misses\":%" PRIu64 ",\"tiers\":{",
+           ",\"deadline_misses\":%" PRIu64 ",\"hot_promotions\":%" PRIu64 ",\"tiers\":{",
            s->demotions, s->promotions, s->dropped, s->checksum_errors, s->io_errors,
-           s->deadline_misses);
+           s->deadline_misses, s->hot_promotions);
     for (int i = KVT_TIER_HOT; i < KVT_TIER_COUNT; i++) {
         const kvt_tier_stats *t = &s->tier[i];
 
