@@ -3,7 +3,9 @@
  * offload_check.c - for a machine with a GPU (run by tests/gpu/run.sh):
  * kvt_offload / kvt_restore of a vLLM-layout cache in device memory,
  * through a private tierd: offload 64 blocks on a CUDA stream, restore them
- * into other block ids of a second device cache, compare on the host.
+ * into other block ids of a second device cache, compare on the host; once
+ * through the pinned warm pool (DMA), once through the hot pool opened by
+ * CUDA IPC (device to device; the blocks must be reported in hot).
  * Usage: offload_check <tierd binary> <temp dir>. Exit 0 ok, 1 mismatch,
  * 2 setup error.
  */
@@ -48,6 +50,25 @@ static void layout(struct kvk_layout *l, void **bases)
     };
 }
 
+/* Pages sids[i] of src equal pages dids[i] of dst, on every layer. */
+static int compare(void **src, void **dst, uint8_t *hsrc, uint8_t *hdst, const int64_t *sids,
+                   const int64_t *dids)
+{
+    for (int l = 0; l < LAYERS; l++) {
+        CK(cudaMemcpy(hsrc, src[l], LAYER_BYTES, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hdst, dst[l], LAYER_BYTES, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < N; i++)
+            for (int kv = 0; kv < 2; kv++)
+                if (memcmp(hdst + ((size_t)kv * NB + (size_t)dids[i]) * PAGE * ELEM,
+                           hsrc + ((size_t)kv * NB + (size_t)sids[i]) * PAGE * ELEM,
+                           PAGE * ELEM)) {
+                    printf("gpu: layer %d block %d %s differs\n", l, i, kv ? "V" : "K");
+                    return 1;
+                }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     char sock[256], data[256];
@@ -72,7 +93,7 @@ int main(int argc, char **argv)
     if (d == 0) {
         daemon_pid = 0;
         execl(argv[1], "tierd", "--socket", sock, "--data", data, "--warm-bytes", "1G",
-              "--cold-bytes", "1G", (char *)NULL);
+              "--cold-bytes", "1G", "--hot-bytes", "1G", (char *)NULL);
         _exit(127);
     }
     for (int i = 0; i < 500 && kvt_connect(sock, &c); i++)
@@ -105,26 +126,37 @@ int main(int argc, char **argv)
         sids[i] = (i * 37) % 128;
         dids[i] = 128 + (i * 11) % 128;
     }
-    rc = kvt_offload(ns, NULL, keys, N, &ls, sids, st);
-    printf("gpu: kvt_offload of %d blocks from device memory: %d\n", N, rc);
-    if (rc != N)
-        bad = 1;
-    rc = kvt_restore(ns, keys, N, &ld, dids, st);
-    printf("gpu: kvt_restore into other block ids: %d\n", rc);
-    if (rc != N)
-        bad = 1;
-    for (int l = 0; l < LAYERS && !bad; l++) {
-        CK(cudaMemcpy(hsrc, src[l], LAYER_BYTES, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(hdst, dst[l], LAYER_BYTES, cudaMemcpyDeviceToHost));
-        for (int i = 0; i < N && !bad; i++)
-            for (int kv = 0; kv < 2; kv++)
-                if (memcmp(hdst + ((size_t)kv * NB + (size_t)dids[i]) * PAGE * ELEM,
-                           hsrc + ((size_t)kv * NB + (size_t)sids[i]) * PAGE * ELEM,
-                           PAGE * ELEM)) {
-                    printf("gpu: layer %d block %d %s differs\n", l, i, kv ? "V" : "K");
-                    bad = 1;
-                    break;
-                }
+    for (int round = 0; round < 2 && !bad; round++) {
+        const char *via = round ? "hot" : "warm";
+        uint8_t tiers[N];
+        int in_hot = 0;
+
+        /* round 1: through the hot pool, a fresh chain */
+        if (round == 1) {
+            rc = kvt_ns_set_hot(ns, KVT_GET_HOT);
+            printf("gpu: kvt_ns_set_hot (CUDA IPC open of the hot pool): %d\n", rc);
+            if (rc)
+                return 1;
+            for (int i = 0; i < N; i++)
+                keys[i].b[1] = 0xa5;
+            for (int l = 0; l < LAYERS; l++)
+                CK(cudaMemset(dst[l], 0, LAYER_BYTES));
+        }
+        rc = kvt_offload(ns, NULL, keys, N, &ls, sids, st);
+        printf("gpu: [%s] kvt_offload of %d blocks from device memory: %d\n", via, N, rc);
+        if (rc != N)
+            bad = 1;
+        if (kvt_lookup(ns, keys, N, 0, tiers) == N)
+            for (int i = 0; i < N; i++)
+                in_hot += tiers[i] == KVT_TIER_HOT;
+        printf("gpu: [%s] blocks in hot after the offload: %d\n", via, in_hot);
+        if (round == 1 && in_hot != N)
+            bad = 1;
+        rc = kvt_restore(ns, keys, N, &ld, dids, st);
+        printf("gpu: [%s] kvt_restore into other block ids: %d\n", via, rc);
+        if (rc != N)
+            bad = 1;
+        bad |= compare(src, dst, hsrc, hdst, sids, dids);
     }
     printf("gpu: offload/restore through tierd on the device: %s\n", bad ? "FAILED" : "OK");
     kvt_close(c);

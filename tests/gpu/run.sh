@@ -9,7 +9,8 @@
 #  3. the hot tier's device tests on the CUDA backend instead of the
 #     emulated one;
 #  4. tests/gpu/offload_check.c: kvt_offload / kvt_restore of a device cache
-#     through a private tierd.
+#     through a private tierd, via the pinned warm pool and via the hot pool
+#     opened by CUDA IPC.
 # Prints what it measured; exits non-zero on any failure (77: no GPU).
 # Takes a few minutes at most on an H200.
 set -eu
@@ -36,7 +37,7 @@ KVT_TEST_HOT=cuda KVT_TEST_BIN="$PWD/build" KVT_TEST_SRC="$PWD" \
 CUDA_HOME=$(dirname "$(dirname "$NVCC")")
 cc -std=gnu11 -O2 -D_GNU_SOURCE -I"$CUDA_HOME/include" -Iclient -Ikernels \
     tests/gpu/offload_check.c build/libkvtier.a -L"$CUDA_HOME/lib64" -lcudart_static \
-    -ldl -lrt -lpthread -lstdc++ -lcrypto -o build/offload_check
+    -ldl -lrt -lpthread -lstdc++ -lcrypto -ljansson -o build/offload_check
 tmp=$(mktemp -d)
 timeout 120 build/offload_check "$PWD/build/tierd" "$tmp" || rc=$?
 rm -rf "$tmp"
