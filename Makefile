@@ -82,7 +82,7 @@ $(1)/kvcalc: $(1)/obj/tools/kvcalc.o $(1)/libkvtier.a
 	@$(if $(Q),echo "  LD      $$@")
 	$(Q)$(CC) $(2) -o $$@ $$^ $(6) $(LIBS) $(3)
 
-$(1)/kvreplay: $(1)/obj/tools/kvreplay.o $(1)/libkvtier.a $(1)/libstore.a
+$(1)/kvreplay: $(call obj,$(1),$(wildcard tools/kvreplay*.c)) $(1)/libkvtier.a $(1)/libstore.a
 	@$(if $(Q),echo "  LD      $$@")
 	$(Q)$(CC) $(2) -o $$@ $$^ $(4) $(6) $(LIBS) -lm $(3)
 
@@ -94,7 +94,7 @@ endef
 $(eval $(call flavour,build,$(CFLAGS_REL) $(CUDA_CFLAGS),,$(STORE_LIBS) $(CUDA_LIBS),$(CUDA_OBJS),$(CUDA_LIBS)))
 $(eval $(call flavour,build-san,$(CFLAGS_SAN),-fsanitize=address$(comma)undefined,$(STORE_LIBS)))
 
-BINS     = tierd tierctl libkvtier.a libkvtier.so
+BINS     = tierd tierctl kvcalc libkvtier.a libkvtier.so
 REL_BINS = $(addprefix build/,$(BINS))
 SAN_BINS = $(addprefix build-san/,$(BINS))
 

@@ -306,6 +306,160 @@ int kvt_restore(kvt_ns *ns, const kvt_key *keys, size_t n, const struct kvk_layo
  * number removed. */
 int kvt_remove(kvt_ns *ns, const kvt_key *keys, size_t n);
 
+/* ---- a model's KV cache, from its config.json ------------------------- */
+
+/* What a model's KV cache costs, read from its Hugging Face config.json:
+ * groups of layers (full, sliding-window, MLA, indexer, recurrent state,
+ * none), bytes per token, fixed bytes per sequence, and the size of a tier
+ * block. kvcalc and a namespace's block_bytes both come from here, so the
+ * two never disagree. Needs no daemon. */
+
+/* What a group of layers keeps per sequence. */
+enum kvt_layer_kind {
+    KVT_LAYER_FULL = 0,    /* full attention: K and V of every token */
+    KVT_LAYER_MLA = 1,     /* multi-head latent attention: one latent of
+                              kv_lora_rank + qk_rope_head_dim per token, no V */
+    KVT_LAYER_INDEX = 2,   /* sparse-attention indexer keys (DeepSeek-V3.2): one
+                              key per token in the same layers as the MLA group */
+    KVT_LAYER_SLIDING = 3, /* sliding window: K and V of the last `window` tokens */
+    KVT_LAYER_STATE = 4,   /* linear attention / state space: a fixed recurrent
+                              state per sequence, nothing per token */
+    KVT_LAYER_NONE = 5,    /* no cache at all (MLP-only layers of a hybrid) */
+    KVT_LAYER_KINDS = 6,
+};
+
+/* One group of layers of the same kind and shape. */
+struct kvt_layer_group {
+    enum kvt_layer_kind kind;
+    const char *name;     /* static string: "full_attention", "mla", "indexer",
+                             "sliding_attention", "gated_deltanet", "mamba2",
+                             "mamba1", "mlp" */
+    uint32_t layers;      /* layers in the group, >= 1 */
+    uint32_t kv_heads;    /* KV heads per layer (1 for MLA and indexer; 0 for
+                             STATE and NONE) */
+    uint32_t head_dim;    /* elements per head; the latent size for MLA */
+    uint32_t n_kv;        /* tensors per token: 2 (K and V), 1 (MLA, indexer),
+                             0 (STATE, NONE) */
+    uint32_t elem_bytes;  /* bytes per K/V element (1, 2 or 4); 0 for STATE/NONE */
+    uint32_t window;      /* SLIDING: window in tokens; else 0 */
+    uint64_t state_bytes; /* STATE: estimated bytes per layer and sequence
+                             (conv state in the config's dtype + recurrent state
+                             in the SSM dtype, vLLM's layout); else 0 */
+};
+
+/* Notes on how a config was read (kvt_model_desc.notes), for reports. */
+enum {
+    KVT_MODEL_NOTE_DTYPE_ASSUMED = 1u << 0, /* config names no dtype: bf16 assumed */
+    KVT_MODEL_NOTE_WINDOW_UNUSED = 1u << 1, /* sliding_window given but turned off */
+    KVT_MODEL_NOTE_K_EQ_V = 1u << 2,        /* attention_k_eq_v: counted as separate
+                                               K and V all the same */
+    KVT_MODEL_NOTE_MTP = 1u << 3,           /* extra MTP / next-n layers not counted */
+    KVT_MODEL_NOTE_STATE_EST = 1u << 4,     /* state bytes are an estimate */
+};
+
+#define KVT_MODEL_GROUPS_MAX KVT_LAYER_KINDS /* at most one group per kind */
+
+/*
+ * A model's KV-cache description. Plain data: no pointers to free, copy it
+ * freely. Groups come in the order of enum kvt_layer_kind (the per-token
+ * ones first). Fill it with kvt_model_parse_json() / kvt_model_parse_file().
+ */
+struct kvt_model_desc {
+    char model_type[48];   /* config's model_type (text tower's if nested), or "" */
+    char dtype[8];         /* KV dtype: "bf16", "fp16", "fp8" or "fp32" */
+    char config_dtype[24]; /* torch_dtype / dtype as the config spells it, or "" */
+    uint32_t elem_bytes;   /* bytes per KV element of dtype */
+    uint32_t num_layers;   /* num_hidden_layers */
+    uint32_t max_model_len; /* max_position_embeddings, 0 when absent */
+    unsigned notes;        /* KVT_MODEL_NOTE_* */
+    uint32_t n_groups;     /* groups used, 1..KVT_MODEL_GROUPS_MAX */
+    struct kvt_layer_group group[KVT_MODEL_GROUPS_MAX];
+};
+
+/*
+ * Read a config.json held in memory (text[0..len), need not end in NUL).
+ * Fields under "text_config" win over top-level ones. The literal tokens
+ * Infinity, -Infinity and NaN outside strings (Python's json writes them)
+ * are read as +-1e308 and null. The KV dtype is the config's (bf16 when it
+ * names none; see kvt_model_set_dtype() to change it).
+ * out:     filled on success; unspecified on failure.
+ * err:     on failure, a one-line message naming the field, or the line and
+ *          column of a syntax error (NUL-terminated, truncated to err_cap);
+ *          may be NULL when err_cap is 0.
+ * Returns 0, -EINVAL (bad JSON, missing or invalid field), -ENOMEM.
+ */
+int kvt_model_parse_json(const char *text, size_t len, struct kvt_model_desc *out, char *err,
+                         size_t err_cap);
+
+/*
+ * kvt_model_parse_json() on the contents of the file at path. Errors as
+ * there, plus a negated errno when the file cannot be read (err says which
+ * file and why) and -EFBIG over 16 MiB.
+ */
+int kvt_model_parse_file(const char *path, struct kvt_model_desc *out, char *err,
+                         size_t err_cap);
+
+/* Change the KV dtype: "bf16", "fp16", "fp8" or "fp32" (also "bfloat16",
+ * "float16", "float32"). Recurrent state keeps the config's dtype. Returns 0
+ * or -EINVAL for an unknown name (m unchanged). */
+int kvt_model_set_dtype(struct kvt_model_desc *m, const char *dtype);
+
+/* Bytes one token adds to one layer group's cache (all its layers): 0 for
+ * SLIDING (bounded, see kvt_layer_group_fixed_bytes), STATE and NONE. */
+uint64_t kvt_layer_group_token_bytes(const struct kvt_layer_group *g);
+
+/* Fixed bytes per sequence of a group: a full window for SLIDING, the state
+ * estimate for STATE, else 0. Saturates at UINT64_MAX. */
+uint64_t kvt_layer_group_fixed_bytes(const struct kvt_layer_group *g);
+
+/* Bytes per token of the layers that grow with the sequence (FULL, MLA,
+ * INDEX). */
+uint64_t kvt_model_token_bytes(const struct kvt_model_desc *m);
+
+/* Fixed bytes per sequence of the sliding layers (each at its full window). */
+uint64_t kvt_model_window_bytes(const struct kvt_model_desc *m);
+
+/* Estimated recurrent-state bytes per sequence of the STATE layers. */
+uint64_t kvt_model_state_bytes(const struct kvt_model_desc *m);
+
+/* Bytes one sequence of `tokens` tokens holds: growing layers for every
+ * token, sliding layers for min(window, tokens), plus the state. Saturates
+ * at UINT64_MAX. */
+uint64_t kvt_model_seq_bytes(const struct kvt_model_desc *m, uint64_t tokens);
+
+/*
+ * Bytes of one tier block of block_tokens tokens for one tensor-parallel
+ * rank of tp_size (1: the whole model). The block holds every layer with
+ * per-token K/V (FULL, MLA, INDEX and SLIDING: a restored prefix needs the
+ * sliding layers too), in the tier block format of kv_layout.h: per layer
+ * n_kv * block_tokens * kv_heads * head_dim * elem_bytes. KV heads are
+ * split across ranks (replicated when tp_size exceeds them); MLA latents
+ * and indexer keys are replicated. STATE layers are not in blocks.
+ * Returns 0 when no block is possible: block_tokens or tp_size 0, tp_size
+ * not dividing (nor a multiple of) a group's kv_heads, no per-token layers,
+ * or overflow.
+ */
+uint64_t kvt_model_block_bytes(const struct kvt_model_desc *m, uint32_t block_tokens,
+                               uint32_t tp_size);
+
+/*
+ * Fill ns->block_tokens, ns->block_bytes and ns->dtype for a namespace of
+ * this model, from block_tokens and ns->tp_size (0 is taken as 1). The
+ * other fields (model_id, layout, tp_rank) are the caller's. ns->dtype
+ * points into m: m must outlive ns's use. Returns 0, or -EINVAL when
+ * kvt_model_block_bytes() gives 0 or the block exceeds KVT_BLOCK_MAX
+ * (ns unchanged then).
+ */
+int kvt_model_fill_ns(const struct kvt_model_desc *m, uint32_t block_tokens, kvt_model *ns);
+
+/* Static name of a kind: "full", "mla", "indexer", "sliding", "state",
+ * "none", or "?" for an unknown value. */
+const char *kvt_layer_kind_name(enum kvt_layer_kind kind);
+
+/* The group of that kind in m, or NULL. */
+const struct kvt_layer_group *kvt_model_group(const struct kvt_model_desc *m,
+                                              enum kvt_layer_kind kind);
+
 /* ---- statistics ------------------------------------------------------ */
 
 typedef struct kvt_tier_stats {
