@@ -30,12 +30,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "idx.h"
 #include "tier.h"
 #include "tier_cold.h"
 #include "tier_hot.h"
 #include "tier_ram.h"
+#include "tier_why.h"
 
 struct lru {
     uint32_t head, tail; /* most / least recently used leaf of a list */
@@ -80,6 +82,7 @@ struct tier {
     struct tier_cold *cold;           /* NULL: no tier below warm */
     bool write_through;
     struct move *moves;               /* moves in flight */
+    struct tier_why *why;             /* what happened to blocks that are gone */
     struct tier_cfg cfg;              /* callbacks */
     struct tier_stats st;             /* counters; gauges filled in tier_stats_get */
 };
@@ -112,6 +115,9 @@ int tier_create(const struct tier_cfg *cfg, struct tier **out)
     rc = idx_create(1024, &t->idx);
     if (rc < 0)
         goto out_free;
+    rc = tier_why_create(cfg->why_events ? cfg->why_events : 65536, &t->why);
+    if (rc < 0)
+        goto out_idx;
     rc = tier_ram_open(&rc_cfg, &t->ram);
     if (rc < 0)
         goto out_idx;
@@ -141,6 +147,7 @@ int tier_create(const struct tier_cfg *cfg, struct tier **out)
     *out = t;
     return 0;
 out_idx:
+    tier_why_destroy(t->why);
     idx_destroy(t->idx);
 out_free:
     free(t);
@@ -161,6 +168,7 @@ void tier_destroy(struct tier *t)
     }
     tier_ram_close(t->hram);
     tier_ram_close(t->ram);
+    tier_why_destroy(t->why);
     idx_destroy(t->idx);
     free(t);
 }
@@ -173,6 +181,22 @@ uint64_t tier_block_max(const struct tier *t) { return tier_ram_seg_bytes(t->ram
 static uint8_t *slot_ptr(const struct tier *t, const struct idx_entry *e)
 {
     return (uint8_t *)tier_ram_base(t->ram) + e->off;
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts); /* ms granularity is plenty; no syscall */
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* id's data is gone for reason ev (enum tier_event), from tier lvl. */
+static void remember(struct tier *t, uint32_t id, uint8_t ev, uint8_t lvl)
+{
+    const struct idx_entry *e = idx_at(t->idx, id);
+
+    tier_why_put(t->why, e->ns, &e->key, ev, lvl, now_ms());
 }
 
 /* ---- LRU of leaves ---------------------------------------------------- */
@@ -392,6 +416,7 @@ static void leave_warm(struct tier *t, uint32_t id)
     warm_lose(t, id, true);
     if (!(idx_at(t->idx, id)->flags & IDX_F_COLD)) {
         t->st.dropped++;
+        remember(t, id, TIER_EV_DROPPED, TIER_L_WARM);
         forget(t, id, true);
     } else {
         settle(t, id, false); /* a disk-only leaf now: newest on the cold list */
@@ -414,6 +439,7 @@ static int cold_make_room(struct tier *t)
     lru_unlink(t, v);
     t->st.blocks[TIER_L_COLD]--;
     t->st.evictions[TIER_L_COLD]++;
+    remember(t, v, TIER_EV_EVICTED, TIER_L_COLD);
     forget(t, v, true);
     return 0;
 }
@@ -849,6 +875,8 @@ static void on_promoted(void *ctx, int rc)
         if (rc != -EIO || !tier_cold_has(t->cold, e->ns, &e->key)) {
             if (e->flags & IDX_F_COLD)
                 t->st.blocks[TIER_L_COLD]--;
+            remember(t, m->id, rc == -EBADMSG ? TIER_EV_CHECKSUM : TIER_EV_IO_ERROR,
+                     TIER_L_COLD);
             forget(t, m->id, false);
         } else {
             settle(t, m->id, false);
@@ -968,6 +996,35 @@ int tier_poll(struct tier *t, bool wait)
 size_t tier_lookup(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
                    uint8_t *tiers)
 {
+    return tier_lookup_why(t, ns, keys, n, tiers, NULL);
+}
+
+/* Why key is a miss: its state now, else what last happened to it. */
+static void miss_cause(struct tier *t, uint32_t ns, const struct tier_key *key, bool broken,
+                       struct tier_misses *why, uint64_t now)
+{
+    uint32_t id = idx_find(t->idx, ns, key);
+    uint8_t ev = TIER_EV_NONE, lvl;
+    uint64_t at;
+
+    if (id != TIER_NONE && idx_at(t->idx, id)->state == IDX_COMMITTED) {
+        why->cause[broken ? TIER_MISS_BROKEN : TIER_EV_NONE]++;
+        return;
+    }
+    if (id != TIER_NONE && idx_at(t->idx, id)->state == IDX_RESERVED) {
+        why->cause[TIER_MISS_WRITING]++;
+        return;
+    }
+    if (!tier_why_find(t->why, ns, key, &ev, &lvl, &at))
+        ev = TIER_EV_NONE;
+    why->cause[ev]++;
+    if (ev == TIER_EV_DROPPED || ev == TIER_EV_EVICTED)
+        why->evicted_age_ms += now - at;
+}
+
+size_t tier_lookup_why(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
+                       uint8_t *tiers, struct tier_misses *why)
+{
     size_t hits = 0, i;
     bool leading = true;
 
@@ -994,7 +1051,40 @@ size_t tier_lookup(struct tier *t, uint32_t ns, const struct tier_key *keys, siz
     t->st.lookup_keys += n;
     t->st.lookup_hits += hits;
     t->st.misses += n - hits;
+    if (why && hits < n) {
+        uint64_t now = now_ms();
+
+        /* O(misses): only lookups that miss pay for their diagnosis */
+        for (size_t j = hits; j < n; j++)
+            miss_cause(t, ns, &keys[j], j > hits, why, now);
+    }
     return hits;
+}
+
+void tier_story_get(struct tier *t, uint32_t ns, const struct tier_key *key,
+                    struct tier_story *out)
+{
+    uint32_t id = idx_find(t->idx, ns, key);
+    uint64_t at;
+
+    *out = (struct tier_story){ 0 };
+    if (id != TIER_NONE && idx_at(t->idx, id)->state == IDX_COMMITTED) {
+        const struct idx_entry *e = idx_at(t->idx, id);
+
+        out->present = true;
+        out->level = e->level;
+        out->on_disk = e->flags & IDX_F_COLD;
+        out->leases = e->leases;
+        out->chain_ok = e->parent == TIER_NONE ||
+                        idx_at(t->idx, e->parent)->state == IDX_COMMITTED;
+        return;
+    }
+    if (id != TIER_NONE && idx_at(t->idx, id)->state == IDX_RESERVED) {
+        out->writing = true;
+        return;
+    }
+    if (tier_why_find(t->why, ns, key, &out->event, &out->event_level, &at))
+        out->event_age_ms = now_ms() - at;
 }
 
 /* Undo one reservation: the slot goes back; the entry too, unless children
@@ -1005,6 +1095,7 @@ static void drop_reserved(struct tier *t, uint32_t id)
 
     tier_ram_free(e->level == TIER_L_HOT ? t->hram : t->ram, e->off);
     t->st.reserved--;
+    remember(t, id, TIER_EV_ABORTED, e->level);
     warm_lose(t, id, false);
     forget(t, id, false);
 }
@@ -1395,6 +1486,7 @@ size_t tier_remove(struct tier *t, uint32_t ns, const struct tier_key *keys, siz
             t->st.blocks[TIER_L_WARM]--;
             warm_lose(t, id, true);
         }
+        remember(t, id, TIER_EV_REMOVED, idx_at(t->idx, id)->level);
         forget(t, id, true);
         t->st.removes++;
         done++;

@@ -55,6 +55,45 @@ struct tier_cfg {
     void *evict_ctx;
     void (*log)(void *ctx, const char *msg); /* warnings; NULL: silent */
     void *log_ctx;
+    uint32_t why_events;     /* events remembered for miss attribution (0: 65536) */
+};
+
+/* What last happened to a block that is gone (miss attribution). */
+enum tier_event {
+    TIER_EV_NONE = 0,     /* nothing remembered: never stored, or forgotten since */
+    TIER_EV_DROPPED = 1,  /* left warm (or hot) with no copy on disk: evicted */
+    TIER_EV_EVICTED = 2,  /* evicted from the disk to make room */
+    TIER_EV_CHECKSUM = 3, /* read back from disk with wrong bytes: dropped */
+    TIER_EV_IO_ERROR = 4, /* could not be read back from disk: dropped */
+    TIER_EV_REMOVED = 5,  /* removed by a client */
+    TIER_EV_ABORTED = 6,  /* reserved and never committed (aborted, or its client died) */
+    TIER_EV_N = 7,
+};
+
+/* Why keys missed, by cause: an event above (index = enum tier_event;
+ * TIER_EV_NONE: never stored or forgotten), or one of these. */
+enum {
+    TIER_MISS_WRITING = TIER_EV_N,  /* being written by a client, not committed yet */
+    TIER_MISS_BROKEN = TIER_EV_N + 1, /* present, but a block before it in the chain is not */
+    TIER_MISS_N = TIER_EV_N + 2,
+};
+
+struct tier_misses {
+    uint64_t cause[TIER_MISS_N];
+    uint64_t evicted_age_ms; /* sum over DROPPED and EVICTED misses of the time since */
+};
+
+/* One key's story (tierctl why). */
+struct tier_story {
+    bool present;         /* committed: level says where */
+    bool writing;         /* reserved by a client, not committed yet */
+    uint8_t level;        /* TIER_L_* when present */
+    bool on_disk;         /* present with a durable copy */
+    bool chain_ok;        /* present and its parent (if known) present too */
+    uint32_t leases;      /* getters holding it now */
+    uint8_t event;        /* absent: enum tier_event (TIER_EV_NONE: nothing known) */
+    uint8_t event_level;  /* the tier it left */
+    uint64_t event_age_ms;
 };
 
 struct tier_stats {
@@ -96,6 +135,15 @@ uint64_t tier_block_max(const struct tier *t);
  * tiers (NULL or n entries) gets each key's level. Counts hits/misses. */
 size_t tier_lookup(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
                    uint8_t *tiers);
+/* tier_lookup that also adds to *why the cause of each missed key (every
+ * key after the leading run): what last happened to it, or that it is
+ * present behind a missing block (a broken chain). */
+size_t tier_lookup_why(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
+                       uint8_t *tiers, struct tier_misses *why);
+
+/* What the store knows of (ns, key) now. */
+void tier_story_get(struct tier *t, uint32_t ns, const struct tier_key *key,
+                    struct tier_story *out);
 
 /* Reserve slots for keys[0..n) of ns, blocks of block_bytes, owned by
  * `owner` until committed or aborted. parent (NULL: none) is the key before

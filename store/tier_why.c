@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tier_why.c - the bounded event memory of tier_why.h.
+ *
+ * Slots are probed linearly over PROBE entries from the key's home slot. A
+ * put finds the key's own slot, else an empty one, else evicts the oldest
+ * event of the window: O(PROBE) whatever the load, and a key's event is
+ * always found within the window it was put in.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tier_why.h"
+
+#define PROBE 8
+
+struct ev {
+    struct tier_key key;
+    uint32_t ns;
+    uint8_t used, event, level, pad;
+    uint64_t at_ms;
+};
+_Static_assert(sizeof(struct ev) == 48, "48 bytes per remembered event");
+
+struct tier_why {
+    struct ev *ev;
+    uint32_t mask; /* capacity - 1 */
+    uint32_t count;
+};
+
+int tier_why_create(uint32_t events, struct tier_why **out)
+{
+    struct tier_why *w = calloc(1, sizeof(*w));
+    uint32_t cap = 64;
+
+    if (!w)
+        return -ENOMEM;
+    while (cap < events && cap < (1u << 30))
+        cap <<= 1;
+    w->ev = calloc(cap, sizeof(*w->ev));
+    if (!w->ev) {
+        free(w);
+        return -ENOMEM;
+    }
+    w->mask = cap - 1;
+    *out = w;
+    return 0;
+}
+
+void tier_why_destroy(struct tier_why *w)
+{
+    if (!w)
+        return;
+    free(w->ev);
+    free(w);
+}
+
+/* Keys are SHA-256 outputs: their first bytes are already uniform. */
+static uint32_t home(const struct tier_why *w, uint32_t ns, const struct tier_key *key)
+{
+    uint32_t h;
+
+    memcpy(&h, key->b, sizeof(h));
+    return (h ^ (ns * 0x9e3779b1u)) & w->mask;
+}
+
+static bool same(const struct ev *e, uint32_t ns, const struct tier_key *key)
+{
+    return e->used && e->ns == ns && memcmp(e->key.b, key->b, TIER_KEY_BYTES) == 0;
+}
+
+void tier_why_put(struct tier_why *w, uint32_t ns, const struct tier_key *key, uint8_t ev,
+                  uint8_t lvl, uint64_t now_ms)
+{
+    uint32_t at = home(w, ns, key), pick = UINT32_MAX;
+
+    for (uint32_t i = 0; i < PROBE; i++) {
+        uint32_t s = (at + i) & w->mask;
+        struct ev *e = &w->ev[s];
+
+        if (same(e, ns, key)) {
+            pick = s;
+            break;
+        }
+        if (!e->used) {
+            if (pick == UINT32_MAX || w->ev[pick].used)
+                pick = s; /* the first empty slot, unless the key is further on */
+        } else if (pick == UINT32_MAX || (w->ev[pick].used && e->at_ms < w->ev[pick].at_ms)) {
+            pick = s;
+        }
+    }
+    if (!w->ev[pick].used)
+        w->count++;
+    w->ev[pick] = (struct ev){ .key = *key, .ns = ns, .used = 1, .event = ev, .level = lvl,
+                               .at_ms = now_ms };
+}
+
+bool tier_why_find(const struct tier_why *w, uint32_t ns, const struct tier_key *key,
+                   uint8_t *ev, uint8_t *lvl, uint64_t *at_ms)
+{
+    uint32_t at = home(w, ns, key);
+
+    for (uint32_t i = 0; i < PROBE; i++) {
+        const struct ev *e = &w->ev[(at + i) & w->mask];
+
+        if (same(e, ns, key)) {
+            *ev = e->event;
+            *lvl = e->level;
+            *at_ms = e->at_ms;
+            return true;
+        }
+    }
+    return false;
+}
+
+uint32_t tier_why_count(const struct tier_why *w) { return w->count; }
+uint32_t tier_why_capacity(const struct tier_why *w) { return w->mask + 1; }
