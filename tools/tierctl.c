@@ -3,16 +3,20 @@
  * tierctl.c - the operator's command line for kvtier.
  *
  * `hash` prints the block keys of a token sequence (no daemon needed);
- * `stats` prints tierd's counters as a table or as JSON. tierctl only reads:
- * it never changes what tierd stores. Exit codes come from sysexits.h.
+ * `stats` prints tierd's counters as a table or as JSON; `top` refreshes a
+ * live view of them; `health` answers for scripts. Exit codes come from
+ * sysexits.h.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sysexits.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "kvtier.h"
 
@@ -28,6 +32,12 @@ static const char usage_text[] =
     "  stats [--json] [--socket PATH]\n"
     "      Print tierd's counters, as a table or as one JSON object. PATH\n"
     "      defaults to $KVTIER_SOCKET, else " KVT_DEFAULT_SOCKET ".\n"
+    "  top [--interval SEC] [--count N] [--socket PATH]\n"
+    "      A live view, refreshed every SEC seconds (default 1): request and\n"
+    "      hit rates, each tier's occupancy and traffic, errors. Runs until\n"
+    "      interrupted, or N refreshes.\n"
+    "  health [--socket PATH]\n"
+    "      Exit 0 and print one line when tierd answers; 69 when it does not.\n"
     "\n"
     "exit status: 0 ok, 64 usage, 65 bad token ids, 69 tierd unreachable,\n"
     "74 i/o error, 76 protocol error.\n";
@@ -401,6 +411,203 @@ static int cmd_stats(int argc, char *argv[])
     return 0;
 }
 
+/* ---- top and health ----------------------------------------------------- */
+
+/* Connect to path (NULL: the default) and read the counters; a sysexits
+ * code after printing why, or 0. */
+static int fetch(const char *path, kvt_client **c, kvt_stats *st)
+{
+    int err = *c ? 0 : kvt_connect(path, c);
+
+    if (err < 0)
+        return unreachable(path, err);
+    err = kvt_stats_get(*c, st);
+    if (err < 0) {
+        fprintf(stderr, "tierctl: stats from tierd at %s: %s\n", path, kvt_strerror(err));
+        kvt_close(*c);
+        *c = NULL;
+        return err == KVT_EDISCONNECTED || err == -ETIMEDOUT ? EX_UNAVAILABLE : EX_PROTOCOL;
+    }
+    return 0;
+}
+
+/* A bar of width w, filled part/whole. */
+static const char *bar(uint64_t part, uint64_t whole, char *buf, int w)
+{
+    int fill = whole ? (int)((double)w * (double)part / (double)whole + 0.5) : 0;
+
+    for (int i = 0; i < w; i++)
+        buf[i] = i < fill ? '#' : '.';
+    buf[w] = '\0';
+    return buf;
+}
+
+/* One screen of top: now s, and rates against the previous sample p
+ * (NULL: the first screen, counters since start), dt seconds apart. */
+static void print_top(const char *path, const kvt_stats *s, const kvt_stats *p, double dt)
+{
+    static const kvt_stats zero;
+    char b1[16], b2[16], b3[16], b4[16], bb[32];
+    uint64_t secs = s->uptime_ms / 1000;
+    double per;
+
+    if (!p) {
+        p = &zero;
+        dt = (double)s->uptime_ms / 1000.0;
+    }
+    per = dt > 0 ? 1.0 / dt : 0;
+#define RATE(f) ((double)(s->f - p->f) * per)
+    printf("tierd at %s  up %" PRIu64 ":%02" PRIu64 ":%02" PRIu64 "  clients %" PRIu32
+           "  namespaces %" PRIu32 "\n",
+           path, secs / 3600, secs / 60 % 60, secs % 60, s->clients, s->namespaces);
+    printf("  lookups %9.0f/s  keys %10.0f/s  hit rate %s (interval)  %s (all)\n",
+           RATE(lookups), RATE(lookup_keys),
+           fmt_pct(s->lookup_hits - p->lookup_hits, s->lookup_keys - p->lookup_keys, b1),
+           fmt_pct(s->lookup_hits, s->lookup_keys, b2));
+    printf("  puts    %9.0f/s  blocks %8.0f/s  gets %9.0f/s  blocks %8.0f/s\n", RATE(puts),
+           RATE(put_blocks), RATE(gets), RATE(get_blocks));
+    printf("  leases %" PRIu64 "  reserved %" PRIu64 "  demotions %.0f/s  promotions %.0f/s"
+           "  to hot %.0f/s  dropped %.0f/s\n",
+           s->leases_active, s->reserved, RATE(demotions), RATE(promotions),
+           RATE(hot_promotions), RATE(dropped));
+    printf("\n  %-5s %-22s %7s %11s %11s %10s %11s %11s\n", "tier", "occupancy", "use", "used",
+           "blocks", "hits/s", "in/s", "out/s");
+    for (int i = KVT_TIER_HOT; i < KVT_TIER_COUNT; i++) {
+        const kvt_tier_stats *t = &s->tier[i], *q = &p->tier[i];
+
+        if (!t->bytes_capacity) {
+            printf("  %-5s (none)\n", tier_names[i]);
+            continue;
+        }
+        printf("  %-5s [%s] %7s %11s %11" PRIu64 " %10.0f %9s/s %9s/s\n", tier_names[i],
+               bar(t->bytes_used, t->bytes_capacity, bb, 20),
+               fmt_pct(t->bytes_used, t->bytes_capacity, b1), fmt_bytes(t->bytes_used, b2),
+               t->blocks, (double)(t->hits - q->hits) * per,
+               fmt_bytes((uint64_t)((double)(t->bytes_in - q->bytes_in) * per), b3),
+               fmt_bytes((uint64_t)((double)(t->bytes_out - q->bytes_out) * per), b4));
+    }
+    printf("\n  errors: checksum %" PRIu64 "  i/o %" PRIu64 "  deadline misses %" PRIu64
+           "  protocol %" PRIu64 "\n",
+           s->checksum_errors, s->io_errors, s->deadline_misses, s->proto_errors);
+#undef RATE
+}
+
+static int cmd_top(int argc, char *argv[])
+{
+    static const struct option longopts[] = {
+        {"interval", required_argument, NULL, 'i'},
+        {"count", required_argument, NULL, 'n'},
+        {"socket", required_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *path = NULL;
+    double interval = 1.0;
+    long count = -1;
+    kvt_client *c = NULL;
+    kvt_stats cur, prev;
+    bool tty = isatty(STDOUT_FILENO);
+    int opt, rc;
+    char *end;
+
+    while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'i':
+            interval = strtod(optarg, &end);
+            if (*end || !(interval >= 0.05 && interval <= 3600)) {
+                fprintf(stderr, "tierctl top: --interval '%s': seconds from 0.05 to 3600\n",
+                        optarg);
+                return EX_USAGE;
+            }
+            break;
+        case 'n':
+            count = strtol(optarg, &end, 10);
+            if (*end || count < 1) {
+                fprintf(stderr, "tierctl top: --count '%s': a positive number\n", optarg);
+                return EX_USAGE;
+            }
+            break;
+        case 's':
+            path = optarg;
+            break;
+        case 'h':
+            return usage();
+        default:
+            return bad_option("top", opt, argv);
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "tierctl top: unexpected argument '%s'\n", argv[optind]);
+        return usage();
+    }
+    if (!path)
+        path = kvt_default_socket();
+    rc = fetch(path, &c, &cur);
+    for (long shown = 0; rc == 0;) {
+        struct timespec ts = { (time_t)interval,
+                               (long)((interval - (double)(time_t)interval) * 1e9) };
+
+        if (tty)
+            fputs("\033[H\033[2J", stdout); /* home, clear: a screen, not a scroll */
+        else if (shown)
+            putchar('\n');
+        print_top(path, &cur, shown ? &prev : NULL,
+                  shown ? (double)(cur.uptime_ms - prev.uptime_ms) / 1000.0 : 0);
+        if (fflush(stdout) != 0 || ferror(stdout))
+            break; /* a closed pipe (`tierctl top | head`) ends it quietly */
+        if (++shown == count)
+            break;
+        nanosleep(&ts, NULL);
+        prev = cur;
+        rc = fetch(path, &c, &cur);
+    }
+    kvt_close(c);
+    return rc;
+}
+
+static int cmd_health(int argc, char *argv[])
+{
+    static const struct option longopts[] = {
+        {"socket", required_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *path = NULL;
+    kvt_client *c = NULL;
+    kvt_stats st;
+    int opt, rc;
+
+    while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 's':
+            path = optarg;
+            break;
+        case 'h':
+            return usage();
+        default:
+            return bad_option("health", opt, argv);
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "tierctl health: unexpected argument '%s'\n", argv[optind]);
+        return usage();
+    }
+    if (!path)
+        path = kvt_default_socket();
+    rc = fetch(path, &c, &st);
+    kvt_close(c);
+    if (rc)
+        return rc;
+    printf("ok: tierd at %s up %" PRIu64 " s, %" PRIu32 " clients, %" PRIu64
+           " blocks (hot %" PRIu64 ", warm %" PRIu64 ", cold %" PRIu64 ")\n",
+           path, st.uptime_ms / 1000, st.clients,
+           st.tier[KVT_TIER_HOT].blocks + st.tier[KVT_TIER_WARM].blocks +
+               st.tier[KVT_TIER_COLD].blocks,
+           st.tier[KVT_TIER_HOT].blocks, st.tier[KVT_TIER_WARM].blocks,
+           st.tier[KVT_TIER_COLD].blocks);
+    return 0;
+}
+
 int main(int argc, char *argv[])
 {
     if (argc < 2)
@@ -410,6 +617,10 @@ int main(int argc, char *argv[])
         return cmd_hash(argc - 1, argv + 1);
     if (strcmp(argv[1], "stats") == 0)
         return cmd_stats(argc - 1, argv + 1);
+    if (strcmp(argv[1], "top") == 0)
+        return cmd_top(argc - 1, argv + 1);
+    if (strcmp(argv[1], "health") == 0)
+        return cmd_health(argc - 1, argv + 1);
     if (strcmp(argv[1], "--help") != 0 && strcmp(argv[1], "-h") != 0 &&
         strcmp(argv[1], "help") != 0)
         fprintf(stderr, "tierctl: unknown command '%s'\n", argv[1]);

@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tierctl_cli.c - the operator's command line against a private tierd:
+ * stats as a table and as JSON (parsed back with jansson and compared with
+ * what the test did), the live view, health for scripts, and the clear
+ * errors and exit codes for a dead socket and bad usage.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <sysexits.h>
+#include <unistd.h>
+
+#include "t.h"
+
+#define BLK (64u << 10)
+
+/* Run tierctl with args (NULL-terminated), stdout and stderr together into
+ * out. Returns the exit status (128+signal when killed). */
+static int tierctl(char *out, size_t cap, const char *const *args)
+{
+    const char *argv[16] = { "tierctl" };
+    char bin[512];
+    int p[2], n = 1;
+    size_t got = 0;
+    ssize_t r;
+    pid_t pid;
+
+    for (const char *const *a = args; *a && n < 15; a++)
+        argv[n++] = *a;
+    argv[n] = NULL;
+    t_bin("tierctl", bin, sizeof(bin));
+    cr_assert_eq(pipe(p), 0);
+    pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        dup2(p[1], 1);
+        dup2(p[1], 2);
+        close(p[0]);
+        close(p[1]);
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    close(p[1]);
+    while (got + 1 < cap && (r = read(p[0], out + got, cap - 1 - got)) > 0)
+        got += (size_t)r;
+    out[got] = '\0';
+    close(p[0]);
+    return t_wait(pid);
+}
+
+/* Put n blocks and look up n + extra keys (n hits, extra misses). */
+static void traffic(const struct t_tierd *d, int n, int extra)
+{
+    kvt_client *c = t_connect(d);
+    kvt_ns *ns = t_ns(c, BLK);
+    static uint8_t buf[BLK];
+    const void *bufs[16];
+    kvt_key k[32];
+
+    t_keys(k, (size_t)(n + extra), 5);
+    t_fill(buf, BLK, 1);
+    for (int i = 0; i < n; i++)
+        bufs[i] = buf;
+    cr_assert_eq(kvt_put(ns, NULL, k, (size_t)n, bufs), n);
+    cr_assert_eq(kvt_lookup(ns, k, (size_t)(n + extra), 0, NULL), n);
+    kvt_close(c);
+}
+
+Test(tierctl, stats_table_and_json_tell_what_happened)
+{
+    static char out[16384];
+    struct t_tierd d;
+    json_error_t jerr;
+    json_t *j, *warm;
+
+    t_tierd_start(&d, NULL);
+    traffic(&d, 6, 2);
+    cr_assert_eq(tierctl(out, sizeof(out), (const char *[]){ "stats", "--socket", d.sock, NULL }),
+                 0, "%s", out);
+    cr_assert(strstr(out, "hit rate") && strstr(out, "75.0%"), "table: %s", out);
+    cr_assert(strstr(out, "warm"), "no tier rows: %s", out);
+    cr_assert_eq(tierctl(out, sizeof(out),
+                         (const char *[]){ "stats", "--json", "--socket", d.sock, NULL }),
+                 0, "%s", out);
+    j = json_loads(out, 0, &jerr);
+    cr_assert_not_null(j, "not JSON (%s): %s", jerr.text, out);
+    cr_assert_eq(json_integer_value(json_object_get(j, "lookup_keys")), 8);
+    cr_assert_eq(json_integer_value(json_object_get(j, "lookup_hits")), 6);
+    cr_assert_eq(json_integer_value(json_object_get(j, "put_blocks")), 6);
+    cr_assert_eq(json_integer_value(json_object_get(j, "version")), KVT_STATS_VERSION);
+    cr_assert_float_eq(json_real_value(json_object_get(j, "hit_rate")), 0.75, 1e-9);
+    warm = json_object_get(json_object_get(j, "tiers"), "warm");
+    cr_assert_eq(json_integer_value(json_object_get(warm, "blocks")), 6);
+    json_decref(j);
+    t_tierd_stop(&d);
+}
+
+Test(tierctl, top_refreshes_with_rates_and_health_answers)
+{
+    static char out[32768];
+    struct t_tierd d;
+    const char *p;
+    int screens = 0;
+
+    t_tierd_start(&d, NULL);
+    traffic(&d, 4, 0);
+    cr_assert_eq(tierctl(out, sizeof(out),
+                         (const char *[]){ "top", "--socket", d.sock, "--count", "3",
+                                           "--interval", "0.1", NULL }),
+                 0, "%s", out);
+    for (p = out; (p = strstr(p, "tierd at ")); p++)
+        screens++;
+    cr_assert_eq(screens, 3, "%d screens: %s", screens, out);
+    cr_assert(strstr(out, "hit rate 100.0%") || strstr(out, "100.0% (all)"), "%s", out);
+    cr_assert(strstr(out, "warm  ["), "no occupancy bar: %s", out);
+    cr_assert_eq(tierctl(out, sizeof(out), (const char *[]){ "health", "--socket", d.sock, NULL }),
+                 0, "%s", out);
+    cr_assert(strncmp(out, "ok: tierd at ", 13) == 0, "%s", out);
+    cr_assert(strstr(out, "warm 4"), "%s", out);
+    t_tierd_stop(&d);
+}
+
+Test(tierctl, dead_socket_and_bad_usage_get_clear_errors)
+{
+    static char out[8192];
+    static const char *const cmds[] = { "stats", "top", "health" };
+
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        cr_assert_eq(tierctl(out, sizeof(out),
+                             (const char *[]){ cmds[i], "--socket", "/nonexistent/tierd.sock",
+                                               NULL }),
+                     EX_UNAVAILABLE, "%s: %s", cmds[i], out);
+        cr_assert(strstr(out, "cannot reach tierd at /nonexistent/tierd.sock"), "%s", out);
+        cr_assert(strstr(out, "is tierd running?"), "%s", out);
+    }
+    cr_assert_eq(tierctl(out, sizeof(out), (const char *[]){ "top", "--interval", "0", NULL }),
+                 EX_USAGE);
+    cr_assert(strstr(out, "--interval '0'"), "%s", out);
+    cr_assert_eq(tierctl(out, sizeof(out), (const char *[]){ "top", "--count", "x", NULL }),
+                 EX_USAGE);
+    cr_assert_eq(tierctl(out, sizeof(out), (const char *[]){ "stats", "--bogus", NULL }),
+                 EX_USAGE);
+    cr_assert(strstr(out, "unknown option '--bogus'"), "%s", out);
+    cr_assert_eq(tierctl(out, sizeof(out), (const char *[]){ "frobnicate", NULL }), EX_USAGE);
+    cr_assert(strstr(out, "unknown command 'frobnicate'"), "%s", out);
+}
