@@ -163,6 +163,50 @@ int idx_cold_del(struct idx_cold *x, uint32_t ns, const struct tier_key *key)
     return rc ? err(x, "commit", rc) : 0;
 }
 
+int idx_cold_del_ns(struct idx_cold *x, uint32_t ns,
+                    void (*fn)(void *ctx, const struct idx_cold_rec *rec), void *ctx)
+{
+    static const struct tier_key zero;
+    uint8_t kb[KEY_BYTES];
+    MDB_val k = { KEY_BYTES, kb }, v;
+    MDB_cursor *cur;
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(x->env, NULL, 0, &txn), n = 0;
+
+    if (rc)
+        return err(x, "begin", rc);
+    rc = mdb_cursor_open(txn, x->dbi, &cur);
+    if (rc) {
+        mdb_txn_abort(txn);
+        return err(x, "cursor", rc);
+    }
+    /* a namespace's records are one run of keys: its id comes first */
+    make_key(kb, ns, &zero);
+    /* after a delete the cursor sits on the next record: MDB_NEXT returns it */
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        struct idx_cold_rec rec;
+
+        if (k.mv_size != KEY_BYTES || memcmp(k.mv_data, kb, 4) != 0)
+            break;
+        if (v.mv_size == sizeof(rec)) {
+            memcpy(&rec, v.mv_data, sizeof(rec));
+            fn(ctx, &rec);
+        }
+        rc = mdb_cursor_del(cur, 0);
+        if (rc)
+            break;
+        n++;
+    }
+    mdb_cursor_close(cur);
+    if (rc && rc != MDB_NOTFOUND) {
+        mdb_txn_abort(txn);
+        return err(x, "delete", rc);
+    }
+    rc = mdb_txn_commit(txn);
+    return rc ? err(x, "commit", rc) : n;
+}
+
 int idx_cold_get(struct idx_cold *x, uint32_t ns, const struct tier_key *key,
                  struct idx_cold_rec *rec)
 {

@@ -53,6 +53,11 @@ int idx_cold_put_batch(struct idx_cold *x, const struct idx_cold_put *p, size_t 
                        struct idx_cold_rec *old);
 /* Delete one record durably; -ENOENT when absent. */
 int idx_cold_del(struct idx_cold *x, uint32_t ns, const struct tier_key *key);
+/* Delete every record of namespace ns in one durable transaction, calling
+ * fn with each record first (its space is the caller's to free once this
+ * returns). Returns the number deleted or an error (then nothing is). */
+int idx_cold_del_ns(struct idx_cold *x, uint32_t ns,
+                    void (*fn)(void *ctx, const struct idx_cold_rec *rec), void *ctx);
 /* The record of (ns, key): 0, -ENOENT, or an error. */
 int idx_cold_get(struct idx_cold *x, uint32_t ns, const struct tier_key *key,
                  struct idx_cold_rec *rec);

@@ -1494,6 +1494,44 @@ size_t tier_remove(struct tier *t, uint32_t ns, const struct tier_key *keys, siz
     return done;
 }
 
+int tier_purge_ns(struct tier *t, uint32_t ns)
+{
+    uint32_t lim = idx_id_limit(t->idx);
+    int n = 0, rc;
+
+    /* all or nothing: a block someone holds, writes or moves cannot go now */
+    for (uint32_t id = 0; id < lim; id++) {
+        const struct idx_entry *e = idx_at(t->idx, id);
+
+        if (e->state != IDX_FREE && e->ns == ns &&
+            (e->state == IDX_RESERVED || e->leases || (e->flags & IDX_F_MOVING)))
+            return -EBUSY;
+    }
+    if (t->cold && (rc = tier_cold_remove_ns(t->cold, ns)) < 0)
+        return rc; /* the disk copies stay: so does everything else */
+    for (uint32_t id = 0; id < lim; id++) {
+        struct idx_entry *e = idx_at(t->idx, id);
+
+        /* ids freed by child_gone() below read as IDX_FREE when reached */
+        if (e->state != IDX_COMMITTED || e->ns != ns)
+            continue;
+        if (e->flags & (IDX_F_LRU | IDX_F_CLRU | IDX_F_HLRU))
+            lru_unlink(t, id);
+        if (e->flags & IDX_F_COLD)
+            t->st.blocks[TIER_L_COLD]--;
+        if (e->level == TIER_L_HOT || e->level == TIER_L_WARM) {
+            tier_ram_free(e->level == TIER_L_HOT ? t->hram : t->ram, e->off);
+            t->st.blocks[e->level]--;
+        }
+        remember(t, id, TIER_EV_REMOVED, e->level);
+        warm_lose(t, id, true);
+        forget(t, id, true);
+        t->st.removes++;
+        n++;
+    }
+    return n;
+}
+
 /* ---- restart and shutdown ----------------------------------------------- */
 
 struct load {

@@ -259,6 +259,13 @@ void tier_release(struct tier *t, const uint32_t *ids, size_t n, bool reclaimed)
  * children stay. Returns the number removed. */
 size_t tier_remove(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n);
 
+/* Remove every block of namespace ns from every tier, the disk included
+ * (an operator's purge, e.g. after a model's weights changed under the
+ * same name). All or nothing: -EBUSY while any block of ns is leased,
+ * reserved or moving; the cold tier's error if the disk copies could not
+ * be deleted. Returns the number removed. */
+int tier_purge_ns(struct tier *t, uint32_t ns);
+
 /* Background demotion: when warm is above the high watermark, move
  * leaf-first LRU blocks out until it would be at the low one: blocks with a
  * cold copy are dropped from warm at once, others are written to cold

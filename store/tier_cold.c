@@ -382,6 +382,46 @@ int tier_cold_remove(struct tier_cold *c, uint32_t ns, const struct tier_key *ke
     return 0;
 }
 
+/* Extents of deleted records, freed once the delete is durable. */
+struct extents {
+    struct { uint64_t off, len; } *v;
+    size_t n, cap;
+    bool oom;
+};
+
+static void collect(void *ctx, const struct idx_cold_rec *rec)
+{
+    struct extents *x = ctx;
+
+    if (x->n == x->cap) {
+        size_t cap = x->cap ? 2 * x->cap : 256;
+        void *v = realloc(x->v, cap * sizeof(*x->v));
+
+        if (!v) {
+            x->oom = true; /* that space stays unused until a restart rebuilds the map */
+            return;
+        }
+        x->v = v;
+        x->cap = cap;
+    }
+    x->v[x->n].off = rec->off;
+    x->v[x->n++].len = rec->len;
+}
+
+int tier_cold_remove_ns(struct tier_cold *c, uint32_t ns)
+{
+    struct extents x = { 0 };
+    int rc = idx_cold_del_ns(c->idx, ns, collect, &x);
+
+    if (rc >= 0) {
+        for (size_t i = 0; i < x.n; i++)
+            free_bytes(c, x.v[i].off, x.v[i].len);
+        c->st.blocks -= (uint64_t)rc;
+    }
+    free(x.v);
+    return rc;
+}
+
 /* ---- the rest --------------------------------------------------------- */
 
 int tier_cold_event_fd(const struct tier_cold *c)

@@ -99,6 +99,11 @@ bool tier_cold_has(struct tier_cold *c, uint32_t ns, const struct tier_key *key)
 /* Remove (ns, key) durably and free its space: 0 or -ENOENT. */
 int tier_cold_remove(struct tier_cold *c, uint32_t ns, const struct tier_key *key);
 
+/* Remove every block of namespace ns durably (one transaction) and free
+ * their space. Returns the number removed or an error (nothing removed).
+ * The caller has no write or read of ns in flight. */
+int tier_cold_remove_ns(struct tier_cold *c, uint32_t ns);
+
 /* Every record, for a restart: fn(ctx, ns, key, parent or NULL, len);
  * non-zero stops. */
 int tier_cold_scan(struct tier_cold *c,

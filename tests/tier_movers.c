@@ -196,6 +196,50 @@ Test(movers, restart_serves_everything_from_cold)
     rig_rm(&r);
 }
 
+Test(movers, purge_removes_a_namespace_from_every_tier_and_the_disk)
+{
+    struct rig r;
+    struct tier_key k[N], other[10];
+    struct tier_stats st;
+    uint32_t ids[10];
+    uint64_t offs[10];
+    struct tier_cold_stats cs;
+    int rc;
+
+    rig_open(&r, true, false);
+    put_all(&r, k); /* namespace 1: on disk and in warm */
+    t_keys((kvt_key *)other, 10, 77);
+    cr_assert_eq(tier_reserve(r.t, 2, BLK, 1, NULL, other, 10, ids, offs), 10);
+    for (int i = 0; i < 10; i++)
+        t_fill((uint8_t *)tier_pool_base(r.t) + offs[i], BLK, 500 + (uint64_t)i);
+    cr_assert_eq(tier_commit(r.t, 2, BLK, 1, other, 10), 10);
+    /* a lease of namespace 1 holds the purge off, all or nothing */
+    cr_assert_eq(tier_get(r.t, 1, BLK, k + 90, 1, ids, offs), 1);
+    cr_assert_eq(tier_purge_ns(r.t, 1), -EBUSY);
+    cr_assert_eq(tier_lookup(r.t, 1, k, N, NULL), N, "a refused purge removed something");
+    tier_release(r.t, ids, 1, false);
+    rc = tier_purge_ns(r.t, 1);
+    cr_assert_eq(rc, N, "purged %d", rc);
+    check(&r);
+    cr_assert_eq(tier_lookup(r.t, 1, k, 1, NULL), 0);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(tier_lookup(r.t, 1, k + i, 1, NULL), 0, "key %d survived", i);
+    tier_stats_get(r.t, &st);
+    cr_assert_eq(st.blocks[TIER_L_COLD], 0);
+    cr_assert_eq(st.blocks[TIER_L_WARM], 10, "only namespace 2 stays");
+    tier_cold_stats_get(r.cold, &cs);
+    cr_assert_eq(cs.blocks, 0, "records left on disk");
+    cr_assert_eq(cs.bytes_used, 0, "disk space not given back");
+    /* after a restart, namespace 1 is gone from disk; 2 comes back */
+    rig_close(&r, true);
+    rig_open(&r, false, false);
+    cr_assert_eq(tier_load_cold(r.t), 10);
+    cr_assert_eq(tier_lookup(r.t, 1, k, N, NULL), 0);
+    cr_assert_eq(tier_lookup(r.t, 2, other, 10, NULL), 10);
+    rig_close(&r, false);
+    rig_rm(&r);
+}
+
 Test(movers, flipped_bytes_on_disk_are_misses_never_served)
 {
     struct rig r;
