@@ -83,6 +83,8 @@ struct tier {
     bool write_through;
     struct move *moves;               /* moves in flight */
     struct tier_why *why;             /* what happened to blocks that are gone */
+    bool flushing;                    /* tier_flush_begin: writing warm to disk */
+    uint32_t flush_at;                /* ... the next entry id to look at */
     struct tier_cfg cfg;              /* callbacks */
     struct tier_stats st;             /* counters; gauges filled in tier_stats_get */
 };
@@ -803,11 +805,52 @@ static unsigned demote_ancestors(struct tier *t, uint32_t id, unsigned max)
     return n;
 }
 
+/* An operator's flush, a slice per turn: write the dirty warm blocks of
+ * the next ids to disk (they stay in warm), bounded like the mover so the
+ * loop never stalls. Done once every id was seen and the writes landed. */
+static size_t flush_turn(struct tier *t)
+{
+    uint32_t lim = idx_id_limit(t->idx), seen = 0;
+    size_t n = 0;
+
+    while (t->flush_at < lim && seen++ < 65536 && n < DEMOTE_INFLIGHT) {
+        const struct idx_entry *e = idx_at(t->idx, t->flush_at);
+
+        if (e->state == IDX_COMMITTED && e->level == TIER_L_WARM &&
+            !(e->flags & (IDX_F_COLD | IDX_F_MOVING))) {
+            int rc = demote_for(t, t->flush_at, false, NULL);
+
+            if (rc == -EBUSY)
+                break; /* the disk's queue is full: this id again next turn */
+            n += rc == 0;
+        }
+        t->flush_at++;
+    }
+    if (t->flush_at >= lim && t->demoting_bytes == 0)
+        t->flushing = false;
+    return n;
+}
+
+void tier_flush_begin(struct tier *t)
+{
+    if (!t->cold)
+        return;
+    t->flushing = true;
+    t->flush_at = 0;
+}
+
+bool tier_flush_busy(const struct tier *t)
+{
+    return t->flushing;
+}
+
 size_t tier_maintain(struct tier *t)
 {
     size_t n = hot_maintain(t);
     unsigned inflight = 0;
 
+    if (t->flushing)
+        n += flush_turn(t);
     /* group commit: once no write is in flight any more, the ones that
      * completed are made durable (a sync already in flight takes them next);
      * while writes are in flight a full batch starts its own sync */

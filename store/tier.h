@@ -266,6 +266,15 @@ size_t tier_remove(struct tier *t, uint32_t ns, const struct tier_key *keys, siz
  * be deleted. Returns the number removed. */
 int tier_purge_ns(struct tier *t, uint32_t ns);
 
+/* An operator's flush: from now on, tier_maintain() also writes every
+ * warm block with no copy on disk to the cold tier (they stay in warm),
+ * a slice per call, until tier_flush_busy() turns false: every block that
+ * was warm and dirty when it began is durable then (or failed, counted in
+ * io_errors). Hot blocks are written once they come down. No-op without
+ * a cold tier. */
+void tier_flush_begin(struct tier *t);
+bool tier_flush_busy(const struct tier *t);
+
 /* Background demotion: when warm is above the high watermark, move
  * leaf-first LRU blocks out until it would be at the low one: blocks with a
  * cold copy are dropped from warm at once, others are written to cold
