@@ -94,7 +94,7 @@ endef
 $(eval $(call flavour,build,$(CFLAGS_REL) $(CUDA_CFLAGS),,$(STORE_LIBS) $(CUDA_LIBS),$(CUDA_OBJS),$(CUDA_LIBS)))
 $(eval $(call flavour,build-san,$(CFLAGS_SAN),-fsanitize=address$(comma)undefined,$(STORE_LIBS)))
 
-BINS     = tierd tierctl kvcalc libkvtier.a libkvtier.so
+BINS     = tierd tierctl kvcalc kvreplay libkvtier.a libkvtier.so
 REL_BINS = $(addprefix build/,$(BINS))
 SAN_BINS = $(addprefix build-san/,$(BINS))
 

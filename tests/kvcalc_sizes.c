@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kvcalc_sizes.c - KV sizes from real config.json files (kvt_model.h and the
- * kvcalc tool) against the figures of shared/data/configs/SOURCES.md, worked
+ * kvcalc tool) against the figures of data/configs/SOURCES.md, worked
  * out by hand in the comments. Also: every form of layer mix, dtypes, tier
  * blocks and tensor parallelism, namespace filling, and bad configs (each
  * error must name the field or the line). The kvcalc binary is run from
@@ -31,7 +31,7 @@ static const char *cfg_path(const char *name, char *buf, size_t cap)
 {
     const char *src = getenv("KVT_TEST_SRC");
 
-    snprintf(buf, cap, "%s/../shared/data/configs/%s", src && *src ? src : ".", name);
+    snprintf(buf, cap, "%s/data/configs/%s", src && *src ? src : ".", name);
     return buf;
 }
 

@@ -1,0 +1,484 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvreplay_run.c - replay a loaded trace three ways: through an in-process
+ * store (tier.h, the same index and leaf-first LRU code tierd runs), through
+ * a running tierd (libkvtier: real puts and verified gets), and against an
+ * unbounded cache (the ceiling of every capacity curve).
+ *
+ * Each request is served as an engine would: look its chain up, take the
+ * leading cached run (the prefix hit), then put the blocks from the first
+ * miss on (they were just prefilled). Blocks after the first miss that are
+ * still cached are deduplicated by the put, never counted as hits: an
+ * engine cannot use a cached block whose prefix it has to recompute.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvreplay.h"
+#include "kvtier.h"
+
+#define NS 1    /* the one namespace of an in-process replay */
+#define OWNER 1 /* the one "client" owning its reservations */
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Count request r's hits: the first `hit` blocks, by tier (tiers NULL: all
+ * warm). Token shares follow kvr_tokens_of, block by block, so the partial
+ * last block of a prompt adds only its own tokens. */
+static void count_hits(struct kvr_result *res, const struct kvr_req *r, uint64_t hit,
+                       const uint8_t *tiers, uint32_t block_tokens)
+{
+    res->requests++;
+    res->blocks += r->nblk;
+    res->tokens += r->input_len;
+    res->hit_blocks += hit;
+    res->hit_tokens += kvr_tokens_of(r, hit, block_tokens);
+    for (uint64_t i = 0; i < hit; i++) {
+        uint8_t lvl = tiers ? tiers[i] : TIER_L_WARM;
+
+        if (lvl >= TIER_L_N)
+            lvl = TIER_L_NONE;
+        res->tier_blocks[lvl]++;
+        res->tier_tokens[lvl] +=
+            kvr_tokens_of(r, i + 1, block_tokens) - kvr_tokens_of(r, i, block_tokens);
+    }
+}
+
+/* ---- in-process ---------------------------------------------------------- */
+
+/* One request through the store, as tierd would see it from an engine:
+ * lookup, get + release of the hits (what moves them up the LRU), reserve +
+ * commit of the rest. tier_maintain() runs after each call, as tierd's
+ * idle hook does between messages. Returns 0 or a store error. */
+static int store_request(struct tier *t, const struct kvr_trace *tr, const struct kvr_req *r,
+                         const struct kvr_run_opts *o, uint32_t *ids, uint64_t *offs,
+                         uint8_t *tiers, struct kvr_result *res)
+{
+    const struct tier_key *keys = tr->keys + r->first;
+    size_t n = r->nblk, hit;
+    int got = 0, rc;
+
+    hit = tier_lookup(t, NS, keys, n, tiers);
+    tier_maintain(t);
+    if (hit > 0) {
+        got = tier_get(t, NS, o->block_bytes, keys, hit, ids, offs);
+        if (got < 0)
+            return got;
+        tier_release(t, ids, (size_t)got, false);
+        tier_maintain(t);
+    }
+    count_hits(res, r, (uint64_t)got, tiers, o->block_tokens);
+    if ((size_t)got == n)
+        return 0;
+    rc = tier_reserve(t, NS, o->block_bytes, OWNER, got ? &keys[got - 1] : NULL, keys + got,
+                      n - (size_t)got, ids, offs);
+    if (rc == -ENOSPC) {
+        res->refused += n - (size_t)got; /* an engine would just not cache them */
+        return 0;
+    }
+    if (rc < 0)
+        return rc;
+    tier_maintain(t);
+    res->stored += tier_commit(t, NS, o->block_bytes, OWNER, keys + got, n - (size_t)got);
+    tier_maintain(t);
+    return 0;
+}
+
+int kvr_run_store(const struct kvr_trace *tr, const struct kvr_run_opts *o, uint64_t capacity,
+                  struct kvr_result *res, char *err, size_t errcap)
+{
+    struct tier_cfg cfg = {
+        .warm_bytes = capacity, .high_wm = o->high_wm, .low_wm = o->low_wm,
+        .lock_memory = false, .huge_pages = false, .cold = NULL,
+    };
+    size_t nmax = tr->max_blk ? tr->max_blk : 1;
+    uint32_t *ids = malloc(nmax * sizeof(*ids));
+    uint64_t *offs = malloc(nmax * sizeof(*offs));
+    uint8_t *tiers = malloc(nmax);
+    char a[32], b[32], c[32], why[256];
+    struct tier_stats st;
+    struct tier *t = NULL;
+    double t0;
+    int rc;
+
+    memset(res, 0, sizeof(*res));
+    res->capacity = capacity;
+    if (!ids || !offs || !tiers) {
+        rc = -ENOMEM;
+        snprintf(err, errcap, "out of memory");
+        goto out_free;
+    }
+    rc = tier_create(&cfg, &t);
+    if (rc < 0) {
+        snprintf(err, errcap, "capacity %s: cannot create the store: %s",
+                 kvr_size_str(capacity, a, sizeof(a)), strerror(-rc));
+        goto out_free;
+    }
+    if (tier_slot_bytes(o->block_bytes) > tier_block_max(t)) {
+        /* tierd has the same limit: its largest slot is a sixteenth of the
+         * pool, at most 64 MiB */
+        rc = -EFBIG;
+        snprintf(err, errcap, "capacity %s: its largest slot is %s, smaller than a block of "
+                 "%s (the pool must hold 16 blocks; no block may exceed 64M)",
+                 kvr_size_str(capacity, a, sizeof(a)),
+                 kvr_size_str(tier_block_max(t), b, sizeof(b)),
+                 kvr_size_str(o->block_bytes, c, sizeof(c)));
+        goto out_destroy;
+    }
+    res->pool_bytes = tier_pool_bytes(t);
+    res->slots = res->pool_bytes / tier_block_max(t) *
+                 (tier_block_max(t) / tier_slot_bytes(o->block_bytes));
+    res->ram_bytes = res->pool_bytes;
+    t0 = now_s();
+    for (size_t i = 0; i < tr->nreq; i++) {
+        rc = store_request(t, tr, &tr->req[i], o, ids, offs, tiers, res);
+        if (rc < 0) {
+            snprintf(err, errcap, "capacity %s: request %zu: store error: %s",
+                     kvr_size_str(capacity, a, sizeof(a)), i + 1, strerror(-rc));
+            goto out_destroy;
+        }
+    }
+    res->seconds = now_s() - t0;
+    tier_stats_get(t, &st);
+    res->evicted = st.evictions[TIER_L_WARM];
+    /* the replay leans on the store's invariants; a broken one is a bug to
+     * report, not a number to print */
+    rc = tier_check(t, why, sizeof(why));
+    if (rc < 0)
+        snprintf(err, errcap, "capacity %s: store invariant broken: %s",
+                 kvr_size_str(capacity, a, sizeof(a)), why);
+out_destroy:
+    tier_destroy(t);
+out_free:
+    free(ids);
+    free(offs);
+    free(tiers);
+    return rc;
+}
+
+/* ---- unbounded ------------------------------------------------------------ */
+
+/* An open-addressing set of key indices into tr->keys. Keys are SHA-256
+ * outputs, so their first 8 bytes are already a good hash. Sized for every
+ * key of the trace at load factor <= 1/2: no growth, no deletion. */
+struct keyset {
+    size_t *slot; /* index into keys, or SIZE_MAX when empty */
+    size_t mask;
+    const struct tier_key *keys;
+};
+
+static size_t *keyset_find(struct keyset *s, const struct tier_key *k)
+{
+    uint64_t h;
+    size_t i;
+
+    memcpy(&h, k->b, sizeof(h));
+    for (i = (size_t)h & s->mask;; i = (i + 1) & s->mask)
+        if (s->slot[i] == SIZE_MAX ||
+            memcmp(s->keys[s->slot[i]].b, k->b, TIER_KEY_BYTES) == 0)
+            return &s->slot[i];
+}
+
+int kvr_run_unbounded(struct kvr_trace *tr, const struct kvr_run_opts *o,
+                      struct kvr_result *res)
+{
+    struct keyset s = { .keys = tr->keys };
+    size_t cap = 16;
+    double t0 = now_s();
+
+    memset(res, 0, sizeof(*res));
+    while (cap < 2 * tr->nkeys)
+        cap *= 2;
+    s.slot = malloc(cap * sizeof(*s.slot));
+    if (!s.slot)
+        return -ENOMEM;
+    memset(s.slot, 0xff, cap * sizeof(*s.slot)); /* SIZE_MAX everywhere */
+    s.mask = cap - 1;
+    tr->distinct = 0;
+    for (size_t i = 0; i < tr->nreq; i++) {
+        const struct kvr_req *r = &tr->req[i];
+        uint64_t hit = 0;
+
+        while (hit < r->nblk && *keyset_find(&s, &tr->keys[r->first + hit]) != SIZE_MAX)
+            hit++;
+        count_hits(res, r, hit, NULL, o->block_tokens);
+        for (uint64_t j = hit; j < r->nblk; j++) {
+            size_t *p = keyset_find(&s, &tr->keys[r->first + j]);
+
+            if (*p == SIZE_MAX) {
+                *p = r->first + j;
+                tr->distinct++;
+                res->stored++;
+            }
+        }
+    }
+    free(s.slot);
+    res->seconds = now_s() - t0;
+    res->capacity = tr->distinct * o->block_bytes;
+    res->pool_bytes = res->capacity;
+    res->slots = tr->distinct;
+    res->ram_bytes = res->capacity;
+    return 0;
+}
+
+/* ---- payloads ---------------------------------------------------------------- */
+
+/* Word j of a key's payload: distinct per key (seeded by its first 8
+ * bytes) and per position (so shifted or swapped data shows). */
+static uint64_t word_at(uint64_t seed, uint64_t j)
+{
+    uint64_t z = seed + (j + 1) * 0x9e3779b97f4a7c15ull;
+
+    return z ^ (z >> 31);
+}
+
+static uint64_t seed_of(const struct tier_key *key)
+{
+    uint64_t s;
+
+    memcpy(&s, key->b, sizeof(s));
+    return s;
+}
+
+void kvr_fill(void *buf, uint64_t len, const struct tier_key *key)
+{
+    uint64_t s = seed_of(key), j, w;
+    uint8_t *p = buf;
+
+    for (j = 0; (j + 1) * 8 <= len; j++) {
+        w = word_at(s, j);
+        memcpy(p + j * 8, &w, 8);
+    }
+    w = word_at(s, j);
+    memcpy(p + j * 8, &w, len - j * 8); /* the tail, when len is not a multiple of 8 */
+}
+
+long kvr_check(const void *buf, uint64_t len, const struct tier_key *key)
+{
+    uint64_t s = seed_of(key), j, w;
+    const uint8_t *p = buf;
+
+    for (j = 0; (j + 1) * 8 <= len; j++) {
+        w = word_at(s, j);
+        if (memcmp(p + j * 8, &w, 8) != 0)
+            goto find_byte;
+    }
+    w = word_at(s, j);
+    if (memcmp(p + j * 8, &w, len - j * 8) == 0)
+        return -1;
+find_byte:
+    for (uint64_t k = 0; k < 8 && j * 8 + k < len; k++)
+        if (p[j * 8 + k] != ((const uint8_t *)&w)[k])
+            return (long)(j * 8 + k);
+    return (long)(j * 8);
+}
+
+/* ---- against tierd --------------------------------------------------------- */
+
+/* Scratch of a tierd replay, sized for the longest chain. */
+struct cscratch {
+    kvt_key *keys;
+    uint8_t *tiers;
+    const void **rslots;
+    void **wslots;
+};
+
+/* Wait until request r's time on the trace's clock, scaled by speed. */
+static void pace(const struct kvr_trace *tr, const struct kvr_req *r, double speed, double t0,
+                 struct kvr_result *res)
+{
+    double due, late;
+
+    if (speed <= 0)
+        return;
+    due = (double)(r->ts_ms >= tr->req[0].ts_ms ? r->ts_ms - tr->req[0].ts_ms : 0) / 1e3 /
+          speed;
+    late = now_s() - t0 - due;
+    if (late < 0) {
+        struct timespec ts = { .tv_sec = (time_t)-late,
+                               .tv_nsec = (long)((-late - (double)(time_t)-late) * 1e9) };
+
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+            ;
+    } else if (late * 1e3 > res->max_late_ms) {
+        res->max_late_ms = late * 1e3;
+    }
+}
+
+/* Lease and verify the leading `hit` blocks; returns how many were leased,
+ * or a negative error. */
+static int client_get(kvt_ns *ns, struct cscratch *s, size_t hit, uint64_t bb, size_t reqno,
+                      struct kvr_result *res, char *err, size_t errcap)
+{
+    size_t got = 0;
+
+    while (got < hit) {
+        size_t chunk = hit - got < KVT_BATCH_MAX ? hit - got : KVT_BATCH_MAX;
+        kvt_lease lease;
+        int g = kvt_get_lease(ns, s->keys + got, chunk, s->rslots, &lease);
+
+        if (g < 0)
+            return g;
+        for (int i = 0; i < g; i++) {
+            struct tier_key k;
+            long off;
+
+            memcpy(k.b, s->keys[got + (size_t)i].b, TIER_KEY_BYTES);
+            off = kvr_check(s->rslots[i], bb, &k);
+            if (off >= 0 && res->verify_errors++ == 0)
+                snprintf(err, errcap, "request %zu, block %zu: wrong byte at offset %ld",
+                         reqno, got + (size_t)i, off);
+        }
+        kvt_release(ns, &lease);
+        got += (size_t)g;
+        if ((size_t)g < chunk)
+            break;
+    }
+    return (int)got;
+}
+
+/* Put blocks [from, n) of the chain; counts stored and refused blocks. */
+static int client_put(kvt_ns *ns, struct cscratch *s, size_t from, size_t n, uint64_t bb,
+                      struct kvr_result *res)
+{
+    for (size_t i = from; i < n;) {
+        size_t chunk = n - i < KVT_BATCH_MAX ? n - i : KVT_BATCH_MAX;
+        int rc = kvt_put_reserve(ns, i ? &s->keys[i - 1] : NULL, s->keys + i, chunk,
+                                 s->wslots);
+
+        if (rc == -ENOSPC) {
+            res->refused += n - i;
+            return 0;
+        }
+        if (rc < 0)
+            return rc;
+        for (size_t j = 0; j < chunk; j++) {
+            struct tier_key k;
+
+            if (!s->wslots[j])
+                continue; /* already stored or being stored */
+            memcpy(k.b, s->keys[i + j].b, TIER_KEY_BYTES);
+            kvr_fill(s->wslots[j], bb, &k);
+        }
+        rc = kvt_put_commit(ns, s->keys + i, chunk);
+        if (rc < 0)
+            return rc;
+        res->stored += (uint64_t)rc;
+        i += chunk;
+    }
+    return 0;
+}
+
+static int client_replay(kvt_ns *ns, const struct kvr_trace *tr, const struct kvr_run_opts *o,
+                         struct cscratch *s, struct kvr_result *res, char *err, size_t errcap)
+{
+    double t0 = now_s();
+
+    for (size_t q = 0; q < tr->nreq; q++) {
+        const struct kvr_req *r = &tr->req[q];
+        int hit, got, rc;
+
+        pace(tr, r, o->speed, t0, res);
+        for (uint32_t i = 0; i < r->nblk; i++)
+            memcpy(s->keys[i].b, tr->keys[r->first + i].b, KVT_KEY_BYTES);
+        hit = kvt_lookup(ns, s->keys, r->nblk, 0, s->tiers);
+        if (hit < 0) {
+            snprintf(err, errcap, "request %zu: lookup: %s", q + 1, kvt_strerror(hit));
+            return hit;
+        }
+        got = client_get(ns, s, (size_t)hit, o->block_bytes, q + 1, res, err, errcap);
+        if (got < 0) {
+            snprintf(err, errcap, "request %zu: get: %s", q + 1, kvt_strerror(got));
+            return got;
+        }
+        /* evicted (or late from disk) between lookup and get: the engine
+         * gets only what it could read, and that is the hit */
+        if (got < hit)
+            res->short_gets++;
+        count_hits(res, r, (uint64_t)got, s->tiers, o->block_tokens);
+        rc = client_put(ns, s, (size_t)got, r->nblk, o->block_bytes, res);
+        if (rc < 0) {
+            snprintf(err, errcap, "request %zu: put: %s", q + 1, kvt_strerror(rc));
+            return rc;
+        }
+    }
+    res->seconds = now_s() - t0;
+    return 0;
+}
+
+int kvr_run_tierd(const struct kvr_trace *tr, const struct kvr_run_opts *o,
+                  struct kvr_result *res, char *err, size_t errcap)
+{
+    kvt_model m = {
+        .model_id = o->model_id ? o->model_id : "kvreplay", .dtype = "bf16",
+        .layout = "kvreplay", .block_tokens = o->block_tokens, .tp_rank = 0, .tp_size = 1,
+        .block_bytes = o->block_bytes,
+    };
+    const char *path = o->socket ? o->socket : kvt_default_socket();
+    size_t nmax = tr->max_blk ? tr->max_blk : 1;
+    struct cscratch s = {
+        .keys = malloc(nmax * sizeof(kvt_key)), .tiers = malloc(nmax),
+        .rslots = malloc(KVT_BATCH_MAX * sizeof(void *)),
+        .wslots = malloc(KVT_BATCH_MAX * sizeof(void *)),
+    };
+    kvt_client *c = NULL;
+    kvt_ns *ns;
+    kvt_stats st;
+    char verr[256] = "";
+    int rc;
+
+    memset(res, 0, sizeof(*res));
+    if (!s.keys || !s.tiers || !s.rslots || !s.wslots) {
+        rc = -ENOMEM;
+        snprintf(err, errcap, "out of memory");
+        goto out_free;
+    }
+    rc = kvt_connect(path, &c);
+    if (rc < 0) {
+        snprintf(err, errcap, "cannot reach tierd at %s: %s", path, kvt_strerror(rc));
+        goto out_free;
+    }
+    rc = kvt_ns_open(c, &m, &ns);
+    if (rc < 0) {
+        snprintf(err, errcap, "namespace for blocks of %llu bytes: %s%s",
+                 (unsigned long long)o->block_bytes, kvt_strerror(rc),
+                 rc == -EFBIG ? " (tierd's largest block is a sixteenth of --warm-bytes, at "
+                                "most 64M: give it more, or use a smaller --block-bytes)" : "");
+        goto out_close;
+    }
+    rc = kvt_stats_get(c, &st);
+    if (rc < 0) {
+        snprintf(err, errcap, "stats: %s", kvt_strerror(rc));
+        goto out_close;
+    }
+    rc = client_replay(ns, tr, o, &s, res, verr, sizeof(verr));
+    if (rc < 0) {
+        snprintf(err, errcap, "%s", verr);
+        goto out_close;
+    }
+    /* what the operator pays for: tierd's configured RAM and disk */
+    res->pool_bytes = st.tier[KVT_TIER_WARM].bytes_capacity;
+    res->ram_bytes = st.tier[KVT_TIER_WARM].bytes_capacity; /* hot is GPU memory: not priced */
+    res->nvme_bytes = st.tier[KVT_TIER_COLD].bytes_capacity;
+    res->slots = res->pool_bytes / tier_slot_bytes(o->block_bytes); /* at most */
+    if (res->verify_errors)
+        snprintf(err, errcap, "%llu blocks read back with wrong bytes; first: %s",
+                 (unsigned long long)res->verify_errors, verr);
+out_close:
+    kvt_close(c);
+out_free:
+    free(s.keys);
+    free(s.tiers);
+    free(s.rslots);
+    free(s.wslots);
+    return rc;
+}
