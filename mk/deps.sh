@@ -4,9 +4,9 @@
 # Usage: mk/deps.sh build|test|bench   (each level includes the ones before)
 set -eu
 level=${1:-build}
-pkgs="build-essential pkg-config libssl-dev liburing-dev liblmdb-dev libxxhash-dev libjansson-dev"
+pkgs="build-essential pkg-config libssl-dev liburing-dev liblmdb-dev libxxhash-dev libjansson-dev libmicrohttpd-dev"
 case "$level" in
-test|bench) pkgs="$pkgs libcriterion-dev python3 python3-cbor2 valgrind" ;;
+test|bench) pkgs="$pkgs libcriterion-dev python3 python3-cbor2 valgrind prometheus" ;;
 esac
 case "$level" in
 bench) pkgs="$pkgs redis-server libhiredis-dev fio" ;;

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "ev.h"
+#include "metrics.h"
 #include "sess.h"
 #include "tier.h"
 #include "tier_hot.h"
@@ -52,6 +53,8 @@ struct pending {
     uint64_t *offs;
     uint8_t *ready;
     uint8_t *tiers;
+    uint32_t ns_id;          /* get: its namespace (for the metrics) */
+    uint64_t t0_ns;          /* when the request came (metrics_req_start; 0: none) */
 };
 
 struct sess {
@@ -81,6 +84,46 @@ static uint32_t ids_buf[KVT_BATCH_MAX];
 static uint64_t offs_buf[KVT_BATCH_MAX];
 static uint8_t tiers_buf[KVT_BATCH_MAX];
 static _Alignas(8) uint8_t get_buf[KVT_BATCH_MAX * (sizeof(uint64_t) + 1)];
+
+/* ---- metrics: per-namespace counters, request latency ------------------ */
+
+/* ns_id passed parse_keys: it names an open namespace of ours */
+static struct tierd_ns_stats *ns_stats(struct sess *s, uint32_t ns_id)
+{
+    return &s->d->ns[ns_id - 1].st;
+}
+
+static void count_lookup(struct sess *s, uint32_t ns_id, uint32_t n, uint32_t hits)
+{
+    struct tierd_ns_stats *st = ns_stats(s, ns_id);
+
+    st->lookups++;
+    st->lookup_keys += n;
+    st->hit_keys += hits;
+    st->miss_keys += n - hits;
+    st->hit_tokens += (uint64_t)hits * s->d->ns[ns_id - 1].d.block_tokens;
+}
+
+static void count_blocks(struct sess *s, uint32_t ns_id, uint32_t n, bool put)
+{
+    struct tierd_ns_stats *st = ns_stats(s, ns_id);
+    uint64_t bytes = (uint64_t)n * s->d->ns[ns_id - 1].d.block_bytes;
+
+    if (put) {
+        st->put_blocks += n;
+        st->bytes_in += bytes;
+    } else {
+        st->get_blocks += n;
+        st->bytes_out += bytes;
+    }
+}
+
+/* A deferred reply is going out now: its request's latency. */
+static void pend_done(struct sess *s)
+{
+    metrics_req_done(s->d->metrics, s->pend.hdr.op, s->pend.t0_ns);
+    s->pend.t0_ns = 0;
+}
 
 /* ---- lifecycle ------------------------------------------------------- */
 
@@ -286,6 +329,7 @@ static int finish_get(struct sess *s)
     while (hits < p->fail_at && p->ready[hits])
         hits++;
     p->active = false;
+    pend_done(s);
     /* reads still in flight (a deadline passed) are nobody's now: another
      * client's get may join them instead of missing */
     tier_forget_waiter(s->d->store, s);
@@ -299,6 +343,7 @@ static int finish_get(struct sess *s)
         rep.lease_id = l->id;
     }
     rep.hits = hits;
+    count_blocks(s, p->ns_id, hits, false);
     return reply_get(s, &p->hdr, &rep, p->offs, p->hot ? p->tiers : NULL);
 }
 
@@ -309,6 +354,7 @@ static int finish_commit(struct sess *s)
     struct kvt_wire_count_rep cnt = { .count = p->count };
 
     p->active = false;
+    pend_done(s);
     if (p->err)
         return reply_err(s, &p->hdr, p->err);
     return reply(s, &p->hdr, 0, &cnt, sizeof(cnt), NULL, 0, -1);
@@ -561,6 +607,7 @@ static int commit_durable(struct sess *s, const struct kvt_wire_hdr *h, const st
     if (rc < 0 && !p->err)
         p->err = rc;
     p->count = rc < 0 ? 0 : (uint32_t)rc;
+    count_blocks(s, k->ns_id, p->count, true);
     for (uint32_t i = 0; i < p->n; i++)
         ready += p->ready[i];
     p->waiting = p->n - ready;
@@ -587,6 +634,7 @@ static int do_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *
         struct kvt_wire_lookup_rep rep = { .n = k.n };
 
         rep.hits = (uint32_t)tier_lookup(t, k.ns_id, k.keys, k.n, tiers_buf);
+        count_lookup(s, k.ns_id, k.n, rep.hits);
         if ((k.flags >> 8) & KVT_LOOKUP_PREFETCH)
             tier_prefetch(t, k.ns_id, k.block_bytes, k.keys, rep.hits,
                           k.flags & KVT_WIRE_KF_PROMOTE ? TIER_GET_PROMOTE : 0);
@@ -608,6 +656,7 @@ static int do_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *
         if (k.flags & KVT_WIRE_KF_DURABLE)
             return commit_durable(s, h, &k);
         cnt.count = (uint32_t)tier_commit(t, k.ns_id, k.block_bytes, s->id, k.keys, k.n);
+        count_blocks(s, k.ns_id, cnt.count, true);
         prune_resv(s);
         return reply(s, h, 0, &cnt, sizeof(cnt), NULL, 0, -1);
     case KVT_OP_PUT_ABORT:
@@ -634,8 +683,10 @@ static int do_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *
                          ids_buf, offs_buf, tiers_buf, s, &pending);
         if (rc < 0)
             return reply_err(s, h, rc);
-        if (pending > 0)
+        if (pending > 0) {
+            s->pend.ns_id = k.ns_id;
             return wait_for_disk(s, h, (uint32_t)rc, pending, k.deadline_ms, hot);
+        }
         if (rc > 0) {
             l = new_lease(s, ids_buf, (uint32_t)rc);
             if (!l) {
@@ -645,6 +696,7 @@ static int do_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *
             rep.lease_id = l->id;
         }
         rep.hits = (uint32_t)rc;
+        count_blocks(s, k.ns_id, rep.hits, false);
         return reply_get(s, h, &rep, offs_buf, hot ? tiers_buf : NULL);
     }
     }
@@ -754,6 +806,26 @@ static int handle(struct sess *s, size_t len)
     return reply_err(s, &h, KVT_EPROTO);
 }
 
+/* handle(), timed for the metrics: the latency is taken now, or when the
+ * deferred reply goes (finish_get, finish_commit) if the request waits. */
+static int handle_timed(struct sess *s, size_t len)
+{
+    uint64_t t0 = metrics_req_start(s->d->metrics);
+    bool waiting = s->pend.active;
+    struct kvt_wire_hdr h;
+    int rc = handle(s, len);
+
+    if (rc < 0 || !t0)
+        return rc;
+    if (!waiting && s->pend.active) {
+        s->pend.t0_ns = t0;
+    } else {
+        memcpy(&h, rbuf, sizeof(h)); /* handle() checked the framing */
+        metrics_req_done(s->d->metrics, h.op, t0);
+    }
+    return rc;
+}
+
 static void on_read(struct ev_loop *l, int fd, uint32_t events, void *ctx)
 {
     struct sess *s = ctx;
@@ -779,7 +851,7 @@ static void on_read(struct ev_loop *l, int fd, uint32_t events, void *ctx)
         /* the buffer holds one byte more than the limit, so that a message
          * over the limit is seen as such even when it fits the buffer */
         if ((m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || r > (ssize_t)KVT_WIRE_MSG_MAX ||
-            handle(s, (size_t)r) < 0) {
+            handle_timed(s, (size_t)r) < 0) {
             s->d->proto_errors++;
             if (s->d->verbose)
                 tierd_log("session %u (pid %d): malformed message, closing", s->id,

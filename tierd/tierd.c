@@ -4,9 +4,11 @@
  * socket, signals, the namespace registry and the event loop.
  *
  * Usage: tierd [--socket PATH] [--data DIR] [--warm-bytes SIZE] [--high-wm F]
- *              [--low-wm F] [--no-mlock] [--no-hugepages] [--max-clients N] [-v]
+ *              [--low-wm F] [--no-mlock] [--no-hugepages] [--max-clients N]
+ *              [--metrics-port N [--metrics-addr A]] [-v]
  * Exit codes follow sysexits.h.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -26,6 +28,7 @@
 #include <unistd.h>
 
 #include "ev.h"
+#include "metrics.h"
 #include "sess.h"
 #include "tier.h"
 #include "tier_cold.h"
@@ -157,6 +160,8 @@ struct opts {
     int hot_device;
     uint32_t cold_qd;
     bool no_cold, write_through, no_flush;
+    uint16_t metrics_port;    /* 0: no metrics page */
+    const char *metrics_addr; /* IPv4 address it binds */
 };
 
 static void usage(FILE *f)
@@ -180,6 +185,9 @@ static void usage(FILE *f)
             "  --hot-bytes SIZE   hot tier in GPU memory (emulated in RAM without a GPU);\n"
             "                     0 (default): no hot tier\n"
             "  --hot-device N     CUDA device of the hot tier (default 0)\n"
+            "  --metrics-port N   serve Prometheus metrics at http://127.0.0.1:N/metrics\n"
+            "                     (default: off)\n"
+            "  --metrics-addr A   IPv4 address of the metrics page (default 127.0.0.1)\n"
             "  -v, --verbose      log sessions and namespaces\n",
             KVT_DEFAULT_SOCKET, DEFAULT_DATA);
 }
@@ -235,6 +243,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         { "no-flush", no_argument, NULL, 'F' },
         { "hot-bytes", required_argument, NULL, 'T' },
         { "hot-device", required_argument, NULL, 'D' },
+        { "metrics-port", required_argument, NULL, 'm' },
+        { "metrics-addr", required_argument, NULL, 'A' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
@@ -245,6 +255,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         .socket = getenv("KVTIER_SOCKET"), .data = getenv("KVTIER_DATA"),
         .warm_bytes = 1ull << 30, .high_wm = 0.95, .low_wm = 0.85, .max_clients = 1024,
         .busy_poll_us = 200, .cold_bytes = 4ull << 30, .cold_qd = 32,
+        .metrics_addr = "127.0.0.1",
     };
     if (!o->socket || !*o->socket)
         o->socket = KVT_DEFAULT_SOCKET;
@@ -331,6 +342,29 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                 return -1;
             }
             o->hot_device = (int)v;
+            break;
+        }
+        case 'm': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+
+            if (*end || end == optarg || v < 1 || v > 65535) {
+                fprintf(stderr, "tierd: --metrics-port: want a port 1..65535, got '%s'\n",
+                        optarg);
+                return -1;
+            }
+            o->metrics_port = (uint16_t)v;
+            break;
+        }
+        case 'A': {
+            struct in_addr a;
+
+            if (inet_pton(AF_INET, optarg, &a) != 1) {
+                fprintf(stderr, "tierd: --metrics-addr: want an IPv4 address, got '%s'\n",
+                        optarg);
+                return -1;
+            }
+            o->metrics_addr = optarg;
             break;
         }
         case 'v': o->verbose = true; break;
@@ -506,6 +540,16 @@ int main(int argc, char **argv)
     d.lock_fd = lock_data(o.data);
     if (d.lock_fd < 0)
         return EX_TEMPFAIL;
+    if (o.metrics_port) {
+        /* bound before the tiers open: a port in use stops tierd at once */
+        rc = metrics_open(&d, o.metrics_addr, o.metrics_port, &d.metrics);
+        if (rc < 0) {
+            tierd_log("--metrics-port %u: %s", o.metrics_port,
+                      rc == -EADDRINUSE ? "address in use" : strerror(-rc));
+            ex = rc == -EADDRINUSE ? EX_TEMPFAIL : EX_OSERR;
+            goto out_lock;
+        }
+    }
     tc.warm_bytes = o.warm_bytes;
     tc.high_wm = o.high_wm;
     tc.low_wm = o.low_wm;
@@ -582,6 +626,7 @@ int main(int argc, char **argv)
         ev_add(d.loop, d.sig_fd, on_signal, &d) < 0 ||
         (d.cold && ev_add(d.loop, tier_event_fd(d.store), on_cold, &d) < 0) ||
         (d.hot && ev_add(d.loop, tier_hot_fd(d.store), on_cold, &d) < 0) ||
+        (d.metrics && metrics_attach(d.metrics, d.loop) < 0) ||
         sess_init(&d) < 0) {
         tierd_log("cannot set up the event loop: %s", strerror(errno));
         ex = EX_OSERR;
@@ -598,6 +643,8 @@ int main(int argc, char **argv)
     }
     ev_set_spin(d.loop, o.busy_poll_us);
     tierd_log("listening on %s", o.socket);
+    if (d.metrics)
+        tierd_log("metrics at http://%s:%u/metrics", o.metrics_addr, o.metrics_port);
     rc = ev_run(d.loop, idle, &d);
     if (rc < 0) {
         tierd_log("event loop failed: %s", strerror(-rc));
@@ -612,6 +659,8 @@ int main(int argc, char **argv)
     }
     tierd_log("stopped");
 out_loop:
+    metrics_close(d.metrics); /* unwatches its fds: before the loop goes */
+    d.metrics = NULL;
     ev_loop_destroy(d.loop);
     if (d.sig_fd >= 0)
         close(d.sig_fd);
@@ -629,6 +678,7 @@ out_cold:
     tier_cold_close(d.cold);
     tierd_ns_free(&d);
 out_lock:
+    metrics_close(d.metrics); /* when start-up failed before the loop */
     close(d.lock_fd);
     return ex;
 }

@@ -19,11 +19,27 @@ struct tier;
 struct tier_cold;
 struct tier_hot;
 struct ev_loop;
+struct metrics;
+
+/* A namespace's traffic since start, for the metrics page; counted by
+ * sess.c when requests are answered. */
+struct tierd_ns_stats {
+    uint64_t lookups;         /* LOOKUP requests */
+    uint64_t lookup_keys;     /* keys they asked for */
+    uint64_t hit_keys;        /* of those, in the leading run found */
+    uint64_t miss_keys;       /* the others (lookup_keys - hit_keys) */
+    uint64_t hit_tokens;      /* hit_keys x block_tokens: prefill saved */
+    uint64_t put_blocks;      /* blocks committed */
+    uint64_t get_blocks;      /* blocks leased to gets */
+    uint64_t bytes_in;        /* put_blocks x block_bytes */
+    uint64_t bytes_out;       /* get_blocks x block_bytes */
+};
 
 struct tierd_ns {
     bool open;                /* opened in this run (ids may have holes) */
     uint32_t tenant;          /* uid of the tenant that opened it */
     struct kvt_wire_ns_req d; /* the descriptor, strings NUL-padded */
+    struct tierd_ns_stats st; /* traffic, for the metrics page */
 };
 
 struct tierd {
@@ -31,6 +47,7 @@ struct tierd {
     struct tier_cold *cold;   /* NULL with --no-cold */
     struct tier_hot *hot;     /* NULL without --hot-bytes */
     struct ev_loop *loop;
+    struct metrics *metrics;  /* the Prometheus page; NULL without --metrics-port */
     int listen_fd;            /* the SOCK_SEQPACKET socket */
     int sig_fd;               /* signalfd for SIGINT/SIGTERM */
     int lock_fd;              /* flock on <data>/tierd.lock: one daemon per folder */

@@ -1,0 +1,579 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tierd_metrics.c - the Prometheus page (--metrics-port): counters that
+ * match the requests made, the page checked by promtool, a real Prometheus
+ * server scraping tierd and seeing a counter move, and a port in use.
+ * Loopback only; the HTTP client is a few lines over a TCP socket.
+ */
+#include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "t.h"
+
+#define BLK (64u << 10)
+#define NS_LABEL "ns=\"test/model/bf16/test/tp0\""
+
+static bool under_valgrind(void)
+{
+    return getenv("KVT_TEST_VALGRIND") != NULL;
+}
+
+/* A loopback TCP socket bound to a port the kernel picked; listening when
+ * asked (to hold the port), else closed after reading the number. */
+static int bind_any(uint16_t *port, bool keep)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t al = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    cr_assert(fd >= 0, "socket: %s", strerror(errno));
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0, "bind: %s", strerror(errno));
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+    *port = ntohs(a.sin_port);
+    if (keep) {
+        cr_assert_eq(listen(fd, 4), 0, "listen: %s", strerror(errno));
+        return fd;
+    }
+    close(fd);
+    return -1;
+}
+
+/* A free port (free when we looked: the kernel hands out ports in a
+ * rotating order, so it stays free for the moment a test needs). */
+static uint16_t free_port(void)
+{
+    uint16_t p;
+
+    bind_any(&p, false);
+    return p;
+}
+
+/* GET path from 127.0.0.1:port. Returns the HTTP status (-1: no answer)
+ * and the body in *body (malloc'ed, NUL-terminated; NULL on failure). */
+static int http_get(uint16_t port, const char *path, char **body, char *ctype, size_t ctcap)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    struct timeval tv = { .tv_sec = under_valgrind() ? 60 : 10 };
+    char req[2048], *buf = NULL, *hdr_end, *ct;
+    size_t len = 0, cap = 0;
+    int fd, status = -1;
+
+    *body = NULL;
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+        goto out;
+    snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: 127.0.0.1:%u\r\n\r\n", path, port);
+    if (write(fd, req, strlen(req)) != (ssize_t)strlen(req))
+        goto out;
+    for (;;) { /* HTTP/1.0: the body ends when the server closes */
+        ssize_t r;
+
+        if (cap - len < 4096) {
+            cap = cap ? cap * 2 : 65536;
+            buf = realloc(buf, cap);
+            cr_assert_not_null(buf);
+        }
+        r = read(fd, buf + len, cap - len - 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            goto out;
+        if (r == 0)
+            break;
+        len += (size_t)r;
+    }
+    buf[len] = 0;
+    hdr_end = strstr(buf, "\r\n\r\n");
+    if (!hdr_end || sscanf(buf, "HTTP/1.%*d %d", &status) != 1) {
+        status = -1;
+        goto out;
+    }
+    *hdr_end = 0;
+    if (ctype) {
+        ctype[0] = 0;
+        ct = strcasestr(buf, "\r\nContent-Type: ");
+        if (ct) {
+            size_t k = strcspn(ct + 16, "\r");
+
+            k = k < ctcap ? k : ctcap - 1;
+            memcpy(ctype, ct + 16, k);
+            ctype[k] = 0;
+        }
+    }
+    *body = strdup(hdr_end + 4);
+out:
+    free(buf);
+    close(fd);
+    return status;
+}
+
+/* The value of the sample whose line starts with prefix (a name and the
+ * first labels, e.g. `x_total{ns="a"`) followed by ',', '}' or ' ';
+ * NAN when there is none. */
+static double sample(const char *page, const char *prefix)
+{
+    size_t n = strlen(prefix);
+
+    for (const char *l = page; *l;) {
+        const char *nl = strchr(l, '\n');
+
+        if (strncmp(l, prefix, n) == 0 && l[n] && strchr(",} ", l[n])) {
+            const char *v = strchr(l + n, ' ');
+
+            return v ? strtod(v + 1, NULL) : NAN;
+        }
+        if (!nl)
+            break;
+        l = nl + 1;
+    }
+    return NAN;
+}
+
+#define expect_sample(page, prefix, want)                                                     \
+    do {                                                                                      \
+        double got_ = sample(page, prefix);                                                   \
+        cr_expect(got_ == (double)(want), "%s: expected %g, got %g", prefix, (double)(want), \
+                  got_);                                                                      \
+    } while (0)
+
+/* promtool check metrics on the page: 0 when it has nothing to say. */
+static int promtool(const char *page, char *out, size_t cap)
+{
+    char path[] = "/tmp/kvt-metrics-XXXXXX", cmd[256];
+    int fd = mkstemp(path);
+    FILE *p;
+    size_t n = 0;
+    int st;
+
+    cr_assert(fd >= 0, "mkstemp: %s", strerror(errno));
+    cr_assert_eq(write(fd, page, strlen(page)), (ssize_t)strlen(page));
+    close(fd);
+    snprintf(cmd, sizeof(cmd), "promtool check metrics < %s 2>&1", path);
+    p = popen(cmd, "r");
+    cr_assert_not_null(p, "popen promtool");
+    n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    st = pclose(p);
+    unlink(path);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static void put_blocks(kvt_ns *ns, const kvt_key *keys, size_t n, uint64_t seed)
+{
+    void *slots[16];
+    int rc = kvt_put_reserve(ns, NULL, keys, n, slots);
+
+    cr_assert_eq(rc, (int)n, "put_reserve: expected %zu, got %d (%s)", n, rc,
+                 kvt_strerror(rc));
+    for (size_t i = 0; i < n; i++)
+        t_fill(slots[i], BLK, seed + i);
+    rc = kvt_put_commit(ns, keys, n);
+    cr_assert_eq(rc, (int)n, "put_commit: expected %zu, got %d", n, rc);
+}
+
+Test(metrics, counters_match_the_requests_and_promtool_accepts_the_page)
+{
+    struct t_tierd d;
+    char port_s[8], ctype[256], lint[4096];
+    const char *args[] = { "--warm-bytes", "64M", "--metrics-port", port_s, NULL };
+    uint16_t port = free_port();
+    kvt_client *c;
+    kvt_ns *ns, *odd;
+    kvt_model m = t_model(BLK);
+    kvt_key keys[10];
+    const void *got[8];
+    kvt_lease lease;
+    char *page;
+    int st, hits;
+
+    snprintf(port_s, sizeof(port_s), "%u", port);
+    t_tierd_start(&d, args);
+    c = t_connect(&d);
+    ns = t_ns(c, BLK);
+    /* a model id the label must escape: quote, backslash, newline, a byte
+     * that is not UTF-8 */
+    m.model_id = "odd\"id\\x\ny\xff";
+    cr_assert_eq(kvt_ns_open(c, &m, &odd), 0);
+
+    t_keys(keys, 10, 42);
+    put_blocks(ns, keys, 8, 4200);
+    hits = kvt_lookup(ns, keys, 10, 0, NULL);
+    cr_assert_eq(hits, 8, "lookup: expected 8 hits, got %d", hits);
+    hits = kvt_get_lease(ns, keys, 8, got, &lease);
+    cr_assert_eq(hits, 8, "get: expected 8 blocks, got %d", hits);
+    cr_assert_eq(kvt_release(ns, &lease), 0);
+
+    st = http_get(port, "/metrics", &page, ctype, sizeof(ctype));
+    cr_assert_eq(st, 200, "GET /metrics: status %d", st);
+    cr_expect(strstr(ctype, "text/plain") && strstr(ctype, "version=0.0.4"),
+              "Content-Type: %s", ctype);
+
+    expect_sample(page, "kvtier_namespace_lookups_total{" NS_LABEL, 1);
+    expect_sample(page, "kvtier_namespace_lookup_keys_total{" NS_LABEL, 10);
+    expect_sample(page, "kvtier_namespace_lookup_hit_keys_total{" NS_LABEL, 8);
+    expect_sample(page, "kvtier_namespace_lookup_miss_keys_total{" NS_LABEL, 2);
+    expect_sample(page, "kvtier_namespace_prefix_hit_tokens_total{" NS_LABEL, 8 * 16);
+    expect_sample(page, "kvtier_namespace_put_blocks_total{" NS_LABEL, 8);
+    expect_sample(page, "kvtier_namespace_get_blocks_total{" NS_LABEL, 8);
+    expect_sample(page, "kvtier_namespace_in_bytes_total{" NS_LABEL, 8.0 * BLK);
+    expect_sample(page, "kvtier_namespace_out_bytes_total{" NS_LABEL, 8.0 * BLK);
+    /* the odd model id, escaped (and its non-UTF-8 byte replaced) */
+    expect_sample(page,
+                  "kvtier_namespace_lookups_total{ns=\"odd\\\"id\\\\x\\ny?/bf16/test/tp0\"", 0);
+    expect_sample(page, "kvtier_clients_connected", 1);
+    expect_sample(page, "kvtier_namespaces", 2);
+    expect_sample(page, "kvtier_protocol_errors_total", 0);
+    expect_sample(page, "kvtier_tier_blocks{tier=\"warm\"", 8);
+    expect_sample(page, "kvtier_tier_hits_total{tier=\"warm\"", 8);
+    expect_sample(page, "kvtier_tier_capacity_bytes{tier=\"cold\"", 64 << 20);
+    cr_expect(sample(page, "kvtier_tier_capacity_bytes{tier=\"warm\"") >= 64 << 20,
+              "warm capacity below --warm-bytes");
+    cr_expect(isnan(sample(page, "kvtier_tier_blocks{tier=\"hot\"")),
+              "a hot tier shown without --hot-bytes");
+    /* one of each request, timed; every request falls in some bucket */
+    expect_sample(page, "kvtier_request_duration_seconds_count{op=\"lookup\"", 1);
+    expect_sample(page, "kvtier_request_duration_seconds_count{op=\"put_reserve\"", 1);
+    expect_sample(page, "kvtier_request_duration_seconds_count{op=\"put_commit\"", 1);
+    expect_sample(page, "kvtier_request_duration_seconds_count{op=\"get\"", 1);
+    expect_sample(page, "kvtier_request_duration_seconds_count{op=\"ns_open\"", 2);
+    expect_sample(page, "kvtier_request_duration_seconds_bucket{op=\"get\",le=\"+Inf\"", 1);
+    expect_sample(page, "kvtier_request_duration_seconds_bucket{op=\"get\",le=\"5\"", 1);
+    cr_expect(sample(page, "kvtier_request_duration_seconds_sum{op=\"get\"") > 0,
+              "get latency sum is 0");
+    cr_expect(sample(page, "kvtier_uptime_seconds") > 0, "uptime 0");
+
+    st = promtool(page, lint, sizeof(lint));
+    cr_expect_eq(st, 0, "promtool check metrics: exit %d:\n%s", st, lint);
+    cr_expect_eq(lint[0], 0, "promtool check metrics has remarks:\n%s", lint);
+    free(page);
+
+    st = http_get(port, "/nothing", &page, NULL, 0);
+    cr_expect_eq(st, 404, "GET /nothing: expected 404, got %d", st);
+    free(page);
+
+    kvt_close(c);
+    t_tierd_stop(&d);
+}
+
+Test(metrics, disk_waits_are_counted_and_timed_to_their_reply)
+{
+    struct t_tierd d;
+    char port_s[8];
+    const char *args[] = { "--warm-bytes", "64M", "--metrics-port", port_s, NULL };
+    uint16_t port = free_port();
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_key keys[8];
+    void *slots[8];
+    const void *got[8];
+    kvt_lease lease;
+    char *page;
+    int rc;
+
+    snprintf(port_s, sizeof(port_s), "%u", port);
+    t_tierd_start(&d, args);
+    c = t_connect(&d);
+    ns = t_ns(c, BLK);
+    t_keys(keys, 8, 5);
+    cr_assert_eq(kvt_put_reserve(ns, NULL, keys, 8, slots), 8);
+    for (int i = 0; i < 8; i++)
+        t_fill(slots[i], BLK, 500 + (uint64_t)i);
+    /* a durable commit is answered once the writes land: a deferred reply */
+    rc = kvt_put_commit_flags(ns, keys, 8, KVT_COMMIT_DURABLE);
+    cr_assert_eq(rc, 8, "durable commit: %d (%s)", rc, kvt_strerror(rc));
+    cr_assert_eq(http_get(port, "/metrics", &page, NULL, 0), 200);
+    expect_sample(page, "kvtier_namespace_put_blocks_total{" NS_LABEL, 8);
+    expect_sample(page, "kvtier_request_duration_seconds_count{op=\"put_commit\"", 1);
+    free(page);
+    kvt_close(c);
+
+    /* after a restart the blocks are only on disk: the get waits for reads
+     * (and the same port binds again at once) */
+    cr_assert_eq(t_tierd_kill(&d, SIGTERM), 0, "clean stop");
+    t_tierd_restart(&d, args);
+    c = t_connect(&d);
+    ns = t_ns(c, BLK);
+    rc = kvt_get_lease(ns, keys, 8, got, &lease);
+    cr_assert_eq(rc, 8, "get from disk: %d (%s)", rc, kvt_strerror(rc));
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(t_check(got[i], BLK, 500 + (uint64_t)i), -1, "block %d", i);
+    cr_assert_eq(kvt_release(ns, &lease), 0);
+    cr_assert_eq(http_get(port, "/metrics", &page, NULL, 0), 200);
+    expect_sample(page, "kvtier_namespace_get_blocks_total{" NS_LABEL, 8);
+    expect_sample(page, "kvtier_namespace_out_bytes_total{" NS_LABEL, 8.0 * BLK);
+    expect_sample(page, "kvtier_request_duration_seconds_count{op=\"get\"", 1);
+    expect_sample(page, "kvtier_promotions_total", 8);
+    expect_sample(page, "kvtier_tier_hits_total{tier=\"cold\"", 8);
+    free(page);
+    kvt_close(c);
+    t_tierd_stop(&d);
+}
+
+/* ---- a real Prometheus ---------------------------------------------------- */
+
+static pid_t prometheus_start(const char *dir, uint16_t target, uint16_t port)
+{
+    char cfg[512], data[512], cfg_arg[600], data_arg[600], listen_arg[64];
+    FILE *f;
+    pid_t pid;
+
+    snprintf(cfg, sizeof(cfg), "%s/prometheus.yml", dir);
+    snprintf(data, sizeof(data), "%s/prometheus-data", dir);
+    f = fopen(cfg, "w");
+    cr_assert_not_null(f, "%s: %s", cfg, strerror(errno));
+    fprintf(f,
+            "global:\n"
+            "  scrape_interval: 1s\n"
+            "  scrape_timeout: 1s\n"
+            "scrape_configs:\n"
+            "  - job_name: kvtier\n"
+            "    static_configs:\n"
+            "      - targets: ['127.0.0.1:%u']\n",
+            target);
+    fclose(f);
+    snprintf(cfg_arg, sizeof(cfg_arg), "--config.file=%s", cfg);
+    snprintf(data_arg, sizeof(data_arg), "--storage.tsdb.path=%s", data);
+    snprintf(listen_arg, sizeof(listen_arg), "--web.listen-address=127.0.0.1:%u", port);
+    pid = fork();
+    cr_assert(pid >= 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+        if (null >= 0) {
+            dup2(null, 1);
+            if (!getenv("KVT_TEST_VERBOSE"))
+                dup2(null, 2);
+        }
+        execl("/usr/bin/prometheus", "prometheus", cfg_arg, data_arg, listen_arg,
+              "--log.level=warn", (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* SIGTERM, then wait up to 30 s (SIGKILL after). The exit status. */
+static int prometheus_stop(pid_t pid)
+{
+    int st;
+
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 3000; i++) {
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        usleep(10000);
+    }
+    kill(pid, SIGKILL);
+    return t_wait(pid);
+}
+
+/* Percent-encode s for a query string. */
+static void urlenc(char *out, size_t cap, const char *s)
+{
+    size_t n = 0;
+
+    for (; *s && n + 4 < cap; s++) {
+        unsigned char ch = (unsigned char)*s;
+
+        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+            strchr("-_.~", ch))
+            out[n++] = (char)ch;
+        else
+            n += (size_t)snprintf(out + n, cap - n, "%%%02X", ch);
+    }
+    out[n] = 0;
+}
+
+/* An instant query: the value of its first result, NAN when there is none
+ * (or Prometheus does not answer yet). */
+static double prom_query(uint16_t port, const char *expr)
+{
+    char path[1024], enc[900];
+    json_t *root, *res, *val;
+    json_error_t err;
+    double v = NAN;
+    char *body;
+    int st;
+
+    urlenc(enc, sizeof(enc), expr);
+    snprintf(path, sizeof(path), "/api/v1/query?query=%s", enc);
+    st = http_get(port, path, &body, NULL, 0);
+    if (st != 200) {
+        free(body);
+        return NAN;
+    }
+    root = json_loads(body, 0, &err);
+    free(body);
+    if (!root)
+        return NAN;
+    res = json_object_get(json_object_get(root, "data"), "result");
+    val = json_object_get(json_array_get(res, 0), "value"); /* [time, "value"] */
+    if (json_is_string(json_array_get(val, 1)))
+        v = strtod(json_string_value(json_array_get(val, 1)), NULL);
+    json_decref(root);
+    return v;
+}
+
+/* Poll expr until it equals want; bounded by secs. Returns the last value. */
+static double prom_wait(uint16_t port, const char *expr, double want, int secs)
+{
+    double v = NAN;
+
+    for (int i = 0; i < secs * 5; i++) {
+        v = prom_query(port, expr);
+        if (v == want)
+            break;
+        usleep(200000);
+    }
+    return v;
+}
+
+Test(metrics, prometheus_server_scrapes_tierd_and_sees_puts)
+{
+    struct t_tierd d;
+    char port_s[8];
+    const char *args[] = { "--warm-bytes", "64M", "--metrics-port", port_s, NULL };
+    uint16_t port = free_port(), prom_port;
+    int secs = under_valgrind() ? 120 : 30;
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_key keys[8];
+    pid_t prom;
+    double v;
+
+    /* `make test` installs it (mk/deps.sh): missing is a failure, not a skip */
+    cr_assert_eq(access("/usr/bin/prometheus", X_OK), 0,
+                 "no /usr/bin/prometheus (Debian package prometheus)");
+    snprintf(port_s, sizeof(port_s), "%u", port);
+    t_tierd_start(&d, args);
+    c = t_connect(&d);
+    ns = t_ns(c, BLK);
+    do
+        prom_port = free_port();
+    while (prom_port == port);
+    prom = prometheus_start(d.dir, port, prom_port);
+
+    v = prom_wait(prom_port, "up{job=\"kvtier\"}", 1, secs);
+    cr_assert_eq(v, 1, "Prometheus did not report tierd up within %d s (up = %g)", secs, v);
+    /* the namespace's series before the puts, then after */
+    v = prom_wait(prom_port, "kvtier_namespace_put_blocks_total{" NS_LABEL "}", 0, secs);
+    cr_assert_eq(v, 0, "kvtier_namespace_put_blocks_total before the puts: expected 0, got %g", v);
+    t_keys(keys, 8, 77);
+    put_blocks(ns, keys, 8, 7700);
+    v = prom_wait(prom_port, "kvtier_namespace_put_blocks_total{" NS_LABEL "}", 8, secs);
+    cr_expect_eq(v, 8, "Prometheus saw kvtier_namespace_put_blocks_total = %g in %d s, not 8", v,
+                 secs);
+    v = prom_wait(prom_port, "sum(kvtier_tier_blocks)", 8, secs);
+    cr_expect_eq(v, 8, "sum(kvtier_tier_blocks) = %g, expected 8", v);
+
+    cr_expect_eq(prometheus_stop(prom), 0, "Prometheus did not stop cleanly");
+    kvt_close(c);
+    t_tierd_stop(&d);
+}
+
+/* ---- bad input ------------------------------------------------------------- */
+
+/* Run tierd (under valgrind when the suite does) with extra args; return
+ * its exit status and what it wrote to stderr. */
+static int run_tierd(const char *dir, const char *const *extra, char *err, size_t cap)
+{
+    char bin[512], sock[300], data[300], supp[600];
+    const char *src = getenv("KVT_TEST_SRC");
+    const char *argv[32];
+    int n = 0, pfd[2];
+    size_t len = 0;
+    ssize_t r;
+    pid_t pid;
+
+    snprintf(sock, sizeof(sock), "%s/tierd.sock", dir);
+    snprintf(data, sizeof(data), "%s/data", dir);
+    snprintf(supp, sizeof(supp), "--suppressions=%s/tests/valgrind.supp", src ? src : ".");
+    if (under_valgrind()) {
+        argv[n++] = "/usr/bin/valgrind";
+        argv[n++] = "-q";
+        argv[n++] = "--leak-check=full";
+        argv[n++] = "--errors-for-leak-kinds=definite,indirect";
+        argv[n++] = "--error-exitcode=9";
+        argv[n++] = supp;
+    }
+    argv[n++] = t_bin("tierd", bin, sizeof(bin));
+    argv[n++] = "--socket";
+    argv[n++] = sock;
+    argv[n++] = "--data";
+    argv[n++] = data;
+    argv[n++] = "--cold-bytes";
+    argv[n++] = "64M";
+    for (int i = 0; extra[i] && n < 31; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    cr_assert_eq(pipe(pfd), 0);
+    pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(pfd[1], 2);
+        close(pfd[0]);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(pfd[1]);
+    while (len + 1 < cap && (r = read(pfd[0], err + len, cap - len - 1)) != 0) {
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            break;
+        len += (size_t)r;
+    }
+    err[len] = 0;
+    close(pfd[0]);
+    return t_wait(pid);
+}
+
+Test(metrics, port_in_use_is_a_clear_error_and_a_nonzero_exit)
+{
+    char dir[] = "/tmp/kvt-test-XXXXXX", port_s[8], want[64], err[8192], cmd[64];
+    const char *args[] = { "--metrics-port", port_s, NULL };
+    const char *bad[] = { "--metrics-port", "0", NULL };
+    const char *bad_addr[] = { "--metrics-port", "9", "--metrics-addr", "localhost", NULL };
+    uint16_t port;
+    int hold = bind_any(&port, true), st;
+
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(port_s, sizeof(port_s), "%u", port);
+    st = run_tierd(dir, args, err, sizeof(err));
+    snprintf(want, sizeof(want), "tierd: --metrics-port %u: address in use", port);
+    cr_expect_eq(st, 75, "port in use: expected exit 75 (EX_TEMPFAIL), got %d; stderr:\n%s", st,
+                 err);
+    cr_expect(strstr(err, want), "stderr lacks '%s':\n%s", want, err);
+    cr_expect_null(strstr(err, "listening on"), "tierd started anyway:\n%s", err);
+
+    st = run_tierd(dir, bad, err, sizeof(err));
+    cr_expect_eq(st, 64, "--metrics-port 0: expected exit 64 (EX_USAGE), got %d", st);
+    cr_expect(strstr(err, "--metrics-port"), "stderr: %s", err);
+    st = run_tierd(dir, bad_addr, err, sizeof(err));
+    cr_expect_eq(st, 64, "--metrics-addr localhost: expected exit 64 (EX_USAGE), got %d", st);
+    cr_expect(strstr(err, "--metrics-addr"), "stderr: %s", err);
+
+    close(hold);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
+}
