@@ -732,6 +732,109 @@ int kvt_stats_get(kvt_client *c, kvt_stats *out)
     return out->version == KVT_STATS_VERSION ? 0 : KVT_EVERSION;
 }
 
+/* ---- operators -------------------------------------------------------- */
+
+const char *kvt_miss_cause_name(int cause)
+{
+    static const char *const name[KVT_MISS_CAUSES] = {
+        "never", "dropped", "evicted", "checksum", "io_error", "removed", "aborted",
+        "writing", "broken_chain",
+    };
+
+    return cause >= 0 && cause < KVT_MISS_CAUSES ? name[cause] : "?";
+}
+
+/* One request with a small body; the reply's body lands in c->rbuf. */
+static int admin_rpc(kvt_client *c, uint16_t op, const void *req, size_t len, uint32_t *blen)
+{
+    struct iovec iov[2] = { { 0 }, { (void *)req, len } };
+    int rc;
+
+    if (!c)
+        return -EINVAL;
+    rc = send_req(c, op, 0, iov, len ? 2 : 1);
+    if (rc < 0)
+        return rc;
+    return recv_rep(c, op, blen, NULL);
+}
+
+int kvt_admin_namespaces(kvt_client *c, kvt_ns_info *out, size_t cap)
+{
+    /* as many as fit one reply; then ask again from where it stopped */
+    struct kvt_wire_ns_list_req req = {
+        .start = 1,
+        .max = (KVT_WIRE_MSG_MAX - sizeof(struct kvt_wire_ns_list_rep)) / sizeof(kvt_ns_info),
+    };
+    size_t count = 0;
+
+    if (!c || (cap && !out))
+        return -EINVAL;
+    do {
+        struct kvt_wire_ns_list_rep rep;
+        uint32_t blen;
+        int rc = admin_rpc(c, KVT_OP_NS_LIST, &req, sizeof(req), &blen);
+
+        if (rc < 0)
+            return rc;
+        memcpy(&rep, body(c), sizeof(rep) <= blen ? sizeof(rep) : 0);
+        if (blen < sizeof(rep) || rep.n > req.max ||
+            blen != sizeof(rep) + rep.n * sizeof(kvt_ns_info) ||
+            (rep.next && rep.next <= req.start))
+            return fail(c, KVT_EPROTO);
+        for (uint32_t i = 0; i < rep.n; i++, count++)
+            if (count < cap)
+                memcpy(&out[count], body(c) + sizeof(rep) + i * sizeof(kvt_ns_info),
+                       sizeof(kvt_ns_info));
+        req.start = rep.next;
+    } while (req.start);
+    return count > INT32_MAX ? INT32_MAX : (int)count;
+}
+
+int kvt_admin_why(kvt_client *c, const kvt_key *key, kvt_key_story *out, size_t cap)
+{
+    struct kvt_wire_why_rep rep;
+    uint32_t blen;
+    int rc;
+
+    if (!c || !key || (cap && !out))
+        return -EINVAL;
+    rc = admin_rpc(c, KVT_OP_WHY, key, KVT_KEY_BYTES, &blen);
+    if (rc < 0)
+        return rc;
+    memcpy(&rep, body(c), sizeof(rep) <= blen ? sizeof(rep) : 0);
+    if (blen < sizeof(rep) || blen != sizeof(rep) + (size_t)rep.n * sizeof(kvt_key_story))
+        return fail(c, KVT_EPROTO);
+    for (uint32_t i = 0; i < rep.n && i < cap; i++)
+        memcpy(&out[i], body(c) + sizeof(rep) + i * sizeof(kvt_key_story),
+               sizeof(kvt_key_story));
+    return (int)rep.n;
+}
+
+int kvt_admin_flush(kvt_client *c)
+{
+    uint32_t blen;
+    int rc = admin_rpc(c, KVT_OP_FLUSH, NULL, 0, &blen);
+
+    if (rc == 0 && blen != 0)
+        return fail(c, KVT_EPROTO);
+    return rc;
+}
+
+int kvt_admin_purge(kvt_client *c, uint32_t ns_id)
+{
+    struct kvt_wire_purge_req req = { .ns_id = ns_id };
+    struct kvt_wire_count_rep rep;
+    uint32_t blen;
+    int rc = admin_rpc(c, KVT_OP_PURGE, &req, sizeof(req), &blen);
+
+    if (rc < 0)
+        return rc;
+    if (blen != sizeof(rep))
+        return fail(c, KVT_EPROTO);
+    memcpy(&rep, body(c), sizeof(rep));
+    return rep.count > INT32_MAX ? INT32_MAX : (int)rep.count;
+}
+
 const char *kvt_strerror(int err)
 {
     switch (err) {

@@ -35,7 +35,11 @@ enum kvt_wire_op {
     KVT_OP_REMOVE = 9,      /* keys_req -> count_rep */
     KVT_OP_STATS = 10,      /* empty -> kvt_stats */
     KVT_OP_HOT_ATTACH = 11, /* empty -> hot_rep (+ the emulated hot pool's memfd) */
-    KVT_OP_MAX_ = 12,
+    KVT_OP_NS_LIST = 12,    /* ns_list_req -> ns_list_rep + ns_info[n] */
+    KVT_OP_WHY = 13,        /* a key (KVT_KEY_BYTES) -> why_rep + story[n] */
+    KVT_OP_FLUSH = 14,      /* empty -> empty, once warm is durable on disk */
+    KVT_OP_PURGE = 15,      /* purge_req -> count_rep */
+    KVT_OP_MAX_ = 16,
 };
 
 #define KVT_WIRE_F_NOREPLY 0x1u /* header flag: the sender wants no reply */
@@ -131,8 +135,32 @@ struct kvt_wire_hot_rep {
     uint8_t ipc[64];  /* KVT_HOT_CUDA: the pool's cudaIpcMemHandle_t */
 };
 
+struct kvt_wire_ns_list_req {
+    uint32_t start;   /* the first namespace id to report (ids from 1) */
+    uint32_t max;     /* at most this many in the reply */
+};
+
+struct kvt_wire_ns_list_rep {
+    uint32_t n;       /* kvt_ns_info[n] follow */
+    uint32_t next;    /* the id to start the next request at; 0: no more */
+};
+
+struct kvt_wire_why_rep {
+    uint32_t n;       /* kvt_key_story[n] follow: one per namespace that knows the key */
+    uint32_t reserved;
+};
+
+struct kvt_wire_purge_req {
+    uint32_t ns_id;
+    uint32_t reserved;
+};
+
 struct kvt_wire_release_req {
     uint64_t lease_id;
 };
+
+/* kvt_ns_info and kvt_key_story (kvtier.h) travel as they are. */
+_Static_assert(sizeof(kvt_ns_info) == 352, "kvt_ns_info layout");
+_Static_assert(sizeof(kvt_key_story) == 24, "kvt_key_story layout");
 
 #endif /* KVT_WIRE_H */

@@ -306,6 +306,82 @@ int kvt_restore(kvt_ns *ns, const kvt_key *keys, size_t n, const struct kvk_layo
  * number removed. */
 int kvt_remove(kvt_ns *ns, const kvt_key *keys, size_t n);
 
+/* ---- operators: namespaces, miss causes, flush, purge ------------------- */
+
+/* Why keys missed (kvt_ns_info.misses, kvt_key_story.event): */
+enum {
+    KVT_MISS_NEVER = 0,    /* never stored (or forgotten: the daemon remembers a
+                              bounded number of events) */
+    KVT_MISS_DROPPED = 1,  /* evicted from memory with no copy on disk */
+    KVT_MISS_EVICTED = 2,  /* evicted from the disk to make room */
+    KVT_MISS_CHECKSUM = 3, /* read back from disk with wrong bytes: dropped */
+    KVT_MISS_IO_ERROR = 4, /* could not be read back from disk: dropped */
+    KVT_MISS_REMOVED = 5,  /* removed by a client or purged by an operator */
+    KVT_MISS_ABORTED = 6,  /* reserved and never committed */
+    KVT_MISS_WRITING = 7,  /* being written by a client, not committed yet */
+    KVT_MISS_BROKEN = 8,   /* present, but behind a missing block of its chain */
+    KVT_MISS_CAUSES = 9,
+};
+
+/* Static name of a miss cause ("never", "dropped", ...), "?" if unknown. */
+const char *kvt_miss_cause_name(int cause);
+
+/* A namespace and its traffic since tierd started. */
+typedef struct kvt_ns_info {
+    uint32_t id;               /* as kvt_admin_purge names it */
+    uint32_t block_tokens;
+    uint32_t tp_rank, tp_size;
+    uint64_t block_bytes;
+    char model_id[128], dtype[16], layout[32];
+    uint64_t lookups;          /* lookup calls */
+    uint64_t lookup_keys;      /* keys asked */
+    uint64_t hit_keys;         /* keys in the leading runs found */
+    uint64_t hit_tokens;       /* hit_keys x block_tokens: prefill saved */
+    uint64_t put_blocks, get_blocks;
+    uint64_t bytes_in, bytes_out;
+    uint64_t misses[KVT_MISS_CAUSES]; /* missed lookup keys by cause */
+    uint64_t evicted_age_ms;   /* summed over DROPPED/EVICTED misses: how long
+                                  after its eviction each key was asked for */
+    uint64_t deadline_misses;  /* gets answered short at their deadline */
+} kvt_ns_info;
+
+/* The namespaces of this client's tenant: out[0..min(cap, count)) filled.
+ * Returns the count (which may exceed cap) or an error. */
+int kvt_admin_namespaces(kvt_client *c, kvt_ns_info *out, size_t cap);
+
+/* What tierd knows of one key in a namespace. */
+typedef struct kvt_key_story {
+    uint32_t ns_id;
+    uint8_t present;      /* committed; tier says where */
+    uint8_t writing;      /* reserved by a client, not committed yet */
+    uint8_t tier;         /* KVT_TIER_* when present */
+    uint8_t on_disk;      /* present with a durable copy */
+    uint8_t chain_ok;     /* present, and the block before it too (if known) */
+    uint8_t event;        /* absent: KVT_MISS_* cause (NEVER: nothing known) */
+    uint8_t event_tier;   /* the tier it left */
+    uint8_t pad;
+    uint32_t leases;      /* getters holding it now */
+    uint64_t event_age_ms;
+} kvt_key_story;
+
+/* One key's story in every namespace of the tenant that knows it (present,
+ * being written, or an event remembered): out[0..min(cap, count)).
+ * Returns the count (0: unknown everywhere) or an error. */
+int kvt_admin_why(kvt_client *c, const kvt_key *key, kvt_key_story *out, size_t cap);
+
+/* Write every block in warm that has no copy on disk to the cold tier and
+ * return once they are durable (they stay in warm). Bounded by the
+ * client's reply timeout (KVTIER_TIMEOUT_MS). -EOPNOTSUPP without a cold
+ * tier. */
+int kvt_admin_flush(kvt_client *c);
+
+/* Remove every block of namespace ns_id from every tier and from the disk
+ * (after a model's weights changed under the same name, say). All or
+ * nothing: -EBUSY while any of its blocks is leased, being written or
+ * moving (retry); KVT_ENONS for an unknown namespace. Returns the number
+ * of blocks removed. */
+int kvt_admin_purge(kvt_client *c, uint32_t ns_id);
+
 /* ---- a model's KV cache, from its config.json ------------------------- */
 
 /* What a model's KV cache costs, read from its Hugging Face config.json:

@@ -56,6 +56,7 @@ struct move {
     bool evict;          /* demotion by the mover: leave warm once durable */
     bool hot_down;       /* hot -> warm: the copy into warm_off */
     bool hot_up;         /* warm -> hot: the copy into hot_off */
+    bool flush;          /* warm -> cold for an operator's flush */
     uint8_t warm_cls;    /* hot_down: class of the warm slot */
     uint8_t hot_cls;     /* hot_up: class of the hot slot */
     uint64_t warm_off;   /* hot_down: the warm slot being filled */
@@ -85,6 +86,7 @@ struct tier {
     struct tier_why *why;             /* what happened to blocks that are gone */
     bool flushing;                    /* tier_flush_begin: writing warm to disk */
     uint32_t flush_at;                /* ... the next entry id to look at */
+    uint32_t flush_inflight;          /* ... its writes not durable yet */
     struct tier_cfg cfg;              /* callbacks */
     struct tier_stats st;             /* counters; gauges filled in tier_stats_get */
 };
@@ -483,6 +485,7 @@ static void on_demoted(void *ctx, int rc)
 
     moves_del(t, m);
     t->demoting_bytes -= slot;
+    t->flush_inflight -= m->flush;
     e->flags &= ~IDX_F_DEMOTING;
     if (rc < 0) {
         t->st.cold_errors++; /* stays in warm; may be dropped later */
@@ -806,14 +809,15 @@ static unsigned demote_ancestors(struct tier *t, uint32_t id, unsigned max)
 }
 
 /* An operator's flush, a slice per turn: write the dirty warm blocks of
- * the next ids to disk (they stay in warm), bounded like the mover so the
- * loop never stalls. Done once every id was seen and the writes landed. */
+ * the next ids to disk (they stay in warm), at most as many at once as the
+ * mover, so requests keep flowing; their completions bring the next turn.
+ * Done once every id was seen and its own writes are durable. */
 static size_t flush_turn(struct tier *t)
 {
-    uint32_t lim = idx_id_limit(t->idx), seen = 0;
+    uint32_t lim = idx_id_limit(t->idx);
     size_t n = 0;
 
-    while (t->flush_at < lim && seen++ < 65536 && n < DEMOTE_INFLIGHT) {
+    while (t->flush_at < lim && t->flush_inflight < DEMOTE_INFLIGHT) {
         const struct idx_entry *e = idx_at(t->idx, t->flush_at);
 
         if (e->state == IDX_COMMITTED && e->level == TIER_L_WARM &&
@@ -822,11 +826,15 @@ static size_t flush_turn(struct tier *t)
 
             if (rc == -EBUSY)
                 break; /* the disk's queue is full: this id again next turn */
-            n += rc == 0;
+            if (rc == 0) {
+                t->moves->flush = true; /* demote_for put its move first */
+                t->flush_inflight++;
+                n++;
+            }
         }
         t->flush_at++;
     }
-    if (t->flush_at >= lim && t->demoting_bytes == 0)
+    if (t->flush_at >= lim && t->flush_inflight == 0)
         t->flushing = false;
     return n;
 }

@@ -805,6 +805,44 @@ Test(bad_input, hot_attach_without_hot_tier_gets_eopnotsupp, .fini = fx_fini)
     check_served("hot attach without a hot tier");
 }
 
+Test(bad_input, operator_requests_with_bad_bodies_are_refused, .fini = fx_fini)
+{
+    struct kvt_wire_ns_list_req list = { .start = 0, .max = 4 };
+    struct kvt_wire_purge_req purge = { .ns_id = 77 };
+    struct {
+        struct kvt_wire_ns_list_rep rep;
+        kvt_ns_info info[2];
+    } nl;
+    uint32_t id;
+    int fd;
+
+    fx_start(pool64, BLK, CHAIN);
+    fd = raw_open_hello();
+    id = raw_req(fd, KVT_OP_NS_LIST, 0, &list, sizeof(list) - 1);
+    expect_reply(fd, KVT_OP_NS_LIST, id, KVT_EPROTO, NULL, 0, "NS_LIST short");
+    id = raw_req(fd, KVT_OP_NS_LIST, 0, &list, sizeof(list));
+    expect_reply(fd, KVT_OP_NS_LIST, id, -EINVAL, NULL, 0, "NS_LIST from id 0");
+    list.start = 1;
+    list.max = 2;
+    id = raw_req(fd, KVT_OP_NS_LIST, 0, &list, sizeof(list));
+    cr_assert_eq(expect_reply(fd, KVT_OP_NS_LIST, id, 0, &nl, sizeof(nl), "NS_LIST"),
+                 sizeof(nl.rep) + sizeof(kvt_ns_info));
+    cr_assert_eq(nl.rep.n, 1);
+    cr_assert_eq(nl.rep.next, 0);
+    cr_assert_eq(nl.info[0].put_blocks, (uint64_t)F.n);
+    id = raw_req(fd, KVT_OP_WHY, 0, msg, KVT_KEY_BYTES + 1);
+    expect_reply(fd, KVT_OP_WHY, id, KVT_EPROTO, NULL, 0, "WHY with 33 bytes");
+    id = raw_req(fd, KVT_OP_FLUSH, 0, msg, 4);
+    expect_reply(fd, KVT_OP_FLUSH, id, KVT_EPROTO, NULL, 0, "FLUSH with a body");
+    id = raw_req(fd, KVT_OP_PURGE, 0, &purge, sizeof(purge));
+    expect_reply(fd, KVT_OP_PURGE, id, KVT_ENONS, NULL, 0, "PURGE of an unknown namespace");
+    memcpy(msg, &purge, sizeof(purge));
+    id = raw_req(fd, KVT_OP_PURGE, 0, msg, sizeof(purge) + 1);
+    expect_reply(fd, KVT_OP_PURGE, id, KVT_EPROTO, NULL, 0, "PURGE too long");
+    close(fd);
+    check_served("operator requests");
+}
+
 /* ---- namespaces ------------------------------------------------------- */
 
 Test(bad_input, ns_open_with_bad_descriptor_gets_einval, .fini = fx_fini)

@@ -57,7 +57,9 @@ static const char *const op_name[KVT_OP_MAX_] = {
     [KVT_OP_PUT_COMMIT] = "put_commit", [KVT_OP_PUT_ABORT] = "put_abort",
     [KVT_OP_GET] = "get",               [KVT_OP_RELEASE] = "release",
     [KVT_OP_REMOVE] = "remove",         [KVT_OP_STATS] = "stats",
-    [KVT_OP_HOT_ATTACH] = "hot_attach",
+    [KVT_OP_HOT_ATTACH] = "hot_attach", [KVT_OP_NS_LIST] = "ns_list",
+    [KVT_OP_WHY] = "why",               [KVT_OP_FLUSH] = "flush",
+    [KVT_OP_PURGE] = "purge",
 };
 
 struct hist {
@@ -234,6 +236,18 @@ static void per_tier(struct buf *b, const struct tierd *d, const char *name, con
 /* One per-namespace family. The ns label is what people read; ns_id keeps
  * series apart where two descriptors differ only in what the label leaves
  * out (block size, tp size). */
+/* The namespace label set of ns i (0-based), without the closing brace. */
+static void ns_labels(struct buf *b, const struct tierd_ns *ns, uint32_t i)
+{
+    put(b, "{ns=\"");
+    put_label(b, ns->d.model_id);
+    put(b, "/");
+    put_label(b, ns->d.dtype);
+    put(b, "/");
+    put_label(b, ns->d.layout);
+    put(b, "/tp%u\",ns_id=\"%u\"", ns->d.tp_rank, i + 1);
+}
+
 static void per_ns(struct buf *b, const struct tierd *d, const char *name, const char *help,
                    size_t field)
 {
@@ -245,13 +259,57 @@ static void per_ns(struct buf *b, const struct tierd *d, const char *name, const
         if (!ns->open)
             continue;
         memcpy(&v, (const char *)&ns->st + field, sizeof(v));
-        put(b, "%s{ns=\"", name);
-        put_label(b, ns->d.model_id);
-        put(b, "/");
-        put_label(b, ns->d.dtype);
-        put(b, "/");
-        put_label(b, ns->d.layout);
-        put(b, "/tp%u\",ns_id=\"%u\"} %llu\n", ns->d.tp_rank, i + 1, (unsigned long long)v);
+        put(b, "%s", name);
+        ns_labels(b, ns, i);
+        put(b, "} %llu\n", (unsigned long long)v);
+    }
+}
+
+/* Missed lookup keys by namespace and cause, and how long after their
+ * eviction evicted keys were asked for: a too-small cache shows as
+ * dropped/evicted misses soon after eviction; an engine that hashes
+ * differently as misses of keys never stored. */
+static void miss_causes(struct buf *b, const struct tierd *d)
+{
+    static const char *const cause[TIER_MISS_N] = {
+        "never", "dropped", "evicted", "checksum", "io_error", "removed", "aborted",
+        "writing", "broken_chain",
+    };
+    const char *name = "kvtier_namespace_lookup_misses_total";
+
+    family(b, name, "counter",
+           "Keys looked up and not found, by cause: never stored (or forgotten), dropped "
+           "from memory, evicted from disk, checksum or I/O error, removed, aborted, being "
+           "written, or present behind a missing block (broken_chain).");
+    for (uint32_t i = 0; i < d->ns_cap; i++) {
+        if (!d->ns[i].open)
+            continue;
+        for (int c = 0; c < TIER_MISS_N; c++) {
+            put(b, "%s", name);
+            ns_labels(b, &d->ns[i], i);
+            put(b, ",cause=\"%s\"} %llu\n", cause[c],
+                (unsigned long long)d->ns[i].st.why.cause[c]);
+        }
+    }
+    name = "kvtier_namespace_evicted_miss_age_seconds_total";
+    family(b, name, "counter",
+           "Summed over dropped and evicted misses: seconds from the eviction to the lookup.");
+    for (uint32_t i = 0; i < d->ns_cap; i++) {
+        if (!d->ns[i].open)
+            continue;
+        put(b, "%s", name);
+        ns_labels(b, &d->ns[i], i);
+        put(b, "} %llu.%03llu\n", (unsigned long long)(d->ns[i].st.why.evicted_age_ms / 1000),
+            (unsigned long long)(d->ns[i].st.why.evicted_age_ms % 1000));
+    }
+    name = "kvtier_namespace_deadline_misses_total";
+    family(b, name, "counter", "Gets answered short because their deadline passed.");
+    for (uint32_t i = 0; i < d->ns_cap; i++) {
+        if (!d->ns[i].open)
+            continue;
+        put(b, "%s", name);
+        ns_labels(b, &d->ns[i], i);
+        put(b, "} %llu\n", (unsigned long long)d->ns[i].st.deadline_misses);
     }
 }
 
@@ -363,6 +421,7 @@ static void page(struct buf *b, const struct metrics *m)
     per_ns(b, d, "kvtier_namespace_out_bytes_total", "Bytes handed out by gets.",
            NS_FIELD(bytes_out));
 
+    miss_causes(b, d);
     latency(b, m);
 }
 

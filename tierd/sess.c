@@ -71,6 +71,9 @@ struct sess {
     struct lease *lease;       /* outstanding leases; linear search, few per client */
     size_t nlease, lease_cap;
     struct pending pend;       /* a get waiting for the disk */
+    bool flush_wait;           /* a FLUSH waits for the store's flush to end */
+    struct kvt_wire_hdr flush_hdr;
+    uint64_t flush_t0;         /* its arrival, for the latency metrics */
     struct sess *prev, *next;  /* all sessions (for shutdown) */
 };
 
@@ -93,9 +96,14 @@ static struct tierd_ns_stats *ns_stats(struct sess *s, uint32_t ns_id)
     return &s->d->ns[ns_id - 1].st;
 }
 
-static void count_lookup(struct sess *s, uint32_t ns_id, uint32_t n, uint32_t hits)
+static void count_lookup(struct sess *s, uint32_t ns_id, uint32_t n, uint32_t hits,
+                         const struct tier_misses *why)
 {
     struct tierd_ns_stats *st = ns_stats(s, ns_id);
+
+    for (int c = 0; c < TIER_MISS_N; c++)
+        st->why.cause[c] += why->cause[c];
+    st->why.evicted_age_ms += why->evicted_age_ms;
 
     st->lookups++;
     st->lookup_keys += n;
@@ -441,6 +449,7 @@ static void expire(uint64_t now)
             continue;
         if (s->pend.deadline_ms <= now) {
             s->d->get_deadline_misses++;
+            ns_stats(s, s->pend.ns_id)->deadline_misses++;
             if (finish_get(s) < 0)
                 sess_close(s);
         } else if (!next || s->pend.deadline_ms < next) {
@@ -566,6 +575,143 @@ static int do_hot_attach(struct sess *s, const struct kvt_wire_hdr *h)
     return reply(s, h, 0, &rep, sizeof(rep), NULL, 0, ex.kind == TIER_HOT_EMU ? ex.fd : -1);
 }
 
+/* ---- operators --------------------------------------------------------- */
+
+static void ns_info(const struct tierd *d, uint32_t id, kvt_ns_info *o)
+{
+    const struct tierd_ns *ns = &d->ns[id - 1];
+    const struct tierd_ns_stats *st = &ns->st;
+
+    _Static_assert((int)KVT_MISS_CAUSES == (int)TIER_MISS_N &&
+                       (int)KVT_MISS_DROPPED == (int)TIER_EV_DROPPED &&
+                       (int)KVT_MISS_ABORTED == (int)TIER_EV_ABORTED &&
+                       (int)KVT_MISS_WRITING == (int)TIER_MISS_WRITING &&
+                       (int)KVT_MISS_BROKEN == (int)TIER_MISS_BROKEN,
+                   "the public miss causes are the store's");
+    *o = (kvt_ns_info){
+        .id = id, .block_tokens = ns->d.block_tokens, .tp_rank = ns->d.tp_rank,
+        .tp_size = ns->d.tp_size, .block_bytes = ns->d.block_bytes,
+        .lookups = st->lookups, .lookup_keys = st->lookup_keys, .hit_keys = st->hit_keys,
+        .hit_tokens = st->hit_tokens, .put_blocks = st->put_blocks,
+        .get_blocks = st->get_blocks, .bytes_in = st->bytes_in, .bytes_out = st->bytes_out,
+        .evicted_age_ms = st->why.evicted_age_ms, .deadline_misses = st->deadline_misses,
+    };
+    memcpy(o->model_id, ns->d.model_id, sizeof(o->model_id));
+    memcpy(o->dtype, ns->d.dtype, sizeof(o->dtype));
+    memcpy(o->layout, ns->d.layout, sizeof(o->layout));
+    /* the wire strings are NUL-padded within their fields, and no longer */
+    o->model_id[sizeof(o->model_id) - 1] = o->dtype[sizeof(o->dtype) - 1] =
+        o->layout[sizeof(o->layout) - 1] = '\0';
+    for (int c = 0; c < TIER_MISS_N; c++)
+        o->misses[c] = st->why.cause[c];
+}
+
+static int do_ns_list(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body)
+{
+    static kvt_ns_info info[KVT_WIRE_MSG_MAX / sizeof(kvt_ns_info)];
+    struct kvt_wire_ns_list_req req;
+    struct kvt_wire_ns_list_rep rep = { 0 };
+    uint32_t id;
+
+    if (h->body_len != sizeof(req))
+        return reply_err(s, h, KVT_EPROTO);
+    memcpy(&req, body, sizeof(req));
+    if (req.start == 0 || req.max == 0)
+        return reply_err(s, h, -EINVAL);
+    for (id = req.start; id <= s->d->ns_cap; id++) {
+        if (!tierd_ns_get(s->d, s->d->uid, id))
+            continue; /* a hole, or another tenant's */
+        if (rep.n == req.max || rep.n == sizeof(info) / sizeof(info[0]) - 1) {
+            rep.next = id;
+            break;
+        }
+        ns_info(s->d, id, &info[rep.n++]);
+    }
+    return reply(s, h, 0, &rep, sizeof(rep), info, rep.n * sizeof(info[0]), -1);
+}
+
+static int do_why(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body)
+{
+    static kvt_key_story story[KVT_WIRE_MSG_MAX / sizeof(kvt_key_story) - 1];
+    struct kvt_wire_why_rep rep = { 0 };
+    struct tier_key key;
+
+    if (h->body_len != KVT_KEY_BYTES)
+        return reply_err(s, h, KVT_EPROTO);
+    memcpy(key.b, body, KVT_KEY_BYTES);
+    /* O(namespaces): an operator's question, not an engine's */
+    for (uint32_t id = 1; id <= s->d->ns_cap && rep.n < sizeof(story) / sizeof(story[0]);
+         id++) {
+        struct tier_story t;
+
+        if (!tierd_ns_get(s->d, s->d->uid, id))
+            continue;
+        tier_story_get(s->d->store, id, &key, &t);
+        if (!t.present && !t.writing && t.event == TIER_EV_NONE)
+            continue;
+        story[rep.n++] = (kvt_key_story){
+            .ns_id = id, .present = t.present, .writing = t.writing, .tier = t.level,
+            .on_disk = t.on_disk, .chain_ok = t.chain_ok, .event = t.event,
+            .event_tier = t.event_level, .leases = t.leases, .event_age_ms = t.event_age_ms,
+        };
+    }
+    return reply(s, h, 0, &rep, sizeof(rep), story, rep.n * sizeof(story[0]), -1);
+}
+
+static int do_flush(struct sess *s, const struct kvt_wire_hdr *h)
+{
+    if (h->body_len)
+        return reply_err(s, h, KVT_EPROTO);
+    if (!s->d->cold)
+        return reply_err(s, h, -EOPNOTSUPP);
+    if (s->flush_wait)
+        return reply_err(s, h, -EBUSY);
+    /* answered from sess_flush_check() once the store's flush has ended */
+    tier_flush_begin(s->d->store);
+    s->flush_wait = true;
+    s->flush_hdr = *h;
+    return 0;
+}
+
+void sess_flush_check(struct tierd *d)
+{
+    struct sess *s, *nx;
+
+    if (tier_flush_busy(d->store))
+        return;
+    for (s = all_sessions; s; s = nx) {
+        nx = s->next;
+        if (!s->flush_wait)
+            continue;
+        s->flush_wait = false;
+        if (s->flush_t0)
+            metrics_req_done(d->metrics, KVT_OP_FLUSH, s->flush_t0);
+        s->flush_t0 = 0;
+        if (reply(s, &s->flush_hdr, 0, NULL, 0, NULL, 0, -1) < 0)
+            sess_close(s);
+    }
+}
+
+static int do_purge(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body)
+{
+    struct kvt_wire_purge_req req;
+    struct kvt_wire_count_rep cnt = { 0 };
+    int rc;
+
+    if (h->body_len != sizeof(req))
+        return reply_err(s, h, KVT_EPROTO);
+    memcpy(&req, body, sizeof(req));
+    if (!tierd_ns_get(s->d, s->d->uid, req.ns_id))
+        return reply_err(s, h, KVT_ENONS);
+    rc = tier_purge_ns(s->d->store, req.ns_id);
+    if (rc < 0)
+        return reply_err(s, h, rc);
+    tierd_log("namespace %u (%s) purged: %d blocks removed", req.ns_id,
+              s->d->ns[req.ns_id - 1].d.model_id, rc);
+    cnt.count = (uint32_t)rc;
+    return reply(s, h, 0, &cnt, sizeof(cnt), NULL, 0, -1);
+}
+
 static int do_ns_open(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body)
 {
     struct kvt_wire_ns_req req;
@@ -632,9 +778,10 @@ static int do_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *
     switch (h->op) {
     case KVT_OP_LOOKUP: {
         struct kvt_wire_lookup_rep rep = { .n = k.n };
+        struct tier_misses why = { 0 };
 
-        rep.hits = (uint32_t)tier_lookup(t, k.ns_id, k.keys, k.n, tiers_buf);
-        count_lookup(s, k.ns_id, k.n, rep.hits);
+        rep.hits = (uint32_t)tier_lookup_why(t, k.ns_id, k.keys, k.n, tiers_buf, &why);
+        count_lookup(s, k.ns_id, k.n, rep.hits, &why);
         if ((k.flags >> 8) & KVT_LOOKUP_PREFETCH)
             tier_prefetch(t, k.ns_id, k.block_bytes, k.keys, rep.hits,
                           k.flags & KVT_WIRE_KF_PROMOTE ? TIER_GET_PROMOTE : 0);
@@ -802,6 +949,14 @@ static int handle(struct sess *s, size_t len)
         return h.body_len ? reply_err(s, &h, KVT_EPROTO) : do_stats(s, &h);
     case KVT_OP_HOT_ATTACH:
         return do_hot_attach(s, &h);
+    case KVT_OP_NS_LIST:
+        return do_ns_list(s, &h, body);
+    case KVT_OP_WHY:
+        return do_why(s, &h, body);
+    case KVT_OP_FLUSH:
+        return do_flush(s, &h);
+    case KVT_OP_PURGE:
+        return do_purge(s, &h, body);
     }
     return reply_err(s, &h, KVT_EPROTO);
 }
@@ -811,7 +966,7 @@ static int handle(struct sess *s, size_t len)
 static int handle_timed(struct sess *s, size_t len)
 {
     uint64_t t0 = metrics_req_start(s->d->metrics);
-    bool waiting = s->pend.active;
+    bool waiting = s->pend.active, flushing = s->flush_wait;
     struct kvt_wire_hdr h;
     int rc = handle(s, len);
 
@@ -819,6 +974,8 @@ static int handle_timed(struct sess *s, size_t len)
         return rc;
     if (!waiting && s->pend.active) {
         s->pend.t0_ns = t0;
+    } else if (!flushing && s->flush_wait) {
+        s->flush_t0 = t0;
     } else {
         memcpy(&h, rbuf, sizeof(h)); /* handle() checked the framing */
         metrics_req_done(s->d->metrics, h.op, t0);

@@ -25,6 +25,10 @@ void sess_on_ready(void *ctx, void *waiter, uint32_t id, int rc);
  * deadline counts as late even when the daemon looks at both at once. */
 void sess_expire(void);
 
+/* Answer the FLUSH requests waiting, once the store's flush has ended:
+ * called after each turn of the mover. */
+void sess_flush_check(struct tierd *d);
+
 /* Close every session (at shutdown), reclaiming what they hold. */
 void sess_close_all(struct tierd *d);
 

@@ -508,6 +508,7 @@ static void idle(void *ctx)
     /* demotion between watermarks happens between batches of requests,
      * so a put never waits for more than the eviction it needs itself */
     tier_maintain(d->store);
+    sess_flush_check(d);
 }
 
 static void store_log(void *ctx, const char *msg)

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "kvt_wire.h"
+#include "tier.h"
 
 struct tier;
 struct tier_cold;
@@ -33,6 +34,8 @@ struct tierd_ns_stats {
     uint64_t get_blocks;      /* blocks leased to gets */
     uint64_t bytes_in;        /* put_blocks x block_bytes */
     uint64_t bytes_out;       /* get_blocks x block_bytes */
+    struct tier_misses why;   /* miss_keys by cause (tier_lookup_why) */
+    uint64_t deadline_misses; /* gets answered short at their deadline */
 };
 
 struct tierd_ns {

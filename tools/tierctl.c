@@ -7,6 +7,7 @@
  * live view of them; `health` answers for scripts. Exit codes come from
  * sysexits.h.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -38,9 +39,23 @@ static const char usage_text[] =
     "      interrupted, or N refreshes.\n"
     "  health [--socket PATH]\n"
     "      Exit 0 and print one line when tierd answers; 69 when it does not.\n"
+    "  namespaces [--json] [--socket PATH]\n"
+    "      Each namespace: model, block size, lookups, hit rate, tokens saved,\n"
+    "      and its missed keys by cause (never stored, dropped, evicted,\n"
+    "      checksum, i/o, removed, aborted, being written, broken chain).\n"
+    "  why KEY [--socket PATH]\n"
+    "      One key's story (64 hex digits, as `tierctl hash` prints): where it\n"
+    "      is, or the last thing that happened to it, in each namespace.\n"
+    "  flush [--timeout SEC] [--socket PATH]\n"
+    "      Write every block in warm that is not on disk yet to the cold tier\n"
+    "      and wait until it is durable (default: up to 600 s).\n"
+    "  evict --ns ID [--socket PATH]\n"
+    "      Remove namespace ID (see `namespaces`) from every tier and from the\n"
+    "      disk, e.g. after a model's weights changed under the same name.\n"
     "\n"
-    "exit status: 0 ok, 64 usage, 65 bad token ids, 69 tierd unreachable,\n"
-    "74 i/o error, 76 protocol error.\n";
+    "exit status: 0 ok, 64 usage, 65 bad input (token ids, key, namespace),\n"
+    "69 tierd unreachable, 70 request refused, 74 i/o error, 75 busy (retry),\n"
+    "76 protocol error.\n";
 
 static int usage(void)
 {
@@ -411,6 +426,312 @@ static int cmd_stats(int argc, char *argv[])
     return 0;
 }
 
+/* ---- namespaces, why, flush, evict ------------------------------------- */
+
+/* Parse the common options of the operator commands: --socket, and
+ * --json / --timeout / --ns where the command takes them (NULL: not). */
+struct opts {
+    const char *path;
+    int json;
+    double timeout;
+    long ns;
+};
+
+static int parse_opts(const char *cmd, int argc, char *argv[], struct opts *o, bool json,
+                      bool timeout, bool ns)
+{
+    static const struct option longopts[] = {
+        {"json", no_argument, NULL, 'j'},
+        {"timeout", required_argument, NULL, 't'},
+        {"ns", required_argument, NULL, 'n'},
+        {"socket", required_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    char *end;
+    int opt;
+
+    while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        if ((opt == 'j' && !json) || (opt == 't' && !timeout) || (opt == 'n' && !ns)) {
+            fprintf(stderr, "tierctl %s: unknown option '%s'\n", cmd, argv[optind - 1]);
+            return usage();
+        }
+        switch (opt) {
+        case 'j':
+            o->json = 1;
+            break;
+        case 't':
+            o->timeout = strtod(optarg, &end);
+            if (*end || !(o->timeout >= 1 && o->timeout <= 86400)) {
+                fprintf(stderr, "tierctl %s: --timeout '%s': seconds from 1 to 86400\n", cmd,
+                        optarg);
+                return EX_USAGE;
+            }
+            break;
+        case 'n':
+            o->ns = strtol(optarg, &end, 10);
+            if (*end || o->ns < 1 || o->ns > UINT32_MAX) {
+                fprintf(stderr, "tierctl %s: --ns '%s': a namespace id (see `tierctl "
+                                "namespaces`)\n", cmd, optarg);
+                return EX_USAGE;
+            }
+            break;
+        case 's':
+            o->path = optarg;
+            break;
+        case 'h':
+            return usage();
+        default:
+            return bad_option(cmd, opt, argv);
+        }
+    }
+    if (!o->path)
+        o->path = kvt_default_socket();
+    return 0;
+}
+
+/* A failed request: message and sysexits code. */
+static int failed(const char *cmd, const char *path, int err)
+{
+    fprintf(stderr, "tierctl %s: tierd at %s: %s\n", cmd, path, kvt_strerror(err));
+    return err == KVT_EDISCONNECTED || err == -ETIMEDOUT ? EX_UNAVAILABLE
+           : err == KVT_EPROTO || err == KVT_EVERSION  ? EX_PROTOCOL
+                                                       : EX_SOFTWARE;
+}
+
+static void print_ns_json(const kvt_ns_info *v, int n)
+{
+    printf("[");
+    for (int i = 0; i < n; i++) {
+        const kvt_ns_info *x = &v[i];
+
+        /* model ids come from clients: printed through %s only after a
+         * check that they hold nothing JSON would need escaped */
+        printf("%s{\"id\":%" PRIu32 ",\"model_id\":\"", i ? "," : "", x->id);
+        for (const char *p = x->model_id; *p; p++)
+            if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20)
+                printf("\\u%04x", (unsigned char)*p);
+            else
+                putchar(*p);
+        printf("\",\"dtype\":\"%s\",\"layout\":\"%s\",\"block_tokens\":%" PRIu32
+               ",\"block_bytes\":%" PRIu64 ",\"tp_rank\":%" PRIu32 ",\"tp_size\":%" PRIu32,
+               x->dtype, x->layout, x->block_tokens, x->block_bytes, x->tp_rank, x->tp_size);
+        printf(",\"lookups\":%" PRIu64 ",\"lookup_keys\":%" PRIu64 ",\"hit_keys\":%" PRIu64
+               ",\"hit_tokens\":%" PRIu64 ",\"put_blocks\":%" PRIu64 ",\"get_blocks\":%" PRIu64
+               ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 ",\"misses\":{",
+               x->lookups, x->lookup_keys, x->hit_keys, x->hit_tokens, x->put_blocks,
+               x->get_blocks, x->bytes_in, x->bytes_out);
+        for (int c = 0; c < KVT_MISS_CAUSES; c++)
+            printf("%s\"%s\":%" PRIu64, c ? "," : "", kvt_miss_cause_name(c), x->misses[c]);
+        printf("},\"evicted_age_ms\":%" PRIu64 ",\"deadline_misses\":%" PRIu64 "}",
+               x->evicted_age_ms, x->deadline_misses);
+    }
+    printf("]\n");
+}
+
+static void print_ns_table(const kvt_ns_info *v, int n)
+{
+    char b1[16], b2[16];
+
+    if (n == 0) {
+        printf("no namespaces\n");
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        const kvt_ns_info *x = &v[i];
+        uint64_t evicted = x->misses[KVT_MISS_DROPPED] + x->misses[KVT_MISS_EVICTED];
+
+        printf("%s%" PRIu32 "  %s  %s %s tp %" PRIu32 "/%" PRIu32 ", %" PRIu32
+               " tokens per block of %s\n",
+               i ? "\n" : "", x->id, x->model_id, x->dtype, x->layout, x->tp_rank, x->tp_size,
+               x->block_tokens, fmt_bytes(x->block_bytes, b1));
+        printf("    lookups %" PRIu64 ", keys %" PRIu64 ", hit rate %s, tokens saved %" PRIu64
+               "; put %" PRIu64 " blocks, got %" PRIu64 "\n",
+               x->lookups, x->lookup_keys, fmt_pct(x->hit_keys, x->lookup_keys, b2),
+               x->hit_tokens, x->put_blocks, x->get_blocks);
+        printf("    misses:");
+        for (int c = 0; c < KVT_MISS_CAUSES; c++)
+            printf(" %s %" PRIu64, kvt_miss_cause_name(c), x->misses[c]);
+        printf(", deadline %" PRIu64 "\n", x->deadline_misses);
+        if (evicted)
+            printf("    evicted blocks were asked for %.1f s after their eviction, on average\n",
+                   (double)x->evicted_age_ms / 1000.0 / (double)evicted);
+    }
+}
+
+static int cmd_namespaces(int argc, char *argv[])
+{
+    struct opts o = { 0 };
+    kvt_ns_info *v = NULL;
+    kvt_client *c;
+    int rc = parse_opts("namespaces", argc, argv, &o, true, false, false), n;
+
+    if (rc)
+        return rc;
+    if (optind < argc) {
+        fprintf(stderr, "tierctl namespaces: unexpected argument '%s'\n", argv[optind]);
+        return usage();
+    }
+    rc = kvt_connect(o.path, &c);
+    if (rc < 0)
+        return unreachable(o.path, rc);
+    /* the count first, then all of them (a namespace opened in between
+     * shows next time) */
+    n = kvt_admin_namespaces(c, NULL, 0);
+    if (n > 0 && !(v = calloc((size_t)n, sizeof(*v))))
+        n = -ENOMEM;
+    if (n > 0) {
+        int m = kvt_admin_namespaces(c, v, (size_t)n);
+
+        n = m < n ? m : n; /* an error, or fewer (none closes: never more than n kept) */
+    }
+    kvt_close(c);
+    if (n < 0) {
+        free(v);
+        return failed("namespaces", o.path, n);
+    }
+    if (o.json)
+        print_ns_json(v, n);
+    else
+        print_ns_table(v, n);
+    free(v);
+    return 0;
+}
+
+static const char *const event_text[KVT_MISS_CAUSES] = {
+    "nothing known (never stored, or forgotten)",
+    "dropped from memory with no copy on disk (evicted)",
+    "evicted from the disk to make room",
+    "read back from disk with wrong bytes (checksum): dropped",
+    "could not be read back from disk (i/o error): dropped",
+    "removed by a client or an operator",
+    "reserved by a client and never committed",
+    "being written", "present behind a missing block",
+};
+
+static int cmd_why(int argc, char *argv[])
+{
+    struct opts o = { 0 };
+    kvt_key_story st[64];
+    kvt_ns_info ns[256];
+    kvt_key key;
+    kvt_client *c;
+    int rc = parse_opts("why", argc, argv, &o, false, false, false), n, nns;
+    const char *hex;
+
+    if (rc)
+        return rc;
+    if (optind + 1 != argc) {
+        fprintf(stderr, "tierctl why: give one key (64 hex digits)\n");
+        return usage();
+    }
+    hex = argv[optind];
+    if (strlen(hex) != 2 * KVT_KEY_BYTES) {
+        fprintf(stderr, "tierctl why: '%s' is not a key: 64 hex digits expected\n", hex);
+        return EX_DATAERR;
+    }
+    for (int i = 0; i < KVT_KEY_BYTES; i++) {
+        unsigned v;
+
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1 || !isxdigit((unsigned char)hex[2 * i]) ||
+            !isxdigit((unsigned char)hex[2 * i + 1])) {
+            fprintf(stderr, "tierctl why: '%s' is not a key: 64 hex digits expected\n", hex);
+            return EX_DATAERR;
+        }
+        key.b[i] = (uint8_t)v;
+    }
+    rc = kvt_connect(o.path, &c);
+    if (rc < 0)
+        return unreachable(o.path, rc);
+    n = kvt_admin_why(c, &key, st, 64);
+    nns = n > 0 ? kvt_admin_namespaces(c, ns, 256) : 0;
+    kvt_close(c);
+    if (n < 0 || nns < 0)
+        return failed("why", o.path, n < 0 ? n : nns);
+    if (n == 0)
+        printf("%s: unknown in every namespace (never stored, or forgotten)\n", hex);
+    for (int i = 0; i < n && i < 64; i++) {
+        const char *model = "?";
+
+        for (int j = 0; j < nns && j < 256; j++)
+            if (ns[j].id == st[i].ns_id)
+                model = ns[j].model_id;
+        printf("namespace %" PRIu32 " (%s): ", st[i].ns_id, model);
+        if (st[i].present)
+            printf("present in %s%s, %" PRIu32 " leases%s\n",
+                   st[i].tier < KVT_TIER_COUNT ? tier_names[st[i].tier] : "?",
+                   st[i].on_disk && st[i].tier != KVT_TIER_COLD ? " and on disk" : "",
+                   st[i].leases, st[i].chain_ok ? "" : "; the block before it is missing");
+        else if (st[i].writing)
+            printf("being written by a client (not committed yet)\n");
+        else
+            printf("%s, from %s, %.1f s ago\n",
+                   st[i].event < KVT_MISS_CAUSES ? event_text[st[i].event] : "?",
+                   st[i].event_tier < KVT_TIER_COUNT ? tier_names[st[i].event_tier] : "?",
+                   (double)st[i].event_age_ms / 1000.0);
+    }
+    return 0;
+}
+
+static int cmd_flush(int argc, char *argv[])
+{
+    struct opts o = { .timeout = 600 };
+    char ms[32];
+    kvt_client *c;
+    int rc = parse_opts("flush", argc, argv, &o, false, true, false);
+
+    if (rc)
+        return rc;
+    if (optind < argc) {
+        fprintf(stderr, "tierctl flush: unexpected argument '%s'\n", argv[optind]);
+        return usage();
+    }
+    /* the reply comes when the disk has everything: wait that long */
+    snprintf(ms, sizeof(ms), "%.0f", o.timeout * 1000.0);
+    setenv("KVTIER_TIMEOUT_MS", ms, 1);
+    rc = kvt_connect(o.path, &c);
+    if (rc < 0)
+        return unreachable(o.path, rc);
+    rc = kvt_admin_flush(c);
+    kvt_close(c);
+    if (rc < 0)
+        return failed("flush", o.path, rc);
+    printf("flushed: every block that was only in warm is durable on disk\n");
+    return 0;
+}
+
+static int cmd_evict(int argc, char *argv[])
+{
+    struct opts o = { 0 };
+    kvt_client *c;
+    int rc = parse_opts("evict", argc, argv, &o, false, false, true);
+
+    if (rc)
+        return rc;
+    if (optind < argc || !o.ns) {
+        fprintf(stderr, "tierctl evict: --ns ID is required (see `tierctl namespaces`)\n");
+        return usage();
+    }
+    rc = kvt_connect(o.path, &c);
+    if (rc < 0)
+        return unreachable(o.path, rc);
+    rc = kvt_admin_purge(c, (uint32_t)o.ns);
+    kvt_close(c);
+    if (rc == -EBUSY) {
+        fprintf(stderr, "tierctl evict: namespace %ld is in use (blocks leased, being written "
+                        "or moving); try again\n", o.ns);
+        return EX_TEMPFAIL;
+    }
+    if (rc == KVT_ENONS) {
+        fprintf(stderr, "tierctl evict: no namespace %ld (see `tierctl namespaces`)\n", o.ns);
+        return EX_DATAERR;
+    }
+    if (rc < 0)
+        return failed("evict", o.path, rc);
+    printf("evicted namespace %ld: %d blocks removed\n", o.ns, rc);
+    return 0;
+}
+
 /* ---- top and health ----------------------------------------------------- */
 
 /* Connect to path (NULL: the default) and read the counters; a sysexits
@@ -621,6 +942,14 @@ int main(int argc, char *argv[])
         return cmd_top(argc - 1, argv + 1);
     if (strcmp(argv[1], "health") == 0)
         return cmd_health(argc - 1, argv + 1);
+    if (strcmp(argv[1], "namespaces") == 0)
+        return cmd_namespaces(argc - 1, argv + 1);
+    if (strcmp(argv[1], "why") == 0)
+        return cmd_why(argc - 1, argv + 1);
+    if (strcmp(argv[1], "flush") == 0)
+        return cmd_flush(argc - 1, argv + 1);
+    if (strcmp(argv[1], "evict") == 0)
+        return cmd_evict(argc - 1, argv + 1);
     if (strcmp(argv[1], "--help") != 0 && strcmp(argv[1], "-h") != 0 &&
         strcmp(argv[1], "help") != 0)
         fprintf(stderr, "tierctl: unknown command '%s'\n", argv[1]);
