@@ -579,6 +579,44 @@ Test(kvreplay_trace, cost_arithmetic_on_known_numbers)
     run_free(&r);
 }
 
+/*
+ * --live prices what a running tierd saw: 6 blocks of 16 tokens put, a
+ * lookup of 10 keys finds the 6: 96 hit tokens, 4 x 16 = 64 missed; RAM
+ * and NVMe charged are its warm and cold capacities (64M: GiB 1/16).
+ */
+Test(kvreplay_trace, live_cost_from_a_running_tierd)
+{
+    struct t_tierd d;
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_key k[10];
+    static uint8_t buf[65536];
+    const void *bufs[6];
+    struct run r;
+
+    t_tierd_start(&d, (const char *const[]){ "--warm-bytes", "64M", NULL });
+    c = t_connect(&d);
+    ns = t_ns(c, sizeof(buf));
+    t_keys(k, 10, 4);
+    for (int i = 0; i < 6; i++)
+        bufs[i] = buf;
+    cr_assert_eq(kvt_put(ns, NULL, k, 6, bufs), 6);
+    cr_assert_eq(kvt_lookup(ns, k, 10, 0, NULL), 6);
+    kvt_close(c);
+    r = kvr_ok((const char *const[]){ "--live", "--socket", d.sock, "--hours", "1", "--json",
+                                      NULL });
+    EXPECT_D(r.json, "cost/hit_tokens", 96.0);
+    EXPECT_D(r.json, "cost/miss_tokens", 64.0);
+    EXPECT_D(r.json, "cost/ram_gib", 1.0 / 16);
+    EXPECT_D(r.json, "cost/nvme_gib", 64.0 / 1024); /* the tests' --cold-bytes 64M */
+    run_free(&r);
+    r = kvr((const char *const[]){ "--live", "--socket", "/nonexistent.sock", NULL });
+    cr_expect_eq(r.status, 69, "no tierd: got %d", r.status);
+    cr_expect(strstr(r.err, "cannot reach tierd") != NULL, "%s", r.err);
+    run_free(&r);
+    t_tierd_stop(&d);
+}
+
 /* A preset file, then a flag over it; a bad file is refused with exit 65. */
 Test(kvreplay_trace, price_presets_and_overrides)
 {

@@ -27,6 +27,7 @@
 static const char usage_text[] =
     "usage: kvreplay [options] TRACE     replay a Mooncake JSONL trace (\"-\": stdin)\n"
     "       kvreplay --hits N --misses N [cost options]   cost of known token counts\n"
+    "       kvreplay --live [--socket PATH] [cost options]  what a running tierd saved\n"
     "\n"
     "Replay (each request: look its block chain up, count the leading cached run\n"
     "as the hit, then put the blocks from the first miss on, as an engine does\n"
@@ -98,6 +99,7 @@ struct opts {
     double high_wm, low_wm, speed, hours; /* hours: NAN when not given */
     double hits, misses;                  /* NAN when not given */
     bool json;
+    bool live;                            /* --live: counts from a running tierd */
     double over[8];                       /* price flags, NAN when not given */
 };
 
@@ -190,7 +192,7 @@ static int parse_caps(const char *list, struct opts *o)
 enum {
     O_CAP = 256, O_SOCKET, O_SPEED, O_BT, O_BPT, O_BB, O_HWM, O_LWM, O_LIMIT, O_SALT,
     O_MODEL, O_JSON, O_SVG, O_PRICES, O_PRESET, O_NVME, O_RAM, O_HOURS, O_HITS, O_MISSES,
-    O_PRICE0, /* O_PRICE0 + i: price_flag[i] */
+    O_LIVE, O_PRICE0, /* O_PRICE0 + i: price_flag[i] */
 };
 
 static const struct option base_opts[] = {
@@ -214,6 +216,7 @@ static const struct option base_opts[] = {
     {"hours", required_argument, NULL, O_HOURS},
     {"hits", required_argument, NULL, O_HITS},
     {"misses", required_argument, NULL, O_MISSES},
+    {"live", no_argument, NULL, O_LIVE},
     {"help", no_argument, NULL, 'h'},
 };
 #define NBASE (sizeof(base_opts) / sizeof(base_opts[0]))
@@ -280,6 +283,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case O_SALT: o->salt = optarg; break;
         case O_MODEL: o->model_id = optarg; break;
         case O_JSON: o->json = true; break;
+        case O_LIVE: o->live = true; break;
         case O_SVG: o->svg = optarg; break;
         case O_PRICES: o->prices = optarg; break;
         case O_PRESET: o->preset = optarg; break;
@@ -566,6 +570,55 @@ static int cost_only(const struct opts *o, const struct kvr_prices *p)
     return 0;
 }
 
+/* --live: the prefix-hit and missed tokens a running tierd has seen since it
+ * started (every namespace of this tenant: hit tokens, and missed lookup
+ * keys x block tokens), over its uptime, with its RAM and NVMe as the
+ * storage charged; then the cost model as for --hits/--misses. */
+static int live_cost(struct opts *o, const struct kvr_prices *p)
+{
+    const char *path = o->socket ? o->socket : kvt_default_socket();
+    kvt_ns_info *ns = NULL;
+    kvt_client *c;
+    kvt_stats st;
+    int rc = kvt_connect(path, &c), n = 0;
+
+    if (rc < 0) {
+        fprintf(stderr, "kvreplay: cannot reach tierd at %s: %s\n", path, kvt_strerror(rc));
+        return EX_UNAVAILABLE;
+    }
+    rc = kvt_stats_get(c, &st);
+    if (rc == 0)
+        rc = n = kvt_admin_namespaces(c, NULL, 0);
+    if (rc > 0 && !(ns = calloc((size_t)n, sizeof(*ns))))
+        rc = -ENOMEM;
+    if (rc > 0) {
+        rc = kvt_admin_namespaces(c, ns, (size_t)n);
+        n = rc < n ? rc : n;
+    }
+    kvt_close(c);
+    if (rc < 0) {
+        fprintf(stderr, "kvreplay: tierd at %s: %s\n", path, kvt_strerror(rc));
+        free(ns);
+        return EX_UNAVAILABLE;
+    }
+    o->hits = o->misses = 0;
+    for (int i = 0; i < n; i++) {
+        o->hits += (double)ns[i].hit_tokens;
+        o->misses += (double)(ns[i].lookup_keys - ns[i].hit_keys) * ns[i].block_tokens;
+    }
+    free(ns);
+    if (isnan(o->hours))
+        o->hours = st.uptime_ms > 0 ? (double)st.uptime_ms / 3.6e6 : 1e-9;
+    if (!o->ram_bytes)
+        o->ram_bytes = st.tier[KVT_TIER_WARM].bytes_capacity;
+    if (!o->nvme_bytes)
+        o->nvme_bytes = st.tier[KVT_TIER_COLD].bytes_capacity;
+    if (!o->json)
+        printf("tierd at %s: %d namespaces, up %.3f h (missed tokens: missed lookup keys x "
+               "block tokens)\n", path, n, o->hours);
+    return cost_only(o, p);
+}
+
 /* The trace's span in hours (0 when every request has the same time). */
 static double trace_hours(const struct kvr_trace *tr)
 {
@@ -776,6 +829,13 @@ int main(int argc, char **argv)
     rc = setup_prices(&o, &p);
     if (rc)
         return rc;
+    if (o.live) {
+        if (o.trace || !isnan(o.hits) || !isnan(o.misses)) {
+            fprintf(stderr, "kvreplay: --live takes no trace and no --hits/--misses\n");
+            return usage();
+        }
+        return live_cost(&o, &p);
+    }
     if (!isnan(o.hits) || !isnan(o.misses)) {
         if (isnan(o.hits) || isnan(o.misses) || o.trace) {
             fprintf(stderr, "kvreplay: --hits and --misses go together, without a trace\n");
