@@ -72,7 +72,7 @@ $(1)/libkvtier.so: $(call obj,$(1),$(CLIENT_SRC) $(KERNEL_SRC)) $(5) client/libk
 
 $(1)/tierd: $(call obj,$(1),$(TIERD_SRC)) $(1)/libstore.a
 	@$(if $(Q),echo "  LD      $$@")
-	$(Q)$(CC) $(2) -o $$@ $$^ $(4) -lmicrohttpd $(LIBS) $(3)
+	$(Q)$(CC) $(2) -o $$@ $$^ $(4) -lmicrohttpd -linih $(LIBS) $(3)
 
 $(1)/tierctl: $(1)/obj/tools/tierctl.o $(1)/libkvtier.a
 	@$(if $(Q),echo "  LD      $$@")

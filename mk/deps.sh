@@ -4,7 +4,7 @@
 # Usage: mk/deps.sh build|test|bench   (each level includes the ones before)
 set -eu
 level=${1:-build}
-pkgs="build-essential pkg-config libssl-dev liburing-dev liblmdb-dev libxxhash-dev libjansson-dev libmicrohttpd-dev"
+pkgs="build-essential pkg-config libssl-dev liburing-dev liblmdb-dev libxxhash-dev libjansson-dev libmicrohttpd-dev libinih-dev"
 case "$level" in
 test|bench) pkgs="$pkgs libcriterion-dev python3 python3-cbor2 valgrind prometheus" ;;
 esac

@@ -25,7 +25,7 @@
 #include "t.h"
 
 #define BLK (64u << 10)
-#define NS_LABEL "ns=\"test/model/bf16/test/tp0\""
+#define NS_LABEL "tenant=\"default\",ns=\"test/model/bf16/test/tp0\""
 
 static bool under_valgrind(void)
 {
@@ -238,16 +238,16 @@ Test(metrics, counters_match_the_requests_and_promtool_accepts_the_page)
     expect_sample(page, "kvtier_namespace_out_bytes_total{" NS_LABEL, 8.0 * BLK);
     /* the odd model id, escaped (and its non-UTF-8 byte replaced) */
     expect_sample(page,
-                  "kvtier_namespace_lookups_total{ns=\"odd\\\"id\\\\x\\ny?/bf16/test/tp0\"", 0);
+                  "kvtier_namespace_lookups_total{tenant=\"default\",ns=\"odd\\\"id\\\\x\\ny?/bf16/test/tp0\"", 0);
     expect_sample(page, "kvtier_clients_connected", 1);
     expect_sample(page, "kvtier_namespaces", 2);
     expect_sample(page, "kvtier_protocol_errors_total", 0);
-    expect_sample(page, "kvtier_tier_blocks{tier=\"warm\"", 8);
-    expect_sample(page, "kvtier_tier_hits_total{tier=\"warm\"", 8);
-    expect_sample(page, "kvtier_tier_capacity_bytes{tier=\"cold\"", 64 << 20);
-    cr_expect(sample(page, "kvtier_tier_capacity_bytes{tier=\"warm\"") >= 64 << 20,
+    expect_sample(page, "kvtier_tier_blocks{tenant=\"default\",tier=\"warm\"", 8);
+    expect_sample(page, "kvtier_tier_hits_total{tenant=\"default\",tier=\"warm\"", 8);
+    expect_sample(page, "kvtier_tier_capacity_bytes{tenant=\"default\",tier=\"cold\"", 64 << 20);
+    cr_expect(sample(page, "kvtier_tier_capacity_bytes{tenant=\"default\",tier=\"warm\"") >= 64 << 20,
               "warm capacity below --warm-bytes");
-    cr_expect(isnan(sample(page, "kvtier_tier_blocks{tier=\"hot\"")),
+    cr_expect(isnan(sample(page, "kvtier_tier_blocks{tenant=\"default\",tier=\"hot\"")),
               "a hot tier shown without --hot-bytes");
     /* one of each request, timed; every request falls in some bucket */
     expect_sample(page, "kvtier_request_duration_seconds_count{op=\"lookup\"", 1);
@@ -321,8 +321,8 @@ Test(metrics, disk_waits_are_counted_and_timed_to_their_reply)
     expect_sample(page, "kvtier_namespace_get_blocks_total{" NS_LABEL, 8);
     expect_sample(page, "kvtier_namespace_out_bytes_total{" NS_LABEL, 8.0 * BLK);
     expect_sample(page, "kvtier_request_duration_seconds_count{op=\"get\"", 1);
-    expect_sample(page, "kvtier_promotions_total", 8);
-    expect_sample(page, "kvtier_tier_hits_total{tier=\"cold\"", 8);
+    expect_sample(page, "kvtier_promotions_total{tenant=\"default\"", 8);
+    expect_sample(page, "kvtier_tier_hits_total{tenant=\"default\",tier=\"cold\"", 8);
     free(page);
     kvt_close(c);
     t_tierd_stop(&d);

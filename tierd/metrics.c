@@ -30,6 +30,7 @@
 #include "kvt_wire.h"
 #include "metrics.h"
 #include "tier.h"
+#include "tenant.h"
 #include "tierd.h"
 
 /* Latency buckets: 1 us to 5 s, three per decade (a warm get is handled in
@@ -221,25 +222,54 @@ static const char *const tier_name[TIER_L_N] = {
     [TIER_L_HOT] = "hot", [TIER_L_WARM] = "warm", [TIER_L_COLD] = "cold",
 };
 
-/* One per-tier family, a sample for each tier this daemon has. */
-static void per_tier(struct buf *b, const struct tierd *d, const char *name, const char *type,
-                     const char *help, const uint64_t *v)
+/* Every store figure is per tenant: each has its own store. */
+#define ST_FIELD(f) offsetof(struct tier_stats, f)
+#define NS_FIELD(f) offsetof(struct tierd_ns_stats, f)
+
+static uint64_t st_u64(const struct tier_stats *st, size_t field, int i)
+{
+    uint64_t v;
+
+    memcpy(&v, (const char *)st + field + (size_t)i * sizeof(v), sizeof(v));
+    return v;
+}
+
+/* One family with a sample per tenant. */
+static void per_tenant(struct buf *b, const struct tierd *d, const struct tier_stats *st,
+                       const char *name, const char *type, const char *help, size_t field)
 {
     family(b, name, type, help);
-    for (int t = TIER_L_HOT; t < TIER_L_N; t++) {
-        if ((t == TIER_L_HOT && !d->hot) || (t == TIER_L_COLD && !d->cold))
-            continue;
-        put(b, "%s{tier=\"%s\"} %llu\n", name, tier_name[t], (unsigned long long)v[t]);
+    for (uint32_t i = 0; i < d->ntenants; i++)
+        put(b, "%s{tenant=\"%s\"} %llu\n", name, d->tenants[i].name,
+            (unsigned long long)st_u64(&st[i], field, 0));
+}
+
+/* One per-tier family: a sample for each tier each tenant has. */
+static void per_tier(struct buf *b, const struct tierd *d, const struct tier_stats *st,
+                     const char *name, const char *type, const char *help, size_t field)
+{
+    family(b, name, type, help);
+    for (uint32_t i = 0; i < d->ntenants; i++) {
+        const struct tenant *tn = &d->tenants[i];
+
+        for (int t = TIER_L_HOT; t < TIER_L_N; t++) {
+            if ((t == TIER_L_HOT && !tn->hot) || (t == TIER_L_COLD && !tn->cold))
+                continue;
+            put(b, "%s{tenant=\"%s\",tier=\"%s\"} %llu\n", name, tn->name, tier_name[t],
+                (unsigned long long)st_u64(&st[i], field, t));
+        }
     }
 }
 
 /* One per-namespace family. The ns label is what people read; ns_id keeps
  * series apart where two descriptors differ only in what the label leaves
  * out (block size, tp size). */
-/* The namespace label set of ns i (0-based), without the closing brace. */
-static void ns_labels(struct buf *b, const struct tierd_ns *ns, uint32_t i)
+/* The label set of namespace i (0-based) of tenant t, without the closing
+ * brace. */
+static void ns_labels(struct buf *b, const struct tenant *t, const struct tierd_ns *ns,
+                      uint32_t i)
 {
-    put(b, "{ns=\"");
+    put(b, "{tenant=\"%s\",ns=\"", t->name);
     put_label(b, ns->d.model_id);
     put(b, "/");
     put_label(b, ns->d.dtype);
@@ -252,17 +282,18 @@ static void per_ns(struct buf *b, const struct tierd *d, const char *name, const
                    size_t field)
 {
     family(b, name, "counter", help);
-    for (uint32_t i = 0; i < d->ns_cap; i++) {
-        const struct tierd_ns *ns = &d->ns[i];
-        uint64_t v;
+    for (uint32_t k = 0; k < d->ntenants; k++)
+        for (uint32_t i = 0; i < d->tenants[k].ns_cap; i++) {
+            const struct tierd_ns *ns = &d->tenants[k].ns[i];
+            uint64_t v;
 
-        if (!ns->open)
-            continue;
-        memcpy(&v, (const char *)&ns->st + field, sizeof(v));
-        put(b, "%s", name);
-        ns_labels(b, ns, i);
-        put(b, "} %llu\n", (unsigned long long)v);
-    }
+            if (!ns->open)
+                continue;
+            memcpy(&v, (const char *)&ns->st + field, sizeof(v));
+            put(b, "%s", name);
+            ns_labels(b, &d->tenants[k], ns, i);
+            put(b, "} %llu\n", (unsigned long long)v);
+        }
 }
 
 /* Missed lookup keys by namespace and cause, and how long after their
@@ -281,36 +312,33 @@ static void miss_causes(struct buf *b, const struct tierd *d)
            "Keys looked up and not found, by cause: never stored (or forgotten), dropped "
            "from memory, evicted from disk, checksum or I/O error, removed, aborted, being "
            "written, or present behind a missing block (broken_chain).");
-    for (uint32_t i = 0; i < d->ns_cap; i++) {
-        if (!d->ns[i].open)
-            continue;
-        for (int c = 0; c < TIER_MISS_N; c++) {
-            put(b, "%s", name);
-            ns_labels(b, &d->ns[i], i);
-            put(b, ",cause=\"%s\"} %llu\n", cause[c],
-                (unsigned long long)d->ns[i].st.why.cause[c]);
+    for (uint32_t k = 0; k < d->ntenants; k++)
+        for (uint32_t i = 0; i < d->tenants[k].ns_cap; i++) {
+            const struct tierd_ns *ns = &d->tenants[k].ns[i];
+
+            for (int c = 0; c < TIER_MISS_N && ns->open; c++) {
+                put(b, "%s", name);
+                ns_labels(b, &d->tenants[k], ns, i);
+                put(b, ",cause=\"%s\"} %llu\n", cause[c],
+                    (unsigned long long)ns->st.why.cause[c]);
+            }
         }
-    }
     name = "kvtier_namespace_evicted_miss_age_seconds_total";
     family(b, name, "counter",
            "Summed over dropped and evicted misses: seconds from the eviction to the lookup.");
-    for (uint32_t i = 0; i < d->ns_cap; i++) {
-        if (!d->ns[i].open)
-            continue;
-        put(b, "%s", name);
-        ns_labels(b, &d->ns[i], i);
-        put(b, "} %llu.%03llu\n", (unsigned long long)(d->ns[i].st.why.evicted_age_ms / 1000),
-            (unsigned long long)(d->ns[i].st.why.evicted_age_ms % 1000));
-    }
-    name = "kvtier_namespace_deadline_misses_total";
-    family(b, name, "counter", "Gets answered short because their deadline passed.");
-    for (uint32_t i = 0; i < d->ns_cap; i++) {
-        if (!d->ns[i].open)
-            continue;
-        put(b, "%s", name);
-        ns_labels(b, &d->ns[i], i);
-        put(b, "} %llu\n", (unsigned long long)d->ns[i].st.deadline_misses);
-    }
+    for (uint32_t k = 0; k < d->ntenants; k++)
+        for (uint32_t i = 0; i < d->tenants[k].ns_cap; i++) {
+            const struct tierd_ns *ns = &d->tenants[k].ns[i];
+
+            if (!ns->open)
+                continue;
+            put(b, "%s", name);
+            ns_labels(b, &d->tenants[k], ns, i);
+            put(b, "} %llu.%03llu\n", (unsigned long long)(ns->st.why.evicted_age_ms / 1000),
+                (unsigned long long)(ns->st.why.evicted_age_ms % 1000));
+        }
+    per_ns(b, d, "kvtier_namespace_deadline_misses_total",
+           "Gets answered short because their deadline passed.", NS_FIELD(deadline_misses));
 }
 
 static void latency(struct buf *b, const struct metrics *m)
@@ -344,63 +372,76 @@ static void latency(struct buf *b, const struct metrics *m)
     }
 }
 
-#define NS_FIELD(f) offsetof(struct tierd_ns_stats, f)
-
 static void page(struct buf *b, const struct metrics *m)
 {
     const struct tierd *d = m->d;
-    struct tier_stats st;
-    uint64_t up_ms = tierd_now_ms() - d->start_ms;
+    struct tier_stats st[TENANT_MAX];
+    uint64_t up_ms = tierd_now_ms() - d->start_ms, nns = 0;
 
-    tier_stats_get(d->store, &st);
+    for (uint32_t i = 0; i < d->ntenants; i++) {
+        tier_stats_get(d->tenants[i].store, &st[i]);
+        nns += d->tenants[i].nns;
+    }
     family(b, "kvtier_uptime_seconds", "gauge", "Seconds since tierd started.");
     put(b, "kvtier_uptime_seconds %llu.%03llu\n", (unsigned long long)(up_ms / 1000),
         (unsigned long long)(up_ms % 1000));
     one(b, "kvtier_clients_connected", "gauge", "Client sessions open.", d->clients);
-    one(b, "kvtier_namespaces", "gauge", "Namespaces opened since start.", d->nns);
+    one(b, "kvtier_namespaces", "gauge", "Namespaces opened since start.", nns);
     one(b, "kvtier_protocol_errors_total", "counter", "Malformed messages received.",
         d->proto_errors);
-    one(b, "kvtier_index_entries", "gauge", "Blocks in the index (every tier).",
-        st.index_entries);
-    one(b, "kvtier_index_memory_bytes", "gauge", "Memory the index uses.", st.index_bytes);
-    one(b, "kvtier_leases_active", "gauge", "Blocks leased to readers now.", st.leases_active);
-    one(b, "kvtier_reserved_blocks", "gauge", "Blocks reserved by writers, not committed.",
-        st.reserved);
-    one(b, "kvtier_reclaimed_blocks_total", "counter",
-        "Leases and reservations taken back from clients that went away.", st.reclaimed);
-    one(b, "kvtier_dedup_blocks_total", "counter",
-        "Blocks a put offered that were already stored or reserved.", st.dedup_blocks);
-    one(b, "kvtier_demotions_total", "counter", "Warm blocks written to cold.", st.demotions);
-    one(b, "kvtier_promotions_total", "counter", "Cold blocks read back into warm.",
-        st.promotions);
-    one(b, "kvtier_hot_promotions_total", "counter", "Warm blocks copied up into hot.",
-        st.hot_promotions);
-    one(b, "kvtier_dropped_blocks_total", "counter",
-        "Warm blocks evicted with no cold copy (lost).", st.dropped);
-    one(b, "kvtier_cold_errors_total", "counter", "Demotions or promotions that failed.",
-        st.cold_errors);
-    one(b, "kvtier_checksum_errors_total", "counter",
-        "Cold blocks read back with a wrong checksum (counted as misses).",
-        st.checksum_errors);
-    one(b, "kvtier_io_errors_total", "counter", "Cold tier read or write errors.",
-        st.io_errors);
+    one(b, "kvtier_refused_clients_total", "counter",
+        "Connections refused because no tenant admits the peer's uid or gid.", d->refused);
     one(b, "kvtier_get_deadline_misses_total", "counter",
         "Gets answered short because their deadline passed while reading the disk.",
         d->get_deadline_misses);
+    family(b, "kvtier_tenant_clients_connected", "gauge", "Client sessions open per tenant.");
+    for (uint32_t i = 0; i < d->ntenants; i++)
+        put(b, "kvtier_tenant_clients_connected{tenant=\"%s\"} %u\n", d->tenants[i].name,
+            d->tenants[i].clients);
+    per_tenant(b, d, st, "kvtier_index_entries", "gauge", "Blocks in the index (every tier).",
+               ST_FIELD(index_entries));
+    per_tenant(b, d, st, "kvtier_index_memory_bytes", "gauge", "Memory the index uses.",
+               ST_FIELD(index_bytes));
+    per_tenant(b, d, st, "kvtier_leases_active", "gauge", "Blocks leased to readers now.",
+               ST_FIELD(leases_active));
+    per_tenant(b, d, st, "kvtier_reserved_blocks", "gauge",
+               "Blocks reserved by writers, not committed.", ST_FIELD(reserved));
+    per_tenant(b, d, st, "kvtier_reclaimed_blocks_total", "counter",
+               "Leases and reservations taken back from clients that went away.",
+               ST_FIELD(reclaimed));
+    per_tenant(b, d, st, "kvtier_dedup_blocks_total", "counter",
+               "Blocks a put offered that were already stored or reserved.",
+               ST_FIELD(dedup_blocks));
+    per_tenant(b, d, st, "kvtier_demotions_total", "counter", "Warm blocks written to cold.",
+               ST_FIELD(demotions));
+    per_tenant(b, d, st, "kvtier_promotions_total", "counter",
+               "Cold blocks read back into warm.", ST_FIELD(promotions));
+    per_tenant(b, d, st, "kvtier_hot_promotions_total", "counter",
+               "Warm blocks copied up into hot.", ST_FIELD(hot_promotions));
+    per_tenant(b, d, st, "kvtier_dropped_blocks_total", "counter",
+               "Warm blocks evicted with no cold copy (lost).", ST_FIELD(dropped));
+    per_tenant(b, d, st, "kvtier_cold_errors_total", "counter",
+               "Demotions or promotions that failed.", ST_FIELD(cold_errors));
+    per_tenant(b, d, st, "kvtier_checksum_errors_total", "counter",
+               "Cold blocks read back with a wrong checksum (counted as misses).",
+               ST_FIELD(checksum_errors));
+    per_tenant(b, d, st, "kvtier_io_errors_total", "counter", "Cold tier read or write errors.",
+               ST_FIELD(io_errors));
 
-    per_tier(b, d, "kvtier_tier_hits_total", "counter", "Blocks served from the tier.",
-             st.hits);
-    per_tier(b, d, "kvtier_tier_in_bytes_total", "counter", "Bytes written into the tier.",
-             st.bytes_in);
-    per_tier(b, d, "kvtier_tier_out_bytes_total", "counter", "Bytes read out of the tier.",
-             st.bytes_out);
-    per_tier(b, d, "kvtier_tier_evictions_total", "counter", "Blocks evicted from the tier.",
-             st.evictions);
-    per_tier(b, d, "kvtier_tier_blocks", "gauge", "Blocks held in the tier.", st.blocks);
-    per_tier(b, d, "kvtier_tier_used_bytes", "gauge", "Bytes of the tier in use.",
-             st.bytes_used);
-    per_tier(b, d, "kvtier_tier_capacity_bytes", "gauge", "Size of the tier.",
-             st.bytes_capacity);
+    per_tier(b, d, st, "kvtier_tier_hits_total", "counter", "Blocks served from the tier.",
+             ST_FIELD(hits));
+    per_tier(b, d, st, "kvtier_tier_in_bytes_total", "counter", "Bytes written into the tier.",
+             ST_FIELD(bytes_in));
+    per_tier(b, d, st, "kvtier_tier_out_bytes_total", "counter", "Bytes read out of the tier.",
+             ST_FIELD(bytes_out));
+    per_tier(b, d, st, "kvtier_tier_evictions_total", "counter",
+             "Blocks evicted from the tier.", ST_FIELD(evictions));
+    per_tier(b, d, st, "kvtier_tier_blocks", "gauge", "Blocks held in the tier.",
+             ST_FIELD(blocks));
+    per_tier(b, d, st, "kvtier_tier_used_bytes", "gauge", "Bytes of the tier in use.",
+             ST_FIELD(bytes_used));
+    per_tier(b, d, st, "kvtier_tier_capacity_bytes", "gauge", "Size of the tier.",
+             ST_FIELD(bytes_capacity));
 
     per_ns(b, d, "kvtier_namespace_lookups_total", "Lookup requests.", NS_FIELD(lookups));
     per_ns(b, d, "kvtier_namespace_lookup_keys_total", "Keys looked up.",

@@ -26,6 +26,7 @@
 #include "sess.h"
 #include "tier.h"
 #include "tier_hot.h"
+#include "tenant.h"
 #include "tierd.h"
 
 struct lease {
@@ -59,6 +60,7 @@ struct pending {
 
 struct sess {
     struct tierd *d;
+    struct tenant *t;          /* by SO_PEERCRED; NULL: refused at its first message */
     int fd;
     uint32_t id;               /* owner id in the store */
     uid_t uid;                 /* SO_PEERCRED at accept */
@@ -93,7 +95,7 @@ static _Alignas(8) uint8_t get_buf[KVT_BATCH_MAX * (sizeof(uint64_t) + 1)];
 /* ns_id passed parse_keys: it names an open namespace of ours */
 static struct tierd_ns_stats *ns_stats(struct sess *s, uint32_t ns_id)
 {
-    return &s->d->ns[ns_id - 1].st;
+    return &s->t->ns[ns_id - 1].st;
 }
 
 static void count_lookup(struct sess *s, uint32_t ns_id, uint32_t n, uint32_t hits,
@@ -109,13 +111,13 @@ static void count_lookup(struct sess *s, uint32_t ns_id, uint32_t n, uint32_t hi
     st->lookup_keys += n;
     st->hit_keys += hits;
     st->miss_keys += n - hits;
-    st->hit_tokens += (uint64_t)hits * s->d->ns[ns_id - 1].d.block_tokens;
+    st->hit_tokens += (uint64_t)hits * s->t->ns[ns_id - 1].d.block_tokens;
 }
 
 static void count_blocks(struct sess *s, uint32_t ns_id, uint32_t n, bool put)
 {
     struct tierd_ns_stats *st = ns_stats(s, ns_id);
-    uint64_t bytes = (uint64_t)n * s->d->ns[ns_id - 1].d.block_bytes;
+    uint64_t bytes = (uint64_t)n * s->t->ns[ns_id - 1].d.block_bytes;
 
     if (put) {
         st->put_blocks += n;
@@ -138,23 +140,26 @@ static void pend_done(struct sess *s)
 static void sess_close(struct sess *s)
 {
     struct tierd *d = s->d;
+    struct tier *store = s->t ? s->t->store : NULL;
     size_t back = 0;
 
     if (s->pend.active && !s->pend.commit) { /* a get's leases */
-        tier_release(d->store, s->pend.ids, s->pend.n, true);
+        tier_release(store, s->pend.ids, s->pend.n, true);
         back += s->pend.n;
     }
-    tier_forget_waiter(d->store, s);
+    if (store)
+        tier_forget_waiter(store, s);
     free(s->pend.ids);
     free(s->pend.offs);
     free(s->pend.ready);
     free(s->pend.tiers);
     for (size_t i = 0; i < s->nlease; i++) {
-        tier_release(d->store, s->lease[i].ids, s->lease[i].n, true);
+        tier_release(store, s->lease[i].ids, s->lease[i].n, true);
         back += s->lease[i].n;
         free(s->lease[i].ids);
     }
-    back += tier_abort_ids(d->store, s->id, s->resv, s->nresv);
+    if (store)
+        back += tier_abort_ids(store, s->id, s->resv, s->nresv);
     if (back && d->verbose)
         tierd_log("session %u (pid %d) gone: reclaimed %zu leased/reserved blocks", s->id,
                   (int)s->pid, back);
@@ -167,6 +172,8 @@ static void sess_close(struct sess *s)
     if (s->next)
         s->next->prev = s->prev;
     d->clients--;
+    if (s->t)
+        s->t->clients--;
     free(s->lease);
     free(s->resv);
     free(s);
@@ -275,7 +282,7 @@ static void prune_resv(struct sess *s)
         return;
 
     for (size_t i = 0; i < s->nresv; i++)
-        if (tier_reserved_by(s->d->store, s->resv[i], s->id))
+        if (tier_reserved_by(s->t->store, s->resv[i], s->id))
             s->resv[k++] = s->resv[i];
     s->nresv = k;
     s->resv_live = k > 32 ? k : 32;
@@ -340,12 +347,12 @@ static int finish_get(struct sess *s)
     pend_done(s);
     /* reads still in flight (a deadline passed) are nobody's now: another
      * client's get may join them instead of missing */
-    tier_forget_waiter(s->d->store, s);
-    tier_release(s->d->store, p->ids + hits, p->n - hits, false);
+    tier_forget_waiter(s->t->store, s);
+    tier_release(s->t->store, p->ids + hits, p->n - hits, false);
     if (hits > 0) {
         l = new_lease(s, p->ids, hits);
         if (!l) {
-            tier_release(s->d->store, p->ids, hits, false);
+            tier_release(s->t->store, p->ids, hits, false);
             return reply_err(s, &p->hdr, -ENOMEM);
         }
         rep.lease_id = l->id;
@@ -385,7 +392,7 @@ static int wait_for_disk(struct sess *s, const struct kvt_wire_hdr *h, uint32_t 
     struct pending *p = &s->pend;
 
     if (pend_alloc(p) < 0) {
-        tier_release(s->d->store, ids_buf, n, false);
+        tier_release(s->t->store, ids_buf, n, false);
         return reply_err(s, h, -ENOMEM);
     }
     p->active = true;
@@ -399,7 +406,7 @@ static int wait_for_disk(struct sess *s, const struct kvt_wire_hdr *h, uint32_t 
     memcpy(p->offs, offs_buf, n * sizeof(*p->offs));
     memcpy(p->tiers, tiers_buf, n);
     for (uint32_t i = 0; i < n; i++)
-        p->ready[i] = tier_ready(s->d->store, ids_buf[i]);
+        p->ready[i] = tier_ready(s->t->store, ids_buf[i]);
     p->deadline_ms = deadline_ms ? tierd_now_ms() + deadline_ms : 0;
     if (p->deadline_ms)
         arm_timer(p->deadline_ms);
@@ -517,7 +524,7 @@ static int parse_keys(struct sess *s, const uint8_t *body, uint32_t len, struct 
            (size_t)r.n * KVT_KEY_BYTES;
     if (len != want)
         return KVT_EPROTO;
-    ns = tierd_ns_get(s->d, s->d->uid, r.ns_id);
+    ns = tenant_ns_get(s->t, r.ns_id);
     if (!ns)
         return KVT_ENONS;
     if (r.block_bytes != ns->d.block_bytes)
@@ -540,7 +547,7 @@ static int parse_keys(struct sess *s, const uint8_t *body, uint32_t len, struct 
 static int do_hello(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body)
 {
     struct kvt_wire_hello_rep rep = {
-        .pool_bytes = tier_pool_bytes(s->d->store), .session_id = s->id,
+        .pool_bytes = tier_pool_bytes(s->t->store), .session_id = s->id,
         .max_batch = KVT_BATCH_MAX, .page_bytes = 4096,
     };
 
@@ -548,7 +555,7 @@ static int do_hello(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t 
         return reply_err(s, h, KVT_EPROTO);
     (void)body;
     s->hello = true;
-    return reply(s, h, 0, &rep, sizeof(rep), NULL, 0, tier_pool_fd(s->d->store));
+    return reply(s, h, 0, &rep, sizeof(rep), NULL, 0, tier_pool_fd(s->t->store));
 }
 
 static int do_hot_attach(struct sess *s, const struct kvt_wire_hdr *h)
@@ -559,9 +566,9 @@ static int do_hot_attach(struct sess *s, const struct kvt_wire_hdr *h)
 
     if (h->body_len)
         return reply_err(s, h, KVT_EPROTO);
-    if (!s->d->hot)
+    if (!s->t->hot)
         return reply_err(s, h, -EOPNOTSUPP);
-    rc = tier_hot_export(s->d->hot, &ex);
+    rc = tier_hot_export(s->t->hot, &ex);
     if (rc < 0)
         return reply_err(s, h, rc);
     _Static_assert(sizeof(rep.ipc) == TIER_HOT_IPC_BYTES, "IPC handle size");
@@ -577,9 +584,9 @@ static int do_hot_attach(struct sess *s, const struct kvt_wire_hdr *h)
 
 /* ---- operators --------------------------------------------------------- */
 
-static void ns_info(const struct tierd *d, uint32_t id, kvt_ns_info *o)
+static void ns_info(const struct tenant *t, uint32_t id, kvt_ns_info *o)
 {
-    const struct tierd_ns *ns = &d->ns[id - 1];
+    const struct tierd_ns *ns = &t->ns[id - 1];
     const struct tierd_ns_stats *st = &ns->st;
 
     _Static_assert((int)KVT_MISS_CAUSES == (int)TIER_MISS_N &&
@@ -618,14 +625,14 @@ static int do_ns_list(struct sess *s, const struct kvt_wire_hdr *h, const uint8_
     memcpy(&req, body, sizeof(req));
     if (req.start == 0 || req.max == 0)
         return reply_err(s, h, -EINVAL);
-    for (id = req.start; id <= s->d->ns_cap; id++) {
-        if (!tierd_ns_get(s->d, s->d->uid, id))
+    for (id = req.start; id <= s->t->ns_cap; id++) {
+        if (!tenant_ns_get(s->t, id))
             continue; /* a hole, or another tenant's */
         if (rep.n == req.max || rep.n == sizeof(info) / sizeof(info[0]) - 1) {
             rep.next = id;
             break;
         }
-        ns_info(s->d, id, &info[rep.n++]);
+        ns_info(s->t, id, &info[rep.n++]);
     }
     return reply(s, h, 0, &rep, sizeof(rep), info, rep.n * sizeof(info[0]), -1);
 }
@@ -640,13 +647,13 @@ static int do_why(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *b
         return reply_err(s, h, KVT_EPROTO);
     memcpy(key.b, body, KVT_KEY_BYTES);
     /* O(namespaces): an operator's question, not an engine's */
-    for (uint32_t id = 1; id <= s->d->ns_cap && rep.n < sizeof(story) / sizeof(story[0]);
+    for (uint32_t id = 1; id <= s->t->ns_cap && rep.n < sizeof(story) / sizeof(story[0]);
          id++) {
         struct tier_story t;
 
-        if (!tierd_ns_get(s->d, s->d->uid, id))
+        if (!tenant_ns_get(s->t, id))
             continue;
-        tier_story_get(s->d->store, id, &key, &t);
+        tier_story_get(s->t->store, id, &key, &t);
         if (!t.present && !t.writing && t.event == TIER_EV_NONE)
             continue;
         story[rep.n++] = (kvt_key_story){
@@ -662,12 +669,12 @@ static int do_flush(struct sess *s, const struct kvt_wire_hdr *h)
 {
     if (h->body_len)
         return reply_err(s, h, KVT_EPROTO);
-    if (!s->d->cold)
+    if (!s->t->cold)
         return reply_err(s, h, -EOPNOTSUPP);
     if (s->flush_wait)
         return reply_err(s, h, -EBUSY);
     /* answered from sess_flush_check() once the store's flush has ended */
-    tier_flush_begin(s->d->store);
+    tier_flush_begin(s->t->store);
     s->flush_wait = true;
     s->flush_hdr = *h;
     return 0;
@@ -677,11 +684,9 @@ void sess_flush_check(struct tierd *d)
 {
     struct sess *s, *nx;
 
-    if (tier_flush_busy(d->store))
-        return;
     for (s = all_sessions; s; s = nx) {
         nx = s->next;
-        if (!s->flush_wait)
+        if (!s->flush_wait || tier_flush_busy(s->t->store))
             continue;
         s->flush_wait = false;
         if (s->flush_t0)
@@ -701,13 +706,13 @@ static int do_purge(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t 
     if (h->body_len != sizeof(req))
         return reply_err(s, h, KVT_EPROTO);
     memcpy(&req, body, sizeof(req));
-    if (!tierd_ns_get(s->d, s->d->uid, req.ns_id))
+    if (!tenant_ns_get(s->t, req.ns_id))
         return reply_err(s, h, KVT_ENONS);
-    rc = tier_purge_ns(s->d->store, req.ns_id);
+    rc = tier_purge_ns(s->t->store, req.ns_id);
     if (rc < 0)
         return reply_err(s, h, rc);
     tierd_log("namespace %u (%s) purged: %d blocks removed", req.ns_id,
-              s->d->ns[req.ns_id - 1].d.model_id, rc);
+              s->t->ns[req.ns_id - 1].d.model_id, rc);
     cnt.count = (uint32_t)rc;
     return reply(s, h, 0, &cnt, sizeof(cnt), NULL, 0, -1);
 }
@@ -721,9 +726,9 @@ static int do_ns_open(struct sess *s, const struct kvt_wire_hdr *h, const uint8_
     if (h->body_len != sizeof(req))
         return reply_err(s, h, KVT_EPROTO);
     memcpy(&req, body, sizeof(req));
-    if (req.block_bytes > tier_block_max(s->d->store))
+    if (req.block_bytes > tier_block_max(s->t->store))
         return reply_err(s, h, -EFBIG);
-    rc = tierd_ns_open(s->d, s->d->uid, &req, &rep.ns_id);
+    rc = tenant_ns_open(s->t, &req, &rep.ns_id);
     if (rc < 0)
         return reply_err(s, h, rc);
     rep.block_bytes = req.block_bytes;
@@ -747,7 +752,7 @@ static int commit_durable(struct sess *s, const struct kvt_wire_hdr *h, const st
     *p = (struct pending){ .active = true, .commit = true, .hdr = *h, .ids = p->ids,
                            .offs = p->offs, .ready = p->ready, .tiers = p->tiers };
     memset(p->ready, 0, KVT_BATCH_MAX);
-    rc = tier_commit_durable(s->d->store, k->ns_id, k->block_bytes, s->id, k->keys, k->n, s,
+    rc = tier_commit_durable(s->t->store, k->ns_id, k->block_bytes, s->id, k->keys, k->n, s,
                              p->ids, &p->n);
     prune_resv(s);
     if (rc < 0 && !p->err)
@@ -765,7 +770,7 @@ static int commit_durable(struct sess *s, const struct kvt_wire_hdr *h, const st
 
 static int do_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body)
 {
-    struct tier *t = s->d->store;
+    struct tier *t = s->t->store;
     struct kvt_wire_count_rep cnt = { 0 };
     struct kreq k;
     int rc = parse_keys(s, body, h->body_len, &k);
@@ -860,7 +865,7 @@ static int do_release(struct sess *s, const struct kvt_wire_hdr *h, const uint8_
     for (size_t i = 0; i < s->nlease; i++) {
         if (s->lease[i].id != r.lease_id)
             continue;
-        tier_release(s->d->store, s->lease[i].ids, s->lease[i].n, false);
+        tier_release(s->t->store, s->lease[i].ids, s->lease[i].n, false);
         free(s->lease[i].ids);
         s->lease[i] = s->lease[--s->nlease];
         return reply(s, h, 0, NULL, 0, NULL, 0, -1);
@@ -874,9 +879,9 @@ static int do_stats(struct sess *s, const struct kvt_wire_hdr *h)
     struct tier_stats ts;
     kvt_stats st = { .version = KVT_STATS_VERSION };
 
-    tier_stats_get(s->d->store, &ts);
-    st.clients = s->d->clients;
-    st.namespaces = s->d->nns;
+    tier_stats_get(s->t->store, &ts);
+    st.clients = s->t->clients; /* of its own tenant: others are none of its business */
+    st.namespaces = s->t->nns;
     st.uptime_ms = tierd_now_ms() - s->d->start_ms;
     st.lookups = ts.lookups;
     st.lookup_keys = ts.lookup_keys;
@@ -927,6 +932,13 @@ static int handle(struct sess *s, size_t len)
     if (h.version != KVT_WIRE_VERSION) {
         h.flags = 0;
         reply_err(s, &h, KVT_EVERSION);
+        return -1;
+    }
+    if (!s->t) {
+        s->d->refused++;
+        tierd_log("refused pid %d, uid %d: no tenant admits it", (int)s->pid, (int)s->uid);
+        h.flags = 0;
+        reply_err(s, &h, -EACCES);
         return -1;
     }
     if (h.op == KVT_OP_HELLO)
@@ -1032,9 +1044,7 @@ void sess_on_accept(struct ev_loop *l, int lfd, uint32_t events, void *ctx)
 
         if (fd < 0)
             return; /* EAGAIN, or out of fds: the next event retries */
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 ||
-            (cr.uid != d->uid && cr.uid != 0)) {
-            tierd_log("refused a client of uid %d: not this daemon's tenant", (int)cr.uid);
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0) {
             close(fd);
             continue;
         }
@@ -1051,6 +1061,11 @@ void sess_on_accept(struct ev_loop *l, int lfd, uint32_t events, void *ctx)
             continue;
         }
         s->d = d;
+        /* a peer no tenant admits stays until its first message, which is
+         * answered -EACCES: it learns why, rather than seeing a hang-up */
+        s->t = tenant_for(d, cr.uid, cr.gid);
+        if (s->t)
+            s->t->clients++;
         s->fd = fd;
         s->id = d->next_sess++;
         s->uid = cr.uid;
@@ -1060,7 +1075,8 @@ void sess_on_accept(struct ev_loop *l, int lfd, uint32_t events, void *ctx)
             all_sessions->prev = s;
         all_sessions = s;
         d->clients++;
-        if (d->verbose)
-            tierd_log("session %u: pid %d uid %d connected", s->id, (int)cr.pid, (int)cr.uid);
+        if (d->verbose && s->t)
+            tierd_log("session %u: pid %d uid %d connected, tenant %s", s->id, (int)cr.pid,
+                      (int)cr.uid, s->t->name);
     }
 }

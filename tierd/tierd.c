@@ -33,6 +33,7 @@
 #include "tier.h"
 #include "tier_cold.h"
 #include "tier_hot.h"
+#include "tenant.h"
 #include "tierd.h"
 
 #define DEFAULT_DATA "/var/lib/kvtier"
@@ -56,100 +57,10 @@ uint64_t tierd_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* ---- namespaces ------------------------------------------------------ */
-
-static bool str_ok(const char *s, size_t cap, bool nonempty)
-{
-    const char *z = memchr(s, 0, cap);
-
-    return z && (!nonempty || z != s);
-}
-
-int tierd_ns_open(struct tierd *d, uint32_t tenant, const struct kvt_wire_ns_req *req,
-                  uint32_t *id)
-{
-    struct kvt_wire_ns_req n = { 0 };
-
-    if (!str_ok(req->model_id, sizeof(req->model_id), true) ||
-        !str_ok(req->dtype, sizeof(req->dtype), false) ||
-        !str_ok(req->layout, sizeof(req->layout), false) || req->block_bytes == 0 ||
-        req->block_tokens == 0 || req->tp_size == 0 || req->tp_rank >= req->tp_size)
-        return -EINVAL;
-    /* normalise: copy fields so padding after the NULs never tells two equal
-     * descriptors apart */
-    n.block_bytes = req->block_bytes;
-    n.block_tokens = req->block_tokens;
-    n.tp_rank = req->tp_rank;
-    n.tp_size = req->tp_size;
-    strcpy(n.model_id, req->model_id);
-    strcpy(n.dtype, req->dtype);
-    strcpy(n.layout, req->layout);
-    /* linear: namespaces are opened once per engine process, and few */
-    for (uint32_t i = 0; i < d->ns_cap; i++)
-        if (d->ns[i].open && d->ns[i].tenant == tenant &&
-            memcmp(&d->ns[i].d, &n, sizeof(n)) == 0) {
-            *id = i + 1;
-            return 0;
-        }
-    if (d->nns == TIERD_NS_MAX)
-        return -ENOSPC;
-    if (d->cold) {
-        /* the id comes from the cold index, so that blocks on disk find
-         * their namespace again after a restart, and only theirs */
-        /* packed by hand: struct padding would put undefined bytes into a
-         * key that must be the same on every run */
-        uint8_t desc[sizeof(tenant) + sizeof(n)];
-        int rc;
-
-        memcpy(desc, &tenant, sizeof(tenant));
-        memcpy(desc + sizeof(tenant), &n, sizeof(n));
-        rc = tier_cold_ns_id(d->cold, desc, sizeof(desc), id);
-
-        if (rc < 0)
-            return rc;
-    } else {
-        *id = d->ns_cap + 1;
-    }
-    if (*id > d->ns_cap) {
-        uint32_t cap = d->ns_cap ? d->ns_cap : 16;
-        struct tierd_ns *p;
-
-        while (cap < *id)
-            cap *= 2;
-        p = realloc(d->ns, cap * sizeof(*p));
-        if (!p)
-            return -ENOMEM;
-        memset(p + d->ns_cap, 0, (cap - d->ns_cap) * sizeof(*p));
-        d->ns = p;
-        d->ns_cap = cap;
-    }
-    d->ns[*id - 1] = (struct tierd_ns){ .open = true, .tenant = tenant, .d = n };
-    d->nns++;
-    if (d->verbose)
-        tierd_log("namespace %u: %s %s %s block %u tokens / %llu bytes, tp %u/%u", *id,
-                  n.model_id, n.dtype, n.layout, n.block_tokens,
-                  (unsigned long long)n.block_bytes, n.tp_rank, n.tp_size);
-    return 0;
-}
-
-const struct tierd_ns *tierd_ns_get(const struct tierd *d, uint32_t tenant, uint32_t id)
-{
-    if (id == 0 || id > d->ns_cap || !d->ns[id - 1].open || d->ns[id - 1].tenant != tenant)
-        return NULL;
-    return &d->ns[id - 1];
-}
-
-void tierd_ns_free(struct tierd *d)
-{
-    free(d->ns);
-    d->ns = NULL;
-    d->nns = d->ns_cap = 0;
-}
-
 /* ---- start-up -------------------------------------------------------- */
 
 struct opts {
-    const char *socket, *data;
+    const char *socket, *data, *config;
     uint64_t warm_bytes;
     double high_wm, low_wm;
     bool no_mlock, no_huge, verbose;
@@ -170,6 +81,9 @@ static void usage(FILE *f)
             "usage: tierd [options]\n"
             "  --socket PATH      listening socket (env KVTIER_SOCKET; default %s)\n"
             "  --data DIR         data folder (env KVTIER_DATA; default %s)\n"
+            "  --config FILE      tenants: who may connect, each with its own pools and\n"
+            "                     quotas (INI; see the README). Default: one tenant for\n"
+            "                     our own uid and root, sized by the options below\n"
             "  --warm-bytes SIZE  warm tier (pinned RAM) size, K/M/G/T suffix (default 1G)\n"
             "  --high-wm F        evict when warm is fuller than F (default 0.95)\n"
             "  --low-wm F         ... down to F (default 0.85)\n"
@@ -192,8 +106,7 @@ static void usage(FILE *f)
             KVT_DEFAULT_SOCKET, DEFAULT_DATA);
 }
 
-/* "64M", "1G", "4096": bytes, or 0 when malformed. */
-static uint64_t parse_size(const char *s)
+uint64_t tierd_parse_size(const char *s)
 {
     char *end;
     unsigned long long v;
@@ -228,6 +141,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 {
     static const struct option lo[] = {
         { "socket", required_argument, NULL, 's' },
+        { "config", required_argument, NULL, 'f' },
         { "data", required_argument, NULL, 'd' },
         { "warm-bytes", required_argument, NULL, 'w' },
         { "high-wm", required_argument, NULL, 'H' },
@@ -264,9 +178,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     while ((c = getopt_long(argc, argv, "vh", lo, NULL)) != -1) {
         switch (c) {
         case 's': o->socket = optarg; break;
+        case 'f': o->config = optarg; break;
         case 'd': o->data = optarg; break;
         case 'w':
-            if (!(o->warm_bytes = parse_size(optarg))) {
+            if (!(o->warm_bytes = tierd_parse_size(optarg))) {
                 fprintf(stderr, "tierd: --warm-bytes: bad size '%s' (e.g. 512M, 8G)\n", optarg);
                 return -1;
             }
@@ -308,7 +223,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             break;
         }
         case 'C':
-            if (!(o->cold_bytes = parse_size(optarg)) || o->cold_bytes < (1u << 20)) {
+            if (!(o->cold_bytes = tierd_parse_size(optarg)) || o->cold_bytes < (1u << 20)) {
                 fprintf(stderr, "tierd: --cold-bytes: bad size '%s' (at least 1M)\n", optarg);
                 return -1;
             }
@@ -328,7 +243,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'W': o->write_through = true; break;
         case 'F': o->no_flush = true; break;
         case 'T':
-            if (strcmp(optarg, "0") != 0 && !(o->hot_bytes = parse_size(optarg))) {
+            if (strcmp(optarg, "0") != 0 && !(o->hot_bytes = tierd_parse_size(optarg))) {
                 fprintf(stderr, "tierd: --hot-bytes: bad size '%s'\n", optarg);
                 return -1;
             }
@@ -492,13 +407,13 @@ static void on_signal(struct ev_loop *l, int fd, uint32_t events, void *ctx)
 /* The cold and hot tiers' completions: moves landed, blocks to hand out. */
 static void on_cold(struct ev_loop *l, int fd, uint32_t events, void *ctx)
 {
-    struct tierd *d = ctx;
+    struct tenant *t = ctx;
 
     (void)l;
     (void)fd;
     (void)events;
     sess_expire();
-    tier_poll(d->store, false);
+    tier_poll(t->store, false);
 }
 
 static void idle(void *ctx)
@@ -507,7 +422,8 @@ static void idle(void *ctx)
 
     /* demotion between watermarks happens between batches of requests,
      * so a put never waits for more than the eviction it needs itself */
-    tier_maintain(d->store);
+    for (uint32_t i = 0; i < d->ntenants; i++)
+        tier_maintain(d->tenants[i].store);
     sess_flush_check(d);
 }
 
@@ -517,12 +433,124 @@ static void store_log(void *ctx, const char *msg)
     tierd_log("%s", msg);
 }
 
+/* Open tenant t's tiers: cold (its own folder), hot, warm; index what its
+ * disk holds. 0, or a sysexits code after logging why (what was opened is
+ * closed by close_tenant). */
+static int open_tenant(struct tierd *d, struct tenant *t, const struct opts *o)
+{
+    struct tier_cfg tc = {
+        .warm_bytes = t->warm_bytes, .high_wm = o->high_wm, .low_wm = o->low_wm,
+        .lock_memory = !o->no_mlock, .huge_pages = !o->no_huge, .log = store_log,
+        .ready = sess_on_ready, .ready_ctx = d, .write_through = o->write_through,
+    };
+    struct tier_stats st;
+    int rc;
+
+    if (t->cold_bytes) {
+        struct tier_cold_cfg cc = { .dir = t->dir, .bytes = t->cold_bytes, .qd = o->cold_qd,
+                                    .log = store_log };
+
+        rc = mkdirs(t->dir, 0700);
+        if (rc == 0)
+            rc = tier_cold_open(&cc, &t->cold);
+        if (rc < 0) {
+            tierd_log("tenant %s: cannot open the cold tier in %s (%llu bytes): %s", t->name,
+                      t->dir, (unsigned long long)t->cold_bytes, strerror(-rc));
+            return rc == -ENOSPC ? EX_CANTCREAT : EX_OSERR;
+        }
+    }
+    tc.cold = t->cold;
+    if (t->hot_bytes) {
+        struct tier_hot_cfg hc = { .kind = TIER_HOT_AUTO, .bytes = t->hot_bytes,
+                                   .device = o->hot_device, .log = store_log };
+
+        rc = tier_hot_open(&hc, &t->hot);
+        if (rc < 0) {
+            tierd_log("tenant %s: cannot open the hot tier (%llu bytes): %s", t->name,
+                      (unsigned long long)t->hot_bytes, strerror(-rc));
+            return EX_OSERR;
+        }
+        tc.hot = t->hot;
+    }
+    rc = tier_create(&tc, &t->store);
+    if (rc < 0) {
+        tierd_log("tenant %s: cannot create the warm tier (%llu bytes): %s", t->name,
+                  (unsigned long long)t->warm_bytes, strerror(-rc));
+        return EX_OSERR;
+    }
+    /* the pool travels by SCM_RIGHTS to the tenant's clients only; no one
+     * else may open it by path (/proc/<pid>/fd) */
+    if (fchmod(tier_pool_fd(t->store), 0600) < 0)
+        tierd_log("tenant %s: cannot restrict the warm pool's mode: %s", t->name,
+                  strerror(errno));
+    if (t->hot) {
+        /* copies between the device and the warm pool are DMA once pinned */
+        rc = tier_hot_register_host(t->hot, tier_pool_base(t->store),
+                                    tier_pool_bytes(t->store));
+        tierd_log("tenant %s: hot tier %llu MiB (%s)%s", t->name,
+                  (unsigned long long)(tier_hot_bytes(t->hot) >> 20),
+                  tier_hot_kind(t->hot) == TIER_HOT_CUDA ? "CUDA" : "emulated in RAM",
+                  rc < 0 ? "; the warm pool could not be registered for DMA" : "");
+    }
+    if (t->cold) {
+        uint64_t t0 = tierd_now_ms();
+        struct tier_cold_stats cs;
+
+        rc = tier_load_cold(t->store);
+        if (rc < 0) {
+            tierd_log("tenant %s: cannot index the cold tier: %s", t->name, strerror(-rc));
+            return EX_OSERR;
+        }
+        tier_cold_stats_get(t->cold, &cs);
+        tierd_log("tenant %s: cold tier %llu MiB (%s), %d blocks served from disk, indexed "
+                  "in %llu ms", t->name, (unsigned long long)(cs.bytes_capacity >> 20),
+                  cs.direct ? "O_DIRECT" : "buffered", rc,
+                  (unsigned long long)(tierd_now_ms() - t0));
+    }
+    tier_stats_get(t->store, &st);
+    tierd_log("tenant %s: warm tier %llu MiB (%s%s), data %s", t->name,
+              (unsigned long long)(tier_pool_bytes(t->store) >> 20),
+              st.memory_locked ? "pinned" : "not pinned", st.huge_pages ? ", huge pages" : "",
+              t->dir);
+    return 0;
+}
+
+/* Close what open_tenant opened. Completions name the store: the cold
+ * tier closes (every callback landed or cancelled) while the store is
+ * still there. */
+static void close_tenant(struct tenant *t)
+{
+    tier_cold_close(t->cold);
+    t->cold = NULL;
+    tier_hot_close(t->hot);
+    t->hot = NULL;
+    tier_destroy(t->store);
+    t->store = NULL;
+}
+
+/* Who may reach the socket: only us (0600), a configured group (0660), or
+ * everyone when tenants admit other users (0666: SO_PEERCRED decides). */
+static int socket_mode(struct tierd *d, const char *path)
+{
+    if (d->socket_gid != (gid_t)-1) {
+        if (chown(path, (uid_t)-1, d->socket_gid) < 0 || chmod(path, 0660) < 0)
+            return -errno;
+        tierd_log("socket %s: mode 0660, group %u", path, (unsigned)d->socket_gid);
+    } else if (tenant_shared(d)) {
+        if (chmod(path, 0666) < 0)
+            return -errno;
+        tierd_log("socket %s: open to every user; tenants admit peers by uid/gid", path);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct tierd d = { .listen_fd = -1, .sig_fd = -1, .lock_fd = -1, .next_sess = 1,
                        .next_lease = 1 };
     struct opts o;
-    struct tier_cfg tc = { 0 };
+    struct tenant_defaults def;
+    char err[512];
     sigset_t sigs;
     int rc, ex = EX_OK;
 
@@ -538,9 +566,20 @@ int main(int argc, char **argv)
     sigaddset(&sigs, SIGTERM);
     sigprocmask(SIG_BLOCK, &sigs, NULL);
 
+    def = (struct tenant_defaults){ .data = o.data, .warm_bytes = o.warm_bytes,
+                                    .cold_bytes = o.cold_bytes, .hot_bytes = o.hot_bytes,
+                                    .no_cold = o.no_cold };
+    rc = tenant_config(&d, o.config, &def, err, sizeof(err));
+    if (rc < 0) {
+        tierd_log("--config %s", err);
+        tenant_free_all(&d);
+        return rc == -EINVAL ? EX_CONFIG : rc == -ENOMEM ? EX_OSERR : EX_NOINPUT;
+    }
     d.lock_fd = lock_data(o.data);
-    if (d.lock_fd < 0)
-        return EX_TEMPFAIL;
+    if (d.lock_fd < 0) {
+        ex = EX_TEMPFAIL;
+        goto out_tenants;
+    }
     if (o.metrics_port) {
         /* bound before the tiers open: a port in use stops tierd at once */
         rc = metrics_open(&d, o.metrics_addr, o.metrics_port, &d.metrics);
@@ -551,99 +590,40 @@ int main(int argc, char **argv)
             goto out_lock;
         }
     }
-    tc.warm_bytes = o.warm_bytes;
-    tc.high_wm = o.high_wm;
-    tc.low_wm = o.low_wm;
-    tc.lock_memory = !o.no_mlock;
-    tc.huge_pages = !o.no_huge;
-    tc.log = store_log;
-    tc.ready = sess_on_ready;
-    tc.ready_ctx = &d;
-    tc.write_through = o.write_through;
-    if (!o.no_cold) {
-        struct tier_cold_cfg cc = { .dir = o.data, .bytes = o.cold_bytes, .qd = o.cold_qd,
-                                    .log = store_log };
-
-        rc = tier_cold_open(&cc, &d.cold);
-        if (rc < 0) {
-            tierd_log("cannot open the cold tier in %s (%llu bytes): %s", o.data,
-                      (unsigned long long)o.cold_bytes, strerror(-rc));
-            ex = rc == -ENOSPC ? EX_CANTCREAT : EX_OSERR;
-            goto out_lock;
-        }
-    }
-    tc.cold = d.cold;
-    if (o.hot_bytes) {
-        struct tier_hot_cfg hc = { .kind = TIER_HOT_AUTO, .bytes = o.hot_bytes,
-                                   .device = o.hot_device, .log = store_log };
-
-        rc = tier_hot_open(&hc, &d.hot);
-        if (rc < 0) {
-            tierd_log("cannot open the hot tier (%llu bytes): %s",
-                      (unsigned long long)o.hot_bytes, strerror(-rc));
-            ex = EX_OSERR;
-            goto out_cold;
-        }
-        /* copies between the device and the warm pool are DMA once pinned */
-        tc.hot = d.hot;
-    }
-    rc = tier_create(&tc, &d.store);
-    if (rc < 0) {
-        tierd_log("cannot create the warm tier (%llu bytes): %s",
-                  (unsigned long long)o.warm_bytes, strerror(-rc));
-        ex = EX_OSERR;
-        goto out_cold;
-    }
-    if (d.hot) {
-        rc = tier_hot_register_host(d.hot, tier_pool_base(d.store), tier_pool_bytes(d.store));
-        tierd_log("hot tier %llu MiB (%s)%s", (unsigned long long)(tier_hot_bytes(d.hot) >> 20),
-                  tier_hot_kind(d.hot) == TIER_HOT_CUDA ? "CUDA" : "emulated in RAM",
-                  rc < 0 ? "; the warm pool could not be registered for DMA" : "");
-    }
-    if (d.cold) {
-        uint64_t t0 = tierd_now_ms();
-        struct tier_cold_stats cs;
-
-        rc = tier_load_cold(d.store);
-        if (rc < 0) {
-            tierd_log("cannot index the cold tier: %s", strerror(-rc));
-            ex = EX_OSERR;
-            goto out_store;
-        }
-        tier_cold_stats_get(d.cold, &cs);
-        tierd_log("cold tier %llu MiB (%s), %d blocks served from disk, indexed in %llu ms",
-                  (unsigned long long)(cs.bytes_capacity >> 20),
-                  cs.direct ? "O_DIRECT" : "buffered", rc,
-                  (unsigned long long)(tierd_now_ms() - t0));
-    }
+    for (uint32_t i = 0; i < d.ntenants && ex == EX_OK; i++)
+        ex = open_tenant(&d, &d.tenants[i], &o);
+    if (ex != EX_OK)
+        goto out_store;
     d.listen_fd = listen_on(o.socket);
     if (d.listen_fd < 0) {
         ex = EX_TEMPFAIL;
         goto out_store;
     }
+    rc = socket_mode(&d, o.socket);
+    if (rc < 0) {
+        tierd_log("cannot set the socket's owner or mode: %s", strerror(-rc));
+        ex = EX_OSERR;
+        goto out_loop;
+    }
     d.sig_fd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
     if (d.sig_fd < 0 || ev_loop_create(&d.loop) < 0 ||
         ev_add(d.loop, d.listen_fd, sess_on_accept, &d) < 0 ||
-        ev_add(d.loop, d.sig_fd, on_signal, &d) < 0 ||
-        (d.cold && ev_add(d.loop, tier_event_fd(d.store), on_cold, &d) < 0) ||
-        (d.hot && ev_add(d.loop, tier_hot_fd(d.store), on_cold, &d) < 0) ||
-        (d.metrics && metrics_attach(d.metrics, d.loop) < 0) ||
-        sess_init(&d) < 0) {
+        ev_add(d.loop, d.sig_fd, on_signal, &d) < 0)
+        rc = -1;
+    for (uint32_t i = 0; rc >= 0 && i < d.ntenants; i++) {
+        struct tenant *t = &d.tenants[i];
+
+        if ((t->cold && ev_add(d.loop, tier_event_fd(t->store), on_cold, t) < 0) ||
+            (t->hot && ev_add(d.loop, tier_hot_fd(t->store), on_cold, t) < 0))
+            rc = -1;
+    }
+    if (rc < 0 || (d.metrics && metrics_attach(d.metrics, d.loop) < 0) || sess_init(&d) < 0) {
         tierd_log("cannot set up the event loop: %s", strerror(errno));
         ex = EX_OSERR;
         goto out_loop;
     }
-    {
-        struct tier_stats st;
-
-        tier_stats_get(d.store, &st);
-        tierd_log("warm tier %llu MiB (%s%s), data %s",
-                  (unsigned long long)(tier_pool_bytes(d.store) >> 20),
-                  st.memory_locked ? "pinned" : "not pinned",
-                  st.huge_pages ? ", huge pages" : "", o.data);
-    }
     ev_set_spin(d.loop, o.busy_poll_us);
-    tierd_log("listening on %s", o.socket);
+    tierd_log("listening on %s (%u tenant%s)", o.socket, d.ntenants, d.ntenants > 1 ? "s" : "");
     if (d.metrics)
         tierd_log("metrics at http://%s:%u/metrics", o.metrics_addr, o.metrics_port);
     rc = ev_run(d.loop, idle, &d);
@@ -653,9 +633,13 @@ int main(int argc, char **argv)
     }
     sess_close_all(&d);
     unlink(o.socket);
-    if (d.cold && !o.no_flush) {
-        rc = tier_flush_to_cold(d.store);
-        tierd_log("warm tier written to cold%s%s", rc < 0 ? ": " : "",
+    for (uint32_t i = 0; i < d.ntenants && !o.no_flush; i++) {
+        struct tenant *t = &d.tenants[i];
+
+        if (!t->cold)
+            continue;
+        rc = tier_flush_to_cold(t->store);
+        tierd_log("tenant %s: warm tier written to cold%s%s", t->name, rc < 0 ? ": " : "",
                   rc < 0 ? strerror(-rc) : "");
     }
     tierd_log("stopped");
@@ -665,21 +649,15 @@ out_loop:
     ev_loop_destroy(d.loop);
     if (d.sig_fd >= 0)
         close(d.sig_fd);
-    close(d.listen_fd);
+    if (d.listen_fd >= 0)
+        close(d.listen_fd);
 out_store:
-    /* completions name the store: the cold tier closes (every callback
-     * landed or cancelled) while the store is still there */
-    tier_cold_close(d.cold);
-    d.cold = NULL;
-    tier_hot_close(d.hot);
-    d.hot = NULL;
-    tier_destroy(d.store);
-out_cold:
-    tier_hot_close(d.hot);
-    tier_cold_close(d.cold);
-    tierd_ns_free(&d);
+    for (uint32_t i = 0; i < d.ntenants; i++)
+        close_tenant(&d.tenants[i]);
 out_lock:
     metrics_close(d.metrics); /* when start-up failed before the loop */
     close(d.lock_fd);
+out_tenants:
+    tenant_free_all(&d);
     return ex;
 }

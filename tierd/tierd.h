@@ -2,9 +2,10 @@
 /*
  * tierd.h - the daemon's shared state, and its namespace registry.
  *
- * One struct tierd per process, used by the event loop's thread only.
- * A namespace is a model fingerprint within a tenant; its id is its index+1
- * in the registry and is what every keys request names.
+ * One struct tierd per process, used by the event loop's thread only. It
+ * holds tenants (tenant.h), each with its own store and namespaces. A
+ * namespace is a model fingerprint within a tenant; its id is its index+1
+ * in the tenant's registry and is what every keys request names.
  */
 #ifndef TIERD_H
 #define TIERD_H
@@ -40,15 +41,31 @@ struct tierd_ns_stats {
 
 struct tierd_ns {
     bool open;                /* opened in this run (ids may have holes) */
-    uint32_t tenant;          /* uid of the tenant that opened it */
     struct kvt_wire_ns_req d; /* the descriptor, strings NUL-padded */
     struct tierd_ns_stats st; /* traffic, for the metrics page */
 };
 
-struct tierd {
+/* A tenant: who may connect as it, and everything it stores. */
+struct tenant {
+    char name[40];
+    uid_t uids[64];           /* admitted peers (SO_PEERCRED) */
+    gid_t gids[64];
+    uint32_t nuids, ngids;
+    uint64_t warm_bytes, cold_bytes, hot_bytes; /* its quotas: the tier sizes */
+    char dir[4096];           /* its cold tier's folder */
     struct tier *store;
-    struct tier_cold *cold;   /* NULL with --no-cold */
-    struct tier_hot *hot;     /* NULL without --hot-bytes */
+    struct tier_cold *cold;   /* NULL with --no-cold or cold_bytes = 0 */
+    struct tier_hot *hot;     /* NULL without hot_bytes */
+    struct tierd_ns *ns;      /* registry, ns id = index + 1 (with holes: ids of the
+                                 cold index not opened in this run) */
+    uint32_t nns, ns_cap;     /* open namespaces; entries in ns */
+    uint32_t clients;         /* its sessions open */
+    struct tierd *d;
+};
+
+struct tierd {
+    struct tenant *tenants;   /* at least one */
+    uint32_t ntenants;
     struct ev_loop *loop;
     struct metrics *metrics;  /* the Prometheus page; NULL without --metrics-port */
     int listen_fd;            /* the SOCK_SEQPACKET socket */
@@ -62,26 +79,20 @@ struct tierd {
     uint64_t start_ms;        /* CLOCK_MONOTONIC at start */
     uint64_t proto_errors;    /* malformed messages seen */
     uint64_t get_deadline_misses; /* gets answered short at their deadline */
-    struct tierd_ns *ns;      /* registry, ns id = index + 1 (with holes: ids of the
-                                 cold index not opened in this run) */
-    uint32_t nns, ns_cap;     /* open namespaces; entries in ns */
+    uint32_t refused;         /* connections refused: no tenant admits the peer */
+    gid_t socket_gid;         /* config's socket_group ((gid_t)-1: none) */
     bool verbose;
 };
 
 #define TIERD_NS_MAX 4096
 
-/* Find or add the namespace for descriptor d in tenant; *id gets its id
- * (with a cold tier: the durable id of the descriptor). -EINVAL for a
- * malformed descriptor, -ENOSPC when the registry is full. */
-int tierd_ns_open(struct tierd *d, uint32_t tenant, const struct kvt_wire_ns_req *req,
-                  uint32_t *id);
-/* The namespace id in tenant, or NULL when unknown or another tenant's. */
-const struct tierd_ns *tierd_ns_get(const struct tierd *d, uint32_t tenant, uint32_t id);
-void tierd_ns_free(struct tierd *d);
-
 /* Log a line to stderr with the daemon's prefix. */
 void tierd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 uint64_t tierd_now_ms(void);
+
+/* "64M", "1G", "4096" (K/M/G/T binary suffixes, optional "B"/"iB"): bytes,
+ * or 0 when malformed. */
+uint64_t tierd_parse_size(const char *s);
 
 #endif /* TIERD_H */

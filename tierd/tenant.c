@@ -1,0 +1,385 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tenant.c - the tenants of tenant.h: the config file (INI, through
+ * libinih), admission by peer credentials, and each tenant's namespace
+ * registry. Opening and closing each tenant's tiers is tierd.c's.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <grp.h>
+#include <ini.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tenant.h"
+#include "tier_cold.h"
+
+/* ---- the config file ---------------------------------------------------- */
+
+struct parse {
+    struct tierd *d;
+    const struct tenant_defaults *def;
+    char err[256];   /* the first problem, without its line */
+    bool failed;
+};
+
+/* A size for a config key: bytes, "0" too; -1 when malformed. */
+static int64_t size_of(const char *s)
+{
+    uint64_t v = strcmp(s, "0") == 0 ? 0 : tierd_parse_size(s);
+
+    return (v == 0 && strcmp(s, "0") != 0) || v > INT64_MAX ? -1 : (int64_t)v;
+}
+
+/* A comma or space separated list of ids or names into out (users when
+ * user is true, else groups). */
+static int id_list(struct parse *p, const char *key, const char *val, bool user,
+                   uint32_t *out, uint32_t *n)
+{
+    char buf[1024], *save = NULL;
+
+    if (strlen(val) >= sizeof(buf)) {
+        snprintf(p->err, sizeof(p->err), "%s: list too long", key);
+        return -1;
+    }
+    strcpy(buf, val);
+    for (char *w = strtok_r(buf, ", \t", &save); w; w = strtok_r(NULL, ", \t", &save)) {
+        char *end;
+        unsigned long v = strtoul(w, &end, 10);
+
+        if (*end || end == w) {
+            /* a name: resolved now, so a typo stops tierd instead of
+             * silently admitting nobody */
+            struct passwd *pw = user ? getpwnam(w) : NULL;
+            struct group *gr = user ? NULL : getgrnam(w);
+
+            if (!pw && !gr) {
+                snprintf(p->err, sizeof(p->err), "%s: no such %s '%s'", key,
+                         user ? "user" : "group", w);
+                return -1;
+            }
+            v = user ? pw->pw_uid : gr->gr_gid;
+        } else if (v > UINT32_MAX - 1) {
+            snprintf(p->err, sizeof(p->err), "%s: '%s' is not an id", key, w);
+            return -1;
+        }
+        if (*n == TENANT_IDS_MAX) {
+            snprintf(p->err, sizeof(p->err), "%s: more than %d ids", key, TENANT_IDS_MAX);
+            return -1;
+        }
+        out[(*n)++] = (uint32_t)v;
+    }
+    return 0;
+}
+
+static bool name_ok(const char *s)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n >= sizeof(((struct tenant *)0)->name))
+        return false;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '-' && *s != '_')
+            return false;
+    return true;
+}
+
+/* The tenant of section "tenant.NAME", created on its first key. */
+static struct tenant *section_tenant(struct parse *p, const char *name)
+{
+    struct tierd *d = p->d;
+    struct tenant *t;
+
+    for (uint32_t i = 0; i < d->ntenants; i++)
+        if (strcmp(d->tenants[i].name, name) == 0)
+            return &d->tenants[i];
+    if (!name_ok(name)) {
+        snprintf(p->err, sizeof(p->err),
+                 "[tenant.%s]: a tenant name is 1-39 letters, digits, '-' or '_'", name);
+        return NULL;
+    }
+    if (d->ntenants == TENANT_MAX) {
+        snprintf(p->err, sizeof(p->err), "more than %d tenants", TENANT_MAX);
+        return NULL;
+    }
+    t = &d->tenants[d->ntenants++];
+    *t = (struct tenant){ .warm_bytes = p->def->warm_bytes,
+                          .cold_bytes = p->def->no_cold ? 0 : p->def->cold_bytes,
+                          .hot_bytes = p->def->hot_bytes, .d = d };
+    strcpy(t->name, name);
+    snprintf(t->dir, sizeof(t->dir), "%s/tenants/%s", p->def->data, name);
+    return t;
+}
+
+/* libinih's callback: 1 to go on, 0 for an error on this line. */
+static int on_key(void *user, const char *section, const char *key, const char *val)
+{
+    struct parse *p = user;
+    struct tenant *t;
+    int64_t v;
+
+    if (p->failed)
+        return 1; /* only the first problem is reported */
+    if (strcmp(section, "daemon") == 0) {
+        if (strcmp(key, "socket_group") == 0) {
+            struct group *g = getgrnam(val);
+            char *end;
+            unsigned long n = strtoul(val, &end, 10);
+
+            if (!g && (*end || end == val)) {
+                snprintf(p->err, sizeof(p->err), "socket_group: no such group '%s'", val);
+                goto bad;
+            }
+            p->d->socket_gid = g ? g->gr_gid : (gid_t)n;
+            return 1;
+        }
+        snprintf(p->err, sizeof(p->err), "[daemon]: unknown key '%s' (known: socket_group)",
+                 key);
+        goto bad;
+    }
+    if (strncmp(section, "tenant.", 7) != 0) {
+        snprintf(p->err, sizeof(p->err),
+                 "unknown section [%s] (sections: [daemon], [tenant.NAME])", section);
+        goto bad;
+    }
+    t = section_tenant(p, section + 7);
+    if (!t)
+        goto bad;
+    if (strcmp(key, "uids") == 0) {
+        if (id_list(p, key, val, true, t->uids, &t->nuids) < 0)
+            goto bad;
+        return 1;
+    }
+    if (strcmp(key, "gids") == 0) {
+        if (id_list(p, key, val, false, t->gids, &t->ngids) < 0)
+            goto bad;
+        return 1;
+    }
+    if (strcmp(key, "warm_bytes") != 0 && strcmp(key, "cold_bytes") != 0 &&
+        strcmp(key, "hot_bytes") != 0) {
+        snprintf(p->err, sizeof(p->err),
+                 "[tenant.%s]: unknown key '%s' (known: uids, gids, warm_bytes, cold_bytes, "
+                 "hot_bytes)", t->name, key);
+        goto bad;
+    }
+    v = size_of(val);
+    if (v < 0 || (key[0] == 'w' && v < (1 << 20)) || (key[0] == 'c' && v && v < (1 << 20))) {
+        snprintf(p->err, sizeof(p->err), "%s: bad size '%s' (e.g. 512M, 8G; at least 1M%s)",
+                 key, val, key[0] == 'w' ? "" : ", or 0 for none");
+        goto bad;
+    }
+    if (key[0] == 'w')
+        t->warm_bytes = (uint64_t)v;
+    else if (key[0] == 'c')
+        t->cold_bytes = p->def->no_cold ? 0 : (uint64_t)v;
+    else
+        t->hot_bytes = (uint64_t)v;
+    return 1;
+bad:
+    p->failed = true;
+    return 0;
+}
+
+/* No two tenants admit the same uid or gid: who a peer is must be clear. */
+static int check_overlap(struct tierd *d, char *err, size_t cap)
+{
+    for (uint32_t i = 0; i < d->ntenants; i++)
+        for (uint32_t j = i + 1; j < d->ntenants; j++) {
+            const struct tenant *a = &d->tenants[i], *b = &d->tenants[j];
+
+            for (uint32_t x = 0; x < a->nuids; x++)
+                for (uint32_t y = 0; y < b->nuids; y++)
+                    if (a->uids[x] == b->uids[y]) {
+                        snprintf(err, cap, "uid %u is in tenants %s and %s", a->uids[x],
+                                 a->name, b->name);
+                        return -EINVAL;
+                    }
+            for (uint32_t x = 0; x < a->ngids; x++)
+                for (uint32_t y = 0; y < b->ngids; y++)
+                    if (a->gids[x] == b->gids[y]) {
+                        snprintf(err, cap, "gid %u is in tenants %s and %s", a->gids[x],
+                                 a->name, b->name);
+                        return -EINVAL;
+                    }
+        }
+    for (uint32_t i = 0; i < d->ntenants; i++)
+        if (!d->tenants[i].nuids && !d->tenants[i].ngids) {
+            snprintf(err, cap, "[tenant.%s] admits nobody: give it uids or gids",
+                     d->tenants[i].name);
+            return -EINVAL;
+        }
+    return 0;
+}
+
+int tenant_config(struct tierd *d, const char *path, const struct tenant_defaults *def,
+                  char *err, size_t err_cap)
+{
+    struct parse p = { .d = d, .def = def };
+    int rc;
+
+    d->socket_gid = (gid_t)-1;
+    d->tenants = calloc(TENANT_MAX, sizeof(*d->tenants));
+    if (!d->tenants)
+        return -ENOMEM;
+    d->ntenants = 0;
+    if (!path) {
+        struct tenant *t = &d->tenants[d->ntenants++];
+
+        /* the daemon's own uid, and root (who may connect anywhere anyway) */
+        *t = (struct tenant){ .name = "default", .nuids = 1, .uids = { d->uid },
+                              .warm_bytes = def->warm_bytes,
+                              .cold_bytes = def->no_cold ? 0 : def->cold_bytes,
+                              .hot_bytes = def->hot_bytes, .d = d };
+        if (d->uid != 0)
+            t->uids[t->nuids++] = 0;
+        snprintf(t->dir, sizeof(t->dir), "%s", def->data);
+        return 0;
+    }
+    rc = ini_parse(path, on_key, &p);
+    if (rc == -1) {
+        rc = -errno ? -errno : -ENOENT;
+        snprintf(err, err_cap, "%s: %s", path, strerror(-rc));
+        return rc;
+    }
+    if (rc > 0) {
+        snprintf(err, err_cap, "%s:%d: %s", path, rc,
+                 p.failed ? p.err : "not a key = value line or a [section]");
+        return -EINVAL;
+    }
+    if (rc < 0) {
+        snprintf(err, err_cap, "%s: cannot read it (%d)", path, rc);
+        return -ENOMEM;
+    }
+    if (d->ntenants == 0) {
+        snprintf(err, err_cap, "%s: no [tenant.NAME] section", path);
+        return -EINVAL;
+    }
+    rc = check_overlap(d, err, err_cap);
+    if (rc < 0)
+        return rc;
+    return 0;
+}
+
+struct tenant *tenant_for(struct tierd *d, uid_t uid, gid_t gid)
+{
+    for (uint32_t i = 0; i < d->ntenants; i++)
+        for (uint32_t j = 0; j < d->tenants[i].nuids; j++)
+            if (d->tenants[i].uids[j] == uid)
+                return &d->tenants[i];
+    for (uint32_t i = 0; i < d->ntenants; i++)
+        for (uint32_t j = 0; j < d->tenants[i].ngids; j++)
+            if (d->tenants[i].gids[j] == gid)
+                return &d->tenants[i];
+    return NULL;
+}
+
+bool tenant_shared(const struct tierd *d)
+{
+    for (uint32_t i = 0; i < d->ntenants; i++) {
+        const struct tenant *t = &d->tenants[i];
+
+        if (t->ngids)
+            return true;
+        for (uint32_t j = 0; j < t->nuids; j++)
+            if (t->uids[j] != d->uid && t->uids[j] != 0)
+                return true;
+    }
+    return false;
+}
+
+/* ---- namespaces ------------------------------------------------------ */
+
+static bool str_ok(const char *s, size_t cap, bool nonempty)
+{
+    const char *z = memchr(s, 0, cap);
+
+    return z && (!nonempty || z != s);
+}
+
+int tenant_ns_open(struct tenant *t, const struct kvt_wire_ns_req *req, uint32_t *id)
+{
+    struct kvt_wire_ns_req n = { 0 };
+
+    if (!str_ok(req->model_id, sizeof(req->model_id), true) ||
+        !str_ok(req->dtype, sizeof(req->dtype), false) ||
+        !str_ok(req->layout, sizeof(req->layout), false) || req->block_bytes == 0 ||
+        req->block_tokens == 0 || req->tp_size == 0 || req->tp_rank >= req->tp_size)
+        return -EINVAL;
+    /* normalise: copy fields so padding after the NULs never tells two equal
+     * descriptors apart */
+    n.block_bytes = req->block_bytes;
+    n.block_tokens = req->block_tokens;
+    n.tp_rank = req->tp_rank;
+    n.tp_size = req->tp_size;
+    strcpy(n.model_id, req->model_id);
+    strcpy(n.dtype, req->dtype);
+    strcpy(n.layout, req->layout);
+    /* linear: namespaces are opened once per engine process, and few */
+    for (uint32_t i = 0; i < t->ns_cap; i++)
+        if (t->ns[i].open && memcmp(&t->ns[i].d, &n, sizeof(n)) == 0) {
+            *id = i + 1;
+            return 0;
+        }
+    if (t->nns == TIERD_NS_MAX)
+        return -ENOSPC;
+    if (t->cold) {
+        /* the id comes from the tenant's cold index, so that blocks on disk
+         * find their namespace again after a restart, and only theirs;
+         * packed by hand: struct padding would put undefined bytes into a
+         * key that must be the same on every run (the uid keeps the ids of
+         * folders written before tenants existed) */
+        uint8_t desc[sizeof(uint32_t) + sizeof(n)];
+        uint32_t tag = (uint32_t)t->d->uid;
+        int rc;
+
+        memcpy(desc, &tag, sizeof(tag));
+        memcpy(desc + sizeof(tag), &n, sizeof(n));
+        rc = tier_cold_ns_id(t->cold, desc, sizeof(desc), id);
+        if (rc < 0)
+            return rc;
+    } else {
+        *id = t->ns_cap + 1;
+    }
+    if (*id > t->ns_cap) {
+        uint32_t cap = t->ns_cap ? t->ns_cap : 16;
+        struct tierd_ns *p;
+
+        while (cap < *id)
+            cap *= 2;
+        p = realloc(t->ns, cap * sizeof(*p));
+        if (!p)
+            return -ENOMEM;
+        memset(p + t->ns_cap, 0, (cap - t->ns_cap) * sizeof(*p));
+        t->ns = p;
+        t->ns_cap = cap;
+    }
+    t->ns[*id - 1] = (struct tierd_ns){ .open = true, .d = n };
+    t->nns++;
+    if (t->d->verbose)
+        tierd_log("tenant %s namespace %u: %s %s %s block %u tokens / %llu bytes, tp %u/%u",
+                  t->name, *id, n.model_id, n.dtype, n.layout, n.block_tokens,
+                  (unsigned long long)n.block_bytes, n.tp_rank, n.tp_size);
+    return 0;
+}
+
+struct tierd_ns *tenant_ns_get(struct tenant *t, uint32_t id)
+{
+    if (id == 0 || id > t->ns_cap || !t->ns[id - 1].open)
+        return NULL;
+    return &t->ns[id - 1];
+}
+
+void tenant_free_all(struct tierd *d)
+{
+    for (uint32_t i = 0; d->tenants && i < d->ntenants; i++) {
+        free(d->tenants[i].ns);
+        d->tenants[i].ns = NULL;
+    }
+    free(d->tenants);
+    d->tenants = NULL;
+    d->ntenants = 0;
+}
