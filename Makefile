@@ -17,7 +17,7 @@ WARN    := -Wall -Wextra -Werror -Wshadow -Wmissing-prototypes
 BASE    := -std=gnu11 $(WARN) -g -MMD -MP -D_GNU_SOURCE -Iclient -Istore -Ikernels -Itierd -Itests
 CFLAGS_REL := $(BASE) -O2 -fPIC
 CFLAGS_SAN := $(BASE) -O1 -fPIC -fsanitize=address,undefined -fno-omit-frame-pointer \
-              -fno-sanitize-recover=undefined
+              -fno-sanitize-recover=undefined -DKVT_FAULTS
 LIBS    := -lcrypto -ljansson
 STORE_LIBS := -luring -llmdb -lxxhash
 

@@ -488,7 +488,7 @@ static void on_demoted(void *ctx, int rc)
     t->flush_inflight -= m->flush;
     e->flags &= ~IDX_F_DEMOTING;
     if (rc < 0) {
-        t->st.cold_errors++; /* stays in warm; may be dropped later */
+        t->st.cold_errors++; /* the mover's block is dropped below; others stay */
     } else {
         e->flags |= IDX_F_COLD;
         t->st.demotions++;
@@ -496,8 +496,10 @@ static void on_demoted(void *ctx, int rc)
         t->st.bytes_in[TIER_L_COLD] += slot;
     }
     /* demoted by the mover: it leaves warm; written through or for a
-     * durable commit: it stays */
-    if (rc == 0 && m->evict && e->leases == 0 && e->state == IDX_COMMITTED && e->nwarm == 0)
+     * durable commit: it stays. A mover's write that failed drops the
+     * block (counted), as one refused at once does: warm needs the room,
+     * and writing it again at once would spin on a disk that keeps failing. */
+    if (m->evict && e->leases == 0 && e->state == IDX_COMMITTED && e->nwarm == 0)
         leave_warm(t, m->id);
     else
         settle(t, m->id, false);

@@ -17,10 +17,19 @@
  * marked seen, and its slot freed, before the callback runs, so neither the
  * CQ ring nor the table is walked across a callback. A callback must not
  * call tier_nvme_close().
+ *
+ * Fault injection (KVT_FAULTS builds only; see the header for the rules):
+ * the decision is taken in prep(), once per SQE, so a remainder re-issued
+ * after a short transfer is judged again. A failure becomes a NOP SQE whose
+ * completion carries the injected result, so the callback still runs from
+ * tier_nvme_reap() like any real completion, and the buffer is untouched. A
+ * short transfer is a real one with a smaller length: the bytes past it are
+ * really not moved, and the normal short-transfer path must finish the job.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +57,34 @@ struct req {
     uint64_t done;        /* bytes transferred so far (short transfers) */
     uint32_t next;        /* free stack link while OP_FREE */
     uint8_t op;           /* enum op; OP_FREE when the slot is unused */
+#ifdef KVT_FAULTS
+    bool faked;           /* the SQE in flight is an injected fault's NOP */
+    int32_t fake_res;     /* the result its completion stands for */
+#endif
 };
+
+#ifdef KVT_FAULTS
+#define FAULT_RULES 16     /* rules in one spec */
+#define FAULT_SPEC_MAX 512 /* characters in one spec, NUL included */
+
+struct fault_rule {
+    uint8_t op;           /* enum op it applies to */
+    int32_t err;          /* injected result: -EIO or -ENOSPC; 0 for a short transfer */
+    uint64_t every;       /* fault the every-th eligible submission (>= 1) */
+    uint64_t after;       /* submissions of op let through before any is eligible */
+    double p;             /* probability per selected submission (1: always) */
+    uint64_t rng;         /* splitmix64 state for p, from seed= */
+    bool once;            /* at most one fault */
+    bool fired;           /* this rule injected at least one */
+};
+
+struct faults {
+    struct fault_rule rule[FAULT_RULES];
+    unsigned n;                 /* rules in use */
+    uint64_t seen[OP_SYNC + 1]; /* submissions per enum op since the rules were set */
+    uint64_t injected;          /* faults injected since open */
+};
+#endif
 
 struct tier_nvme {
     struct io_uring ring;
@@ -60,6 +96,9 @@ struct tier_nvme {
     uint32_t nfree;       /* slots on the free stack */
     uint32_t free_top;    /* top of the free stack, NONE when empty */
     struct req *req;      /* qd slots, indexed by SQE user_data */
+#ifdef KVT_FAULTS
+    struct faults faults; /* injected faults (KVTIER_FAULTS / tier_nvme_fault_set) */
+#endif
 };
 
 static void say(const struct tier_nvme_cfg *cfg, const char *fmt, const char *detail)
@@ -70,6 +109,257 @@ static void say(const struct tier_nvme_cfg *cfg, const char *fmt, const char *de
         return;
     snprintf(msg, sizeof(msg), fmt, detail);
     cfg->log(cfg->log_ctx, msg);
+}
+
+/* ---- fault injection (KVT_FAULTS builds only) ----------------------------- */
+
+#ifdef KVT_FAULTS
+/* Next field of *p up to sep (cut there); NULL once the text is used up.
+ * Unlike strtok, an empty field comes back empty, so "read::eio" is an error. */
+static char *field(char **p, char sep)
+{
+    char *start = *p, *end;
+
+    if (!start)
+        return NULL;
+    end = strchr(start, sep);
+    if (end) {
+        *end = '\0';
+        *p = end + 1;
+    } else {
+        *p = NULL;
+    }
+    return start;
+}
+
+static bool parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+
+    if (*s < '0' || *s > '9') /* strtoull would take "-1" and " 1" */
+        return false;
+    errno = 0;
+    *out = strtoull(s, &end, 10);
+    return errno == 0 && *end == '\0';
+}
+
+/* One rule OP:KIND[:SEL]... into *r; false with the reason in why. */
+static bool parse_rule(char *txt, struct fault_rule *r, char *why, size_t cap)
+{
+    enum { S_EVERY = 1, S_AFTER = 2, S_ONCE = 4, S_P = 8, S_SEED = 16 };
+    const char *op = field(&txt, ':'), *kind = field(&txt, ':');
+    uint64_t seed = 1;
+    unsigned got = 0;
+    char *sel, *end;
+
+    *r = (struct fault_rule){ .every = 1, .p = 1.0 };
+    if (!strcmp(op, "read")) {
+        r->op = OP_READ;
+    } else if (!strcmp(op, "write")) {
+        r->op = OP_WRITE;
+    } else if (!strcmp(op, "fsync")) {
+        r->op = OP_SYNC;
+    } else {
+        snprintf(why, cap, "unknown operation '%s' (read, write, fsync)", op);
+        return false;
+    }
+    if (!kind) {
+        snprintf(why, cap, "no kind after '%s' (eio, enospc, short)", op);
+        return false;
+    }
+    if (!strcmp(kind, "eio")) {
+        r->err = -EIO;
+    } else if (!strcmp(kind, "enospc")) {
+        r->err = -ENOSPC;
+    } else if (!strcmp(kind, "short")) {
+        r->err = 0;
+        if (r->op == OP_SYNC) {
+            snprintf(why, cap, "fsync cannot be short (eio, enospc)");
+            return false;
+        }
+    } else {
+        snprintf(why, cap, "unknown kind '%s' (eio, enospc, short)", kind);
+        return false;
+    }
+    while ((sel = field(&txt, ':'))) {
+        unsigned bit;
+        bool ok;
+
+        if (!strncmp(sel, "every=", 6)) {
+            bit = S_EVERY;
+            ok = parse_u64(sel + 6, &r->every) && r->every >= 1;
+        } else if (!strncmp(sel, "after=", 6)) {
+            bit = S_AFTER;
+            ok = parse_u64(sel + 6, &r->after);
+        } else if (!strcmp(sel, "once")) {
+            bit = S_ONCE;
+            r->once = true;
+            ok = true;
+        } else if (!strncmp(sel, "p=", 2)) {
+            bit = S_P;
+            errno = 0;
+            r->p = strtod(sel + 2, &end);
+            ok = sel[2] && errno == 0 && *end == '\0' && isfinite(r->p) && r->p > 0 &&
+                 r->p <= 1;
+        } else if (!strncmp(sel, "seed=", 5)) {
+            bit = S_SEED;
+            ok = parse_u64(sel + 5, &seed);
+        } else {
+            snprintf(why, cap, "unknown selector '%s' (every=N, after=N, once, p=F, seed=S)",
+                     sel);
+            return false;
+        }
+        if (!ok) {
+            snprintf(why, cap, "bad value in '%s' (every=N >= 1, after=N >= 0, "
+                               "0 < p=F <= 1, seed=S >= 0)", sel);
+            return false;
+        }
+        if (got & bit) {
+            snprintf(why, cap, "'%s' repeats a selector", sel);
+            return false;
+        }
+        got |= bit;
+    }
+    r->rng = seed;
+    return true;
+}
+
+/* A whole spec (NULL or "": no rules) into *out; -EINVAL with why. */
+static int faults_parse(const char *spec, struct faults *out, char *why, size_t cap)
+{
+    char buf[FAULT_SPEC_MAX], one[FAULT_SPEC_MAX], reason[192];
+    struct faults f = { 0 };
+    char *rest = buf, *rule;
+
+    if (spec && strlen(spec) >= sizeof(buf)) {
+        snprintf(why, cap, "%s: longer than %u characters", TIER_NVME_FAULTS_ENV,
+                 FAULT_SPEC_MAX - 1);
+        return -EINVAL;
+    }
+    if (!spec || !*spec) {
+        *out = f;
+        return 0;
+    }
+    memcpy(buf, spec, strlen(spec) + 1);
+    while ((rule = field(&rest, ','))) {
+        snprintf(one, sizeof(one), "%s", rule);
+        if (f.n == FAULT_RULES) {
+            snprintf(why, cap, "%s: more than %u rules", TIER_NVME_FAULTS_ENV, FAULT_RULES);
+            return -EINVAL;
+        }
+        if (!*rule) {
+            snprintf(why, cap, "%s: an empty rule in \"%.200s\" (rules are separated by ',')",
+                     TIER_NVME_FAULTS_ENV, spec);
+            return -EINVAL;
+        }
+        if (!parse_rule(rule, &f.rule[f.n], reason, sizeof(reason))) {
+            snprintf(why, cap, "%s: rule %u \"%.160s\": %s; the grammar is "
+                               "OP:KIND[:SEL]... (tier_nvme.h)",
+                     TIER_NVME_FAULTS_ENV, f.n + 1, one, reason);
+            return -EINVAL;
+        }
+        f.n++;
+    }
+    *out = f;
+    return 0;
+}
+
+/* splitmix64: small, and a seed replays the same faults */
+static uint64_t mix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Count one submission of op; true when a rule faults it, with its result
+ * in *err (0: make it short). O(rules). */
+static bool fault_pick(struct faults *f, uint8_t op, int32_t *err)
+{
+    uint64_t k;
+
+    if (f->n == 0)
+        return false;
+    k = ++f->seen[op];
+    for (unsigned i = 0; i < f->n; i++) {
+        struct fault_rule *r = &f->rule[i];
+
+        if (r->op != op || k <= r->after || (k - r->after) % r->every || (r->once && r->fired))
+            continue;
+        /* 53 random bits as a double in [0, 1) */
+        if (r->p < 1 && (double)(mix(&r->rng) >> 11) * 0x1p-53 >= r->p)
+            continue;
+        r->fired = true;
+        f->injected++;
+        *err = r->err;
+        return true;
+    }
+    return false;
+}
+#endif /* KVT_FAULTS */
+
+/* The rules of KVTIER_FAULTS at open. Without KVT_FAULTS it is ignored,
+ * and we say so: someone expecting faults must not think they ran. */
+static int faults_open(struct tier_nvme *n, const struct tier_nvme_cfg *cfg)
+{
+    const char *spec = getenv(TIER_NVME_FAULTS_ENV);
+
+    (void)n;
+    if (!spec || !*spec)
+        return 0;
+#ifdef KVT_FAULTS
+    char why[768];
+
+    if (faults_parse(spec, &n->faults, why, sizeof(why)) < 0) {
+        say(cfg, "cold tier: %s", why);
+        return -EINVAL;
+    }
+    say(cfg, "cold tier: fault injection on: " TIER_NVME_FAULTS_ENV "=%s", spec);
+#else
+    say(cfg, "cold tier: %s is set but ignored: this build has no fault injector (build "
+             "with -DKVT_FAULTS, as build-san/ is)", TIER_NVME_FAULTS_ENV);
+#endif
+    return 0;
+}
+
+bool tier_nvme_faults_available(void)
+{
+#ifdef KVT_FAULTS
+    return true;
+#else
+    return false;
+#endif
+}
+
+int tier_nvme_fault_set(struct tier_nvme *n, const char *spec)
+{
+#ifdef KVT_FAULTS
+    struct faults f;
+    char why[768];
+    uint64_t injected = n->faults.injected;
+
+    if (faults_parse(spec, &f, why, sizeof(why)) < 0)
+        return -EINVAL;
+    n->faults = f;
+    n->faults.injected = injected;
+    return 0;
+#else
+    (void)n;
+    (void)spec;
+    return -EOPNOTSUPP;
+#endif
+}
+
+uint64_t tier_nvme_faults_injected(const struct tier_nvme *n)
+{
+#ifdef KVT_FAULTS
+    return n->faults.injected;
+#else
+    (void)n;
+    return 0;
+#endif
 }
 
 /* ---- open ---------------------------------------------------------------- */
@@ -199,6 +489,9 @@ int tier_nvme_open(const struct tier_nvme_cfg *cfg, struct tier_nvme **out)
         n->req[i].next = i + 1 < n->qd ? i + 1 : NONE;
     n->free_top = 0;
     n->nfree = n->qd;
+    rc = faults_open(n, cfg);
+    if (rc < 0)
+        goto out_free;
     /* Ring and eventfd before the file: they touch nothing on disk, so when
      * they fail (io_uring disabled by sysctl, memlock limits on old kernels)
      * no preallocated file is left behind. The kernel rounds the SQ up to a
@@ -252,6 +545,23 @@ static int prep(struct tier_nvme *n, uint32_t i)
 
     if (!sqe)
         return -EBUSY;
+#ifdef KVT_FAULTS
+    int32_t err;
+
+    r->faked = false;
+    if (fault_pick(&n->faults, r->op, &err)) {
+        if (err == 0 && chunk / 2 >= TIER_NVME_ALIGN) {
+            chunk = chunk / 2 & ~(TIER_NVME_ALIGN - 1); /* short, still aligned */
+        } else {
+            /* a failure, or half a page: no progress, which complete() makes -EIO */
+            io_uring_prep_nop(sqe);
+            io_uring_sqe_set_data64(sqe, i);
+            r->faked = true;
+            r->fake_res = err;
+            return 0;
+        }
+    }
+#endif
     if (r->op == OP_SYNC)
         io_uring_prep_fsync(sqe, n->fd, IORING_FSYNC_DATASYNC);
     else if (r->op == OP_READ)
@@ -337,8 +647,15 @@ static bool complete(struct tier_nvme *n, uint32_t i, int res)
     struct req *r = &n->req[i];
     tier_nvme_cb cb = r->cb;
     void *ctx = r->ctx;
-    int64_t out = res;
+    int64_t out;
 
+#ifdef KVT_FAULTS
+    if (r->faked) { /* an injected fault's NOP: it stands for this result */
+        res = r->fake_res;
+        r->faked = false;
+    }
+#endif
+    out = res;
     if (r->op != OP_SYNC && res > 0 && r->done + (uint64_t)res < r->len) {
         /* Short transfer: go on from where it stopped. With O_DIRECT a
          * short count is still a multiple of the logical block size, so the

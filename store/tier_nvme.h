@@ -69,4 +69,40 @@ int tier_nvme_reap(struct tier_nvme *n, unsigned min);
 /* Requests queued or in flight. */
 unsigned tier_nvme_inflight(const struct tier_nvme *n);
 
+/* ---- fault injection (tests only) ----------------------------------------
+ * Compiled in only when KVT_FAULTS is defined (the sanitizer build, build-san/);
+ * release builds contain none of it: there the calls below are inert.
+ *
+ * A spec is rules separated by ',', each  OP:KIND[:SEL]...
+ *   OP    read | write | fsync
+ *   KIND  eio | enospc      the io_uring operation fails with -EIO / -ENOSPC
+ *                           (nothing is transferred; a read leaves the buffer as it was)
+ *         short             (read, write) the operation moves half its bytes, rounded
+ *                           down to 4 KiB; the remainder is re-issued as usual, and is a
+ *                           new operation for the rules. Half of one page is nothing: a
+ *                           transfer without progress, which completes with -EIO.
+ *   SEL   every=N  the Nth, 2Nth, ... operation of OP (N >= 1; default 1: each one)
+ *         after=N  only operations after the first N of OP (default 0)
+ *         once     at most one fault from this rule
+ *         p=F      each operation selected so far, with probability F (0 < F <= 1)
+ *         seed=S   seed of p's generator (default 1): a run replays exactly
+ * Operations are io_uring submissions (a request re-issued after a short transfer
+ * counts again), counted per OP from open or from the last tier_nvme_fault_set().
+ * The first rule that selects an operation applies. Example:
+ *   read:eio:every=3,write:short:after=10,fsync:eio:once
+ *
+ * tier_nvme_open() reads the spec from the environment variable KVTIER_FAULTS
+ * (unset or empty: no faults); a spec that does not parse makes the open fail
+ * with -EINVAL and logs why. Without KVT_FAULTS, the variable is ignored (one
+ * log line says so). */
+#define TIER_NVME_FAULTS_ENV "KVTIER_FAULTS"
+
+/* Whether this build has the injector (KVT_FAULTS). */
+bool tier_nvme_faults_available(void);
+/* Replace n's rules with spec (NULL or "": none) and restart the counts.
+ * 0, -EINVAL (bad spec: the old rules stay), -EOPNOTSUPP without KVT_FAULTS. */
+int tier_nvme_fault_set(struct tier_nvme *n, const char *spec);
+/* Faults injected into n so far (0 without KVT_FAULTS). */
+uint64_t tier_nvme_faults_injected(const struct tier_nvme *n);
+
 #endif /* TIER_NVME_H */
