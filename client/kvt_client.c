@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <time.h>
@@ -28,10 +29,12 @@
 
 #include "kv_layout.h"
 #include "kvk.h"
+#include "kvt_int.h"
 #include "kvt_wire.h"
 #include "kvtier.h"
 
 struct kvt_ns {
+    struct kvt_hybrid *hy; /* a hybrid model's handle: its groups (kvt_hybrid.c) */
     kvt_client *c;
     uint32_t id;          /* the daemon's namespace id */
     uint64_t block_bytes;
@@ -205,8 +208,8 @@ static int keys_rpc(kvt_ns *ns, uint16_t op, uint32_t flags, const kvt_key *pare
 
     if (n > KVT_BATCH_MAX)
         return -E2BIG;
-    if (n > 0 && !keys)
-        return -EINVAL;
+    if ((n > 0 && !keys) || ns->hy)
+        return -EINVAL; /* a hybrid handle's blocks live in its groups' namespaces */
     iov[niov++] = (struct iovec){ 0 }; /* the header, filled by send_req */
     iov[niov++] = (struct iovec){ &r, sizeof(r) };
     if (parent) {
@@ -221,6 +224,17 @@ static int keys_rpc(kvt_ns *ns, uint16_t op, uint32_t flags, const kvt_key *pare
 }
 
 /* ---- connection ------------------------------------------------------ */
+
+/* A pool's memfd must hold all the bytes the daemon announced: a slot past
+ * the end of the file would map, and then fault (SIGBUS) in the engine. */
+static int pool_fits(int fd, uint64_t bytes)
+{
+    struct stat st;
+
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    return bytes > 0 && bytes <= (uint64_t)st.st_size ? 0 : KVT_EPROTO;
+}
 
 static int hello(kvt_client *c)
 {
@@ -239,6 +253,9 @@ static int hello(kvt_client *c)
     if (rc < 0)
         goto out_close;
     memcpy(&rep, body(c), sizeof(rep));
+    rc = pool_fits(fd, rep.pool_bytes);
+    if (rc < 0)
+        goto out_close;
     c->base = mmap(NULL, rep.pool_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (c->base == MAP_FAILED) {
         rc = -errno;
@@ -302,6 +319,7 @@ void kvt_close(kvt_client *c)
         kvt_ns *n = c->ns;
 
         c->ns = n->next;
+        kvt_hybrid_free(n->hy);
         free(n);
     }
 #ifdef KVT_HAVE_CUDA
@@ -377,9 +395,29 @@ uint64_t kvt_ns_block_bytes(const kvt_ns *ns)
     return ns->block_bytes;
 }
 
+kvt_ns *kvt_ns_new_hybrid(kvt_client *c, struct kvt_hybrid *hy)
+{
+    kvt_ns *ns = calloc(1, sizeof(*ns));
+
+    if (!ns)
+        return NULL;
+    ns->c = c;
+    ns->hy = hy;
+    ns->next = c->ns;
+    c->ns = ns;
+    return ns;
+}
+
+struct kvt_hybrid *kvt_ns_hybrid(const kvt_ns *ns)
+{
+    return ns->hy;
+}
+
 void kvt_ns_set_deadline(kvt_ns *ns, uint32_t ms)
 {
     ns->deadline_ms = ms;
+    if (ns->hy)
+        kvt_hybrid_set_deadline(ns->hy, ms);
 }
 
 /* A pool offset from the daemon, checked before it becomes a pointer. */
@@ -453,7 +491,13 @@ int kvt_hot_attach(kvt_client *c, kvt_hot_info *info)
             goto out;
         }
         if (rep.kind == KVT_HOT_EMULATED) {
-            void *p = mmap(NULL, rep.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            void *p;
+
+            if ((rc = pool_fits(fd, rep.bytes)) < 0) {
+                rc = fail(c, rc);
+                goto out;
+            }
+            p = mmap(NULL, rep.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 
             if (p == MAP_FAILED) {
                 rc = -errno;
@@ -498,6 +542,8 @@ int kvt_lookup(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags, uint8_
 
     if (!ns || (n && !keys))
         return -EINVAL;
+    if (ns->hy)
+        return kvt_hybrid_lookup(ns, keys, n, flags, tiers);
     /* long chains go in batches; once the leading run ends only the tiers
      * of the rest are still wanted */
     for (size_t at = 0; at < n; at += KVT_BATCH_MAX) {
@@ -518,6 +564,10 @@ int kvt_lookup(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags, uint8_
         memcpy(&rep, body(ns->c), sizeof(rep));
         if (rep.n != k || blen != sizeof(rep) + k || rep.hits > k)
             return fail(ns->c, KVT_EPROTO);
+        /* callers index arrays by tier: only KVT_TIER_* values get through */
+        for (size_t i = 0; i < k; i++)
+            if (body(ns->c)[sizeof(rep) + i] >= KVT_TIER_COUNT)
+                return fail(ns->c, KVT_EPROTO);
         if (tiers)
             memcpy(tiers + at, body(ns->c) + sizeof(rep), k);
         if (leading)
@@ -581,6 +631,9 @@ static int count_rpc(kvt_ns *ns, uint16_t op, const kvt_key *keys, size_t n, uin
     if (blen != sizeof(rep))
         return fail(ns->c, KVT_EPROTO);
     memcpy(&rep, body(ns->c), sizeof(rep));
+    /* a count of keys among n: more would be a lie, and past INT_MAX negative */
+    if (rep.count > n)
+        return fail(ns->c, KVT_EPROTO);
     return (int)rep.count;
 }
 

@@ -47,6 +47,11 @@ static int fail(struct cfg *c, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(c->err, c->cap, fmt, ap);
         va_end(ap);
+        /* one line, whatever the config's strings and jansson's "near '...'"
+         * quote from the input: control characters become '?' */
+        for (char *s = c->err; *s; s++)
+            if ((unsigned char)*s < 0x20 || *s == 0x7f)
+                *s = '?';
     }
     return -EINVAL;
 }
@@ -921,6 +926,30 @@ static uint32_t heads_per_rank(uint32_t heads, uint32_t tp_size)
     return tp_size % heads ? 0 : 1; /* fewer heads than ranks: each rank keeps a copy */
 }
 
+uint64_t kvt_layer_group_block_bytes(const struct kvt_layer_group *gp, uint32_t block_tokens,
+                                     uint32_t tp_size)
+{
+    struct kvt_layer_group g;
+    uint64_t b;
+
+    if (!gp || !block_tokens || !tp_size)
+        return 0;
+    g = *gp;
+    if (g.kind == KVT_LAYER_STATE) {
+        /* a state splits across ranks like its heads; an odd split keeps it whole */
+        b = mul_sat(g.state_bytes, g.layers);
+        return b == UINT64_MAX ? 0 : b % tp_size ? b : b / tp_size;
+    }
+    if (!g.n_kv)
+        return 0;
+    /* latents and indexer keys are one "head", replicated on every rank */
+    if (g.kind != KVT_LAYER_MLA && g.kind != KVT_LAYER_INDEX &&
+        !(g.kv_heads = heads_per_rank(g.kv_heads, tp_size)))
+        return 0;
+    b = mul_sat(mul_sat(layer_token_bytes(&g), g.layers), block_tokens);
+    return b == UINT64_MAX ? 0 : b;
+}
+
 uint64_t kvt_model_block_bytes(const struct kvt_model_desc *m, uint32_t block_tokens,
                                uint32_t tp_size)
 {
@@ -929,15 +958,14 @@ uint64_t kvt_model_block_bytes(const struct kvt_model_desc *m, uint32_t block_to
     if (!m || !block_tokens || !tp_size)
         return 0;
     for (uint32_t i = 0; i < m->n_groups && i < KVT_MODEL_GROUPS_MAX; i++) {
-        struct kvt_layer_group g = m->group[i];
+        uint64_t b;
 
-        if (!g.n_kv)
+        if (!m->group[i].n_kv)
             continue;
-        /* latents and indexer keys are one "head", replicated on every rank */
-        if (g.kind != KVT_LAYER_MLA && g.kind != KVT_LAYER_INDEX &&
-            !(g.kv_heads = heads_per_rank(g.kv_heads, tp_size)))
+        b = kvt_layer_group_block_bytes(&m->group[i], block_tokens, tp_size);
+        if (!b)
             return 0;
-        total = add_sat(total, mul_sat(mul_sat(layer_token_bytes(&g), g.layers), block_tokens));
+        total = add_sat(total, b);
     }
     return total == UINT64_MAX ? 0 : total;
 }

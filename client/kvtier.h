@@ -518,6 +518,13 @@ uint64_t kvt_model_seq_bytes(const struct kvt_model_desc *m, uint64_t tokens);
 uint64_t kvt_model_block_bytes(const struct kvt_model_desc *m, uint32_t block_tokens,
                                uint32_t tp_size);
 
+/* Bytes of one stored object of group g for one rank of tp_size: a block
+ * of block_tokens tokens of its layers (KV groups, sliding ones included),
+ * or one recurrent state of all its layers (STATE: split across ranks when
+ * it divides evenly). 0 for NONE groups or when no object is possible. */
+uint64_t kvt_layer_group_block_bytes(const struct kvt_layer_group *g, uint32_t block_tokens,
+                                     uint32_t tp_size);
+
 /*
  * Fill ns->block_tokens, ns->block_bytes and ns->dtype for a namespace of
  * this model, from block_tokens and ns->tp_size (0 is taken as 1). The
@@ -535,6 +542,92 @@ const char *kvt_layer_kind_name(enum kvt_layer_kind kind);
 /* The group of that kind in m, or NULL. */
 const struct kvt_layer_group *kvt_model_group(const struct kvt_model_desc *m,
                                               enum kvt_layer_kind kind);
+
+/* ---- hybrid models: a namespace per layer group -------------------------- */
+
+/* Models whose layers do not all grow alike (sliding windows, linear
+ * attention or SSM state, MLA) are stored group by group: each (block,
+ * group) is its own object in its own namespace, sized for its group, so
+ * groups are stored, evicted and moved independently, and a restore moves
+ * only what its prefix needs:
+ *   full, MLA, indexer: every block of the prefix;
+ *   sliding (window W, block B): the last ceil(W/B) blocks of the prefix;
+ *   state (linear attention, SSM): the state after the prefix's last block.
+ * A lookup on a hybrid namespace answers the longest prefix restorable
+ * under every group's rule at once. */
+
+typedef struct kvt_hybrid_opts {
+    uint32_t block_tokens; /* tokens per block: the engine's block size, > 0 */
+    uint32_t state_every;  /* state groups keep the state after every k-th block of
+                              a chain (and after each offload's last block): prefixes
+                              restore to those blocks; 0 is 1 (every block) */
+    uint32_t sliding_all;  /* 0 (default): a sliding group keeps only the blocks in
+                              the window of each offload's last block, never the
+                              ones no prefix ending there needs; 1: every block */
+} kvt_hybrid_opts;
+
+/* Open (or join) the namespaces of a model described by desc (from
+ * kvt_model_parse_file) for m's model_id, layout, dtype and tensor-parallel
+ * rank: one per group that holds a cache; m->block_bytes and
+ * m->block_tokens are ignored (o says the block size). The returned handle
+ * answers kvt_lookup (the longest restorable prefix), kvt_offload_hybrid,
+ * kvt_restore_hybrid, and names its groups' namespaces (kvt_ns_group);
+ * plain block calls on it are -EINVAL. -EINVAL when desc has no group with
+ * a cache or a group's block is over KVT_BLOCK_MAX. */
+int kvt_ns_open_hybrid(kvt_client *c, const kvt_model *m, const struct kvt_model_desc *desc,
+                       const kvt_hybrid_opts *o, kvt_ns **out);
+
+/* Groups with stored objects (0 for a plain namespace), the namespace of
+ * group g (a plain handle: put, get and remove that group's objects
+ * directly), and its description. NULL when g is out of range. */
+uint32_t kvt_ns_groups(const kvt_ns *ns);
+kvt_ns *kvt_ns_group(kvt_ns *ns, uint32_t g);
+const struct kvt_layer_group *kvt_ns_group_desc(const kvt_ns *ns, uint32_t g);
+
+/* The blocks [*first, *last] of chain positions 0..end (a prefix of end+1
+ * blocks) that group g needs stored to restore that prefix. */
+void kvt_ns_group_needs(const kvt_ns *ns, uint32_t g, uint32_t end, uint32_t *first,
+                        uint32_t *last);
+
+/* Per group of a hybrid namespace, in kvt_ns_group order: where its data
+ * is in the engine. KV groups (full, MLA, indexer, sliding): the paged
+ * cache of the group's layers and its block ids for keys[0..n). State
+ * groups: a pointer per key to the state after that block (offload; NULL
+ * where the engine has none), or one buffer for the state after the
+ * restored prefix's last block (restore). */
+typedef struct kvt_group_io {
+    const struct kvk_layout *layout;
+    const int64_t *block_ids;
+    const void *const *states; /* offload, state groups */
+    void *state_out;           /* restore, state groups */
+} kvt_group_io;
+
+/* Offload the chain keys[0..n) (parent: the key before keys[0], or NULL)
+ * group by group under the namespace's policy (sliding: the window of the
+ * last block; state: every state_every-th block and the last). The engine
+ * blocks must hold the chain's data for every group. Returns the number of
+ * objects newly stored (all groups), or an error (nothing of a failed group
+ * is committed; groups done before stay). */
+int kvt_offload_hybrid(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
+                       const kvt_group_io *io, void *stream);
+
+/* Restore the longest prefix of keys[0..n) that every group can restore
+ * (as kvt_lookup answers): KV groups scatter the blocks their rule needs
+ * into io[g].block_ids (positions of keys[]), state groups copy the state
+ * after the prefix's last block into io[g].state_out. Returns the prefix
+ * length in blocks (0: nothing to restore) or an error. */
+int kvt_restore_hybrid(kvt_ns *ns, const kvt_key *keys, size_t n, const kvt_group_io *io,
+                       void *stream);
+
+/* Bytes kvtier stores for one prefix of `tokens` tokens of this model,
+ * offloaded in batches of batch_blocks blocks (0: one batch), under policy o,
+ * for one rank of tp_size: the same rules as kvt_offload_hybrid. And the
+ * naive figure, every layer with a cache stored as a full-attention layer
+ * of the model's attention shape. For sizing and the benchmark. */
+uint64_t kvt_hybrid_stored_bytes(const struct kvt_model_desc *d, const kvt_hybrid_opts *o,
+                                 uint32_t tp_size, uint64_t tokens, uint64_t batch_blocks);
+uint64_t kvt_hybrid_naive_bytes(const struct kvt_model_desc *d, uint32_t block_tokens,
+                                uint32_t tp_size, uint64_t tokens);
 
 /* ---- statistics ------------------------------------------------------ */
 

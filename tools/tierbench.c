@@ -57,7 +57,8 @@ enum {
     GRP_COLD = 0x10,  /* figure 6: cold-tier writes and reads vs fio */
     GRP_PREFETCH = 0x20, /* figure 7: get of a cold chain with / without prefetch */
     GRP_RESTART = 0x40,  /* figure 8: start-up over a cold index of 1 M blocks */
-    GRP_ALL = 0x7f,
+    GRP_HYBRID = 0x80,   /* figure 9: bytes per token of hybrid models, by layer group */
+    GRP_ALL = 0xff,
 };
 
 static struct {
@@ -2421,7 +2422,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: tierbench [options]\n"
             "  --only LIST       comma-separated groups: put, lookup, inproc, hash, cold,\n"
-            "                    prefetch, restart (default all)\n"
+            "                    prefetch, restart, hybrid (default all)\n"
             "  --no-redis        skip the redis-server comparison\n"
             "  --rounds N        timed rounds per figure, median reported (default 7)\n"
             "  --round-ms MS     minimum length of a timed round (default 100)\n"
@@ -2443,7 +2444,7 @@ static int parse_groups(const char *s, unsigned *out)
     static const struct { const char *name; unsigned g; } tab[] = {
         { "put", GRP_PUT }, { "lookup", GRP_LOOKUP }, { "inproc", GRP_INPROC },
         { "hash", GRP_HASH }, { "cold", GRP_COLD }, { "prefetch", GRP_PREFETCH },
-        { "restart", GRP_RESTART }, { "all", GRP_ALL },
+        { "restart", GRP_RESTART }, { "hybrid", GRP_HYBRID }, { "all", GRP_ALL },
     };
     char buf[128];
     *out = 0;
@@ -2543,6 +2544,51 @@ static int parse_args(int argc, char **argv)
     return optind == argc ? 0 : -EINVAL;
 }
 
+/* Figure 9: what kvtier stores per cached token of a 32K-token prefix of
+ * each hybrid model, group by group under its rule (sliding: the window;
+ * state: every 256th block's), against storing every layer with a cache as
+ * full attention. The bytes come from the same code kvt_offload_hybrid
+ * applies (kvt_hybrid_stored_bytes); the models from data/configs. */
+static void bench_hybrid(void)
+{
+    static const struct {
+        const char *file;
+        const char *target; /* stored / naive */
+    } m[] = {
+        { "gpt-oss-120b", "0.55" },   /* half its layers slide over 128 tokens */
+        { "gemma-3-27b-it", "0.25" }, /* five sliding layers in six */
+        { "qwen3-next-80b-a3b", "0.5" },
+        { "nemotron-h-56b", "0.7" },  /* Mamba-2 states are large: every 256th kept */
+        { "deepseek-v3", "1.0" },     /* MLA on every layer: nothing to save, nothing wasted */
+    };
+    const char *src = getenv("KVT_TEST_SRC");
+    kvt_hybrid_opts o = { .block_tokens = 16, .state_every = 256 };
+
+    printf("# --- hybrid models: bytes stored per token of a 32768-token prefix, blocks of "
+           "16 tokens, one batch, tp 1\n");
+    for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+        struct kvt_model_desc d;
+        char path[512], err[256], name[96];
+        uint64_t st, nv;
+        int rc;
+
+        snprintf(path, sizeof(path), "%s/data/configs/%s.json", src && *src ? src : ".",
+                 m[i].file);
+        snprintf(name, sizeof(name), "hybrid_%s_32k_stored_vs_naive", m[i].file);
+        rc = kvt_model_parse_file(path, &d, err, sizeof(err));
+        if (rc < 0) {
+            printf("# %s\n", err);
+            report_fail(name, "config", rc);
+            continue;
+        }
+        st = kvt_hybrid_stored_bytes(&d, &o, 1, 32768, 0);
+        nv = kvt_hybrid_naive_bytes(&d, 16, 1, 32768);
+        printf("# %s: kvtier %.1f KiB/token, naive %.1f KiB/token\n", m[i].file,
+               (double)st / 32768 / 1024, (double)nv / 32768 / 1024);
+        report(name, nv ? (double)st / (double)nv : 0, "%.3f", "ratio", "<=", m[i].target);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *td = getenv("TMPDIR");
@@ -2585,6 +2631,8 @@ int main(int argc, char **argv)
         bench_prefetch();
     if (opt.groups & GRP_RESTART)
         bench_restart();
+    if (opt.groups & GRP_HYBRID)
+        bench_hybrid();
 
     printf("# tierbench took %.1f s%s\n", (double)(now_ns() - t0) / 1e9,
            n_errors ? "; some figures could not be measured" : "");
