@@ -21,6 +21,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kvt_wire.h"
@@ -803,6 +804,41 @@ Test(bad_input, hot_attach_without_hot_tier_gets_eopnotsupp, .fini = fx_fini)
     expect_reply(fd, KVT_OP_HOT_ATTACH, id, -EOPNOTSUPP, NULL, 0, "HOT_ATTACH, no hot tier");
     close(fd);
     check_served("hot attach without a hot tier");
+}
+
+/* A peer that sends and never reads: its replies fill its socket, tierd
+ * drops it instead of blocking on it, and serves everyone else meanwhile. */
+Test(bad_input, a_client_that_never_reads_its_replies_is_dropped, .fini = fx_fini)
+{
+    struct kvt_wire_hdr h;
+    uint64_t t0;
+    int fd, sent = 0, err = 0;
+
+    fx_start(pool64, BLK, CHAIN);
+    fd = raw_open_hello();
+    t0 = (uint64_t)time(NULL);
+    for (;;) {
+        struct iovec iov = { &h, sizeof(h) };
+        struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+        h = hdr_of(KVT_OP_STATS, ++next_req, 0, 0);
+        if (sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+            err = errno;
+            if (err != EAGAIN)
+                break; /* dropped: EPIPE or ECONNRESET */
+            usleep(1000); /* our own buffer is full: tierd has more to read */
+        } else {
+            sent++;
+        }
+        /* every so often, someone else is served all the while */
+        if (sent % 500 == 0)
+            cr_assert_eq(stats_of(F.c).proto_errors, F.proto0, "the other client");
+        cr_assert_lt((uint64_t)time(NULL) - t0, 30, "not dropped after %d requests", sent);
+    }
+    cr_assert(err == EPIPE || err == ECONNRESET, "send failed with %s", strerror(err));
+    cr_assert_gt(sent, 100, "dropped after only %d requests", sent);
+    close(fd);
+    check_served("a client that never reads");
 }
 
 Test(bad_input, operator_requests_with_bad_bodies_are_refused, .fini = fx_fini)
