@@ -155,6 +155,55 @@ build/kernels/%.cu.o: kernels/%.cu
 		-gencode arch=compute_80,code=sm_80 -Xcompiler -fPIC,-Wall -c $< -o $@
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz
 
 -include $(shell find build build-san -name '*.d' 2>/dev/null)
+
+# ---- fuzzing: libFuzzer harnesses (tests/fuzz/), built with clang ---------------
+#   make fuzz [FUZZ_SECONDS=60]  build each harness into build-fuzz/ (its own objects,
+#   ASan + UBSan + libFuzzer) and run it that long on a fresh copy of its seeds
+#   (tests/fuzz/corpus/<harness>/, never written to). A crash, leak or sanitizer
+#   report fails make; the input that did it is kept as build-fuzz/crash/<harness>-*.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_CFLAGS  := $(BASE) -Itools -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+                -fno-omit-frame-pointer -fsanitize=fuzzer-no-link
+FUZZ_HARNESS := fuzz_config fuzz_trace fuzz_reply
+fobj = $(patsubst %.c,build-fuzz/obj/%.o,$(1))
+# fuzz_reply plays tierd inside the client's process (see its design note)
+FUZZ_WRAP    := -Wl,--wrap=connect,--wrap=sendmsg,--wrap=mmap,--wrap=munmap
+
+build-fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+
+build-fuzz/fuzz_config: $(call fobj,tests/fuzz/fuzz_config.c client/kvt_model.c)
+build-fuzz/fuzz_trace: $(call fobj,tests/fuzz/fuzz_trace.c tools/kvreplay_trace.c \
+                                   tools/kvreplay_cost.c)
+build-fuzz/fuzz_reply: $(call fobj,tests/fuzz/fuzz_reply.c tests/fuzz/fuzz_wire.c \
+                                   $(CLIENT_SRC) $(KERNEL_SRC))
+build-fuzz/fuzz_reply: FUZZ_LDFLAGS := $(FUZZ_WRAP)
+$(addprefix build-fuzz/,$(FUZZ_HARNESS)):
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $(FUZZ_LDFLAGS) -o $@ $^ $(LIBS) -lm
+
+.PHONY: fuzz fuzz-deps
+fuzz-deps:
+	@mk/deps.sh fuzz
+
+fuzz: fuzz-deps $(addprefix build-fuzz/,$(FUZZ_HARNESS))
+	@set -e; for h in $(FUZZ_HARNESS); do \
+		rm -rf build-fuzz/corpus/$$h; mkdir -p build-fuzz/corpus/$$h build-fuzz/crash; \
+		cp tests/fuzz/corpus/$$h/* build-fuzz/corpus/$$h/; \
+		echo "  FUZZ    $$h ($(FUZZ_SECONDS) s)"; \
+		ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		build-fuzz/$$h -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+			-print_final_stats=1 -artifact_prefix=build-fuzz/crash/$$h- \
+			build-fuzz/corpus/$$h 2>build-fuzz/$$h.log || \
+			{ tail -n 60 build-fuzz/$$h.log; echo "fuzz: $$h failed (log: build-fuzz/$$h.log)"; exit 1; }; \
+		grep -E '^(#[0-9]+[[:space:]]+DONE|stat::(average_exec_per_sec|peak_rss_mb))' \
+			build-fuzz/$$h.log | tr -s '\n\t ' ' '; echo; \
+	done
+
+-include $(shell find build-fuzz -name '*.d' 2>/dev/null)

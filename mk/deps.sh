@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: MIT
 # Install the Debian packages kvtier builds and tests with, or say how.
 # Usage: mk/deps.sh build|test|bench   (each level includes the ones before)
+#        mk/deps.sh fuzz                (build + clang with libFuzzer, for make fuzz)
 set -eu
 level=${1:-build}
 pkgs="build-essential pkg-config libssl-dev liburing-dev liblmdb-dev libxxhash-dev libjansson-dev libmicrohttpd-dev libinih-dev"
@@ -10,6 +11,9 @@ test|bench) pkgs="$pkgs libcriterion-dev python3 python3-cbor2 valgrind promethe
 esac
 case "$level" in
 bench) pkgs="$pkgs redis-server libhiredis-dev fio" ;;
+esac
+case "$level" in
+fuzz) pkgs="$pkgs clang libclang-rt-14-dev" ;; # libFuzzer + sanitizer runtimes (Debian 12)
 esac
 missing=""
 for p in $pkgs; do
