@@ -168,7 +168,7 @@ FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS  := $(BASE) -Itools -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined \
                 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link
-FUZZ_HARNESS := fuzz_config fuzz_trace fuzz_reply
+FUZZ_HARNESS := fuzz_config fuzz_trace fuzz_reply fuzz_proto
 fobj = $(patsubst %.c,build-fuzz/obj/%.o,$(1))
 # fuzz_reply plays tierd inside the client's process (see its design note)
 FUZZ_WRAP    := -Wl,--wrap=connect,--wrap=sendmsg,--wrap=mmap,--wrap=munmap
@@ -184,6 +184,10 @@ build-fuzz/fuzz_trace: $(call fobj,tests/fuzz/fuzz_trace.c tools/kvreplay_trace.
 build-fuzz/fuzz_reply: $(call fobj,tests/fuzz/fuzz_reply.c tests/fuzz/fuzz_wire.c \
                                    $(CLIENT_SRC) $(KERNEL_SRC))
 build-fuzz/fuzz_reply: FUZZ_LDFLAGS := $(FUZZ_WRAP)
+# fuzz_proto: tierd's sessions and the store in the harness's process (not tierd.c's main)
+build-fuzz/fuzz_proto: $(call fobj,tests/fuzz/fuzz_proto.c tests/fuzz/fuzz_wire.c \
+                                   $(filter-out tierd/tierd.c,$(TIERD_SRC)) $(STORE_SRC))
+build-fuzz/fuzz_proto: FUZZ_LDFLAGS := $(STORE_LIBS) -lhiredis -lmicrohttpd -linih
 $(addprefix build-fuzz/,$(FUZZ_HARNESS)):
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $(FUZZ_LDFLAGS) -o $@ $^ $(LIBS) -lm

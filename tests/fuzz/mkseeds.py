@@ -3,7 +3,8 @@
 # Write the seed corpus of the fuzz harnesses into tests/fuzz/corpus/:
 # bundled configs (fuzz_config), trace lines and price files behind the
 # selector byte (fuzz_trace), and well-formed daemon sessions in the record
-# format of fuzz_wire.h (fuzz_reply). Run from the repository root after a
+# format of fuzz_wire.h (fuzz_reply), and well-formed client requests in the
+# same format (fuzz_proto). Run from the repository root after a
 # change of the wire layout or of a harness's input format.
 import os
 import shutil
@@ -129,14 +130,41 @@ CONFIGS = ["llama-3.1-8b", "deepseek-v3.2", "gemma-3-27b-it", "jamba-v0.1", "nem
            "qwen3-next-80b-a3b", "gpt-oss-20b", "opt-13b"]
 
 
+def keys_req(ns, n, block, flags=0, deadline=0):
+    """A keys request body (kvt_wire_keys_req) and n distinct keys."""
+    body = struct.pack("<IIQII", ns, n, block, flags, deadline)
+    return body + b"".join(bytes([i + 1]) * 32 for i in range(n))
+
+
+def proto_seeds():
+    """Requests of a client to tierd (fuzz_proto.c opens namespace 1 with
+    blocks of 64 KiB first): each op, framed, in the orders engines use."""
+    blk = 64 << 10
+    req = lambda op, body: rec(FRAME | OP, body, op=op)
+    return {
+        "lookup": req(3, keys_req(1, 2, blk)),
+        "put_commit_get_release": req(4, keys_req(1, 3, blk)) + req(5, keys_req(1, 3, blk)) +
+        req(7, keys_req(1, 3, blk)) + req(8, struct.pack("<Q", 1)),
+        "durable": req(4, keys_req(1, 2, blk)) + req(5, keys_req(1, 2, blk, flags=2)),
+        "hot": req(11, b"") + req(4, keys_req(1, 2, blk, flags=4)) +
+        req(5, keys_req(1, 2, blk)) + req(7, keys_req(1, 2, blk, flags=4 | 8)),
+        "abort_remove": req(4, keys_req(1, 2, blk)) + req(6, keys_req(1, 2, blk)) +
+        req(9, keys_req(1, 2, blk)),
+        "operators": req(10, b"") + req(12, struct.pack("<II", 1, 4)) + req(13, b"\x01" * 32) +
+        req(14, b"") + req(15, struct.pack("<II", 1, 0)),
+        "prefetch_lookup": req(3, keys_req(1, 2, blk, flags=1 << 8)),
+        "bad_frame": rec(0, b"KVT1\x01\x00\x03\x00"),
+    }
+
+
 def main():
-    for name in ("fuzz_config", "fuzz_trace", "fuzz_reply"):
+    for name in ("fuzz_config", "fuzz_trace", "fuzz_reply", "fuzz_proto"):
         shutil.rmtree(os.path.join(OUT, name), ignore_errors=True)
         os.makedirs(os.path.join(OUT, name))
     for c in CONFIGS:
         shutil.copyfile(f"data/configs/{c}.json", os.path.join(OUT, "fuzz_config", c + ".json"))
     for harness, seeds in (("fuzz_config", CONFIG_REGRESS), ("fuzz_trace", trace_seeds()),
-                           ("fuzz_reply", reply_seeds())):
+                           ("fuzz_reply", reply_seeds()), ("fuzz_proto", proto_seeds())):
         for name, data in seeds.items():
             with open(os.path.join(OUT, harness, name), "wb") as f:
                 f.write(data)
