@@ -13,7 +13,7 @@ case "$level" in
 bench) pkgs="$pkgs redis-server libhiredis-dev fio" ;;
 esac
 case "$level" in
-fuzz) pkgs="$pkgs clang libclang-rt-14-dev" ;; # libFuzzer + sanitizer runtimes (Debian 12)
+fuzz) pkgs="$pkgs clang libclang-rt-14-dev libhiredis-dev" ;; # libFuzzer + sanitizer runtimes (Debian 12)
 esac
 missing=""
 for p in $pkgs; do
