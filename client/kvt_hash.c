@@ -7,6 +7,7 @@
  * keys; it knows nothing of tierd, namespaces or which blocks get cached.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -18,6 +19,7 @@
 
 /* CBOR initial bytes: the major type sits in the top three bits. */
 #define MT_UINT 0x00u
+#define MT_NEGINT 0x20u
 #define MT_BYTES 0x40u
 #define MT_TEXT 0x60u
 #define MT_ARRAY 0x80u
@@ -190,6 +192,9 @@ static int check_opts(const kvt_hash_opts *o, const uint32_t *tokens, size_t n_t
         return -EINVAL;
     if (n_tokens / o->block_tokens > SSIZE_MAX || (o->n_mm && !o->mm))
         return -EINVAL;
+    if (o->extra_format > KVT_EXTRA_UNTAGGED ||
+        (o->extra_format == KVT_EXTRA_TAGGED && o->lora_name && !o->lora_path))
+        return -EINVAL;
     for (size_t i = 0; i < o->n_mm; i++) {
         const kvt_mm_item *m = &o->mm[i];
 
@@ -228,13 +233,30 @@ static size_t mm_advance(const kvt_hash_opts *o, struct mm_walk *w, uint64_t sta
     return n;
 }
 
-/* Encode the extra keys of block [start, end): null, or [lora?, mm..., salt?]. */
+/* A C string as a CBOR text string. */
+static void put_text(struct sink *s, const char *t)
+{
+    put_str(s, MT_TEXT, t, strlen(t));
+}
+
+/* A signed integer: major type 0 for v >= 0, 1 (encoding -1 - v) below. */
+static void put_int(struct sink *s, int64_t v)
+{
+    if (v >= 0)
+        put_head(s, MT_UINT, (uint64_t)v);
+    else
+        put_head(s, MT_NEGINT, (uint64_t)(-1 - v));
+}
+
+/* Encode the extra keys of block [start, end): null, or [lora?, mm..., salt?],
+ * each tagged (["lora", name, path], ...) or bare, as o->extra_format says. */
 static void put_extra(struct sink *s, const kvt_hash_opts *o, struct mm_walk *w,
                       uint64_t start, uint64_t end)
 {
     size_t n_mm = o->n_mm ? mm_advance(o, w, start, end) : 0;
     int salt = start == 0 && o->cache_salt && o->cache_salt[0];
     size_t n = (o->lora_name != NULL) + n_mm + (size_t)salt;
+    bool tagged = o->extra_format == KVT_EXTRA_TAGGED;
 
     if (n == 0) {
         *room(s, 1) = CBOR_NULL;
@@ -242,16 +264,36 @@ static void put_extra(struct sink *s, const kvt_hash_opts *o, struct mm_walk *w,
         return;
     }
     put_head(s, MT_ARRAY, n);
-    if (o->lora_name)
-        put_str(s, MT_TEXT, o->lora_name, strlen(o->lora_name));
+    if (o->lora_name && tagged) {
+        put_head(s, MT_ARRAY, 3);
+        put_text(s, "lora");
+        put_text(s, o->lora_name);
+        put_text(s, o->lora_path);
+    } else if (o->lora_name) {
+        put_text(s, o->lora_name);
+    }
     for (size_t i = w->lo; n_mm && i < w->hi; i++) {
         const kvt_mm_item *m = &o->mm[i];
 
-        if (m->offset + m->length > start)
-            put_str(s, MT_TEXT, m->identifier, strlen(m->identifier));
+        if (m->offset + m->length <= start)
+            continue;
+        if (tagged) {
+            /* the item's offset from the block's start: negative when it
+             * began in an earlier block */
+            put_head(s, MT_ARRAY, 3);
+            put_text(s, "mm");
+            put_text(s, m->identifier);
+            put_int(s, (int64_t)m->offset - (int64_t)start);
+        } else {
+            put_text(s, m->identifier);
+        }
+    }
+    if (salt && tagged) {
+        put_head(s, MT_ARRAY, 2);
+        put_text(s, "cache_salt");
     }
     if (salt)
-        put_str(s, MT_TEXT, o->cache_salt, strlen(o->cache_salt));
+        put_text(s, o->cache_salt);
 }
 
 ssize_t kvt_hash_prompt(const kvt_hash_opts *o, const uint32_t *tokens, size_t n_tokens,

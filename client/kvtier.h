@@ -69,9 +69,19 @@ typedef struct kvt_mm_item {
     uint64_t length;        /* tokens covered, > 0 */
 } kvt_mm_item;
 
+/* How a block's extra keys are written (kvt_hash_opts.extra_format): */
+enum {
+    KVT_EXTRA_TAGGED = 0,   /* vLLM 0.32 and later: ["lora", name, path],
+                               ["mm", identifier, item offset - block start],
+                               ["cache_salt", salt] */
+    KVT_EXTRA_UNTAGGED = 1, /* earlier vLLM: the LoRA name, the items'
+                               identifiers and the salt as bare strings */
+};
+
 /* How to hash a token sequence. Byte-compatible with vLLM's sha256_cbor
  * prefix-caching hash: key = SHA-256(canonical CBOR [parent, [tokens],
- * extra or null]), extra = [lora_name?, mm identifiers..., cache_salt?]. */
+ * extra or null]), extra = [lora?, mm items..., cache_salt?] in the form of
+ * extra_format (no extra key: null). */
 typedef struct kvt_hash_opts {
     uint32_t block_tokens;     /* tokens per block, > 0 (vLLM default 16) */
     const char *seed;          /* NONE_HASH = SHA-256(CBOR(seed)); vLLM uses its
@@ -84,6 +94,9 @@ typedef struct kvt_hash_opts {
                                   NONE_HASH); else the key of the block before */
     uint64_t start_token;      /* absolute index of tokens[0]; a multiple of
                                   block_tokens; 0 when parent is NULL */
+    uint32_t extra_format;     /* KVT_EXTRA_TAGGED (0, today's vLLM) or _UNTAGGED */
+    const char *lora_path;     /* KVT_EXTRA_TAGGED with lora_name: the adapter's path,
+                                  which vLLM hashes with the name (required) */
 } kvt_hash_opts;
 
 /* Hash the full blocks of tokens[0..n_tokens) into keys_out (room for
@@ -187,7 +200,9 @@ int kvt_put_commit(kvt_ns *ns, const kvt_key *keys, size_t n);
  * runs without a cold tier, -EIO / -ENOSPC when a block could not be made
  * durable (the blocks stay committed in memory), -EAGAIN when a key was
  * deduplicated against another client's put still in progress (retry once
- * it is committed). */
+ * it is committed), -EBUSY when another client's durable commit of one of
+ * the keys is still being written (retry: it is durable once that one
+ * answers). */
 int kvt_put_commit_flags(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags);
 
 /* Give back reservations among keys[0..n) without publishing them. */
@@ -671,9 +686,22 @@ typedef struct kvt_stats {
     uint64_t deadline_misses;/* gets answered short because their deadline passed */
     kvt_tier_stats tier[KVT_TIER_COUNT]; /* indexed by KVT_TIER_* */
     uint64_t hot_promotions; /* warm blocks copied up into hot for getters that asked */
+    /* version 4: the remote tier (a Redis Cluster shared by every node's tierd);
+     * all zero without one */
+    uint64_t remote_hits;    /* blocks read back from it into warm (verified) */
+    uint64_t remote_misses;  /* blocks asked for that it did not hold */
+    uint64_t remote_puts;    /* blocks written to it */
+    uint64_t remote_bytes_in;  /* payload bytes written to it */
+    uint64_t remote_bytes_out; /* payload bytes read back from it */
+    uint64_t remote_errors;  /* node down, timeout, cluster error, write skipped:
+                                each a miss or a block not written */
+    uint64_t remote_checksum_errors; /* values read back wrong: misses */
+    uint64_t remote_probes;  /* keys lookups asked it about */
+    uint64_t remote_probe_hits; /* ... that it held */
+    uint64_t remote_redirects; /* MOVED / ASK redirections followed */
 } kvt_stats;
 
-#define KVT_STATS_VERSION 3
+#define KVT_STATS_VERSION 4
 
 /* Fetch the daemon's counters. */
 int kvt_stats_get(kvt_client *c, kvt_stats *out);

@@ -5,15 +5,17 @@
 #        mk/deps.sh fuzz                (build + clang with libFuzzer, for make fuzz)
 set -eu
 level=${1:-build}
-pkgs="build-essential pkg-config libssl-dev liburing-dev liblmdb-dev libxxhash-dev libjansson-dev libmicrohttpd-dev libinih-dev"
+# libhiredis-dev: the store's remote tier (Redis Cluster client)
+pkgs="build-essential pkg-config libssl-dev liburing-dev liblmdb-dev libxxhash-dev libjansson-dev libmicrohttpd-dev libinih-dev libhiredis-dev"
 case "$level" in
-test|bench) pkgs="$pkgs libcriterion-dev python3 python3-cbor2 valgrind prometheus" ;;
+# redis-server + redis-tools (redis-cli): the remote tier's tests start a 3-master cluster
+test|bench) pkgs="$pkgs libcriterion-dev python3 python3-cbor2 python3-pytest python3-numpy python3-venv valgrind prometheus redis-server redis-tools" ;;
 esac
 case "$level" in
-bench) pkgs="$pkgs redis-server libhiredis-dev fio" ;;
+bench) pkgs="$pkgs fio" ;;
 esac
 case "$level" in
-fuzz) pkgs="$pkgs clang libclang-rt-14-dev libhiredis-dev" ;; # libFuzzer + sanitizer runtimes (Debian 12)
+fuzz) pkgs="$pkgs clang libclang-rt-14-dev" ;; # libFuzzer + sanitizer runtimes (Debian 12)
 esac
 missing=""
 for p in $pkgs; do

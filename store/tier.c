@@ -25,6 +25,16 @@
  * that its children's parent links remain valid. A get of a cold block
  * promotes it: a warm slot is taken, the cold copy read into it and
  * verified, and the getter's lease waits for that read (tier_get_async).
+ *
+ * Design note: the remote tier (tier_remote.c, a Redis Cluster). Writes
+ * follow the policy: write-through on commit, or on demotion when the mover
+ * takes a block out of warm. A write reads the warm slot from a worker
+ * thread, so the block holds a lease meanwhile (remote_pins; it is not a
+ * leaf, so nothing evicts or moves it); a block being dropped at once is
+ * copied instead. A read from the remote never needs an index entry before
+ * it lands: the store reserves the absent keys under its own owner id
+ * (TIER_OWNER_REMOTE), the worker fills the slots, and the completion
+ * commits the verified leading run like a client's put (tier_get_remote).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -37,6 +47,7 @@
 #include "tier_cold.h"
 #include "tier_hot.h"
 #include "tier_ram.h"
+#include "tier_remote.h"
 #include "tier_why.h"
 
 struct lru {
@@ -65,6 +76,27 @@ struct move {
     struct move *prev, *next; /* moves in flight (tier_forget_waiter) */
 };
 
+/* A remote read or probe in flight (tier_get_remote, tier_lookup_remote). */
+struct rop {
+    struct tier *t;
+    void *waiter;        /* who waits for it (NULL: nobody, or forgotten) */
+    bool probe;          /* EXISTS, else a read into reserved slots */
+    uint32_t n;          /* keys */
+    uint64_t bytes;      /* read: block bytes (counters) */
+    uint32_t *ids;       /* read: the reserved entries, in chain order */
+    void **bufs;         /* read: their slots */
+    int *res;            /* per key, filled by the remote tier */
+    struct rop *prev, *next; /* in flight (tier_forget_waiter) */
+};
+
+/* A remote write holding a lease on its block (see the design note). */
+struct rput {
+    struct tier *t;
+    uint32_t id;
+    uint64_t bytes;      /* slot bytes pinned */
+    bool at_tail;        /* back on the LRU's cold end when done (on-demotion) */
+};
+
 struct tier {
     struct idx *idx;
     struct tier_ram *ram;
@@ -87,6 +119,12 @@ struct tier {
     bool flushing;                    /* tier_flush_begin: writing warm to disk */
     uint32_t flush_at;                /* ... the next entry id to look at */
     uint32_t flush_inflight;          /* ... its writes not durable yet */
+    struct tier_remote *remote;       /* NULL: no remote tier */
+    struct rop *rops;                 /* remote reads and probes in flight */
+    uint64_t remote_pins;             /* leases held by remote writes */
+    uint64_t remote_pinned;           /* ... their slot bytes */
+    uint64_t remote_skipped;          /* writes not started: the remote fell behind */
+    uint64_t remote_hits;             /* blocks read from the remote tier and committed */
     struct tier_cfg cfg;              /* callbacks */
     struct tier_stats st;             /* counters; gauges filled in tier_stats_get */
 };
@@ -147,6 +185,7 @@ int tier_create(const struct tier_cfg *cfg, struct tier **out)
     t->low_bytes = (uint64_t)(lo * (double)tier_ram_bytes(t->ram));
     t->cold = cfg->cold;
     t->write_through = cfg->cold && cfg->write_through;
+    t->remote = cfg->remote;
     t->cfg = *cfg;
     *out = t;
     return 0;
@@ -169,6 +208,12 @@ void tier_destroy(struct tier *t)
 
         t->moves = m->next;
         free(m);
+    }
+    while (t->rops) { /* none once the remote tier is closed first, as it must be */
+        struct rop *o = t->rops;
+
+        t->rops = o->next;
+        free(o);
     }
     tier_ram_close(t->hram);
     tier_ram_close(t->ram);
@@ -366,6 +411,72 @@ static void forget(struct tier *t, uint32_t id, bool at_tail)
     child_gone(t, p, at_tail);
 }
 
+/* ---- writes to the remote tier ---------------------------------------- */
+
+static void maybe_hot_up(struct tier *t, uint32_t id);
+
+static void on_remote_put(void *ctx, int rc)
+{
+    struct rput *p = ctx;
+    struct tier *t = p->t;
+    struct idx_entry *e = idx_at(t->idx, p->id);
+
+    (void)rc; /* the remote tier counts its outcome */
+    t->remote_pins--;
+    t->remote_pinned -= p->bytes;
+    e->leases--;
+    if (e->state == IDX_GHOST && e->leases == 0 && e->nchild == 0) {
+        uint32_t up = e->parent;
+
+        idx_delete(t->idx, p->id);
+        child_gone(t, up, false);
+    } else {
+        settle(t, p->id, p->at_tail);
+        maybe_hot_up(t, p->id);
+    }
+    free(p);
+}
+
+/* Write id's block (committed, in warm) to the remote tier, when its
+ * namespace uses it. pin: a worker reads the slot, so the block holds a
+ * lease until the write is done; else (the slot is freed right after this)
+ * the bytes are copied now. */
+static void remote_put(struct tier *t, uint32_t id, bool pin)
+{
+    struct idx_entry *e = idx_at(t->idx, id);
+    uint64_t slot = tier_ram_class_slot(t->ram, e->cls);
+    struct rput *p;
+
+    if (!t->remote || !tier_remote_ns_on(t->remote, e->ns))
+        return;
+    if (!pin) {
+        /* -EBUSY (the copies queued reached their bound) is counted there */
+        if (tier_remote_put(t->remote, e->ns, &e->key, slot_ptr(t, e), slot, true, NULL,
+                            NULL) == -ENOMEM)
+            t->remote_skipped++;
+        return;
+    }
+    /* bounded: blocks pinned by writes not finished hold at most a quarter
+     * of warm, so a slow or dead cluster cannot fill the pool */
+    p = t->remote_pinned + slot <= tier_ram_bytes(t->ram) / 4 ? malloc(sizeof(*p)) : NULL;
+    if (!p) {
+        t->remote_skipped++;
+        return;
+    }
+    *p = (struct rput){ .t = t, .id = id, .bytes = slot,
+                        .at_tail = t->cfg.remote_policy == TIER_REMOTE_ON_DEMOTION };
+    if (tier_remote_put(t->remote, e->ns, &e->key, slot_ptr(t, e), slot, false, on_remote_put,
+                        p) < 0) {
+        free(p);
+        t->remote_skipped++;
+        return;
+    }
+    e->leases++;
+    t->remote_pins++;
+    t->remote_pinned += slot;
+    settle(t, id, false);
+}
+
 /* ---- leaving warm ------------------------------------------------------ */
 
 /* Make *best the older (by access stamp) of itself and list l's tail. */
@@ -414,6 +525,11 @@ static void leave_warm(struct tier *t, uint32_t id)
         lru_unlink(t, id);
     if (t->cfg.on_evict)
         t->cfg.on_evict(t->cfg.evict_ctx, e->ns, &e->key, slot_ptr(t, e), slot);
+    /* on demotion: a block about to be lost goes to the remote tier (copied:
+     * its slot is freed below) */
+    if (!(e->flags & IDX_F_COLD) && t->remote &&
+        t->cfg.remote_policy == TIER_REMOTE_ON_DEMOTION)
+        remote_put(t, id, false);
     tier_ram_free(t->ram, e->off);
     t->st.evictions[TIER_L_WARM]++;
     t->st.blocks[TIER_L_WARM]--;
@@ -537,6 +653,9 @@ static int demote_for(struct tier *t, uint32_t id, bool evict, void *waiter)
     settle(t, id, false);
     t->demoting_bytes += slot;
     moves_add(t, m);
+    /* on demotion: the mover's block goes to the remote tier as well */
+    if (evict && t->remote && t->cfg.remote_policy == TIER_REMOTE_ON_DEMOTION)
+        remote_put(t, id, true);
     return 0;
 }
 
@@ -988,6 +1107,9 @@ void tier_forget_waiter(struct tier *t, void *waiter)
     for (struct move *m = t->moves; m; m = m->next)
         if (m->waiter == waiter)
             m->waiter = NULL;
+    for (struct rop *o = t->rops; o; o = o->next)
+        if (o->waiter == waiter)
+            o->waiter = NULL;
 }
 
 size_t tier_prefetch(struct tier *t, uint32_t ns, uint64_t block_bytes,
@@ -1018,6 +1140,176 @@ size_t tier_prefetch(struct tier *t, uint32_t ns, uint64_t block_bytes,
     return started;
 }
 
+/* ---- entering warm from the remote tier -------------------------------- */
+
+static int reserve_one(struct tier *t, uint32_t ns, int cls, bool hot, uint32_t owner,
+                       uint32_t p, const struct tier_key *key, uint32_t ghost,
+                       uint32_t *id_out, uint64_t *off_out);
+
+static struct rop *rop_new(struct tier *t, size_t n, void *waiter)
+{
+    struct rop *o = calloc(1, sizeof(*o) + n * (sizeof(uint32_t) + sizeof(void *) +
+                                                sizeof(int)));
+
+    if (!o)
+        return NULL;
+    o->t = t;
+    o->waiter = waiter;
+    o->bufs = (void **)(o + 1);
+    o->res = (int *)(o->bufs + n);
+    o->ids = (uint32_t *)(o->res + n);
+    return o;
+}
+
+static void rops_add(struct tier *t, struct rop *o)
+{
+    o->prev = NULL;
+    o->next = t->rops;
+    if (t->rops)
+        t->rops->prev = o;
+    t->rops = o;
+}
+
+static void rops_del(struct tier *t, struct rop *o)
+{
+    if (o->prev)
+        o->prev->next = o->next;
+    else
+        t->rops = o->next;
+    if (o->next)
+        o->next->prev = o->prev;
+}
+
+/* Give back a slot reserved for a remote read that found nothing: like an
+ * aborted put, but nothing is remembered (the key was simply not there). */
+static void drop_fetch(struct tier *t, uint32_t id)
+{
+    struct idx_entry *e = idx_at(t->idx, id);
+
+    tier_ram_free(t->ram, e->off);
+    t->st.reserved--;
+    warm_lose(t, id, false);
+    forget(t, id, false);
+}
+
+static void remote_done(struct tier *t, struct rop *o, int count)
+{
+    if (o->waiter && t->cfg.remote_done)
+        t->cfg.remote_done(t->cfg.ready_ctx, o->waiter, count);
+}
+
+static void on_fetched(void *ctx, int rc)
+{
+    struct rop *o = ctx;
+    struct tier *t = o->t;
+    uint32_t m = 0;
+
+    rops_del(t, o);
+    while (rc == 0 && m < o->n && o->res[m] == 0)
+        m++;
+    /* the verified leading run becomes committed warm blocks; the rest
+     * (behind a miss they could not be used) goes, children first */
+    for (uint32_t i = 0; i < m; i++) {
+        struct idx_entry *e = idx_at(t->idx, o->ids[i]);
+
+        e->state = IDX_COMMITTED;
+        e->stamp = ++t->clock;
+        t->st.reserved--;
+        t->st.blocks[TIER_L_WARM]++;
+        t->st.bytes_in[TIER_L_WARM] += o->bytes;
+        settle(t, o->ids[i], false);
+    }
+    for (uint32_t i = o->n; i-- > m;)
+        drop_fetch(t, o->ids[i]);
+    t->remote_hits += m; /* the blocks used: read and verified behind a miss do not count */
+    remote_done(t, o, (int)m);
+    free(o);
+}
+
+int tier_get_remote(struct tier *t, uint32_t ns, uint64_t block_bytes,
+                    const struct tier_key *keys, size_t n, void *waiter)
+{
+    uint64_t slot = tier_slot_bytes(block_bytes), off;
+    uint32_t p = TIER_NONE, k = 0;
+    struct rop *o;
+    size_t i;
+    int cls, rc;
+
+    if (!t->remote || !tier_remote_ns_on(t->remote, ns) || block_bytes == 0 ||
+        slot > tier_ram_seg_bytes(t->ram) || (cls = tier_ram_class(t->ram, slot)) < 0)
+        return 0;
+    for (i = 0; i < n; i++) { /* the leading run here */
+        uint32_t id = idx_find(t->idx, ns, &keys[i]);
+
+        if (id == TIER_NONE || idx_at(t->idx, id)->state != IDX_COMMITTED)
+            break;
+        p = id;
+    }
+    if (i == n || !(o = rop_new(t, n - i, waiter)))
+        return 0;
+    o->bytes = block_bytes;
+    /* absent keys from there, up to a quarter of warm: a long miss must not
+     * evict the whole pool for blocks that may not be there */
+    for (size_t j = i; j < n && (k + 1) * slot <= tier_ram_bytes(t->ram) / 4; j++) {
+        uint32_t id = idx_find(t->idx, ns, &keys[j]);
+
+        if (id != TIER_NONE &&
+            (idx_at(t->idx, id)->state != IDX_GHOST || idx_at(t->idx, id)->leases > 0))
+            break; /* present, being written (by a client or by us), or held */
+        if (reserve_one(t, ns, cls, false, TIER_OWNER_REMOTE, p, &keys[j], id, &o->ids[k],
+                        &off) < 0)
+            break;
+        o->bufs[k] = (uint8_t *)tier_ram_base(t->ram) + off;
+        p = o->ids[k++];
+    }
+    rc = k ? tier_remote_get(t->remote, ns, keys + i, k, o->bufs, slot, o->res, on_fetched, o)
+           : 0;
+    if (rc < 0 || k == 0) {
+        while (k-- > 0)
+            drop_fetch(t, o->ids[k]);
+        free(o);
+        return rc;
+    }
+    o->n = k;
+    rops_add(t, o);
+    return (int)k;
+}
+
+static void on_probed(void *ctx, int rc)
+{
+    struct rop *o = ctx;
+    struct tier *t = o->t;
+    uint32_t m = 0;
+
+    rops_del(t, o);
+    while (rc == 0 && m < o->n && o->res[m] == 1)
+        m++;
+    remote_done(t, o, (int)m);
+    free(o);
+}
+
+int tier_lookup_remote(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
+                       void *waiter)
+{
+    struct rop *o;
+    int rc;
+
+    if (!t->remote || !tier_remote_ns_on(t->remote, ns) || n == 0)
+        return 0;
+    o = rop_new(t, n, waiter);
+    if (!o)
+        return -ENOMEM;
+    o->probe = true;
+    o->n = (uint32_t)n;
+    rc = tier_remote_exists(t->remote, ns, keys, n, o->res, on_probed, o);
+    if (rc < 0) {
+        free(o);
+        return rc;
+    }
+    rops_add(t, o);
+    return (int)n;
+}
+
 int tier_event_fd(const struct tier *t)
 {
     return t->cold ? tier_cold_event_fd(t->cold) : -1;
@@ -1028,12 +1320,27 @@ int tier_hot_fd(const struct tier *t)
     return t->hot ? tier_hot_event_fd(t->hot) : -1;
 }
 
+int tier_remote_fd(const struct tier *t)
+{
+    return t->remote ? tier_remote_event_fd(t->remote) : -1;
+}
+
 int tier_poll(struct tier *t, bool wait)
 {
     int n = t->hot ? tier_hot_poll(t->hot, false) : 0, rc;
 
     if (n < 0)
         return n;
+    if (t->remote) {
+        /* waits on the remote only when nothing else is in flight */
+        bool others = (t->cold && tier_cold_busy(t->cold)) ||
+                      (t->hot && tier_hot_inflight(t->hot));
+
+        rc = tier_remote_poll(t->remote, wait && n == 0 && !others);
+        if (rc < 0)
+            return rc;
+        n += rc;
+    }
     /* wait on whichever has work in flight: the disk first */
     if (t->cold && (tier_cold_busy(t->cold) || !wait || n > 0))
         rc = tier_cold_poll(t->cold, wait && n == 0);
@@ -1112,6 +1419,15 @@ size_t tier_lookup_why(struct tier *t, uint32_t ns, const struct tier_key *keys,
             miss_cause(t, ns, &keys[j], j > hits, why, now);
     }
     return hits;
+}
+
+void tier_miss_why(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
+                   struct tier_misses *why)
+{
+    uint64_t now = n ? now_ms() : 0;
+
+    for (size_t j = 0; j < n; j++)
+        miss_cause(t, ns, &keys[j], j > 0, why, now);
 }
 
 void tier_story_get(struct tier *t, uint32_t ns, const struct tier_key *key,
@@ -1280,6 +1596,12 @@ size_t tier_commit(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t o
          * full queue or disk leaves it to the background mover */
         if (e->level != TIER_L_WARM || !t->write_through || demote_for(t, id, false, NULL) < 0)
             settle(t, id, false);
+        /* write-through to the remote tier, from warm (hot blocks stay on
+         * the device; they are written if they come down and leave warm
+         * under the on-demotion policy) */
+        if (t->remote && t->cfg.remote_policy == TIER_REMOTE_WRITE_THROUGH &&
+            idx_at(t->idx, id)->level == TIER_L_WARM)
+            remote_put(t, id, true);
     }
     return done;
 }
@@ -1710,6 +2032,21 @@ void tier_stats_get(const struct tier *t, struct tier_stats *out)
         out->checksum_errors = cs.checksum_errors;
         out->io_errors = cs.io_errors;
     }
+    if (t->remote) {
+        struct tier_remote_stats rs;
+
+        tier_remote_stats_get(t->remote, &rs);
+        out->remote_hits = t->remote_hits;
+        out->remote_misses = rs.misses;
+        out->remote_puts = rs.puts;
+        out->remote_bytes_in = rs.bytes_in;
+        out->remote_bytes_out = rs.bytes_out;
+        out->remote_errors = rs.errors + t->remote_skipped;
+        out->remote_checksum_errors = rs.checksum_errors;
+        out->remote_probes = rs.probes;
+        out->remote_probe_hits = rs.probe_hits;
+        out->remote_redirects = rs.redirects;
+    }
 }
 
 double tier_index_bytes_per_block(const struct tier *t)
@@ -1816,8 +2153,9 @@ int tier_check(const struct tier *t, char *why, size_t cap)
     if (used != tier_ram_used(t->ram))
         BAD("slot bytes: entries hold %llu, pool says %llu", (unsigned long long)used,
             (unsigned long long)tier_ram_used(t->ram));
+    /* remote writes hold leases of their own (remote_pins), not a getter's */
     if (nres != t->st.reserved || nwarm_blocks != t->st.blocks[TIER_L_WARM] ||
-        leases != t->st.leases_active)
+        leases != t->st.leases_active + t->remote_pins)
         BAD("counters: reserved %llu/%llu warm blocks %llu/%llu leases %llu/%llu",
             (unsigned long long)nres, (unsigned long long)t->st.reserved,
             (unsigned long long)nwarm_blocks, (unsigned long long)t->st.blocks[TIER_L_WARM],

@@ -26,8 +26,27 @@ struct tier_key {
 /* Where a block lives; values equal the public KVT_TIER_* codes. */
 enum tier_level { TIER_L_NONE = 0, TIER_L_HOT = 1, TIER_L_WARM = 2, TIER_L_COLD = 3, TIER_L_N = 4 };
 
-struct tier_cold; /* tier_cold.h */
-struct tier_hot;  /* tier_hot.h */
+struct tier_cold;   /* tier_cold.h */
+struct tier_hot;    /* tier_hot.h */
+struct tier_remote; /* tier_remote.h */
+
+/* When blocks are written to the remote tier (a Redis Cluster shared by
+ * every node's tierd). */
+enum tier_remote_policy {
+    TIER_REMOTE_WRITE_THROUGH = 0, /* every block committed into warm */
+    TIER_REMOTE_ON_DEMOTION = 1,   /* a block leaving warm: written to cold by the mover,
+                                      or dropped without a copy on disk */
+};
+
+/* The owner id of the store's own reservations (blocks on their way from
+ * the remote tier); callers never use it for a client. */
+#define TIER_OWNER_REMOTE (UINT32_MAX - 1)
+
+/* Called from tier_poll() when a remote read (tier_get_remote) or probe
+ * (tier_lookup_remote) that `waiter` waits for has finished: count is the
+ * length of the leading run of its keys now committed in warm (read) or
+ * present on the remote tier (probe); 0 when none, or on errors. */
+typedef void (*tier_remote_fn)(void *ctx, void *waiter, int count);
 
 /* Called from tier_poll() when a move `waiter` waits for has finished: a
  * promotion (tier_get_async): rc 0, entry id holds verified bytes in its
@@ -56,6 +75,12 @@ struct tier_cfg {
     void (*log)(void *ctx, const char *msg); /* warnings; NULL: silent */
     void *log_ctx;
     uint32_t why_events;     /* events remembered for miss attribution (0: 65536) */
+    /* the remote tier (caller-owned; NULL: none). Only namespaces added to it
+     * (tier_remote_ns_add) use it. Its completions call remote_done with
+     * ready_ctx. */
+    struct tier_remote *remote;
+    enum tier_remote_policy remote_policy;
+    tier_remote_fn remote_done;
 };
 
 /* What last happened to a block that is gone (miss attribution). */
@@ -111,6 +136,17 @@ struct tier_stats {
     uint64_t bytes_capacity[TIER_L_N];
     uint64_t index_entries, index_bytes;
     bool memory_locked, huge_pages;
+    /* the remote tier (tier_remote.h counts them; zero without one) */
+    uint64_t remote_hits;            /* blocks read back into warm, verified, and used
+                                        (in the leading run of their request) */
+    uint64_t remote_misses;          /* blocks asked for and absent there */
+    uint64_t remote_puts;            /* blocks written there */
+    uint64_t remote_bytes_in, remote_bytes_out; /* payload bytes written / read back */
+    uint64_t remote_errors;          /* node down, timeout, cluster error, or a write
+                                        skipped because the remote fell behind */
+    uint64_t remote_checksum_errors; /* values read back wrong: misses */
+    uint64_t remote_probes, remote_probe_hits; /* keys asked about by lookups / present */
+    uint64_t remote_redirects;       /* MOVED / ASK followed */
 };
 
 struct tier;
@@ -140,6 +176,12 @@ size_t tier_lookup(struct tier *t, uint32_t ns, const struct tier_key *keys, siz
  * present behind a missing block (a broken chain). */
 size_t tier_lookup_why(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
                        uint8_t *tiers, struct tier_misses *why);
+
+/* Add to *why the cause of each miss among keys[0..n) (keys[0] missing,
+ * the others behind it), as tier_lookup_why does, without counting a
+ * lookup (for callers that count one themselves: tierd's remote lookups). */
+void tier_miss_why(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
+                   struct tier_misses *why);
 
 /* What the store knows of (ns, key) now. */
 void tier_story_get(struct tier *t, uint32_t ns, const struct tier_key *key,
@@ -234,7 +276,8 @@ size_t tier_prefetch(struct tier *t, uint32_t ns, uint64_t block_bytes,
  * from disk). */
 bool tier_ready(const struct tier *t, uint32_t id);
 
-/* The waiter is gone (its client died): no ready callback will name it. */
+/* The waiter is gone (its client died): no ready (or remote_done) callback
+ * will name it. */
 void tier_forget_waiter(struct tier *t, void *waiter);
 
 /* The cold tier's event fd for an epoll loop (-1 without a cold tier), and
@@ -242,7 +285,25 @@ void tier_forget_waiter(struct tier *t, void *waiter);
  * the ready callback). wait: block until at least one completes. */
 int tier_event_fd(const struct tier *t);
 int tier_hot_fd(const struct tier *t); /* the hot tier's (-1 without one) */
+int tier_remote_fd(const struct tier *t); /* the remote tier's (-1 without one) */
 int tier_poll(struct tier *t, bool wait);
+
+/* Start reading from the remote tier the keys that follow the leading run
+ * of keys[0..n) present here: each absent key, up to the first one that is
+ * not (or that finds no slot), gets a warm slot reserved under
+ * TIER_OWNER_REMOTE, and one pipelined read fills them. When it lands, the
+ * leading run of verified blocks is committed (a normal warm block from
+ * then on), the rest given back, and remote_done tells waiter (NULL:
+ * nobody; e.g. a prefetch) how many. Returns the keys being read (0: none
+ * to read, no remote tier, or ns not on it), or the remote's error. */
+int tier_get_remote(struct tier *t, uint32_t ns, uint64_t block_bytes,
+                    const struct tier_key *keys, size_t n, void *waiter);
+
+/* Ask the remote tier which of keys[0..n) of ns it holds; remote_done
+ * tells waiter the length of the leading run present. Returns n when
+ * asked, 0 without a remote tier (or ns not on it), or an error. */
+int tier_lookup_remote(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
+                       void *waiter);
 
 /* At start: index every block of the cold tier (as cold-only entries, with
  * their chain parents) so that it is served at once. Returns the count. */

@@ -8,7 +8,11 @@ multimodal cursor). It does not import anything from kvtier.
 
 Input, one case per line, a JSON object:
     {"seed": "0", "block": 16, "salt": null | "s", "lora": null | "name",
+     "lora_path": null | "path", "format": "tagged" | "untagged",
      "mm": [["identifier", offset, length], ...], "tokens": [t0, t1, ...]}
+"untagged" is vLLM's earlier form of the extra keys (bare LoRA name, item
+identifiers, salt); "tagged" today's (("lora", name, path), ("mm",
+identifier, offset from the block's start), ("cache_salt", salt)).
 Output, one line per case: the hex keys of the full blocks, space-separated
 (an empty line when the prompt has no full block).
 Exit status 3 when cbor2 is missing, 2 on a malformed case.
@@ -57,21 +61,49 @@ def mm_keys(mm, start, end, idx):
     return keys, idx
 
 
+def mm_keys_tagged(mm, start, end, idx):
+    """Today's walk: ("mm", identifier, offset - start) for each item that
+    overlaps [start, end); an item that ended at the block's start does not."""
+    keys = []
+    if not mm or mm[-1][1] + mm[-1][2] <= start:
+        return keys, idx
+    while idx < len(mm):
+        ident, off, length = mm[idx]
+        if end <= off:
+            break                   # the block ends before this item
+        if start >= off + length:
+            idx += 1                # the item ended before this block
+            continue
+        keys.append(("mm", ident, off - start))
+        if end >= off + length:
+            idx += 1
+        else:
+            break
+    return keys, idx
+
+
 def case_keys(case):
     block = case["block"]
     tokens = case["tokens"]
     salt = case.get("salt")
     lora = case.get("lora")
+    tagged = case.get("format", "untagged") == "tagged"
     mm = [tuple(m) for m in case.get("mm") or []]
     parent = sha256_cbor(case["seed"])      # NONE_HASH
     out = []
     idx = 0
     for start in range(0, len(tokens) - block + 1, block):
         end = start + block
-        mmk, idx = mm_keys(mm, start, end, idx)
-        extra = ([lora] if lora is not None else []) + mmk
-        if start == 0 and salt:
-            extra.append(salt)
+        if tagged:
+            mmk, idx = mm_keys_tagged(mm, start, end, idx)
+            extra = ([("lora", lora, case["lora_path"])] if lora is not None else []) + mmk
+            if start == 0 and salt:
+                extra.append(("cache_salt", salt))
+        else:
+            mmk, idx = mm_keys(mm, start, end, idx)
+            extra = ([lora] if lora is not None else []) + mmk
+            if start == 0 and salt:
+                extra.append(salt)
         key = sha256_cbor((parent, tuple(tokens[start:end]),
                            tuple(extra) if extra else None))
         out.append(key.hex())

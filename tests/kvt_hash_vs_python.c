@@ -28,6 +28,8 @@ struct hcase {
     uint32_t block;
     char *salt;      /* NULL: none */
     char *lora;      /* NULL: none */
+    char *lora_path; /* with lora: the adapter's path (tagged extra keys hash it) */
+    uint32_t format; /* KVT_EXTRA_TAGGED or KVT_EXTRA_UNTAGGED */
     kvt_mm_item *mm; /* identifiers are owned too */
     size_t n_mm;
     uint32_t *tok;
@@ -176,10 +178,13 @@ static void rnd_case(struct hcase *c, uint32_t block)
     set_tokens(c, below(2001), small_only);
     if (below(2))
         c->salt = rnd_str(rnd_len());
-    if (below(2))
+    if (below(2)) {
         c->lora = rnd_str(rnd_len());
+        c->lora_path = rnd_str(rnd_len());
+    }
     if (below(2))
         rnd_mm(c);
+    c->format = below(2) ? KVT_EXTRA_TAGGED : KVT_EXTRA_UNTAGGED;
 }
 
 static void case_free(struct hcase *c)
@@ -191,6 +196,7 @@ static void case_free(struct hcase *c)
     free(c->seed);
     free(c->salt);
     free(c->lora);
+    free(c->lora_path);
 }
 
 static kvt_hash_opts case_opts(const struct hcase *c)
@@ -200,6 +206,8 @@ static kvt_hash_opts case_opts(const struct hcase *c)
         .seed = c->seed,
         .cache_salt = c->salt,
         .lora_name = c->lora,
+        .lora_path = c->lora_path,
+        .extra_format = c->format,
         .mm = c->mm,
         .n_mm = c->n_mm,
     };
@@ -235,6 +243,9 @@ static void json_case(FILE *f, const struct hcase *c)
     json_str(f, c->salt);
     fputs(",\"lora\":", f);
     json_str(f, c->lora);
+    fputs(",\"lora_path\":", f);
+    json_str(f, c->lora_path);
+    fprintf(f, ",\"format\":\"%s\"", c->format == KVT_EXTRA_TAGGED ? "tagged" : "untagged");
     fputs(",\"mm\":[", f);
     for (size_t i = 0; i < c->n_mm; i++) {
         fputs(i ? ",[" : "[", f);
@@ -327,7 +338,7 @@ static void check_line(const struct hcase *c, size_t idx, const char *line, size
 }
 
 /* Every key of every case must equal hash_ref.py's. */
-static void check_vs_python(struct hcase *cases, size_t n_cases)
+static void check_cases(struct hcase *cases, size_t n_cases)
 {
     FILE *in = tmpfile();
     char *out, *line;
@@ -350,6 +361,12 @@ static void check_vs_python(struct hcase *cases, size_t n_cases)
         line = nl + 1;
     }
     free(out);
+}
+
+/* check_cases, then free the cases. */
+static void check_vs_python(struct hcase *cases, size_t n_cases)
+{
+    check_cases(cases, n_cases);
     for (size_t i = 0; i < n_cases; i++)
         case_free(&cases[i]);
 }
@@ -440,8 +457,18 @@ Test(hash, vs_python_edges)
     /* 7: exactly one block, a typical PYTHONHASHSEED */
     set_str(&cases[7].seed, "12345");
     set_tokens(&cases[7], 16, 1);
+    /* the tagged form hashes the adapter's path with its name; and both
+     * forms for the multimodal corners */
+    for (int i = 0; i < N; i++)
+        if (cases[i].lora && !cases[i].lora_path)
+            set_str(&cases[i].lora_path, "/adapters/a");
+    cases[5].format = KVT_EXTRA_TAGGED;
 
     free(huge);
+    check_cases(cases, N);
+    for (int i = 0; i < N; i++)
+        cases[i].format = cases[i].format == KVT_EXTRA_TAGGED ? KVT_EXTRA_UNTAGGED
+                                                              : KVT_EXTRA_TAGGED;
     check_vs_python(cases, N);
 }
 
@@ -483,6 +510,7 @@ static void demo_case(struct hcase *c, size_t n, uint32_t block)
         c->tok[i] = rnd_token(0);
     c->salt = xstrdup("tenant-a");
     c->lora = xstrdup("sql-adapter");
+    c->lora_path = xstrdup("/adapters/sql");
     c->n_mm = 2;
     c->mm = xcalloc(2, sizeof(*c->mm));
     c->mm[0] = (kvt_mm_item){xstrdup("img-0"), 5, 40};
@@ -616,6 +644,12 @@ Test(hash, bad_options_einval)
     cr_assert_eq(kvt_hash_prompt(&o, tok, 32, keys), -EINVAL, "mm not sorted by offset");
     mm[0].offset = 0, mm[1].offset = UINT64_MAX - 1;
     cr_assert_eq(kvt_hash_prompt(&o, tok, 32, keys), -EINVAL, "mm offset + length overflows");
+    o = ok, o.lora_name = "a";
+    cr_assert_eq(kvt_hash_prompt(&o, tok, 32, keys), -EINVAL, "tagged LoRA without its path");
+    o.extra_format = KVT_EXTRA_UNTAGGED;
+    cr_assert_eq(kvt_hash_prompt(&o, tok, 32, keys), 2, "untagged LoRA needs no path");
+    o = ok, o.extra_format = 2;
+    cr_assert_eq(kvt_hash_prompt(&o, tok, 32, keys), -EINVAL, "unknown extra format");
     cr_assert_eq(kvt_none_hash(NULL, keys), -EINVAL, "kvt_none_hash(NULL)");
     cr_assert_eq(kvt_none_hash("0", NULL), -EINVAL, "kvt_none_hash(.., NULL)");
 

@@ -244,9 +244,12 @@ static void per_tenant(struct buf *b, const struct tierd *d, const struct tier_s
             (unsigned long long)st_u64(&st[i], field, 0));
 }
 
-/* One per-tier family: a sample for each tier each tenant has. */
+/* One per-tier family: a sample for each tier each tenant has; rfield
+ * (SIZE_MAX: none) is the remote tier's figure of the family, sampled as
+ * tier="remote" for tenants with one. */
 static void per_tier(struct buf *b, const struct tierd *d, const struct tier_stats *st,
-                     const char *name, const char *type, const char *help, size_t field)
+                     const char *name, const char *type, const char *help, size_t field,
+                     size_t rfield)
 {
     family(b, name, type, help);
     for (uint32_t i = 0; i < d->ntenants; i++) {
@@ -258,7 +261,34 @@ static void per_tier(struct buf *b, const struct tierd *d, const struct tier_sta
             put(b, "%s{tenant=\"%s\",tier=\"%s\"} %llu\n", name, tn->name, tier_name[t],
                 (unsigned long long)st_u64(&st[i], field, t));
         }
+        if (tn->remote && rfield != SIZE_MAX)
+            put(b, "%s{tenant=\"%s\",tier=\"remote\"} %llu\n", name, tn->name,
+                (unsigned long long)st_u64(&st[i], rfield, 0));
     }
+}
+
+/* The remote tier's own families, when some tenant has one. */
+static void remote_families(struct buf *b, const struct tierd *d, const struct tier_stats *st)
+{
+    if (!d->remote.seeds[0])
+        return;
+    per_tenant(b, d, st, "kvtier_remote_misses_total", "counter",
+               "Blocks asked of the remote tier that it did not hold.",
+               ST_FIELD(remote_misses));
+    per_tenant(b, d, st, "kvtier_remote_puts_total", "counter",
+               "Blocks written to the remote tier.", ST_FIELD(remote_puts));
+    per_tenant(b, d, st, "kvtier_remote_errors_total", "counter",
+               "Remote tier operations failed (node down, timeout, cluster error) or "
+               "writes skipped.", ST_FIELD(remote_errors));
+    per_tenant(b, d, st, "kvtier_remote_checksum_errors_total", "counter",
+               "Remote values read back with a wrong checksum (counted as misses).",
+               ST_FIELD(remote_checksum_errors));
+    per_tenant(b, d, st, "kvtier_remote_probe_keys_total", "counter",
+               "Keys lookups asked the remote tier about.", ST_FIELD(remote_probes));
+    per_tenant(b, d, st, "kvtier_remote_probe_hit_keys_total", "counter",
+               "Keys lookups found on the remote tier.", ST_FIELD(remote_probe_hits));
+    per_tenant(b, d, st, "kvtier_remote_redirects_total", "counter",
+               "Cluster MOVED / ASK redirections followed.", ST_FIELD(remote_redirects));
 }
 
 /* One per-namespace family. The ns label is what people read; ns_id keeps
@@ -429,19 +459,20 @@ static void page(struct buf *b, const struct metrics *m)
                ST_FIELD(io_errors));
 
     per_tier(b, d, st, "kvtier_tier_hits_total", "counter", "Blocks served from the tier.",
-             ST_FIELD(hits));
+             ST_FIELD(hits), ST_FIELD(remote_hits));
     per_tier(b, d, st, "kvtier_tier_in_bytes_total", "counter", "Bytes written into the tier.",
-             ST_FIELD(bytes_in));
+             ST_FIELD(bytes_in), ST_FIELD(remote_bytes_in));
     per_tier(b, d, st, "kvtier_tier_out_bytes_total", "counter", "Bytes read out of the tier.",
-             ST_FIELD(bytes_out));
+             ST_FIELD(bytes_out), ST_FIELD(remote_bytes_out));
     per_tier(b, d, st, "kvtier_tier_evictions_total", "counter",
-             "Blocks evicted from the tier.", ST_FIELD(evictions));
+             "Blocks evicted from the tier.", ST_FIELD(evictions), SIZE_MAX);
     per_tier(b, d, st, "kvtier_tier_blocks", "gauge", "Blocks held in the tier.",
-             ST_FIELD(blocks));
+             ST_FIELD(blocks), SIZE_MAX);
     per_tier(b, d, st, "kvtier_tier_used_bytes", "gauge", "Bytes of the tier in use.",
-             ST_FIELD(bytes_used));
+             ST_FIELD(bytes_used), SIZE_MAX);
     per_tier(b, d, st, "kvtier_tier_capacity_bytes", "gauge", "Size of the tier.",
-             ST_FIELD(bytes_capacity));
+             ST_FIELD(bytes_capacity), SIZE_MAX);
+    remote_families(b, d, st);
 
     per_ns(b, d, "kvtier_namespace_lookups_total", "Lookup requests.", NS_FIELD(lookups));
     per_ns(b, d, "kvtier_namespace_lookup_keys_total", "Keys looked up.",

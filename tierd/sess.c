@@ -14,6 +14,7 @@
  * the socket either way) both are given back.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -26,6 +27,7 @@
 #include "sess.h"
 #include "tier.h"
 #include "tier_hot.h"
+#include "tier_remote.h"
 #include "tenant.h"
 #include "tierd.h"
 
@@ -56,6 +58,10 @@ struct pending {
     uint8_t *tiers;
     uint32_t ns_id;          /* get: its namespace (for the metrics) */
     uint64_t t0_ns;          /* when the request came (metrics_req_start; 0: none) */
+    /* a get or lookup waiting for the remote tier (remote_wait) */
+    bool remote;             /* the remote tier is asked; answered by finish_remote */
+    uint32_t base;           /* lookup: the local leading hits before the keys asked */
+    uint8_t *body;           /* the request's body, kept until then (KVT_WIRE_MSG_MAX) */
 };
 
 struct sess {
@@ -67,12 +73,16 @@ struct sess {
     pid_t pid;
     bool hello;                /* HELLO done: the pool is mapped */
     bool hot;                  /* HOT_ATTACH done: it may be handed hot slots */
+    int refuse;                /* != 0: over a limit; its first message is answered
+                                  with this error, then it is closed (not counted
+                                  in d->clients) */
     uint32_t *resv;            /* ids reserved; pruned after commit/abort */
     size_t nresv, resv_cap;
     size_t resv_live;          /* ids left after the last prune (>= 32) */
     struct lease *lease;       /* outstanding leases; linear search, few per client */
     size_t nlease, lease_cap;
-    struct pending pend;       /* a get waiting for the disk */
+    struct pending pend;       /* a get waiting for the disk (or the remote tier) */
+    bool remote_tried;         /* re-running a request the remote tier answered */
     bool flush_wait;           /* a FLUSH waits for the store's flush to end */
     struct kvt_wire_hdr flush_hdr;
     uint64_t flush_t0;         /* its arrival, for the latency metrics */
@@ -80,6 +90,13 @@ struct sess {
 };
 
 static struct sess *all_sessions;
+/* Out of fds, accept() fails and leaves the listening socket readable: the
+ * loop would spin. A spare fd (of /dev/null) is given up to accept one more
+ * connection, which is told -EMFILE; while that one is out, the listening
+ * socket is taken off the loop, and put back when any session closes. */
+static int spare_fd = -1;
+static bool listen_paused;
+static int refusing;            /* sessions waiting to be told they are refused */
 static int timer_fd = -1;       /* fires at the earliest get deadline */
 static uint64_t timer_at_ms;    /* when it is armed for (0: disarmed) */
 
@@ -153,6 +170,7 @@ static void sess_close(struct sess *s)
     free(s->pend.offs);
     free(s->pend.ready);
     free(s->pend.tiers);
+    free(s->pend.body);
     for (size_t i = 0; i < s->nlease; i++) {
         tier_release(store, s->lease[i].ids, s->lease[i].n, true);
         back += s->lease[i].n;
@@ -165,13 +183,20 @@ static void sess_close(struct sess *s)
                   (int)s->pid, back);
     ev_del(d->loop, s->fd);
     close(s->fd);
+    if (spare_fd < 0)
+        spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (listen_paused && ev_add(d->loop, d->listen_fd, sess_on_accept, d) == 0)
+        listen_paused = false;
     if (s->prev)
         s->prev->next = s->next;
     else
         all_sessions = s->next;
     if (s->next)
         s->next->prev = s->prev;
-    d->clients--;
+    if (s->refuse)
+        refusing--;
+    else
+        d->clients--;
     if (s->t)
         s->t->clients--;
     free(s->lease);
@@ -188,6 +213,9 @@ void sess_close_all(struct tierd *d)
         close(timer_fd);
         timer_fd = -1;
     }
+    if (spare_fd >= 0)
+        close(spare_fd);
+    spare_fd = -1;
 }
 
 /* ---- replies --------------------------------------------------------- */
@@ -422,7 +450,7 @@ void sess_on_ready(void *ctx, void *waiter, uint32_t id, int rc)
     bool counted = !p->commit || p->armed; /* else counted when the store returns */
     bool hit = false;
 
-    if (!p->active)
+    if (!p->active || p->remote)
         return; /* answered at its deadline; the block simply landed in warm */
     /* a key may stand more than once in a request: every position waits */
     for (uint32_t i = 0; i < p->n; i++) {
@@ -442,6 +470,87 @@ void sess_on_ready(void *ctx, void *waiter, uint32_t id, int rc)
         sess_close(s); /* the client stopped reading */
 }
 
+/* ---- gets and lookups that wait for the remote tier --------------------
+ *
+ * With a remote tier, a LOOKUP whose local leading run stops early asks the
+ * cluster about the keys after it (one pipelined probe), and a GET asks it
+ * for the blocks after it (read into warm slots); either waits, like a get
+ * waits for the disk, at most for the remote's bound (or the get's own
+ * deadline), then is answered: the lookup with the remote run added, the
+ * get by running it again on the local tiers, which now hold those blocks.
+ */
+
+/* a keys request, decoded (parse_keys) */
+struct kreq {
+    uint32_t ns_id;
+    uint32_t n;
+    uint32_t flags;
+    uint32_t deadline_ms;
+    uint64_t block_bytes;
+    const struct tier_key *parent; /* NULL: none */
+    const struct tier_key *keys;
+};
+
+static int do_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body);
+static int parse_keys(struct sess *s, const uint8_t *body, uint32_t len, struct kreq *k);
+static int lookup_done(struct sess *s, const struct kvt_wire_hdr *h, const struct kreq *k,
+                       uint32_t hits, uint32_t remote_hits);
+
+/* How long a request waits for the remote tier: a few of its timeouts
+ * (its workers may have a batch ahead), then it is answered without. */
+static uint64_t remote_wait_ms(const struct tierd *d)
+{
+    return 3 * (uint64_t)(d->remote.timeout_ms ? d->remote.timeout_ms : 100) + 20;
+}
+
+/* Answer the request that waited for the remote tier; count: the keys it
+ * found (0 at the deadline). */
+static int finish_remote(struct sess *s, int count)
+{
+    struct pending *p = &s->pend;
+    struct kvt_wire_hdr h = p->hdr;
+    uint64_t t0 = p->t0_ns;
+    int rc;
+
+    p->active = p->remote = false;
+    p->t0_ns = 0;
+    /* a late answer must not be taken for the next request's */
+    tier_forget_waiter(s->t->store, s);
+    s->remote_tried = true;
+    if (h.op == KVT_OP_LOOKUP) {
+        struct kreq k;
+
+        rc = parse_keys(s, p->body, h.body_len, &k); /* checked when it came: 0 */
+        if (rc == 0) {
+            memcpy(tiers_buf, p->tiers, k.n);
+            for (uint32_t i = p->base; i < p->base + (uint32_t)count && i < k.n; i++)
+                tiers_buf[i] = TIER_L_COLD; /* on the remote: a get waits for it, as for disk */
+            rc = lookup_done(s, &h, &k, p->base + (uint32_t)count, (uint32_t)count);
+        } else {
+            rc = reply_err(s, &h, rc);
+        }
+    } else {
+        rc = do_keys(s, &h, p->body); /* the get again, on the local tiers now */
+    }
+    s->remote_tried = false;
+    if (s->pend.active)
+        s->pend.t0_ns = t0; /* waits again (for the disk): its latency is taken then */
+    else
+        metrics_req_done(s->d->metrics, h.op, t0);
+    return rc;
+}
+
+void sess_on_remote(void *ctx, void *waiter, int count)
+{
+    struct sess *s = waiter;
+
+    (void)ctx;
+    if (!s->pend.active || !s->pend.remote)
+        return; /* answered at its deadline; what was read stays in warm */
+    if (finish_remote(s, count) < 0)
+        sess_close(s); /* the client stopped reading */
+}
+
 /* Answer every get whose deadline passed, re-arm for the next. O(sessions)
  * per expiry. */
 static void expire(uint64_t now)
@@ -454,7 +563,12 @@ static void expire(uint64_t now)
         nx = s->next;
         if (!s->pend.active || !s->pend.deadline_ms)
             continue;
-        if (s->pend.deadline_ms <= now) {
+        if (s->pend.deadline_ms <= now && s->pend.remote) {
+            /* the remote tier is late: answer from the local tiers (what it
+             * reads still lands in warm, for next time) */
+            if (finish_remote(s, 0) < 0)
+                sess_close(s);
+        } else if (s->pend.deadline_ms <= now) {
             s->d->get_deadline_misses++;
             ns_stats(s, s->pend.ns_id)->deadline_misses++;
             if (finish_get(s) < 0)
@@ -490,6 +604,7 @@ void sess_expire(void)
 
 int sess_init(struct tierd *d)
 {
+    spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     if (timer_fd < 0)
         return -errno;
@@ -497,16 +612,6 @@ int sess_init(struct tierd *d)
 }
 
 /* ---- requests --------------------------------------------------------- */
-
-struct kreq {
-    uint32_t ns_id;
-    uint32_t n;
-    uint32_t flags;
-    uint32_t deadline_ms;
-    uint64_t block_bytes;
-    const struct tier_key *parent; /* NULL: none */
-    const struct tier_key *keys;
-};
 
 /* Decode and check a keys request. 0 or the error to reply with. */
 static int parse_keys(struct sess *s, const uint8_t *body, uint32_t len, struct kreq *k)
@@ -768,6 +873,62 @@ static int commit_durable(struct sess *s, const struct kvt_wire_hdr *h, const st
     return 0;
 }
 
+/* A lookup's answer: hits keys in a leading run, remote_hits of them on
+ * the remote tier (tiers_buf holds each key's tier). */
+static int lookup_done(struct sess *s, const struct kvt_wire_hdr *h, const struct kreq *k,
+                       uint32_t hits, uint32_t remote_hits)
+{
+    struct tier *t = s->t->store;
+    struct kvt_wire_lookup_rep rep = { .n = k->n, .hits = hits };
+    struct tier_misses why = { 0 };
+
+    /* why the keys after the run missed: no counters, the lookup counted */
+    tier_miss_why(t, k->ns_id, k->keys + hits, k->n - hits, &why);
+    count_lookup(s, k->ns_id, k->n, hits, &why);
+    if ((k->flags >> 8) & KVT_LOOKUP_PREFETCH) {
+        tier_prefetch(t, k->ns_id, k->block_bytes, k->keys, hits,
+                      k->flags & KVT_WIRE_KF_PROMOTE ? TIER_GET_PROMOTE : 0);
+        if (remote_hits) /* and start reading the remote's run into warm */
+            tier_get_remote(t, k->ns_id, k->block_bytes, k->keys, hits, NULL);
+    }
+    return reply(s, h, 0, &rep, sizeof(rep), tiers_buf, k->n, -1);
+}
+
+/* Ask the remote tier for what a get or lookup misses here, and wait for
+ * it (see above): 1 when waiting, 0 to answer now (no remote tier for the
+ * namespace, nothing to ask, a request already waiting, no memory). */
+static int remote_wait(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body,
+                       const struct kreq *k, uint32_t hits)
+{
+    struct pending *p = &s->pend;
+    uint64_t wait_ms = remote_wait_ms(s->d);
+    int rc;
+
+    if (s->remote_tried || p->active || !s->t->remote ||
+        !tier_remote_ns_on(s->t->remote, k->ns_id) || pend_alloc(p) < 0 ||
+        (!p->body && !(p->body = malloc(KVT_WIRE_MSG_MAX))))
+        return 0;
+    if (h->op == KVT_OP_LOOKUP)
+        rc = tier_lookup_remote(s->t->store, k->ns_id, k->keys + hits, k->n - hits, s);
+    else
+        rc = tier_get_remote(s->t->store, k->ns_id, k->block_bytes, k->keys, k->n, s);
+    if (rc <= 0)
+        return 0;
+    p->active = p->remote = true;
+    p->commit = false;
+    p->hdr = *h;
+    p->n = 0; /* nothing leased while waiting */
+    p->base = hits;
+    p->ns_id = k->ns_id;
+    memcpy(p->body, body, h->body_len);
+    memcpy(p->tiers, tiers_buf, k->n);
+    if (k->deadline_ms && k->deadline_ms < wait_ms)
+        wait_ms = k->deadline_ms;
+    p->deadline_ms = tierd_now_ms() + wait_ms;
+    arm_timer(p->deadline_ms);
+    return 1;
+}
+
 static int do_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body)
 {
     struct tier *t = s->t->store;
@@ -782,15 +943,11 @@ static int do_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *
         return reply_err(s, h, KVT_EPROTO);
     switch (h->op) {
     case KVT_OP_LOOKUP: {
-        struct kvt_wire_lookup_rep rep = { .n = k.n };
-        struct tier_misses why = { 0 };
+        uint32_t hits = (uint32_t)tier_lookup(t, k.ns_id, k.keys, k.n, tiers_buf);
 
-        rep.hits = (uint32_t)tier_lookup_why(t, k.ns_id, k.keys, k.n, tiers_buf, &why);
-        count_lookup(s, k.ns_id, k.n, rep.hits, &why);
-        if ((k.flags >> 8) & KVT_LOOKUP_PREFETCH)
-            tier_prefetch(t, k.ns_id, k.block_bytes, k.keys, rep.hits,
-                          k.flags & KVT_WIRE_KF_PROMOTE ? TIER_GET_PROMOTE : 0);
-        return reply(s, h, 0, &rep, sizeof(rep), tiers_buf, k.n, -1);
+        if (hits < k.n && remote_wait(s, h, body, &k, hits))
+            return 0; /* answered by finish_remote */
+        return lookup_done(s, h, &k, hits, 0);
     }
     case KVT_OP_PUT_RESERVE:
         rc = (k.flags & KVT_WIRE_KF_HOT ? tier_reserve_hot : tier_reserve)(
@@ -829,6 +986,8 @@ static int do_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *
 
         if (s->pend.active)
             return reply_err(s, h, -EBUSY); /* one get at a time per client */
+        if (remote_wait(s, h, body, &k, 0))
+            return 0; /* answered by finish_remote */
         rc = tier_get_ex(t, k.ns_id, k.block_bytes, k.keys, k.n,
                          (hot ? TIER_GET_HOT : 0) |
                              (k.flags & KVT_WIRE_KF_PROMOTE ? TIER_GET_PROMOTE : 0),
@@ -906,6 +1065,16 @@ static int do_stats(struct sess *s, const struct kvt_wire_hdr *h)
     st.checksum_errors = ts.checksum_errors;
     st.io_errors = ts.io_errors;
     st.deadline_misses = s->d->get_deadline_misses;
+    st.remote_hits = ts.remote_hits;
+    st.remote_misses = ts.remote_misses;
+    st.remote_puts = ts.remote_puts;
+    st.remote_bytes_in = ts.remote_bytes_in;
+    st.remote_bytes_out = ts.remote_bytes_out;
+    st.remote_errors = ts.remote_errors;
+    st.remote_checksum_errors = ts.remote_checksum_errors;
+    st.remote_probes = ts.remote_probes;
+    st.remote_probe_hits = ts.remote_probe_hits;
+    st.remote_redirects = ts.remote_redirects;
     for (int i = 0; i < KVT_TIER_COUNT; i++) {
         st.tier[i].hits = ts.hits[i];
         st.tier[i].bytes_in = ts.bytes_in[i];
@@ -932,6 +1101,11 @@ static int handle(struct sess *s, size_t len)
     if (h.version != KVT_WIRE_VERSION) {
         h.flags = 0;
         reply_err(s, &h, KVT_EVERSION);
+        return -1;
+    }
+    if (s->refuse) {
+        h.flags = 0;
+        reply_err(s, &h, s->refuse);
         return -1;
     }
     if (!s->t) {
@@ -1021,14 +1195,50 @@ static void on_read(struct ev_loop *l, int fd, uint32_t events, void *ctx)
          * over the limit is seen as such even when it fits the buffer */
         if ((m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || r > (ssize_t)KVT_WIRE_MSG_MAX ||
             handle_timed(s, (size_t)r) < 0) {
-            s->d->proto_errors++;
-            if (s->d->verbose)
+            s->d->proto_errors += !s->refuse; /* a refused peer was told why */
+            if (s->d->verbose && !s->refuse)
                 tierd_log("session %u (pid %d): malformed message, closing", s->id,
                           (int)s->pid);
             sess_close(s);
             return;
         }
     }
+}
+
+/* accept4() failed with EMFILE/ENFILE (which it says even when nothing is
+ * pending): give up the spare fd to take a pending connection anyway, so
+ * that it can be told -EMFILE. With the spare already out, stop listening
+ * until a session closes: a readable socket that cannot be accepted would
+ * spin the level-triggered loop. Returns the fd, or -1. */
+static int accept_spare(struct ev_loop *l, int lfd)
+{
+    int fd;
+
+    if (spare_fd >= 0) {
+        close(spare_fd);
+        spare_fd = -1;
+        fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0)
+            return fd; /* the spare is out until this session closes */
+        spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return -1; /* nothing was pending */
+    }
+    if (!listen_paused) {
+        tierd_log("out of file descriptors: new clients wait until one leaves "
+                  "(raise ulimit -n)");
+        ev_del(l, lfd);
+        listen_paused = true;
+    }
+    return -1;
+}
+
+/* Close a connection not taken on, and take the spare back if it was it. */
+static void drop(int fd)
+{
+    close(fd);
+    if (spare_fd < 0)
+        spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 void sess_on_accept(struct ev_loop *l, int lfd, uint32_t events, void *ctx)
@@ -1041,39 +1251,55 @@ void sess_on_accept(struct ev_loop *l, int lfd, uint32_t events, void *ctx)
         struct ucred cr;
         socklen_t cl = sizeof(cr);
         struct sess *s;
+        int refuse = 0;
 
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+            fd = accept_spare(l, lfd);
+            refuse = -EMFILE;
+        }
         if (fd < 0)
-            return; /* EAGAIN, or out of fds: the next event retries */
+            return; /* EAGAIN: the next event retries */
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0) {
-            close(fd);
+            drop(fd);
             continue;
         }
-        if (d->clients >= d->max_clients) {
+        if (!refuse && d->clients >= d->max_clients) {
             tierd_log("refused pid %d: %u clients already (--max-clients)", (int)cr.pid,
                       d->clients);
-            close(fd);
+            refuse = -EUSERS;
+        }
+        /* a refused peer is told why at its first message (HELLO, sent at
+         * once by kvt_connect) rather than seeing a hang-up; a few at a
+         * time, so that refusals cannot pile up */
+        if (refuse && refusing >= 16) {
+            drop(fd);
             continue;
         }
         s = calloc(1, sizeof(*s));
         if (!s || ev_add(l, fd, on_read, s) < 0) {
             free(s);
-            close(fd);
+            drop(fd);
             continue;
         }
         s->d = d;
+        s->fd = fd;
+        s->id = d->next_sess++;
+        s->uid = cr.uid;
+        s->pid = cr.pid;
+        s->refuse = refuse;
+        s->next = all_sessions;
+        if (all_sessions)
+            all_sessions->prev = s;
+        all_sessions = s;
+        if (refuse) {
+            refusing++;
+            continue;
+        }
         /* a peer no tenant admits stays until its first message, which is
          * answered -EACCES: it learns why, rather than seeing a hang-up */
         s->t = tenant_for(d, cr.uid, cr.gid);
         if (s->t)
             s->t->clients++;
-        s->fd = fd;
-        s->id = d->next_sess++;
-        s->uid = cr.uid;
-        s->pid = cr.pid;
-        s->next = all_sessions;
-        if (all_sessions)
-            all_sessions->prev = s;
-        all_sessions = s;
         d->clients++;
         if (d->verbose && s->t)
             tierd_log("session %u: pid %d uid %d connected, tenant %s", s->id, (int)cr.pid,

@@ -20,6 +20,10 @@ int sess_init(struct tierd *d);
 /* The store's ready callback: a promotion a session waits for landed. */
 void sess_on_ready(void *ctx, void *waiter, uint32_t id, int rc);
 
+/* The store's remote_done callback: the remote tier answered a get or a
+ * lookup a session waits for (count: keys found there, in a leading run). */
+void sess_on_remote(void *ctx, void *waiter, int count);
+
 /* Answer the gets whose deadline has passed, now: called before disk
  * completions are delivered, so that a block that came in after its get's
  * deadline counts as late even when the daemon looks at both at once. */

@@ -17,6 +17,7 @@
 
 #include "tenant.h"
 #include "tier_cold.h"
+#include "tier_remote.h"
 
 /* ---- the config file ---------------------------------------------------- */
 
@@ -115,6 +116,50 @@ static struct tenant *section_tenant(struct parse *p, const char *name)
     return t;
 }
 
+/* A key of [remote], the remote tier (every tenant's): 0, or -1 with
+ * p->err set. */
+static int remote_key(struct parse *p, const char *key, const char *val)
+{
+    struct tierd_remote *r = &p->d->remote;
+
+    if (strcmp(key, "seeds") == 0) {
+        if (snprintf(r->seeds, sizeof(r->seeds), "%s", val) >= (int)sizeof(r->seeds)) {
+            snprintf(p->err, sizeof(p->err), "seeds: list too long");
+            return -1;
+        }
+        return 0;
+    }
+    if (strcmp(key, "timeout_ms") == 0) {
+        char *end;
+        unsigned long v = strtoul(val, &end, 10);
+
+        if (*end || end == val || v < 1 || v > 60000) {
+            snprintf(p->err, sizeof(p->err), "timeout_ms: want 1..60000, got '%s'", val);
+            return -1;
+        }
+        r->timeout_ms = (uint32_t)v;
+        return 0;
+    }
+    if (strcmp(key, "policy") == 0) {
+        if (tierd_parse_policy(val, &r->policy) < 0) {
+            snprintf(p->err, sizeof(p->err),
+                     "policy: want write-through or on-demotion, got '%s'", val);
+            return -1;
+        }
+        return 0;
+    }
+    if (strcmp(key, "namespaces") == 0) {
+        if (tierd_parse_ns_filter(val, r) < 0) {
+            snprintf(p->err, sizeof(p->err), "namespaces: prefix too long");
+            return -1;
+        }
+        return 0;
+    }
+    snprintf(p->err, sizeof(p->err),
+             "[remote]: unknown key '%s' (known: seeds, timeout_ms, policy, namespaces)", key);
+    return -1;
+}
+
 /* libinih's callback: 1 to go on, 0 for an error on this line. */
 static int on_key(void *user, const char *section, const char *key, const char *val)
 {
@@ -141,9 +186,15 @@ static int on_key(void *user, const char *section, const char *key, const char *
                  key);
         goto bad;
     }
+    if (strcmp(section, "remote") == 0) {
+        if (remote_key(p, key, val) < 0)
+            goto bad;
+        return 1;
+    }
     if (strncmp(section, "tenant.", 7) != 0) {
         snprintf(p->err, sizeof(p->err),
-                 "unknown section [%s] (sections: [daemon], [tenant.NAME])", section);
+                 "unknown section [%s] (sections: [daemon], [remote], [tenant.NAME])",
+                 section);
         goto bad;
     }
     t = section_tenant(p, section + 7);
@@ -359,6 +410,21 @@ int tenant_ns_open(struct tenant *t, const struct kvt_wire_ns_req *req, uint32_t
     }
     t->ns[*id - 1] = (struct tierd_ns){ .open = true, .d = n };
     t->nns++;
+    if (t->remote && strncmp(n.model_id, t->d->remote.ns_prefix,
+                             strlen(t->d->remote.ns_prefix)) == 0) {
+        /* on the cluster, a namespace is named by what is the same on every
+         * node (tenant and descriptor), never by the local id */
+        char name[1024];
+        int rc;
+
+        snprintf(name, sizeof(name), "tenant=%s model=%s dtype=%s layout=%s block_tokens=%u "
+                 "block_bytes=%llu tp=%u/%u", t->name, n.model_id, n.dtype, n.layout,
+                 n.block_tokens, (unsigned long long)n.block_bytes, n.tp_rank, n.tp_size);
+        rc = tier_remote_ns_add(t->remote, *id, name);
+        if (rc < 0)
+            tierd_log("tenant %s namespace %u: not on the remote tier: %s", t->name, *id,
+                      strerror(-rc));
+    }
     if (t->d->verbose)
         tierd_log("tenant %s namespace %u: %s %s %s block %u tokens / %llu bytes, tp %u/%u",
                   t->name, *id, n.model_id, n.dtype, n.layout, n.block_tokens,

@@ -33,6 +33,7 @@
 #include "tier.h"
 #include "tier_cold.h"
 #include "tier_hot.h"
+#include "tier_remote.h"
 #include "tenant.h"
 #include "tierd.h"
 
@@ -42,11 +43,14 @@ void tierd_log(const char *fmt, ...)
 {
     va_list ap;
 
+    /* one line at a time: the remote tier's workers log from their threads */
+    flockfile(stderr);
     fputs("tierd: ", stderr);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
+    funlockfile(stderr);
 }
 
 uint64_t tierd_now_ms(void)
@@ -73,6 +77,10 @@ struct opts {
     bool no_cold, write_through, no_flush;
     uint16_t metrics_port;    /* 0: no metrics page */
     const char *metrics_addr; /* IPv4 address it binds */
+    /* the remote tier: given on the command line (these win over [remote]) */
+    const char *remote_seeds, *remote_ns;
+    uint32_t remote_timeout_ms; /* 0: not given */
+    int remote_policy;          /* -1: not given */
 };
 
 static void usage(FILE *f)
@@ -102,6 +110,12 @@ static void usage(FILE *f)
             "  --metrics-port N   serve Prometheus metrics at http://127.0.0.1:N/metrics\n"
             "                     (default: off)\n"
             "  --metrics-addr A   IPv4 address of the metrics page (default 127.0.0.1)\n"
+            "  --remote-seeds L   remote tier: Redis Cluster nodes host:port[,host:port...]\n"
+            "                     shared by the tierd of every node (default: off)\n"
+            "  --remote-policy P  write-through (default: every committed block) or\n"
+            "                     on-demotion (blocks leaving warm)\n"
+            "  --remote-timeout-ms N  per network operation (default 100)\n"
+            "  --remote-namespaces S  all (default), or the model ids starting with S\n"
             "  -v, --verbose      log sessions and namespaces\n",
             KVT_DEFAULT_SOCKET, DEFAULT_DATA);
 }
@@ -127,6 +141,27 @@ uint64_t tierd_parse_size(const char *s)
     if (*end || v > (UINT64_MAX >> shift))
         return 0;
     return (uint64_t)v << shift;
+}
+
+int tierd_parse_policy(const char *s, enum tier_remote_policy *out)
+{
+    if (strcmp(s, "write-through") == 0)
+        *out = TIER_REMOTE_WRITE_THROUGH;
+    else if (strcmp(s, "on-demotion") == 0)
+        *out = TIER_REMOTE_ON_DEMOTION;
+    else
+        return -EINVAL;
+    return 0;
+}
+
+int tierd_parse_ns_filter(const char *s, struct tierd_remote *r)
+{
+    if (strcmp(s, "all") == 0 || strcmp(s, "*") == 0)
+        s = "";
+    if (strlen(s) >= sizeof(r->ns_prefix))
+        return -EINVAL;
+    strcpy(r->ns_prefix, s);
+    return 0;
 }
 
 static double parse_frac(const char *s)
@@ -159,6 +194,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         { "hot-device", required_argument, NULL, 'D' },
         { "metrics-port", required_argument, NULL, 'm' },
         { "metrics-addr", required_argument, NULL, 'A' },
+        { "remote-seeds", required_argument, NULL, 'R' },
+        { "remote-policy", required_argument, NULL, 'p' },
+        { "remote-timeout-ms", required_argument, NULL, 't' },
+        { "remote-namespaces", required_argument, NULL, 'n' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
@@ -169,7 +208,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         .socket = getenv("KVTIER_SOCKET"), .data = getenv("KVTIER_DATA"),
         .warm_bytes = 1ull << 30, .high_wm = 0.95, .low_wm = 0.85, .max_clients = 1024,
         .busy_poll_us = 200, .cold_bytes = 4ull << 30, .cold_qd = 32,
-        .metrics_addr = "127.0.0.1",
+        .metrics_addr = "127.0.0.1", .remote_policy = -1,
     };
     if (!o->socket || !*o->socket)
         o->socket = KVT_DEFAULT_SOCKET;
@@ -280,6 +319,31 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                 return -1;
             }
             o->metrics_addr = optarg;
+            break;
+        }
+        case 'R': o->remote_seeds = optarg; break;
+        case 'n': o->remote_ns = optarg; break;
+        case 'p': {
+            enum tier_remote_policy pol;
+
+            if (tierd_parse_policy(optarg, &pol) < 0) {
+                fprintf(stderr, "tierd: --remote-policy: want write-through or on-demotion, "
+                                "got '%s'\n", optarg);
+                return -1;
+            }
+            o->remote_policy = (int)pol;
+            break;
+        }
+        case 't': {
+            char *end;
+            unsigned long v = strtoul(optarg, &end, 10);
+
+            if (*end || end == optarg || v < 1 || v > 60000) {
+                fprintf(stderr, "tierd: --remote-timeout-ms: want 1..60000, got '%s'\n",
+                        optarg);
+                return -1;
+            }
+            o->remote_timeout_ms = (uint32_t)v;
             break;
         }
         case 'v': o->verbose = true; break;
@@ -460,6 +524,28 @@ static int open_tenant(struct tierd *d, struct tenant *t, const struct opts *o)
         }
     }
     tc.cold = t->cold;
+    if (d->remote.seeds[0]) {
+        /* each tenant its own workers and connections: its completions
+         * land in its own store */
+        struct tier_remote_cfg rc_cfg = { .seeds = d->remote.seeds,
+                                          .timeout_ms = d->remote.timeout_ms, .log = store_log };
+
+        rc = tier_remote_open(&rc_cfg, &t->remote);
+        if (rc < 0) {
+            tierd_log("tenant %s: remote tier on %s: %s", t->name, d->remote.seeds,
+                      rc == -EINVAL ? "want host:port[,host:port...]" : strerror(-rc));
+            return rc == -EINVAL ? EX_CONFIG : EX_OSERR;
+        }
+        tc.remote = t->remote;
+        tc.remote_policy = d->remote.policy;
+        tc.remote_done = sess_on_remote;
+        tierd_log("tenant %s: remote tier on Redis Cluster %s (%s, timeout %u ms, "
+                  "namespaces: %s%s)", t->name, d->remote.seeds,
+                  d->remote.policy == TIER_REMOTE_ON_DEMOTION ? "on-demotion" : "write-through",
+                  d->remote.timeout_ms ? d->remote.timeout_ms : 100,
+                  d->remote.ns_prefix[0] ? "model ids starting with " : "all",
+                  d->remote.ns_prefix);
+    }
     if (t->hot_bytes) {
         struct tier_hot_cfg hc = { .kind = TIER_HOT_AUTO, .bytes = t->hot_bytes,
                                    .device = o->hot_device, .log = store_log };
@@ -522,6 +608,10 @@ static void close_tenant(struct tenant *t)
 {
     tier_cold_close(t->cold);
     t->cold = NULL;
+    /* after cold (whose callbacks may queue remote writes), before hot
+     * (the remote's callbacks may start copies up) */
+    tier_remote_close(t->remote);
+    t->remote = NULL;
     tier_hot_close(t->hot);
     t->hot = NULL;
     tier_destroy(t->store);
@@ -575,6 +665,22 @@ int main(int argc, char **argv)
         tenant_free_all(&d);
         return rc == -EINVAL ? EX_CONFIG : rc == -ENOMEM ? EX_OSERR : EX_NOINPUT;
     }
+    /* the remote tier: the command line over the config file's [remote] */
+    if (o.remote_seeds && snprintf(d.remote.seeds, sizeof(d.remote.seeds), "%s",
+                                   o.remote_seeds) >= (int)sizeof(d.remote.seeds)) {
+        tierd_log("--remote-seeds: list too long");
+        tenant_free_all(&d);
+        return EX_USAGE;
+    }
+    if (o.remote_timeout_ms)
+        d.remote.timeout_ms = o.remote_timeout_ms;
+    if (o.remote_policy >= 0)
+        d.remote.policy = (enum tier_remote_policy)o.remote_policy;
+    if (o.remote_ns && tierd_parse_ns_filter(o.remote_ns, &d.remote) < 0) {
+        tierd_log("--remote-namespaces: prefix too long");
+        tenant_free_all(&d);
+        return EX_USAGE;
+    }
     d.lock_fd = lock_data(o.data);
     if (d.lock_fd < 0) {
         ex = EX_TEMPFAIL;
@@ -614,7 +720,8 @@ int main(int argc, char **argv)
         struct tenant *t = &d.tenants[i];
 
         if ((t->cold && ev_add(d.loop, tier_event_fd(t->store), on_cold, t) < 0) ||
-            (t->hot && ev_add(d.loop, tier_hot_fd(t->store), on_cold, t) < 0))
+            (t->hot && ev_add(d.loop, tier_hot_fd(t->store), on_cold, t) < 0) ||
+            (t->remote && ev_add(d.loop, tier_remote_fd(t->store), on_cold, t) < 0))
             rc = -1;
     }
     if (rc < 0 || (d.metrics && metrics_attach(d.metrics, d.loop) < 0) || sess_init(&d) < 0) {

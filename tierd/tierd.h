@@ -20,6 +20,7 @@
 struct tier;
 struct tier_cold;
 struct tier_hot;
+struct tier_remote;
 struct ev_loop;
 struct metrics;
 
@@ -56,11 +57,21 @@ struct tenant {
     struct tier *store;
     struct tier_cold *cold;   /* NULL with --no-cold or cold_bytes = 0 */
     struct tier_hot *hot;     /* NULL without hot_bytes */
+    struct tier_remote *remote; /* NULL without a remote tier (tierd_remote) */
     struct tierd_ns *ns;      /* registry, ns id = index + 1 (with holes: ids of the
                                  cold index not opened in this run) */
     uint32_t nns, ns_cap;     /* open namespaces; entries in ns */
     uint32_t clients;         /* its sessions open */
     struct tierd *d;
+};
+
+/* The remote tier's settings: the config file's [remote] section, then the
+ * --remote-* options (which win). Off while seeds is empty. */
+struct tierd_remote {
+    char seeds[1024];         /* "host:port,...": cluster nodes to start from */
+    uint32_t timeout_ms;      /* per network operation (0: the store's default, 100) */
+    enum tier_remote_policy policy;
+    char ns_prefix[128];      /* namespaces whose model id starts with it ("": all) */
 };
 
 struct tierd {
@@ -81,6 +92,7 @@ struct tierd {
     uint64_t get_deadline_misses; /* gets answered short at their deadline */
     uint32_t refused;         /* connections refused: no tenant admits the peer */
     gid_t socket_gid;         /* config's socket_group ((gid_t)-1: none) */
+    struct tierd_remote remote; /* every tenant's remote tier (each its own connections) */
     bool verbose;
 };
 
@@ -94,5 +106,11 @@ uint64_t tierd_now_ms(void);
 /* "64M", "1G", "4096" (K/M/G/T binary suffixes, optional "B"/"iB"): bytes,
  * or 0 when malformed. */
 uint64_t tierd_parse_size(const char *s);
+
+/* "write-through" / "on-demotion" into *out: 0, or -EINVAL. */
+int tierd_parse_policy(const char *s, enum tier_remote_policy *out);
+/* "all" / "*" (every namespace) or a model id prefix into r->ns_prefix:
+ * 0, or -EINVAL (too long). */
+int tierd_parse_ns_filter(const char *s, struct tierd_remote *r);
 
 #endif /* TIERD_H */

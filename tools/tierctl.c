@@ -25,11 +25,14 @@ static const char usage_text[] =
     "usage: tierctl <command> [options]\n"
     "\n"
     "commands:\n"
-    "  hash --seed S [--block-tokens N] [--salt S] [--lora NAME]  < token-ids\n"
+    "  hash --seed S [--block-tokens N] [--salt S] [--lora NAME --lora-path P]\n"
+    "       [--untagged]  < token-ids\n"
     "      Read whitespace-separated decimal token ids from stdin and print the\n"
     "      key of each full block, one lower-case hex key per line (vLLM's\n"
     "      sha256_cbor block hashes). --seed defaults to $PYTHONHASHSEED,\n"
-    "      --block-tokens to 16. A partial last block gets no key.\n"
+    "      --block-tokens to 16. A partial last block gets no key. Extra keys\n"
+    "      (salt, LoRA) are tagged as vLLM 0.32 and later hash them; --untagged\n"
+    "      for earlier vLLM.\n"
     "  stats [--json] [--socket PATH]\n"
     "      Print tierd's counters, as a table or as one JSON object. PATH\n"
     "      defaults to $KVTIER_SOCKET, else " KVT_DEFAULT_SOCKET ".\n"
@@ -196,6 +199,8 @@ static int cmd_hash(int argc, char *argv[])
         {"block-tokens", required_argument, NULL, 'b'},
         {"salt", required_argument, NULL, 'S'},
         {"lora", required_argument, NULL, 'l'},
+        {"lora-path", required_argument, NULL, 'p'},
+        {"untagged", no_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -221,6 +226,12 @@ static int cmd_hash(int argc, char *argv[])
         case 'l':
             o.lora_name = optarg;
             break;
+        case 'p':
+            o.lora_path = optarg;
+            break;
+        case 'u':
+            o.extra_format = KVT_EXTRA_UNTAGGED;
+            break;
         case 'h':
             return usage();
         default:
@@ -234,6 +245,11 @@ static int cmd_hash(int argc, char *argv[])
     }
     if (!o.seed) {
         fprintf(stderr, "tierctl hash: no --seed given and PYTHONHASHSEED is not set\n");
+        return usage();
+    }
+    if (o.lora_name && !o.lora_path && o.extra_format == KVT_EXTRA_TAGGED) {
+        fprintf(stderr, "tierctl hash: --lora needs --lora-path (vLLM hashes the adapter's "
+                        "path too; --untagged for vLLM before 0.32)\n");
         return usage();
     }
     rc = read_tokens(stdin, &t);
@@ -306,6 +322,18 @@ static void print_table(const char *path, const kvt_stats *s)
     printf("  %-18s %" PRIu64 " copied up for getters\n", "warm -> hot", s->hot_promotions);
     printf("  %-18s %" PRIu64 " checksum, %" PRIu64 " I/O, %" PRIu64 " deadline misses\n",
            "cold errors", s->checksum_errors, s->io_errors, s->deadline_misses);
+    if (s->remote_puts || s->remote_hits || s->remote_misses || s->remote_errors ||
+        s->remote_probes || s->remote_checksum_errors) { /* a remote tier in use */
+        printf("  %-18s %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64 " puts, %s in, "
+               "%s out\n", "remote (cluster)", s->remote_hits, s->remote_misses,
+               s->remote_puts, fmt_bytes(s->remote_bytes_in, b1),
+               fmt_bytes(s->remote_bytes_out, b2));
+        printf("  %-18s %" PRIu64 " keys asked, %" PRIu64 " held\n", "remote lookups",
+               s->remote_probes, s->remote_probe_hits);
+        printf("  %-18s %" PRIu64 " errors, %" PRIu64 " checksum, %" PRIu64 " redirects\n",
+               "remote errors", s->remote_errors, s->remote_checksum_errors,
+               s->remote_redirects);
+    }
     printf("\n  %-5s %12s %11s %11s %7s %12s %11s %11s %11s\n", "tier", "blocks", "used",
            "capacity", "use", "hits", "bytes in", "bytes out", "evictions");
     for (int i = KVT_TIER_HOT; i < KVT_TIER_COUNT; i++) {
@@ -341,9 +369,16 @@ static void print_json(const kvt_stats *s)
            s->index_entries, s->index_bytes);
     printf(",\"demotions\":%" PRIu64 ",\"promotions\":%" PRIu64 ",\"dropped\":%" PRIu64
            ",\"checksum_errors\":%" PRIu64 ",\"io_errors\":%" PRIu64
-           ",\"deadline_misses\":%" PRIu64 ",\"hot_promotions\":%" PRIu64 ",\"tiers\":{",
+           ",\"deadline_misses\":%" PRIu64 ",\"hot_promotions\":%" PRIu64,
            s->demotions, s->promotions, s->dropped, s->checksum_errors, s->io_errors,
            s->deadline_misses, s->hot_promotions);
+    printf(",\"remote\":{\"hits\":%" PRIu64 ",\"misses\":%" PRIu64 ",\"puts\":%" PRIu64
+           ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 ",\"errors\":%" PRIu64
+           ",\"checksum_errors\":%" PRIu64 ",\"probes\":%" PRIu64 ",\"probe_hits\":%" PRIu64
+           ",\"redirects\":%" PRIu64 "},\"tiers\":{",
+           s->remote_hits, s->remote_misses, s->remote_puts, s->remote_bytes_in,
+           s->remote_bytes_out, s->remote_errors, s->remote_checksum_errors, s->remote_probes,
+           s->remote_probe_hits, s->remote_redirects);
     for (int i = KVT_TIER_HOT; i < KVT_TIER_COUNT; i++) {
         const kvt_tier_stats *t = &s->tier[i];
 

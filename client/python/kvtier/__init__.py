@@ -1,0 +1,684 @@
+# SPDX-License-Identifier: MIT
+"""kvtier from Python: a thin ctypes layer over libkvtier.so.
+
+No compiled extension: the library is found through $KVTIER_LIB, else the
+build/ folder of the checkout this package sits in, else the loader's search
+path (libkvtier.so.0). Every call maps one C call of client/kvtier.h; errors
+become KvtierError (a negative code and kvt_strerror's text). Data views are
+zero copy: put reservations and get leases hand out memoryviews straight
+into tierd's shared warm pool, valid until commit / abort / release.
+
+Threads: libkvtier asks that one thread at a time use a client and its
+namespaces; here each Client holds a lock that every call through it takes,
+so a Client may be shared between threads (calls are then serialised).
+"""
+import ctypes
+import ctypes.util
+import os
+import threading
+
+__all__ = [
+    "KEY_BYTES", "BATCH_MAX", "KvtierError", "Client", "Namespace", "Reservation",
+    "Lease", "Layout", "ModelDesc", "hash_prompt", "none_hash", "default_socket",
+    "model_from_config", "strerror", "TIER_NONE", "TIER_HOT", "TIER_WARM", "TIER_COLD",
+]
+
+KEY_BYTES = 32
+BATCH_MAX = 1024
+TIER_NONE, TIER_HOT, TIER_WARM, TIER_COLD = 0, 1, 2, 3
+TIER_NAMES = ("none", "hot", "warm", "cold")
+LOOKUP_PREFETCH = 0x1
+COMMIT_DURABLE = 0x1
+MISS_CAUSES = ("never", "dropped", "evicted", "checksum", "io_error", "removed",
+               "aborted", "writing", "broken")
+LAYER_KINDS = ("full", "mla", "indexer", "sliding", "state", "none")
+
+
+# ---- C types (mirrors of client/kvtier.h and kernels/kv_layout.h) ---------
+
+class _Key(ctypes.Structure):
+    _fields_ = [("b", ctypes.c_uint8 * KEY_BYTES)]
+
+
+class _MmItem(ctypes.Structure):
+    _fields_ = [("identifier", ctypes.c_char_p), ("offset", ctypes.c_uint64),
+                ("length", ctypes.c_uint64)]
+
+
+class _HashOpts(ctypes.Structure):
+    _fields_ = [("block_tokens", ctypes.c_uint32), ("seed", ctypes.c_char_p),
+                ("cache_salt", ctypes.c_char_p), ("lora_name", ctypes.c_char_p),
+                ("mm", ctypes.POINTER(_MmItem)), ("n_mm", ctypes.c_size_t),
+                ("parent", ctypes.POINTER(_Key)), ("start_token", ctypes.c_uint64),
+                ("extra_format", ctypes.c_uint32), ("lora_path", ctypes.c_char_p)]
+
+# kvt_hash_opts.extra_format: how a block's extra keys are written
+EXTRA_TAGGED = 0    # vLLM 0.32 and later: ("lora", name, path), ("mm", id, offset), ...
+EXTRA_UNTAGGED = 1  # earlier vLLM: bare LoRA name, identifiers, salt
+
+
+class _Model(ctypes.Structure):
+    _fields_ = [("model_id", ctypes.c_char_p), ("dtype", ctypes.c_char_p),
+                ("layout", ctypes.c_char_p), ("block_tokens", ctypes.c_uint32),
+                ("tp_rank", ctypes.c_uint32), ("tp_size", ctypes.c_uint32),
+                ("block_bytes", ctypes.c_uint64)]
+
+
+class _Lease(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_uint64), ("n", ctypes.c_uint32)]
+
+
+class _Layout(ctypes.Structure):
+    _fields_ = [("n_layers", ctypes.c_uint32), ("layer_base", ctypes.POINTER(ctypes.c_void_p)),
+                ("base", ctypes.c_void_p), ("layer_stride", ctypes.c_int64),
+                ("elem_bytes", ctypes.c_uint32), ("block_tokens", ctypes.c_uint32),
+                ("kv_heads", ctypes.c_uint32), ("head_dim", ctypes.c_uint32),
+                ("n_kv", ctypes.c_uint32), ("num_blocks", ctypes.c_int64),
+                ("stride_kv", ctypes.c_int64), ("stride_block", ctypes.c_int64),
+                ("stride_token", ctypes.c_int64), ("stride_head", ctypes.c_int64),
+                ("stride_dim", ctypes.c_int64)]
+
+
+class _TierStats(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in (
+        "hits", "bytes_in", "bytes_out", "evictions", "blocks", "bytes_used",
+        "bytes_capacity")]
+
+
+_STATS_U64 = ("uptime_ms", "lookups", "lookup_keys", "lookup_hits", "misses", "puts",
+              "put_blocks", "dedup_blocks", "gets", "get_blocks", "removes",
+              "leases_active", "reserved", "reclaimed", "proto_errors", "index_entries",
+              "index_bytes", "demotions", "promotions", "dropped", "checksum_errors",
+              "io_errors", "deadline_misses")
+
+
+# kvt_stats grows at its end (KVT_STATS_VERSION): fields of later versions
+# are read only when the library says it filled them
+_STATS_V4 = ("remote_hits", "remote_misses", "remote_puts", "remote_bytes_in",
+             "remote_bytes_out", "remote_errors", "remote_checksum_errors", "remote_probes",
+             "remote_probe_hits", "remote_redirects")
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = ([("version", ctypes.c_uint32), ("clients", ctypes.c_uint32),
+                 ("namespaces", ctypes.c_uint32), ("pad", ctypes.c_uint32)] +
+                [(n, ctypes.c_uint64) for n in _STATS_U64] +
+                [("tier", _TierStats * 4), ("hot_promotions", ctypes.c_uint64)] +
+                [(n, ctypes.c_uint64) for n in _STATS_V4] +
+                # room for fields a newer libkvtier may append: it writes its
+                # whole struct, which must never run past ours
+                [("_spare", ctypes.c_uint64 * 64)])
+
+
+_NS_U64 = ("lookups", "lookup_keys", "hit_keys", "hit_tokens", "put_blocks", "get_blocks",
+           "bytes_in", "bytes_out")
+
+
+class _NsInfo(ctypes.Structure):
+    _fields_ = ([("id", ctypes.c_uint32), ("block_tokens", ctypes.c_uint32),
+                 ("tp_rank", ctypes.c_uint32), ("tp_size", ctypes.c_uint32),
+                 ("block_bytes", ctypes.c_uint64), ("model_id", ctypes.c_char * 128),
+                 ("dtype", ctypes.c_char * 16), ("layout", ctypes.c_char * 32)] +
+                [(n, ctypes.c_uint64) for n in _NS_U64] +
+                [("misses", ctypes.c_uint64 * len(MISS_CAUSES)),
+                 ("evicted_age_ms", ctypes.c_uint64), ("deadline_misses", ctypes.c_uint64)])
+
+
+class _LayerGroup(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("name", ctypes.c_char_p), ("layers", ctypes.c_uint32),
+                ("kv_heads", ctypes.c_uint32), ("head_dim", ctypes.c_uint32),
+                ("n_kv", ctypes.c_uint32), ("elem_bytes", ctypes.c_uint32),
+                ("window", ctypes.c_uint32), ("state_bytes", ctypes.c_uint64)]
+
+
+class _ModelDesc(ctypes.Structure):
+    _fields_ = [("model_type", ctypes.c_char * 48), ("dtype", ctypes.c_char * 8),
+                ("config_dtype", ctypes.c_char * 24), ("elem_bytes", ctypes.c_uint32),
+                ("num_layers", ctypes.c_uint32), ("max_model_len", ctypes.c_uint32),
+                ("notes", ctypes.c_uint), ("n_groups", ctypes.c_uint32),
+                ("group", _LayerGroup * len(LAYER_KINDS))]
+
+
+# ---- the library ------------------------------------------------------------
+
+def _find_lib():
+    env = os.environ.get("KVTIER_LIB")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    # client/python/kvtier/ -> the checkout's build/
+    built = os.path.join(here, "..", "..", "..", "build", "libkvtier.so")
+    if os.path.exists(built):
+        return os.path.normpath(built)
+    return ctypes.util.find_library("kvtier") or "libkvtier.so.0"
+
+
+_lib = ctypes.CDLL(_find_lib())
+_P = ctypes.POINTER
+_c_int, _c_uint, _sz, _vp = ctypes.c_int, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p
+_KP = _P(_Key)
+
+
+def _proto(name, res, *args):
+    f = getattr(_lib, name)
+    f.restype = res
+    f.argtypes = list(args)
+    return f
+
+
+_strerror = _proto("kvt_strerror", ctypes.c_char_p, _c_int)
+_hash_prompt = _proto("kvt_hash_prompt", ctypes.c_ssize_t, _P(_HashOpts),
+                      _P(ctypes.c_uint32), _sz, _KP)
+_none_hash = _proto("kvt_none_hash", _c_int, ctypes.c_char_p, _KP)
+_default_socket = _proto("kvt_default_socket", ctypes.c_char_p)
+_connect = _proto("kvt_connect", _c_int, ctypes.c_char_p, _P(_vp))
+_close = _proto("kvt_close", None, _vp)
+_ns_open = _proto("kvt_ns_open", _c_int, _vp, _P(_Model), _P(_vp))
+_ns_block_bytes = _proto("kvt_ns_block_bytes", ctypes.c_uint64, _vp)
+_ns_set_deadline = _proto("kvt_ns_set_deadline", None, _vp, ctypes.c_uint32)
+_lookup = _proto("kvt_lookup", _c_int, _vp, _KP, _sz, _c_uint, _P(ctypes.c_uint8))
+_reserve = _proto("kvt_put_reserve", _c_int, _vp, _KP, _KP, _sz, _P(_vp))
+_commit_flags = _proto("kvt_put_commit_flags", _c_int, _vp, _KP, _sz, _c_uint)
+_abort = _proto("kvt_put_abort", _c_int, _vp, _KP, _sz)
+_put = _proto("kvt_put", _c_int, _vp, _KP, _KP, _sz, _P(_vp))
+_get_lease = _proto("kvt_get_lease", _c_int, _vp, _KP, _sz, _P(_vp), _P(_Lease))
+_release = _proto("kvt_release", _c_int, _vp, _P(_Lease))
+_offload = _proto("kvt_offload", _c_int, _vp, _KP, _KP, _sz, _P(_Layout),
+                  _P(ctypes.c_int64), _vp)
+_restore = _proto("kvt_restore", _c_int, _vp, _KP, _sz, _P(_Layout), _P(ctypes.c_int64), _vp)
+_remove = _proto("kvt_remove", _c_int, _vp, _KP, _sz)
+_stats_get = _proto("kvt_stats_get", _c_int, _vp, _P(_Stats))
+_admin_namespaces = _proto("kvt_admin_namespaces", _c_int, _vp, _P(_NsInfo), _sz)
+_admin_flush = _proto("kvt_admin_flush", _c_int, _vp)
+_model_parse_file = _proto("kvt_model_parse_file", _c_int, ctypes.c_char_p, _P(_ModelDesc),
+                           ctypes.c_char_p, _sz)
+_model_set_dtype = _proto("kvt_model_set_dtype", _c_int, _P(_ModelDesc), ctypes.c_char_p)
+_model_block_bytes = _proto("kvt_model_block_bytes", ctypes.c_uint64, _P(_ModelDesc),
+                            ctypes.c_uint32, ctypes.c_uint32)
+
+
+# ---- errors and keys --------------------------------------------------------
+
+def strerror(code):
+    """kvt_strerror(): text for a negative errno or KVT_E* code."""
+    return _strerror(code).decode()
+
+
+class KvtierError(OSError):
+    """A libkvtier call failed; .code is the negative error it returned."""
+
+    def __init__(self, code, what):
+        super().__init__(-code if -4096 < code < 0 else code,
+                         "%s: %s" % (what, strerror(code)))
+        self.code = code
+
+
+def _check(rc, what):
+    if rc < 0:
+        raise KvtierError(rc, what)
+    return rc
+
+
+def _b(s):
+    return None if s is None else (s.encode() if isinstance(s, str) else bytes(s))
+
+
+def _key_bytes(k):
+    """One key as 32 bytes: bytes-like, or an object that converts with bytes()
+    (vLLM's BlockHash is a bytes subclass)."""
+    b = k if isinstance(k, bytes) else bytes(k)
+    if len(b) != KEY_BYTES:
+        raise ValueError("a kvtier key is %d bytes, got %d" % (KEY_BYTES, len(b)))
+    return b
+
+
+def _keys(keys):
+    """keys (sequence of 32-byte keys) as a C array and its length."""
+    keys = list(keys)
+    arr = (_Key * max(1, len(keys)))()
+    raw = b"".join(_key_bytes(k) for k in keys)
+    ctypes.memmove(arr, raw, len(raw))
+    return arr, len(keys)
+
+
+def _parent(parent):
+    if parent is None:
+        return None
+    k = _Key()
+    ctypes.memmove(k.b, _key_bytes(parent), KEY_BYTES)
+    return ctypes.pointer(k)
+
+
+def hash_prompt(tokens, block_tokens=16, seed="0", cache_salt=None, lora_name=None, mm=(),
+                parent=None, start_token=0, lora_path=None, extra_format=EXTRA_TAGGED):
+    """Keys (list of 32-byte bytes) of the full blocks of tokens: vLLM's
+    sha256_cbor chain. mm: (identifier, offset, length) items sorted by offset.
+    parent / start_token continue a chain from the block before tokens[0].
+    extra_format: EXTRA_TAGGED (today's vLLM; a LoRA needs its lora_path) or
+    EXTRA_UNTAGGED (earlier vLLM)."""
+    toks = list(tokens)
+    tarr = (ctypes.c_uint32 * max(1, len(toks)))(*toks)
+    items = list(mm or ())
+    mm_arr = (_MmItem * max(1, len(items)))()
+    for i, (ident, off, length) in enumerate(items):
+        mm_arr[i] = _MmItem(_b(ident), off, length)
+    o = _HashOpts(block_tokens=block_tokens, seed=_b(seed), cache_salt=_b(cache_salt),
+                  lora_name=_b(lora_name), mm=mm_arr if items else None, n_mm=len(items),
+                  parent=_parent(parent), start_token=start_token, extra_format=extra_format,
+                  lora_path=_b(lora_path))
+    out = (_Key * max(1, len(toks) // max(1, block_tokens)))()
+    n = _check(_hash_prompt(ctypes.byref(o), tarr, len(toks), out), "kvt_hash_prompt")
+    return [bytes(out[i].b) for i in range(n)]
+
+
+def none_hash(seed="0"):
+    """NONE_HASH for a seed: the parent of every prompt's first block."""
+    k = _Key()
+    _check(_none_hash(_b(seed), ctypes.byref(k)), "kvt_none_hash")
+    return bytes(k.b)
+
+
+def default_socket():
+    """The socket a client uses when none is given ($KVTIER_SOCKET or the default)."""
+    return _default_socket().decode()
+
+
+def _view(ptr, size, readonly):
+    mv = memoryview((ctypes.c_uint8 * size).from_address(ptr)).cast("B")
+    return mv.toreadonly() if readonly else mv
+
+
+# ---- engine cache layout ------------------------------------------------------
+
+class Layout:
+    """A struct kvk_layout: where an engine's paged cache is, for offload and
+    restore. Strides count elements. Keeps the pointer array it hands to C.
+
+    layer_ptrs: one address per layer (int), or None with base/layer_stride.
+    """
+
+    def __init__(self, layer_ptrs, elem_bytes, block_tokens, kv_heads, head_dim, num_blocks,
+                 stride_block, stride_token, stride_head, stride_dim=1, n_kv=2, stride_kv=0,
+                 base=None, layer_stride=0, n_layers=None):
+        self._ptrs = None
+        if layer_ptrs is not None:
+            layer_ptrs = [int(p) for p in layer_ptrs]
+            self._ptrs = (ctypes.c_void_p * len(layer_ptrs))(*layer_ptrs)
+            n_layers = len(layer_ptrs)
+        self.c = _Layout(n_layers=n_layers, layer_base=ctypes.cast(self._ptrs, _P(_vp))
+                         if self._ptrs is not None else None, base=base,
+                         layer_stride=layer_stride, elem_bytes=elem_bytes,
+                         block_tokens=block_tokens, kv_heads=kv_heads, head_dim=head_dim,
+                         n_kv=n_kv, num_blocks=num_blocks, stride_kv=stride_kv,
+                         stride_block=stride_block, stride_token=stride_token,
+                         stride_head=stride_head, stride_dim=stride_dim)
+
+    @property
+    def block_bytes(self):
+        """Bytes of one tier block for this layout."""
+        c = self.c
+        return c.n_layers * c.n_kv * c.block_tokens * c.kv_heads * c.head_dim * c.elem_bytes
+
+    @classmethod
+    def from_tensors(cls, tensors, dims="kbthd"):
+        """Describe per-layer tensors (torch tensors or numpy arrays, all of one
+        shape, dtype and strides) whose axes are named by dims: k (K/V, absent
+        for MLA), b (block), t (token), h (head), d (dim). vLLM's flash-attn
+        cache [2, num_blocks, block_size, kv_heads, head_dim] is "kbthd"."""
+        tensors = list(tensors)
+        if not tensors:
+            raise ValueError("no tensors")
+        info = [_tensor_info(t) for t in tensors]
+        shape, strides, esize = info[0][1:]
+        for ptr, s, st, e in info:
+            if (s, st, e) != (shape, strides, esize):
+                raise ValueError("tensors differ in shape, strides or dtype")
+        if len(dims) != len(shape) or sorted(dims) not in (sorted("kbthd"), sorted("bthd")):
+            raise ValueError("dims %r do not name the %d axes of %r" % (dims, len(shape), shape))
+        ax = {d: i for i, d in enumerate(dims)}
+        n_kv = shape[ax["k"]] if "k" in ax else 1
+        if n_kv not in (1, 2):
+            raise ValueError("the K/V axis has %d entries, expected 1 or 2" % n_kv)
+        return cls([p for p, *_ in info], elem_bytes=esize, block_tokens=shape[ax["t"]],
+                   kv_heads=shape[ax["h"]], head_dim=shape[ax["d"]],
+                   num_blocks=shape[ax["b"]], n_kv=n_kv,
+                   stride_kv=strides[ax["k"]] if "k" in ax else 0,
+                   stride_block=strides[ax["b"]], stride_token=strides[ax["t"]],
+                   stride_head=strides[ax["h"]], stride_dim=strides[ax["d"]])
+
+
+def _tensor_info(t):
+    """(address, shape, strides in elements, element size) of a torch tensor
+    or numpy array."""
+    if hasattr(t, "data_ptr"):     # torch
+        return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.element_size())
+    iface = t.__array_interface__  # numpy and friends
+    esize = t.itemsize
+    shape = tuple(t.shape)
+    if iface.get("strides") is None:
+        st, acc = [], 1
+        for n in reversed(shape):
+            st.append(acc)
+            acc *= n
+        strides = tuple(reversed(st))
+    else:
+        if any(s % esize for s in iface["strides"]):
+            raise ValueError("strides are not whole elements")
+        strides = tuple(s // esize for s in iface["strides"])
+    return (iface["data"][0], shape, strides, esize)
+
+
+# ---- connection, namespaces, blocks --------------------------------------------
+
+class Client:
+    """A connection to tierd (kvt_connect). Close it, or use it as a context
+    manager: closing invalidates every namespace, reservation and lease."""
+
+    def __init__(self, socket_path=None):
+        h = _vp()
+        _check(_connect(_b(socket_path), ctypes.byref(h)),
+               "kvt_connect(%s)" % (socket_path or default_socket()))
+        self._h = h
+        self.lock = threading.RLock()
+
+    def close(self):
+        with self.lock:
+            if self._h:
+                _close(self._h)
+                self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _handle(self):
+        if not self._h:
+            raise ValueError("client is closed")
+        return self._h
+
+    def ns_open(self, model_id, dtype, layout, block_tokens, block_bytes, tp_rank=0,
+                tp_size=1):
+        """Open (or join) the namespace of a model (kvt_ns_open)."""
+        m = _Model(_b(model_id), _b(dtype), _b(layout), block_tokens, tp_rank, tp_size,
+                   block_bytes)
+        h = _vp()
+        with self.lock:
+            _check(_ns_open(self._handle(), ctypes.byref(m), ctypes.byref(h)),
+                   "kvt_ns_open(%s)" % model_id)
+        return Namespace(self, h)
+
+    def stats(self):
+        """tierd's counters as a dict; 'tier' is a dict of per-tier dicts."""
+        s = _Stats()
+        with self.lock:
+            _check(_stats_get(self._handle(), ctypes.byref(s)), "kvt_stats_get")
+        d = {n: getattr(s, n) for n in ("version", "clients", "namespaces") + _STATS_U64}
+        d["hot_promotions"] = s.hot_promotions
+        if s.version >= 4:
+            d.update((n, getattr(s, n)) for n in _STATS_V4)
+        d["tier"] = {TIER_NAMES[i]: {n: getattr(s.tier[i], n) for n, _ in _TierStats._fields_}
+                     for i in range(1, 4)}
+        return d
+
+    def namespaces(self):
+        """The tenant's namespaces and their traffic (kvt_admin_namespaces)."""
+        with self.lock:
+            n = _check(_admin_namespaces(self._handle(), None, 0), "kvt_admin_namespaces")
+            arr = (_NsInfo * max(1, n))()
+            n = min(n, _check(_admin_namespaces(self._handle(), arr, n),
+                              "kvt_admin_namespaces"))
+        out = []
+        for i in range(n):
+            a = arr[i]
+            d = {k: getattr(a, k) for k in ("id", "block_tokens", "tp_rank", "tp_size",
+                                            "block_bytes") + _NS_U64}
+            for k in ("model_id", "dtype", "layout"):
+                d[k] = getattr(a, k).decode()
+            d["misses"] = dict(zip(MISS_CAUSES, a.misses))
+            out.append(d)
+        return out
+
+    def flush(self):
+        """Write every warm block without a disk copy to cold and wait."""
+        with self.lock:
+            _check(_admin_flush(self._handle()), "kvt_admin_flush")
+
+
+class Reservation:
+    """Slots reserved by Namespace.reserve(): views[i] is a writable memoryview
+    into the warm pool, or None where the key is already stored. commit() or
+    abort() ends it; a with-block commits on success and aborts on error."""
+
+    def __init__(self, ns, parent, keys, slots):
+        self.ns, self.parent, self.keys = ns, parent, keys
+        bb = ns.block_bytes
+        self.views = [None if s is None else _view(s, bb, False) for s in slots]
+        self.reserved = sum(v is not None for v in self.views)
+        self.done = False
+
+    def _drop_views(self):
+        for v in self.views:
+            if v is not None:
+                v.release()
+        self.views = []
+        self.done = True
+
+    def commit(self, durable=False):
+        self._drop_views()
+        return self.ns.commit(self.keys, durable)
+
+    def abort(self):
+        self._drop_views()
+        return self.ns.abort(self.keys)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, et, ev, tb):
+        if self.done:
+            return
+        if et is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+class Lease:
+    """Blocks leased by Namespace.lease(): views[i] is a read-only memoryview
+    of block i (the leading hits only). release() ends it (a with-block does)."""
+
+    def __init__(self, ns, lease, slots):
+        self.ns, self._lease = ns, lease
+        bb = ns.block_bytes
+        self.views = [_view(s, bb, True) for s in slots]
+
+    def __len__(self):
+        return len(self.views)
+
+    def release(self):
+        for v in self.views:
+            v.release()
+        self.views = []
+        if self._lease.id:
+            with self.ns.client.lock:
+                _check(_release(self.ns._handle(), ctypes.byref(self._lease)), "kvt_release")
+            self._lease = _Lease()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+class Namespace:
+    """A namespace opened on a Client; valid until the client closes."""
+
+    def __init__(self, client, h):
+        self.client, self._h = client, h
+        self.block_bytes = _ns_block_bytes(h)
+
+    def _handle(self):
+        self.client._handle()
+        return self._h
+
+    def set_deadline(self, ms):
+        with self.client.lock:
+            _ns_set_deadline(self._handle(), ms)
+
+    def lookup(self, keys, prefetch=False, tiers=False):
+        """Leading hit count of the chain keys; with tiers=True, (hits, [tier
+        of each key]) (TIER_* values)."""
+        arr, n = _keys(keys)
+        t = (ctypes.c_uint8 * max(1, n))() if tiers else None
+        with self.client.lock:
+            hit = _check(_lookup(self._handle(), arr, n, LOOKUP_PREFETCH if prefetch else 0, t),
+                         "kvt_lookup")
+        return (hit, list(t)[:n]) if tiers else hit
+
+    def reserve(self, keys, parent=None):
+        """Reserve slots for keys (kvt_put_reserve): a Reservation whose views
+        are written in place, then committed."""
+        arr, n = _keys(keys)
+        slots = (_vp * max(1, n))()
+        with self.client.lock:
+            _check(_reserve(self._handle(), _parent(parent), arr, n, slots), "kvt_put_reserve")
+        return Reservation(self, parent, [_key_bytes(k) for k in keys],
+                           [slots[i] for i in range(n)])
+
+    def commit(self, keys, durable=False):
+        arr, n = _keys(keys)
+        with self.client.lock:
+            return _check(_commit_flags(self._handle(), arr, n,
+                                        COMMIT_DURABLE if durable else 0), "kvt_put_commit")
+
+    def abort(self, keys):
+        arr, n = _keys(keys)
+        with self.client.lock:
+            return _check(_abort(self._handle(), arr, n), "kvt_put_abort")
+
+    def put(self, keys, blocks, parent=None):
+        """Copying put of bytes-like blocks (block_bytes each). Returns the
+        number newly stored."""
+        keys, blocks = list(keys), list(blocks)
+        if len(keys) != len(blocks):
+            raise ValueError("%d keys, %d blocks" % (len(keys), len(blocks)))
+        arr, n = _keys(keys)
+        bufs = (_vp * max(1, n))()
+        keep = []
+        for i, blk in enumerate(blocks):
+            mv = memoryview(blk).cast("B")
+            if mv.nbytes != self.block_bytes:
+                raise ValueError("block %d is %d bytes, the namespace's are %d"
+                                 % (i, mv.nbytes, self.block_bytes))
+            buf = (ctypes.c_uint8 * mv.nbytes).from_buffer_copy(mv) if mv.readonly else \
+                (ctypes.c_uint8 * mv.nbytes).from_buffer(mv)
+            keep.append(buf)
+            bufs[i] = ctypes.addressof(buf)
+        with self.client.lock:
+            return _check(_put(self._handle(), _parent(parent), arr, n, bufs), "kvt_put")
+
+    def lease(self, keys):
+        """Lease the leading hits of keys (kvt_get_lease): a Lease of
+        read-only views, zero copy."""
+        arr, n = _keys(keys)
+        slots = (_vp * max(1, n))()
+        lease = _Lease()
+        with self.client.lock:
+            hit = _check(_get_lease(self._handle(), arr, n, slots, ctypes.byref(lease)),
+                         "kvt_get_lease")
+        return Lease(self, lease, [slots[i] for i in range(hit)])
+
+    def get(self, keys):
+        """Copies (bytes) of the leading hits of keys."""
+        with self.lease(keys) as le:
+            return [bytes(v) for v in le.views]
+
+    def offload(self, keys, layout, block_ids, parent=None, stream=None):
+        """Gather engine blocks block_ids from the cache layout describes and
+        store them as keys (kvt_offload), in batches of BATCH_MAX. stream:
+        None for a cache in host memory, else the address of a cudaStream_t
+        (CUDA builds of libkvtier). Returns blocks newly stored."""
+        keys, ids = list(keys), list(block_ids)
+        if len(ids) != len(keys):
+            raise ValueError("%d keys, %d block ids" % (len(keys), len(ids)))
+        stored = 0
+        for i in range(0, len(keys), BATCH_MAX):
+            arr, n = _keys(keys[i:i + BATCH_MAX])
+            idarr = (ctypes.c_int64 * n)(*ids[i:i + BATCH_MAX])
+            par = _parent(keys[i - 1] if i else parent)
+            with self.client.lock:
+                stored += _check(_offload(self._handle(), par, arr, n, ctypes.byref(layout.c),
+                                          idarr, stream), "kvt_offload")
+        return stored
+
+    def restore(self, keys, layout, block_ids, stream=None):
+        """Scatter the leading cached run of keys into engine blocks block_ids
+        (kvt_restore, in batches of BATCH_MAX; stream as for offload).
+        Returns the run's length."""
+        keys, ids = list(keys), list(block_ids)
+        if len(ids) != len(keys):
+            raise ValueError("%d keys, %d block ids" % (len(keys), len(ids)))
+        run = 0
+        for i in range(0, len(keys), BATCH_MAX):
+            arr, n = _keys(keys[i:i + BATCH_MAX])
+            idarr = (ctypes.c_int64 * n)(*ids[i:i + BATCH_MAX])
+            with self.client.lock:
+                got = _check(_restore(self._handle(), arr, n, ctypes.byref(layout.c), idarr,
+                                      stream), "kvt_restore")
+            run += got
+            if got < n:
+                break
+        return run
+
+    def remove(self, keys):
+        arr, n = _keys(keys)
+        with self.client.lock:
+            return _check(_remove(self._handle(), arr, n), "kvt_remove")
+
+
+# ---- a model's KV cache from its config.json ------------------------------------
+
+class ModelDesc:
+    """kvt_model_parse_file's description of a model's KV cache."""
+
+    def __init__(self, c):
+        self.c = c
+        self.model_type = c.model_type.decode()
+        self.dtype = c.dtype.decode()
+        self.elem_bytes = c.elem_bytes
+        self.num_layers = c.num_layers
+        self.groups = [{"kind": LAYER_KINDS[g.kind], "name": g.name.decode(),
+                        "layers": g.layers, "kv_heads": g.kv_heads, "head_dim": g.head_dim,
+                        "n_kv": g.n_kv, "elem_bytes": g.elem_bytes, "window": g.window}
+                       for g in c.group[:c.n_groups]]
+
+    def set_dtype(self, dtype):
+        _check(_model_set_dtype(ctypes.byref(self.c), _b(dtype)), "kvt_model_set_dtype")
+        self.__init__(self.c)
+
+    def block_bytes(self, block_tokens, tp_size=1):
+        """Bytes of one tier block (0 when no block is possible)."""
+        return _model_block_bytes(ctypes.byref(self.c), block_tokens, tp_size)
+
+
+def model_from_config(path, dtype=None):
+    """Read a Hugging Face config.json (kvt_model_parse_file); dtype overrides
+    the KV dtype ("bf16", "fp16", "fp32", "fp8")."""
+    c = _ModelDesc()
+    err = ctypes.create_string_buffer(256)
+    rc = _model_parse_file(_b(path), ctypes.byref(c), err, len(err))
+    if rc < 0:
+        raise KvtierError(rc, "kvt_model_parse_file: " + err.value.decode(errors="replace"))
+    m = ModelDesc(c)
+    if dtype:
+        m.set_dtype(dtype)
+    return m

@@ -1,0 +1,392 @@
+# SPDX-License-Identifier: MIT
+"""KvtierConnector: vLLM's KV connector (V1 interface) over tierd.
+
+Load it with vLLM's standard option:
+
+    --kv-transfer-config '{"kv_connector": "KvtierConnector",
+        "kv_connector_module_path": "kvtier.vllm_connector", "kv_role": "kv_both",
+        "kv_connector_extra_config": {"socket": "/run/kvtier/tierd.sock"}}'
+
+(the socket may instead come from $KVTIER_SOCKET), with
+--prefix-caching-hash-algo sha256_cbor and PYTHONHASHSEED set.
+
+How vLLM's calls map onto kvtier:
+  - keys: vLLM's own block hashes (request.block_hashes, sha256_cbor) are the
+    kvtier keys, byte for byte; kvtier computes nothing.
+  - scheduler side: get_num_new_matched_tokens is a kvt_lookup of the
+    request's hashes (the shortest hit over every tensor-parallel rank's
+    namespace); update_state_after_alloc records which new engine blocks
+    receive the hit; build_connector_meta hands the worker that load plan and
+    the blocks that become full and computed during the step (to save);
+    request_finished forgets the request (saves are synchronous, so its
+    blocks may be freed at once).
+  - worker side: register_kv_caches describes vLLM's per-layer KV tensors as
+    a kvk_layout (data pointers and strides); start_load_kv restores every
+    planned block by kvt_restore (lease + scatter, all layers at once);
+    save_kv_layer has nothing to do per layer, wait_for_save offloads the
+    step's new full blocks by kvt_offload (gather + put) before the step
+    ends; get_finished has nothing pending to report, and blocks a restore
+    could not fill are reported through get_block_ids_with_load_errors, so
+    vLLM recomputes them.
+  - namespace: model id, KV dtype, block size, the tier block's shape
+    (layers, KV heads per rank, head size) and the tensor-parallel rank and
+    size, so two instances of one model share blocks and different models
+    never do. The tier block format (layer, K/V, token, head, dim) does not
+    depend on the engine's paged layout, so a CPU and a GPU instance of the
+    same model share too.
+"""
+import hashlib
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
+)
+from vllm.logger import init_logger
+
+import kvtier
+
+log = init_logger("vllm.kvtier")   # under vllm: shown in its log
+
+_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+for _n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"):
+    if hasattr(torch, _n):
+        _DTYPES[getattr(torch, _n)] = "fp8"
+
+
+class KvtierConfigError(ValueError):
+    """vLLM is configured in a way under which kvtier's keys would be wrong."""
+
+
+@dataclass
+class _Load:
+    req_id: str
+    keys: list          # 32-byte keys, in chain order
+    block_ids: list     # engine blocks that receive them
+
+
+@dataclass
+class _Save:
+    req_id: str
+    parent: bytes | None  # key of the block before keys[0], None at the start
+    keys: list
+    block_ids: list
+
+
+@dataclass
+class KvtierConnectorMetadata(KVConnectorMetadata):
+    """One step's work for the workers: loads before the forward pass,
+    saves after it."""
+    loads: list = field(default_factory=list)
+    saves: list = field(default_factory=list)
+
+
+@dataclass
+class _ReqState:
+    """Scheduler-side bookkeeping of one request."""
+    request: object
+    local_tokens: int = 0     # block-aligned local hit, from the last query
+    hit_blocks: int = 0       # blocks kvtier holds, from the last query
+    saved_blocks: int = 0     # leading blocks handed to the workers to save
+    pending_load: _Load | None = None   # planned by update_state_after_alloc
+
+
+def check_vllm_config(vllm_config):
+    """Refuse a configuration in which vLLM's block hashes are not kvtier keys
+    shared across processes. Raises KvtierConfigError with what to change."""
+    algo = vllm_config.cache_config.prefix_caching_hash_algo
+    if algo != "sha256_cbor":
+        raise KvtierConfigError(
+            "kvtier: vLLM's block hashes are kvtier keys only with "
+            "--prefix-caching-hash-algo sha256_cbor (it is %r)" % algo)
+    if not os.environ.get("PYTHONHASHSEED"):
+        raise KvtierConfigError(
+            "kvtier: set PYTHONHASHSEED (e.g. PYTHONHASHSEED=0) in vLLM's environment: "
+            "it seeds the first block's hash, and every instance that shares kvtier "
+            "blocks (and tierctl hash --seed) must use the same value")
+
+
+def _model_id(model_config):
+    mid = str(model_config.model)
+    rev = getattr(model_config, "revision", None)
+    if rev:
+        mid = "%s@%s" % (mid, rev)
+    if len(mid.encode()) > 127:
+        # keep the readable tail and make the whole unique
+        h = hashlib.sha256(mid.encode()).hexdigest()[:16]
+        mid = h + ":" + mid.encode()[-(127 - 17):].decode(errors="ignore")
+    return mid
+
+
+def _the_group(kv_cache_config):
+    groups = kv_cache_config.kv_cache_groups
+    if len(groups) != 1:
+        raise KvtierConfigError(
+            "kvtier: the connector handles models with one KV cache group (plain "
+            "full attention); this model has %d" % len(groups))
+    spec = groups[0].kv_cache_spec
+    for a in ("block_size", "num_kv_heads", "head_size", "dtype"):
+        if not hasattr(spec, a):
+            raise KvtierConfigError("kvtier: unsupported KV cache spec %s (no %s)"
+                                    % (type(spec).__name__, a))
+    if type(spec).__name__ != "FullAttentionSpec":
+        raise KvtierConfigError("kvtier: unsupported KV cache spec %s: only full "
+                                "attention" % type(spec).__name__)
+    odd = [a for a, ok in (
+        ("sliding_window", getattr(spec, "sliding_window", None) is None),
+        ("head_size_v", getattr(spec, "head_size_v", None) in (None, spec.head_size)),
+        ("kv_quant_mode", getattr(getattr(spec, "kv_quant_mode", None), "name",
+                                  "NONE") == "NONE")) if not ok]
+    if odd:
+        raise KvtierConfigError("kvtier: unsupported KV cache (%s set)" % ", ".join(odd))
+    return groups[0]
+
+
+def namespace_desc(vllm_config, kv_cache_config, tp_rank):
+    """The kvt_model fields of this instance's namespace, as a dict."""
+    group = _the_group(kv_cache_config)
+    spec = group.kv_cache_spec
+    if spec.dtype not in _DTYPES:
+        raise KvtierConfigError("kvtier: unsupported KV dtype %s" % spec.dtype)
+    if vllm_config.cache_config.block_size != spec.block_size:
+        raise KvtierConfigError(
+            "kvtier: the cache block size (%d) differs from the hash block size (%d)"
+            % (spec.block_size, vllm_config.cache_config.block_size))
+    if getattr(vllm_config.parallel_config, "decode_context_parallel_size", 1) != 1:
+        raise KvtierConfigError("kvtier: decode context parallelism is not supported")
+    layers = len(group.layer_names)
+    esize = torch.tensor([], dtype=spec.dtype).element_size()
+    return {
+        "model_id": _model_id(vllm_config.model_config),
+        "dtype": _DTYPES[spec.dtype],
+        "layout": "vllm:%dLx%dHx%dD" % (layers, spec.num_kv_heads, spec.head_size),
+        "block_tokens": spec.block_size,
+        "tp_rank": tp_rank,
+        "tp_size": vllm_config.parallel_config.tensor_parallel_size,
+        "block_bytes": layers * 2 * spec.block_size * spec.num_kv_heads * spec.head_size
+        * esize,
+    }
+
+
+def layout_for_tensors(tensors, block_size, kv_heads, head_size):
+    """A kvtier.Layout for vLLM's per-layer KV tensors (in layer order), from
+    their shapes and strides. Known shapes, for B blocks of T tokens, H heads
+    of D dims:
+        [2, B, T, H, D]  flash-attn          [B, 2, T, H, D]  FlashInfer NHD
+        [2, B, H, T, D]                       [B, 2, H, T, D]  HND
+        [B, H, T, 2*D]   vLLM's CPU backend (viewed as [B, H, 2*T, D]: the K
+                         rows of a block and head, then its V rows)
+    Raises KvtierConfigError for anything else."""
+    t0 = tensors[0]
+    shape, T, H, D = tuple(t0.shape), block_size, kv_heads, head_size
+    named = {
+        "kbthd": lambda s: len(s) == 5 and s[0] == 2 and s[2:] == (T, H, D),
+        "bkthd": lambda s: len(s) == 5 and s[1] == 2 and s[2:] == (T, H, D),
+        "kbhtd": lambda s: len(s) == 5 and s[0] == 2 and s[2:] == (H, T, D),
+        "bkhtd": lambda s: len(s) == 5 and s[1] == 2 and s[2:] == (H, T, D),
+    }
+    for dims, match in named.items():
+        if match(shape):
+            return kvtier.Layout.from_tensors(tensors, dims)
+    if len(shape) == 4 and shape[1:] == (H, T, 2 * D):
+        st = tuple(t0.stride())
+        if st[3] != 1 or st[2] != 2 * D:
+            raise KvtierConfigError("kvtier: CPU KV cache with unexpected strides %r" % (st,))
+        for t in tensors:
+            if tuple(t.shape) != shape or tuple(t.stride()) != st or t.dtype != t0.dtype:
+                raise KvtierConfigError("kvtier: KV tensors differ in shape or dtype")
+        return kvtier.Layout([t.data_ptr() for t in tensors], elem_bytes=t0.element_size(),
+                             block_tokens=T, kv_heads=H, head_dim=D, num_blocks=shape[0],
+                             n_kv=2, stride_kv=T * D, stride_block=st[0], stride_token=D,
+                             stride_head=st[1], stride_dim=1)
+    raise KvtierConfigError(
+        "kvtier: unknown KV cache shape %r (block size %d, %d KV heads, head size %d)"
+        % (shape, T, H, D))
+
+
+class KvtierConnector(KVConnectorBase_V1):
+    """vLLM KV connector over kvtier: prefix blocks saved to and restored from
+    tierd by vLLM's own block hashes. Loads and saves are synchronous."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        check_vllm_config(vllm_config)
+        if kv_cache_config is None:
+            raise KvtierConfigError("kvtier: needs vLLM's kv_cache_config")
+        extra = getattr(self._kv_transfer_config, "kv_connector_extra_config", None) or {}
+        self._socket = extra.get("socket") or None      # None: $KVTIER_SOCKET / default
+        self._client = kvtier.Client(self._socket)
+        tp_size = vllm_config.parallel_config.tensor_parallel_size
+        group = _the_group(kv_cache_config)
+        self._layer_names = list(group.layer_names)
+        self._block_size = group.kv_cache_spec.block_size
+        self._kv_heads = group.kv_cache_spec.num_kv_heads
+        self._head_size = group.kv_cache_spec.head_size
+        if role == KVConnectorRole.SCHEDULER:
+            # one scheduler serves every rank: a hit counts only where all have it
+            self._ns = [self._open(namespace_desc(vllm_config, kv_cache_config, r))
+                        for r in range(tp_size)]
+            self._reqs = {}
+        else:
+            try:
+                from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+                rank = get_tensor_model_parallel_rank()
+            except Exception:          # not initialised: a single process
+                rank = 0
+            self._desc = namespace_desc(vllm_config, kv_cache_config, rank)
+            self._ns = self._open(self._desc)
+            self._layout = None
+            self._stream_dev = None
+            self._load_errors = set()
+        log.info("kvtier: %s connector on %s", role.name.lower(), self._socket
+                 or kvtier.default_socket())
+
+    def _open(self, d):
+        return self._client.ns_open(d["model_id"], d["dtype"], d["layout"], d["block_tokens"],
+                                    d["block_bytes"], d["tp_rank"], d["tp_size"])
+
+    # ---- scheduler side --------------------------------------------------
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        keys = list(request.block_hashes)
+        # vLLM computes at least the prompt's last token itself
+        usable = min(len(keys), (request.num_tokens - 1) // self._block_size)
+        hit = usable
+        try:
+            for ns in self._ns:
+                if hit == 0:
+                    break
+                hit = min(hit, ns.lookup(keys[:hit]))
+        except kvtier.KvtierError as e:
+            # tierd gone or refusing: no hit, never a failed request
+            log.warning("kvtier: lookup failed, counted as a miss: %s", e)
+            hit = 0
+        st = self._reqs.setdefault(request.request_id, _ReqState(request))
+        st.request = request
+        st.local_tokens = num_computed_tokens
+        st.hit_blocks = hit
+        extra = hit * self._block_size - num_computed_tokens
+        return (extra if extra > 0 else 0), False
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        st = self._reqs.setdefault(request.request_id, _ReqState(request))
+        st.request = request
+        if num_external_tokens <= 0:
+            return
+        first = st.local_tokens // self._block_size
+        n = num_external_tokens // self._block_size
+        ids = blocks.get_block_ids()[0]
+        load = _Load(request.request_id, list(request.block_hashes[first:first + n]),
+                     list(ids[first:first + n]))
+        st.pending_load = load
+        # what is loaded is in kvtier already: no need to save it again
+        st.saved_blocks = max(st.saved_blocks, first + n)
+
+    def build_connector_meta(self, scheduler_output):
+        meta = KvtierConnectorMetadata()
+        for st in self._reqs.values():
+            if st.pending_load is not None:
+                meta.loads.append(st.pending_load)
+                st.pending_load = None
+        for req_id, n_sched in scheduler_output.num_scheduled_tokens.items():
+            st = self._reqs.get(req_id)
+            if st is None:
+                continue
+            req = st.request
+            # full blocks whose KV exists once this step has run
+            done = min(len(req.block_hashes),
+                       (req.num_computed_tokens + n_sched) // self._block_size)
+            if done <= st.saved_blocks:
+                continue
+            ids = self._block_ids(req_id)
+            if ids is None or len(ids) < done:
+                continue
+            first = st.saved_blocks
+            meta.saves.append(_Save(req_id, req.block_hashes[first - 1] if first else None,
+                                    list(req.block_hashes[first:done]), list(ids[first:done])))
+            st.saved_blocks = done
+        return meta
+
+    def _block_ids(self, req_id):
+        mgr = self._kv_cache_manager
+        if mgr is None:
+            return None
+        return list(mgr.get_block_ids(req_id)[0])
+
+    def request_finished(self, request, block_ids):
+        self._reqs.pop(request.request_id, None)
+        return False, None
+
+    # ---- worker side ------------------------------------------------------
+
+    def register_kv_caches(self, kv_caches):
+        missing = [n for n in self._layer_names if n not in kv_caches]
+        if missing:
+            raise KvtierConfigError("kvtier: no KV tensor for layers %s" % missing[:4])
+        tensors = [kv_caches[n] for n in self._layer_names]
+        self._layout = layout_for_tensors(tensors, self._block_size, self._kv_heads,
+                                          self._head_size)
+        if self._layout.block_bytes != self._ns.block_bytes:
+            raise KvtierConfigError("kvtier: KV tensors give %d-byte blocks, the namespace %d"
+                                    % (self._layout.block_bytes, self._ns.block_bytes))
+        dev = tensors[0].device
+        self._stream_dev = dev if dev.type == "cuda" else None
+        log.info("kvtier: %d layers, %d blocks of %d bytes, namespace %s %s %s rank %d/%d",
+                 len(tensors), self._layout.c.num_blocks, self._layout.block_bytes,
+                 self._desc["model_id"], self._desc["dtype"], self._desc["layout"],
+                 self._desc["tp_rank"], self._desc["tp_size"])
+
+    def _stream(self):
+        if self._stream_dev is None:
+            return None
+        return torch.cuda.current_stream(self._stream_dev).cuda_stream
+
+    def start_load_kv(self, forward_context, **kwargs):
+        if not self.has_connector_metadata() or self._layout is None:
+            return
+        meta = self._get_connector_metadata()
+        for ld in meta.loads:
+            try:
+                got = self._ns.restore(ld.keys, self._layout, ld.block_ids,
+                                       stream=self._stream())
+            except kvtier.KvtierError as e:
+                log.warning("kvtier: request %s: restore failed: %s", ld.req_id, e)
+                got = 0
+            if got < len(ld.keys):
+                # evicted since the lookup: vLLM recomputes these blocks
+                self._load_errors.update(ld.block_ids[got:])
+                log.warning("kvtier: request %s: %d of %d blocks restored", ld.req_id, got,
+                            len(ld.keys))
+
+    def wait_for_layer_load(self, layer_name):
+        return      # start_load_kv restored every layer already
+
+    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
+        return      # wait_for_save gathers every layer at once
+
+    def wait_for_save(self):
+        if not self.has_connector_metadata() or self._layout is None:
+            return
+        meta = self._get_connector_metadata()
+        for sv in meta.saves:
+            try:
+                self._ns.offload(sv.keys, self._layout, sv.block_ids, parent=sv.parent,
+                                 stream=self._stream())
+            except kvtier.KvtierError as e:
+                # a lost save is a future miss, never a wrong answer
+                log.warning("kvtier: request %s: offload of %d blocks failed: %s",
+                            sv.req_id, len(sv.keys), e)
+
+    def get_finished(self, finished_req_ids):
+        return None, None   # loads and saves complete within their step
+
+    def get_block_ids_with_load_errors(self):
+        errs, self._load_errors = self._load_errors, set()
+        return errs
+
+    def shutdown(self):
+        self._client.close()

@@ -1,0 +1,525 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tierd_remote.c - the remote tier through two tierds sharing a Redis
+ * Cluster (3 masters of Debian's redis-server on 127.0.0.1, started here):
+ * a prefix put through one is a hit through the other, byte-identical;
+ * a master killed during reads turns into misses, never wrong bytes or a
+ * stuck daemon; a resharding during reads is followed (MOVED / ASK); a
+ * value corrupted behind tierd's back is a counted checksum miss.
+ * Skipped when redis-server or redis-cli is missing. No per-test .timeout
+ * (Criterion 2.4.1 leaks in the runner with mixed ones, see tier_nvme_io.c):
+ * every wait here is bounded, and make test's --timeout covers each test.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "t.h"
+
+#define BLK (64u << 10)
+#define CHAIN 4
+#define NODES 3
+
+struct cluster {
+    int port[NODES];
+    pid_t pid[NODES];
+    char dir[64];
+    char seeds[128];
+};
+
+static bool slow(void) { return getenv("KVT_TEST_VALGRIND") != NULL; }
+
+static uint64_t ms_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static bool bindable(int port)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(0x7f000001) };
+    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    bool ok;
+
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    close(fd);
+    return ok;
+}
+
+/* A port free with its cluster bus port (+10000), spread by pid so that
+ * parallel tests rarely try the same ones. */
+static int free_port(int after)
+{
+    int start = after ? after + 1 - 20000 : (int)(getpid() % 1000) * 10;
+
+    for (int i = 0; i < 10000; i++) {
+        int p = 20000 + (start + i) % 10000;
+
+        if (bindable(p) && bindable(p + 10000))
+            return p;
+    }
+    cr_assert_fail("no free port pair");
+    return -1;
+}
+
+static bool have(const char *path)
+{
+    return access(path, X_OK) == 0;
+}
+
+/* Run argv, output to the cluster's log; its exit status. */
+static int run(struct cluster *c, const char *const *argv)
+{
+    char log[128];
+    pid_t pid;
+
+    snprintf(log, sizeof(log), "%s/cmd.log", c->dir);
+    pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return t_wait(pid);
+}
+
+/* One command on node port; the reply (freeReplyObject it), or NULL. */
+static redisReply *cmd(int port, const char *fmt, ...)
+{
+    struct timeval tv = { .tv_sec = 5 };
+    redisContext *rc = redisConnectWithTimeout("127.0.0.1", port, tv);
+    redisReply *r = NULL;
+    va_list ap;
+
+    if (rc && !rc->err && redisSetTimeout(rc, tv) == REDIS_OK) {
+        va_start(ap, fmt);
+        r = redisvCommand(rc, fmt, ap);
+        va_end(ap);
+    }
+    if (rc)
+        redisFree(rc);
+    return r;
+}
+
+static bool reply_has(int port, const char *what, const char *text)
+{
+    redisReply *r = cmd(port, what);
+    bool ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, text);
+
+    if (r)
+        freeReplyObject(r);
+    return ok;
+}
+
+static void cluster_start(struct cluster *c)
+{
+    char conf[NODES][128], portstr[NODES][16], addr[NODES][32];
+
+    memset(c, 0, sizeof(*c));
+    if (!have("/usr/bin/redis-server") || !have("/usr/bin/redis-cli"))
+        cr_skip_test("redis-server / redis-cli not installed (mk/deps.sh test)");
+    snprintf(c->dir, sizeof(c->dir), "/tmp/kvt-redis-XXXXXX");
+    cr_assert_not_null(mkdtemp(c->dir));
+    for (int i = 0; i < NODES; i++) {
+        c->port[i] = free_port(i ? c->port[i - 1] : 0);
+        snprintf(portstr[i], sizeof(portstr[i]), "%d", c->port[i]);
+        snprintf(conf[i], sizeof(conf[i]), "%s/nodes-%d.conf", c->dir, c->port[i]);
+        snprintf(addr[i], sizeof(addr[i]), "127.0.0.1:%d", c->port[i]);
+        c->pid[i] = fork();
+        cr_assert(c->pid[i] >= 0);
+        if (c->pid[i] == 0) {
+            int null = open("/dev/null", O_WRONLY);
+
+            prctl(PR_SET_PDEATHSIG, SIGKILL); /* a dead test leaves no server behind */
+            dup2(null, 1);
+            dup2(null, 2);
+            execl("/usr/bin/redis-server", "redis-server", "--port", portstr[i], "--bind",
+                  "127.0.0.1", "--cluster-enabled", "yes", "--cluster-config-file", conf[i],
+                  "--dir", c->dir, "--save", "", "--appendonly", "no", "--daemonize", "no",
+                  (char *)NULL);
+            _exit(127);
+        }
+    }
+    snprintf(c->seeds, sizeof(c->seeds), "%s,%s", addr[0], addr[1]);
+    for (int i = 0; i < NODES; i++) {
+        uint64_t t0 = ms_now();
+        redisReply *r;
+
+        while (!(r = cmd(c->port[i], "PING"))) {
+            cr_assert_lt(ms_now() - t0, 10000, "redis-server on %d did not start", c->port[i]);
+            usleep(20000);
+        }
+        freeReplyObject(r);
+    }
+    {
+        const char *argv[] = { "/usr/bin/redis-cli", "--cluster", "create", addr[0], addr[1],
+                               addr[2], "--cluster-replicas", "0", "--cluster-yes", NULL };
+
+        cr_assert_eq(run(c, argv), 0, "redis-cli --cluster create failed (see %s/cmd.log)",
+                     c->dir);
+    }
+    for (int i = 0; i < NODES; i++) {
+        uint64_t t0 = ms_now();
+
+        while (!reply_has(c->port[i], "CLUSTER INFO", "cluster_state:ok")) {
+            cr_assert_lt(ms_now() - t0, 20000, "the cluster did not come up");
+            usleep(50000);
+        }
+    }
+}
+
+static void cluster_stop(struct cluster *c)
+{
+    char rm[128];
+
+    for (int i = 0; i < NODES; i++)
+        if (c->pid[i] > 0) {
+            kill(c->pid[i], SIGKILL);
+            t_wait(c->pid[i]);
+            c->pid[i] = 0;
+        }
+    snprintf(rm, sizeof(rm), "rm -rf '%s'", c->dir);
+    if (c->dir[0] && system(rm) != 0)
+        fprintf(stderr, "tierd_remote: could not remove %s\n", c->dir);
+}
+
+static void tierd_on(struct t_tierd *d, struct cluster *c, const char *policy)
+{
+    const char *args[] = { "--warm-bytes", "64M", "--remote-seeds", c->seeds,
+                           "--remote-timeout-ms", slow() ? "3000" : "500",
+                           "--remote-policy", policy, NULL };
+
+    t_tierd_start(d, args);
+}
+
+static void chain_keys(kvt_key *k, int chain)
+{
+    t_keys(k, CHAIN, 7700 + (uint64_t)chain);
+}
+
+static void put_chain(kvt_ns *ns, int chain)
+{
+    static uint8_t buf[CHAIN][BLK];
+    const void *src[CHAIN];
+    kvt_key k[CHAIN];
+
+    chain_keys(k, chain);
+    for (int i = 0; i < CHAIN; i++) {
+        t_fill(buf[i], BLK, (uint64_t)chain * 100 + (uint64_t)i);
+        src[i] = buf[i];
+    }
+    cr_assert_eq(kvt_put(ns, NULL, k, CHAIN, src), CHAIN);
+}
+
+/* Get chain c; every byte of each hit checked. Returns the hits. */
+static int get_chain(kvt_ns *ns, int chain)
+{
+    static uint8_t buf[CHAIN][BLK];
+    void *dst[CHAIN];
+    kvt_key k[CHAIN];
+    int hits;
+
+    chain_keys(k, chain);
+    for (int i = 0; i < CHAIN; i++)
+        dst[i] = buf[i];
+    hits = kvt_get(ns, k, CHAIN, dst);
+    cr_assert_geq(hits, 0, "get of chain %d: %s", chain, kvt_strerror(hits));
+    for (int i = 0; i < hits; i++) {
+        long bad = t_check(buf[i], BLK, (uint64_t)chain * 100 + (uint64_t)i);
+
+        cr_assert_eq(bad, -1, "chain %d block %d: wrong byte at %ld", chain, i, bad);
+    }
+    return hits;
+}
+
+/* Wait (bounded) until tierd has written want blocks to the cluster. */
+static void wait_puts(kvt_client *c, uint64_t want)
+{
+    uint64_t t0 = ms_now();
+    kvt_stats st;
+
+    for (;;) {
+        cr_assert_eq(kvt_stats_get(c, &st), 0);
+        if (st.remote_puts + st.remote_errors >= want)
+            break;
+        cr_assert_lt(ms_now() - t0, slow() ? 60000 : 15000, "remote writes: %llu of %llu",
+                     (unsigned long long)st.remote_puts, (unsigned long long)want);
+        usleep(20000);
+    }
+    cr_assert_eq(st.remote_puts, want, "remote writes: %llu, errors %llu",
+                 (unsigned long long)st.remote_puts, (unsigned long long)st.remote_errors);
+}
+
+/* A stats request answers within the bound: the daemon is not stuck. */
+static void responsive(kvt_client *c, kvt_stats *st)
+{
+    uint64_t t0 = ms_now();
+
+    cr_assert_eq(kvt_stats_get(c, st), 0);
+    cr_assert_lt(ms_now() - t0, slow() ? 10000 : 2000, "stats took %llu ms",
+                 (unsigned long long)(ms_now() - t0));
+}
+
+Test(remote, a_prefix_put_on_one_node_is_a_hit_on_another)
+{
+    struct cluster cl;
+    struct t_tierd a, b;
+    kvt_client *ca, *cb;
+    kvt_ns *na, *nb, *other;
+    kvt_model m2 = t_model(BLK);
+    kvt_key k[CHAIN];
+    uint8_t tiers[CHAIN];
+    kvt_stats st;
+
+    cluster_start(&cl);
+    tierd_on(&a, &cl, "write-through");
+    tierd_on(&b, &cl, "write-through");
+    ca = t_connect(&a);
+    cb = t_connect(&b);
+    na = t_ns(ca, BLK);
+    nb = t_ns(cb, BLK);
+    for (int c = 0; c < 3; c++)
+        put_chain(na, c);
+    wait_puts(ca, 3 * CHAIN);
+
+    /* B never saw these: its lookup asks the cluster, its get reads it */
+    chain_keys(k, 0);
+    cr_assert_eq(kvt_lookup(nb, k, CHAIN, 0, tiers), CHAIN, "lookup through the second tierd");
+    for (int c = 0; c < 3; c++)
+        cr_assert_eq(get_chain(nb, c), CHAIN, "chain %d: not a full hit through B", c);
+    /* now local in B: a hit without the cluster */
+    cr_assert_eq(get_chain(nb, 1), CHAIN);
+    responsive(cb, &st);
+    cr_assert_eq(st.remote_hits, 3 * CHAIN, "remote hits %llu",
+                 (unsigned long long)st.remote_hits);
+    cr_assert_eq(st.remote_bytes_out, 3ull * CHAIN * BLK);
+    cr_assert_geq(st.remote_probe_hits, CHAIN);
+    cr_assert_eq(st.remote_checksum_errors, 0);
+    /* another model never finds them: namespaces stay apart on the cluster */
+    m2.model_id = "test/other-model";
+    cr_assert_eq(kvt_ns_open(cb, &m2, &other), 0);
+    chain_keys(k, 2);
+    cr_assert_eq(kvt_lookup(other, k, CHAIN, 0, NULL), 0);
+
+    kvt_close(ca);
+    kvt_close(cb);
+    t_tierd_stop(&a);
+    t_tierd_stop(&b);
+    cluster_stop(&cl);
+}
+
+Test(remote, a_killed_master_turns_into_misses)
+{
+    enum { CHAINS = 24, KILL_AT = 6 };
+    struct cluster cl;
+    struct t_tierd a, b;
+    kvt_client *ca, *cb;
+    kvt_ns *na, *nb;
+    kvt_stats st;
+    int full_after = 0, short_after = 0;
+
+    cluster_start(&cl);
+    tierd_on(&a, &cl, "write-through");
+    tierd_on(&b, &cl, "write-through");
+    ca = t_connect(&a);
+    cb = t_connect(&b);
+    na = t_ns(ca, BLK);
+    nb = t_ns(cb, BLK);
+    for (int c = 0; c < CHAINS; c++)
+        put_chain(na, c);
+    wait_puts(ca, CHAINS * CHAIN);
+    /* B reads each chain once, from the cluster; a master dies midway */
+    for (int c = 0; c < CHAINS; c++) {
+        uint64_t t0 = ms_now();
+        int hits;
+
+        if (c == KILL_AT) {
+            kill(cl.pid[2], SIGKILL);
+            t_wait(cl.pid[2]);
+            cl.pid[2] = 0;
+        }
+        hits = get_chain(nb, c); /* never a wrong byte */
+        cr_assert_lt(ms_now() - t0, slow() ? 30000 : 5000, "a get took %llu ms",
+                     (unsigned long long)(ms_now() - t0));
+        if (c < KILL_AT)
+            cr_assert_eq(hits, CHAIN, "chain %d before the kill: %d hits", c, hits);
+        else if (hits == CHAIN)
+            full_after++;
+        else
+            short_after++;
+        responsive(cb, &st);
+    }
+    /* about a third of the keys lived there: most 4-block chains lose one */
+    cr_assert_gt(short_after, 0, "no get after the kill missed (%d full)", full_after);
+    responsive(cb, &st);
+    cr_assert_gt(st.remote_errors, 0, "the dead master's keys were not counted as errors");
+    cr_assert_eq(st.remote_checksum_errors, 0);
+
+    kvt_close(ca);
+    kvt_close(cb);
+    t_tierd_stop(&a);
+    t_tierd_stop(&b);
+    cluster_stop(&cl);
+}
+
+/* The node id of the master on port. */
+static void node_id(int port, char *out, size_t cap)
+{
+    redisReply *r = cmd(port, "CLUSTER MYID");
+
+    cr_assert(r && r->type == REDIS_REPLY_STRING, "CLUSTER MYID on %d", port);
+    snprintf(out, cap, "%s", r->str);
+    freeReplyObject(r);
+}
+
+Test(remote, a_resharding_during_reads_is_followed)
+{
+    enum { CHAINS = 32 };
+    struct cluster cl;
+    struct t_tierd a, b;
+    kvt_client *ca, *cb;
+    kvt_ns *na, *nb;
+    kvt_stats st;
+    char from[64], to[64], addr[32];
+    pid_t mover;
+
+    cluster_start(&cl);
+    tierd_on(&a, &cl, "write-through");
+    tierd_on(&b, &cl, "write-through");
+    ca = t_connect(&a);
+    cb = t_connect(&b);
+    na = t_ns(ca, BLK);
+    nb = t_ns(cb, BLK);
+    for (int c = 0; c < CHAINS; c++)
+        put_chain(na, c);
+    wait_puts(ca, CHAINS * CHAIN);
+    cr_assert_eq(get_chain(nb, 0), CHAIN); /* B has its slot map now */
+
+    /* move half of the first master's slots to the second, keys and all,
+     * while B reads */
+    node_id(cl.port[0], from, sizeof(from));
+    node_id(cl.port[1], to, sizeof(to));
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", cl.port[0]);
+    mover = fork();
+    cr_assert(mover >= 0);
+    if (mover == 0) {
+        const char *argv[] = { "/usr/bin/redis-cli", "--cluster", "reshard", addr,
+                               "--cluster-from", from, "--cluster-to", to, "--cluster-slots",
+                               "2700", "--cluster-yes", NULL };
+
+        _exit(run(&cl, argv));
+    }
+    for (int c = 1; c < CHAINS / 2; c++)
+        cr_assert_eq(get_chain(nb, c), CHAIN, "chain %d during the resharding", c);
+    cr_assert_eq(t_wait(mover), 0, "redis-cli --cluster reshard failed (see %s/cmd.log)",
+                 cl.dir);
+    for (int c = CHAINS / 2; c < CHAINS; c++)
+        cr_assert_eq(get_chain(nb, c), CHAIN, "chain %d after the resharding", c);
+    responsive(cb, &st);
+    cr_assert_gt(st.remote_redirects, 0, "no MOVED/ASK was seen");
+    cr_assert_eq(st.remote_hits, CHAINS * CHAIN);
+    cr_assert_eq(st.remote_checksum_errors, 0);
+
+    kvt_close(ca);
+    kvt_close(cb);
+    t_tierd_stop(&a);
+    t_tierd_stop(&b);
+    cluster_stop(&cl);
+}
+
+Test(remote, a_corrupted_value_is_a_counted_miss)
+{
+    struct cluster cl;
+    struct t_tierd a, b;
+    kvt_client *ca, *cb;
+    kvt_ns *na, *nb;
+    kvt_key k[CHAIN];
+    kvt_stats st;
+    int changed = 0;
+
+    cluster_start(&cl);
+    tierd_on(&a, &cl, "on-demotion");
+    tierd_on(&b, &cl, "on-demotion");
+    ca = t_connect(&a);
+    cb = t_connect(&b);
+    na = t_ns(ca, BLK);
+    nb = t_ns(cb, BLK);
+    put_chain(na, 0);
+    /* on-demotion: nothing goes out until the blocks leave warm; a flush
+     * writes them to cold, which is not leaving warm either */
+    responsive(ca, &st);
+    cr_assert_eq(st.remote_puts, 0, "on-demotion wrote at commit");
+    kvt_close(ca);
+    /* a clean stop flushes warm to cold through the mover's demotions,
+     * which write to the cluster too (drained before tierd exits) */
+    t_tierd_stop(&a);
+    cr_assert_eq(get_chain(nb, 0), CHAIN, "on-demotion: the demoted blocks are not there");
+    tierd_on(&a, &cl, "write-through");
+    ca = t_connect(&a);
+    na = t_ns(ca, BLK);
+    chain_keys(k, 1);
+    put_chain(na, 1);
+    wait_puts(ca, CHAIN);
+
+    /* behind tierd's back: overwrite one payload byte of chain 1's first
+     * block (its key is the only one whose value holds chain 1's data; find
+     * it by reading every kvt: key on every master) */
+    for (int i = 0; i < NODES && !changed; i++) {
+        redisReply *keys = cmd(cl.port[i], "KEYS kvt:*");
+
+        cr_assert(keys && keys->type == REDIS_REPLY_ARRAY);
+        for (size_t j = 0; j < keys->elements && !changed; j++) {
+            redisReply *v = cmd(cl.port[i], "GET %s", keys->element[j]->str);
+            static uint8_t want[BLK];
+
+            t_fill(want, BLK, 100);
+            if (v && v->type == REDIS_REPLY_STRING && v->len == 32 + BLK &&
+                memcmp(v->str + 32, want, BLK) == 0) {
+                redisReply *w = cmd(cl.port[i], "SETRANGE %s %d %b", keys->element[j]->str,
+                                    32 + 1000, "\xff\x00", (size_t)2);
+
+                cr_assert(w && w->type == REDIS_REPLY_INTEGER);
+                freeReplyObject(w);
+                changed = 1;
+            }
+            if (v)
+                freeReplyObject(v);
+        }
+        freeReplyObject(keys);
+    }
+    cr_assert(changed, "chain 1's first block is not on the cluster");
+    cr_assert_eq(get_chain(nb, 1), 0, "a corrupted block was served");
+    responsive(cb, &st);
+    cr_assert_eq(st.remote_checksum_errors, 1, "checksum errors: %llu",
+                 (unsigned long long)st.remote_checksum_errors);
+    cr_assert_eq(st.remote_hits, CHAIN, "remote hits %llu: chain 0's only",
+                 (unsigned long long)st.remote_hits);
+
+    kvt_close(ca);
+    kvt_close(cb);
+    t_tierd_stop(&a);
+    t_tierd_stop(&b);
+    cluster_stop(&cl);
+}

@@ -1,0 +1,269 @@
+# SPDX-License-Identifier: MIT
+"""kvtier against vLLM's own modules, without a forward pass: vLLM's block
+hashes as kvtier keys, the connector's start checks, its scheduler side on
+vLLM Request objects and its worker side on a KV cache shaped as vLLM's CPU
+backend makes it."""
+import random
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import kvtier
+from kvtier import vllm_connector as vc
+
+from vllm.config import CacheConfig, KVTransferConfig
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+from vllm.sampling_params import SamplingParams
+from vllm.utils.hashing import sha256_cbor
+from vllm.v1.core import kv_cache_utils as kcu
+from vllm.v1.kv_cache_interface import FullAttentionSpec
+from vllm.v1.request import Request
+
+BS = 32
+SEED = 11
+
+
+@pytest.fixture(scope="module", autouse=True)
+def none_hash():
+    assert kcu.os.environ["PYTHONHASHSEED"] == "0"
+    kcu.init_none_hash(sha256_cbor)
+
+
+def vllm_request(tokens, req_id="r", salt=None, lora=None):
+    return Request(req_id, list(tokens), SamplingParams(max_tokens=4), None,
+                   cache_salt=salt, lora_request=lora,
+                   block_hasher=kcu.get_request_block_hasher(BS, sha256_cbor))
+
+
+def prompt(n, seed=SEED):
+    r = random.Random(seed)
+    return [r.randrange(0, 32000) for _ in range(n)]
+
+
+def test_vllm_block_hashes_are_kvtier_keys():
+    assert bytes(kcu.NONE_HASH) == kvtier.none_hash("0")
+    for n in (31, 32, 100, 512):
+        toks = prompt(n, n)
+        req = vllm_request(toks)
+        assert [bytes(h) for h in req.block_hashes] == kvtier.hash_prompt(toks, BS, seed="0")
+
+
+def test_salted_hashes_are_kvtier_keys():
+    """vLLM 0.32 tags its extra keys (("cache_salt", salt), ("lora", name,
+    path), ("mm", id, offset)): kvt_hash_prompt's default form, so a C
+    engine sharing salted prompts with vLLM finds its blocks; the untagged
+    form of earlier vLLM differs."""
+    toks = prompt(64)
+    req = vllm_request(toks, salt="s1")
+    keys = [bytes(h) for h in req.block_hashes]
+    tagged = sha256_cbor((kcu.NONE_HASH, tuple(toks[:BS]), (("cache_salt", "s1"),)))
+    assert keys[0] == tagged
+    assert keys == kvtier.hash_prompt(toks, BS, seed="0", cache_salt="s1")
+    assert keys[0] != kvtier.hash_prompt(toks, BS, seed="0", cache_salt="s1",
+                                         extra_format=kvtier.EXTRA_UNTAGGED)[0]
+    # unsalted blocks after the first still chain from the salted one
+    assert keys[1] == kvtier.hash_prompt(toks[BS:], BS, seed="0", parent=keys[0],
+                                         start_token=BS)[0]
+
+
+def test_lora_hashes_are_kvtier_keys():
+    """A LoRA adapter: vLLM hashes its name and path on every block, as
+    kvt_hash_prompt with lora_name and lora_path; salt and LoRA together
+    too."""
+    from vllm.lora.request import LoRARequest
+
+    toks = prompt(96)
+    lora = LoRARequest("sql", 1, "/adapters/sql")
+    keys = [bytes(h) for h in vllm_request(toks, lora=lora).block_hashes]
+    assert keys == kvtier.hash_prompt(toks, BS, seed="0", lora_name="sql",
+                                      lora_path="/adapters/sql")
+    keys = [bytes(h) for h in vllm_request(toks, salt="t", lora=lora).block_hashes]
+    assert keys == kvtier.hash_prompt(toks, BS, seed="0", cache_salt="t", lora_name="sql",
+                                      lora_path="/adapters/sql")
+
+
+def fake_config(socket, algo="sha256_cbor", tp=1, block=BS):
+    cache = CacheConfig(block_size=block, prefix_caching_hash_algo=algo)
+    return SimpleNamespace(
+        cache_config=cache,
+        kv_transfer_config=KVTransferConfig(kv_connector="KvtierConnector",
+                                            kv_connector_module_path="kvtier.vllm_connector",
+                                            kv_role="kv_both",
+                                            kv_connector_extra_config={"socket": socket}),
+        model_config=SimpleNamespace(model="test/tiny-llama", revision=None),
+        parallel_config=SimpleNamespace(tensor_parallel_size=tp,
+                                        decode_context_parallel_size=1))
+
+
+def fake_kv_cache_config(layers=2, heads=2, head=32, dtype=torch.float32):
+    spec = FullAttentionSpec(block_size=BS, num_kv_heads=heads, head_size=head, dtype=dtype)
+    group = SimpleNamespace(layer_names=["model.layers.%d.self_attn.attn" % i
+                                         for i in range(layers)], kv_cache_spec=spec)
+    return SimpleNamespace(kv_cache_groups=[group])
+
+
+def test_refuses_other_hash_algo_and_missing_seed(tierd, monkeypatch):
+    kcc = fake_kv_cache_config()
+    with pytest.raises(vc.KvtierConfigError, match="sha256_cbor"):
+        vc.KvtierConnector(fake_config(tierd.sock, algo="sha256"), KVConnectorRole.SCHEDULER,
+                           kcc)
+    monkeypatch.delenv("PYTHONHASHSEED")
+    with pytest.raises(vc.KvtierConfigError, match="PYTHONHASHSEED"):
+        vc.KvtierConnector(fake_config(tierd.sock), KVConnectorRole.SCHEDULER, kcc)
+
+
+def test_refuses_hybrid_models(tierd):
+    kcc = fake_kv_cache_config()
+    kcc.kv_cache_groups.append(kcc.kv_cache_groups[0])
+    with pytest.raises(vc.KvtierConfigError, match="one KV cache group"):
+        vc.KvtierConnector(fake_config(tierd.sock), KVConnectorRole.SCHEDULER, kcc)
+
+
+def test_namespace_follows_model_config(tierd):
+    kcc = fake_kv_cache_config()
+    a = vc.namespace_desc(fake_config(tierd.sock), kcc, 0)
+    assert a == {"model_id": "test/tiny-llama", "dtype": "fp32", "layout": "vllm:2Lx2Hx32D",
+                 "block_tokens": BS, "tp_rank": 0, "tp_size": 1,
+                 "block_bytes": 2 * 2 * BS * 2 * 32 * 4}
+    b = vc.namespace_desc(fake_config(tierd.sock, tp=2), kcc, 1)
+    assert (b["tp_rank"], b["tp_size"]) == (1, 2)
+    c = vc.namespace_desc(fake_config(tierd.sock), fake_kv_cache_config(dtype=torch.bfloat16), 0)
+    assert c["dtype"] == "bf16" and c["block_bytes"] == a["block_bytes"] // 2
+
+
+class Blocks:
+    """Stands in for vLLM's KVCacheBlocks (one group)."""
+
+    def __init__(self, ids):
+        self.ids = ids
+
+    def get_block_ids(self):
+        return (list(self.ids),)
+
+
+def cpu_cache(num_blocks, layers=2, heads=2, head=32, fill=None):
+    """Per-layer tensors as vLLM's CPU backend allocates them:
+    [num_blocks, kv_heads, block_size, 2 * head_size]."""
+    g = torch.Generator().manual_seed(SEED)
+    return {"model.layers.%d.self_attn.attn" % i:
+            (torch.randn(num_blocks, heads, BS, 2 * head, generator=g) if fill is None
+             else torch.full((num_blocks, heads, BS, 2 * head), float(fill)))
+            for i in range(layers)}
+
+
+def test_cpu_layout_splits_k_and_v():
+    kv = cpu_cache(4, layers=1)
+    t = next(iter(kv.values()))
+    lay = vc.layout_for_tensors([t], BS, 2, 32)
+    c = lay.c
+    assert (c.stride_block, c.stride_head, c.stride_kv, c.stride_token, c.stride_dim) == \
+        (2 * BS * 2 * 32, BS * 2 * 32, BS * 32, 32, 1)
+    # vLLM's CPU kernel sees [B, H, 2*T, D]: rows 0..T-1 are K, T..2T-1 are V
+    view = t.view(4, 2, 2 * BS, 32)
+    b, h, tok, d = 3, 1, 5, 7
+    flat = t.view(-1)
+    assert flat[b * c.stride_block + h * c.stride_head + tok * c.stride_token + d] == \
+        view[b, h, tok, d]
+    assert flat[b * c.stride_block + c.stride_kv + h * c.stride_head + tok * c.stride_token
+                + d] == view[b, h, BS + tok, d]
+    with pytest.raises(vc.KvtierConfigError, match="unknown KV cache shape"):
+        vc.layout_for_tensors([torch.zeros(4, 3, BS, 64)], BS, 2, 32)
+
+
+def test_scheduler_and_worker_round_trip(tierd):
+    """Scheduler side on vLLM Requests, worker side on a CPU-shaped cache:
+    instance A saves a prompt's blocks, instance B finds them, loads them
+    into other engine blocks, and they arrive byte for byte."""
+    cfg, kcc = fake_config(tierd.sock), fake_kv_cache_config()
+    toks = prompt(5 * BS + 7, 3)
+
+    # instance A: nothing cached; a 167-token prefill saves its 5 full blocks
+    sa = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
+    wa = vc.KvtierConnector(cfg, KVConnectorRole.WORKER, kcc)
+    kv_a = cpu_cache(16)
+    wa.register_kv_caches(kv_a)
+    req = vllm_request(toks, "a")
+    assert sa.get_num_new_matched_tokens(req, 0) == (0, False)
+    ids_a = [9, 3, 12, 4, 1, 7]
+    sa._kv_cache_manager = SimpleNamespace(get_block_ids=lambda rid: (ids_a,))
+    sa.update_state_after_alloc(req, Blocks(ids_a), 0)
+    meta = sa.build_connector_meta(SimpleNamespace(num_scheduled_tokens={"a": len(toks)}))
+    assert meta.loads == [] and len(meta.saves) == 1
+    assert meta.saves[0].block_ids == ids_a[:5] and meta.saves[0].parent is None
+    assert meta.saves[0].keys == list(req.block_hashes)
+    wa.bind_connector_metadata(meta)
+    wa.wait_for_save()
+    wa.clear_connector_metadata()
+    # nothing more to save for this request; it finishes synchronously
+    req.num_computed_tokens = len(toks)
+    meta = sa.build_connector_meta(SimpleNamespace(num_scheduled_tokens={"a": 1}))
+    assert meta.saves == []
+    assert sa.request_finished(req, ids_a) == (False, None)
+    assert wa.get_finished({"a"}) == (None, None)
+
+    # instance B: the same prompt plus more finds 5 blocks; one block is
+    # already in its local cache, so 4 are loaded
+    sb = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
+    wb = vc.KvtierConnector(cfg, KVConnectorRole.WORKER, kcc)
+    kv_b = cpu_cache(16, fill=0)
+    wb.register_kv_caches(kv_b)
+    req_b = vllm_request(toks + [1, 2, 3], "b")
+    assert sb.get_num_new_matched_tokens(req_b, BS) == (4 * BS, False)
+    ids_b = [2, 5, 6, 8, 10, 11]
+    sb.update_state_after_alloc(req_b, Blocks(ids_b), 4 * BS)
+    sb._kv_cache_manager = SimpleNamespace(get_block_ids=lambda rid: (ids_b,))
+    meta = sb.build_connector_meta(SimpleNamespace(num_scheduled_tokens={"b": 10}))
+    assert len(meta.loads) == 1 and meta.loads[0].block_ids == ids_b[1:5]
+    assert meta.saves == []      # the 10 new tokens fill no block
+    wb.bind_connector_metadata(meta)
+    wb.start_load_kv(None)
+    for name in kv_a:
+        wb.wait_for_layer_load(name)
+    assert wb.get_block_ids_with_load_errors() == set()
+    for name in kv_a:
+        for blk_a, blk_b in zip(ids_a[1:5], ids_b[1:5]):
+            assert torch.equal(kv_a[name][blk_a], kv_b[name][blk_b])
+        assert not kv_b[name][ids_b[0]].any()        # the local block: untouched
+
+    # a whole-prompt hit leaves the last token to vLLM: 5 full blocks of a
+    # 160-token prompt give 4 blocks
+    req_c = vllm_request(toks[:5 * BS], "c")
+    assert sb.get_num_new_matched_tokens(req_c, 0) == (4 * BS, False)
+    for c in (sa, wa, sb, wb):
+        c.shutdown()
+
+
+def test_evicted_between_lookup_and_load_is_reported(tierd):
+    cfg, kcc = fake_config(tierd.sock), fake_kv_cache_config()
+    toks = prompt(3 * BS + 1, 4)
+    w = vc.KvtierConnector(cfg, KVConnectorRole.WORKER, kcc)
+    kv = cpu_cache(8)
+    w.register_kv_caches(kv)
+    keys = kvtier.hash_prompt(toks, BS, seed="0")
+    w._ns.offload(keys[:2], w._layout, [0, 1])
+    meta = vc.KvtierConnectorMetadata(loads=[vc._Load("x", keys, [4, 5, 6])])
+    w.bind_connector_metadata(meta)
+    w.start_load_kv(None)
+    assert w.get_block_ids_with_load_errors() == {6}
+    assert w.get_block_ids_with_load_errors() == set()
+    w.shutdown()
+
+
+def test_tierd_gone_is_a_miss_not_a_failure():
+    from conftest import Tierd
+    d = Tierd()
+    cfg, kcc = fake_config(d.sock), fake_kv_cache_config()
+    s = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
+    w = vc.KvtierConnector(cfg, KVConnectorRole.WORKER, kcc)
+    w.register_kv_caches(cpu_cache(4))
+    assert d.stop() == 0
+    req = vllm_request(prompt(3 * BS, 5), "gone")
+    assert s.get_num_new_matched_tokens(req, 0) == (0, False)
+    keys = [bytes(h) for h in req.block_hashes]
+    w.bind_connector_metadata(vc.KvtierConnectorMetadata(
+        loads=[vc._Load("gone", keys[:2], [1, 2])],
+        saves=[vc._Save("gone", None, keys, [0, 1, 2])]))
+    w.start_load_kv(None)
+    w.wait_for_save()
+    assert w.get_block_ids_with_load_errors() == {1, 2}
