@@ -98,6 +98,10 @@ struct tierd {
 
 #define TIERD_NS_MAX 4096
 
+/* util.c. tierd_quiet: the log says nothing (harnesses that run the
+ * session code by the million). */
+extern bool tierd_quiet;
+
 /* Log a line to stderr with the daemon's prefix. */
 void tierd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

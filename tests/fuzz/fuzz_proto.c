@@ -33,25 +33,6 @@
 #include "tier_hot.h"
 #include "tierd.h"
 
-/* What tierd.c provides to the modules linked here (its main is not). */
-void tierd_log(const char *fmt, ...)
-{
-    (void)fmt; /* quiet: refusals are expected by the thousand */
-}
-
-uint64_t tierd_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-uint64_t tierd_parse_size(const char *s)
-{
-    return strtoull(s, NULL, 10);
-}
-
 static struct tierd d = { .listen_fd = -1, .next_sess = 1, .next_lease = 1 };
 static struct tenant *tn;
 static struct sockaddr_un addr = { .sun_family = AF_UNIX };
@@ -108,6 +89,7 @@ static void setup(void)
                            .ready = sess_on_ready, .ready_ctx = &d };
     char err[256];
 
+    tierd_quiet = true; /* refusals are expected by the thousand */
     d.uid = geteuid();
     d.max_clients = 64;
     d.start_ms = tierd_now_ms();
