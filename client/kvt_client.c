@@ -134,9 +134,16 @@ static ssize_t spin_recv(kvt_client *c, struct msghdr *m)
 /* Wait for the reply to the last request; its body lands in c->rbuf after
  * the header. fd_out (may be NULL) receives a passed descriptor. Returns the
  * reply's status (0 or negative) and the body length in *blen. */
+static void close_fd(int fd)
+{
+    if (fd >= 0)
+        close(fd);
+}
+
 static int recv_rep(kvt_client *c, uint16_t op, uint32_t *blen, int *fd_out)
 {
     for (;;) {
+        int got;
         union {
             char buf[CMSG_SPACE(sizeof(int))];
             struct cmsghdr align;
@@ -159,28 +166,38 @@ static int recv_rep(kvt_client *c, uint16_t op, uint32_t *blen, int *fd_out)
         }
         if (r < 0 && errno == EINTR)
             continue;
-        if (r <= 0)
-            return fail(c, KVT_EDISCONNECTED);
-        if (m.msg_controllen > 0) {
+        /* a descriptor may come with any message, even an empty or a bad
+         * one: taken first, so that every path below closes or keeps it */
+        got = -1;
+        if (r >= 0 && m.msg_controllen > 0) {
             struct cmsghdr *ch = CMSG_FIRSTHDR(&m);
 
-            if (ch && ch->cmsg_level == SOL_SOCKET && ch->cmsg_type == SCM_RIGHTS) {
-                int fd;
-
-                memcpy(&fd, CMSG_DATA(ch), sizeof(fd));
-                if (fd_out && *fd_out < 0)
-                    *fd_out = fd;
-                else
-                    close(fd);
-            }
+            if (ch && ch->cmsg_level == SOL_SOCKET && ch->cmsg_type == SCM_RIGHTS &&
+                ch->cmsg_len >= CMSG_LEN(sizeof(int)))
+                memcpy(&got, CMSG_DATA(ch), sizeof(got));
         }
-        if ((size_t)r < sizeof(h) || r > (ssize_t)KVT_WIRE_MSG_MAX || (m.msg_flags & MSG_TRUNC))
+        if (r <= 0) {
+            close_fd(got);
+            return fail(c, KVT_EDISCONNECTED);
+        }
+        if ((size_t)r < sizeof(h) || r > (ssize_t)KVT_WIRE_MSG_MAX || (m.msg_flags & MSG_TRUNC)) {
+            close_fd(got);
             return fail(c, KVT_EPROTO);
+        }
         memcpy(&h, c->rbuf, sizeof(h));
-        if (h.magic != KVT_WIRE_MAGIC || h.body_len != (size_t)r - sizeof(h))
+        if (h.magic != KVT_WIRE_MAGIC || h.body_len != (size_t)r - sizeof(h)) {
+            close_fd(got);
             return fail(c, KVT_EPROTO);
-        if (h.req_id != c->req_id)
-            continue; /* the late answer to a call that timed out */
+        }
+        if (h.req_id != c->req_id) {
+            close_fd(got); /* the late answer to a call that timed out: not ours */
+            continue;
+        }
+        /* only the answer to this call may hand over a descriptor */
+        if (fd_out && *fd_out < 0)
+            *fd_out = got;
+        else
+            close_fd(got);
         if (h.version != KVT_WIRE_VERSION || h.op != op)
             return fail(c, h.status == KVT_EVERSION ? KVT_EVERSION : KVT_EPROTO);
         *blen = h.body_len;

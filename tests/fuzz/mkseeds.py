@@ -97,6 +97,12 @@ def reply_seeds():
                             call(12) + rec(FRAME | FD_HOT, struct.pack("<IiQ", 1, 0, 4 * HOT) +
                                            bytes(64)) +
                             call(8, 1) + rec(FRAME, struct.pack("<II", 1, 1) + u64s(2 * HOT)),
+        # a descriptor passed with an empty message (the connection's end): the
+        # client closed the connection and kept the descriptor
+        # (the input the fuzzer found, as it found it)
+        "regress_fd_with_empty_reply": bytes.fromhex(
+            "0518000000040000000000001908010030610041000400000000000008000000"
+            "006d6d6d6d"),
         # a hot tier answered with a descriptor nobody can map
         "hot_pipe": HELLO + call(12) + rec(FRAME | FD_PIPE, struct.pack("<IiQ", 1, 0, HOT) +
                                            bytes(64)),
