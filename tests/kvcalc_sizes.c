@@ -626,7 +626,8 @@ static void slurp_fd(int fd, char *buf, size_t cap)
  * Under KVT_TEST_VALGRIND the tool runs under memcheck (exit 9 on error). */
 static void run_kvcalc(struct run *r, const char *const *args)
 {
-    char bin[512], out_path[] = "/tmp/kvcalc_out.XXXXXX", err_path[] = "/tmp/kvcalc_err.XXXXXX";
+    char bin[512], supp[600], out_path[] = "/tmp/kvcalc_out.XXXXXX",
+         err_path[] = "/tmp/kvcalc_err.XXXXXX";
     const char *argv[40];
     int n = 0, fo = mkstemp(out_path), fe = mkstemp(err_path);
     pid_t pid;
@@ -634,13 +635,7 @@ static void run_kvcalc(struct run *r, const char *const *args)
     cr_assert(fo >= 0 && fe >= 0, "mkstemp: %s", strerror(errno));
     unlink(out_path);
     unlink(err_path);
-    if (getenv("KVT_TEST_VALGRIND")) {
-        argv[n++] = "/usr/bin/valgrind";
-        argv[n++] = "-q";
-        argv[n++] = "--leak-check=full";
-        argv[n++] = "--errors-for-leak-kinds=definite,indirect";
-        argv[n++] = "--error-exitcode=9";
-    }
+    n = t_memcheck_argv(argv, supp, sizeof(supp));
     argv[n++] = t_bin("kvcalc", bin, sizeof(bin));
     for (int i = 0; args[i] && n < 39; i++)
         argv[n++] = args[i];

@@ -86,7 +86,6 @@ static char *slurp(const char *path)
 static struct run kvr(const char *const *args)
 {
     char bin[512], out[128], err[128], supp[600];
-    const char *src = getenv("KVT_TEST_SRC");
     const char *argv[64];
     struct run r = {0};
     int n = 0;
@@ -94,15 +93,7 @@ static struct run kvr(const char *const *args)
 
     snprintf(out, sizeof(out), "%s/stdout", tmp);
     snprintf(err, sizeof(err), "%s/stderr", tmp);
-    snprintf(supp, sizeof(supp), "--suppressions=%s/tests/valgrind.supp", src ? src : ".");
-    if (getenv("KVT_TEST_VALGRIND")) {
-        argv[n++] = "/usr/bin/valgrind";
-        argv[n++] = "-q";
-        argv[n++] = "--leak-check=full";
-        argv[n++] = "--errors-for-leak-kinds=definite,indirect";
-        argv[n++] = "--error-exitcode=9";
-        argv[n++] = supp;
-    }
+    n = t_memcheck_argv(argv, supp, sizeof(supp));
     argv[n++] = t_bin("kvreplay", bin, sizeof(bin));
     for (int i = 0; args[i] && n < 62; i++)
         argv[n++] = args[i];

@@ -24,6 +24,23 @@ const char *t_bin(const char *name, char *buf, size_t cap)
     return buf;
 }
 
+int t_memcheck_argv(const char **argv, char *supp, size_t cap)
+{
+    const char *src = getenv("KVT_TEST_SRC");
+    int n = 0;
+
+    if (!getenv("KVT_TEST_VALGRIND"))
+        return 0;
+    snprintf(supp, cap, "--suppressions=%s/tests/valgrind.supp", src ? src : ".");
+    argv[n++] = "/usr/bin/valgrind";
+    argv[n++] = "-q";
+    argv[n++] = "--leak-check=full";
+    argv[n++] = "--errors-for-leak-kinds=definite,indirect";
+    argv[n++] = "--error-exitcode=9";
+    argv[n++] = supp;
+    return n;
+}
+
 static void start_in(struct t_tierd *d, const char *const *args);
 
 void t_tierd_start(struct t_tierd *d, const char *const *args)
@@ -59,23 +76,14 @@ int t_tierd_kill(struct t_tierd *d, int sig)
 static void start_in(struct t_tierd *d, const char *const *args)
 {
     char bin[512], data[300], supp[600];
-    const char *src = getenv("KVT_TEST_SRC");
     const char *argv[32];
-    int n = 0;
+    int n;
 
     snprintf(d->sock, sizeof(d->sock), "%s/tierd.sock", d->dir);
-    snprintf(supp, sizeof(supp), "--suppressions=%s/tests/valgrind.supp", src ? src : ".");
     snprintf(data, sizeof(data), "%s/data", d->dir);
     /* KVT_TEST_VALGRIND=1: the daemon runs under memcheck; any error or
      * leak makes it exit 9, which t_tierd_stop reports */
-    if (getenv("KVT_TEST_VALGRIND")) {
-        argv[n++] = "/usr/bin/valgrind";
-        argv[n++] = "-q";
-        argv[n++] = "--leak-check=full";
-        argv[n++] = "--errors-for-leak-kinds=definite,indirect";
-        argv[n++] = "--error-exitcode=9";
-        argv[n++] = supp;
-    }
+    n = t_memcheck_argv(argv, supp, sizeof(supp));
     argv[n++] = t_bin("tierd", bin, sizeof(bin));
     argv[n++] = "--socket";
     argv[n++] = d->sock;

@@ -31,6 +31,12 @@ void t_tierd_restart(struct t_tierd *d, const char *const *args);
 int t_tierd_kill(struct t_tierd *d, int sig);
 /* SIGTERM it, wait, and assert a clean exit (status 0). Removes the dir. */
 void t_tierd_stop(struct t_tierd *d);
+/* With KVT_TEST_VALGRIND set, the start of an argv that runs a program
+ * under memcheck (exit 9 on any error or leak; supp holds the suppressions
+ * option and must outlive argv); else nothing. Returns the words added (at
+ * most 6). */
+int t_memcheck_argv(const char **argv, char *supp, size_t cap);
+
 /* Path of a built program (tierd, tierctl) for this flavour. */
 const char *t_bin(const char *name, char *buf, size_t cap);
 

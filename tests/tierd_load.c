@@ -52,19 +52,11 @@ static pid_t kvload_start(const char *out, const char *const *args, bool memchec
 {
     char bin[512], supp[600];
     const char *argv[48];
-    const char *src = getenv("KVT_TEST_SRC");
     int n = 0;
     pid_t pid;
 
-    snprintf(supp, sizeof(supp), "--suppressions=%s/tests/valgrind.supp", src ? src : ".");
-    if (memcheck && under_valgrind()) {
-        argv[n++] = "/usr/bin/valgrind";
-        argv[n++] = "-q";
-        argv[n++] = "--leak-check=full";
-        argv[n++] = "--errors-for-leak-kinds=definite,indirect";
-        argv[n++] = "--error-exitcode=9";
-        argv[n++] = supp;
-    }
+    if (memcheck)
+        n = t_memcheck_argv(argv, supp, sizeof(supp));
     argv[n++] = t_bin("kvload", bin, sizeof(bin));
     for (int i = 0; args[i] && n < 46; i++)
         argv[n++] = args[i];

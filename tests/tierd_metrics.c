@@ -497,7 +497,6 @@ Test(metrics, prometheus_server_scrapes_tierd_and_sees_puts)
 static int run_tierd(const char *dir, const char *const *extra, char *err, size_t cap)
 {
     char bin[512], sock[300], data[300], supp[600];
-    const char *src = getenv("KVT_TEST_SRC");
     const char *argv[32];
     int n = 0, pfd[2];
     size_t len = 0;
@@ -506,15 +505,7 @@ static int run_tierd(const char *dir, const char *const *extra, char *err, size_
 
     snprintf(sock, sizeof(sock), "%s/tierd.sock", dir);
     snprintf(data, sizeof(data), "%s/data", dir);
-    snprintf(supp, sizeof(supp), "--suppressions=%s/tests/valgrind.supp", src ? src : ".");
-    if (under_valgrind()) {
-        argv[n++] = "/usr/bin/valgrind";
-        argv[n++] = "-q";
-        argv[n++] = "--leak-check=full";
-        argv[n++] = "--errors-for-leak-kinds=definite,indirect";
-        argv[n++] = "--error-exitcode=9";
-        argv[n++] = supp;
-    }
+    n = t_memcheck_argv(argv, supp, sizeof(supp));
     argv[n++] = t_bin("tierd", bin, sizeof(bin));
     argv[n++] = "--socket";
     argv[n++] = sock;

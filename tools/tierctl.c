@@ -405,64 +405,6 @@ static int unreachable(const char *path, int err)
     return EX_UNAVAILABLE;
 }
 
-static int cmd_stats(int argc, char *argv[])
-{
-    static const struct option longopts[] = {
-        {"json", no_argument, NULL, 'j'},
-        {"socket", required_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *path = NULL;
-    int json = 0, opt, err;
-    kvt_client *c;
-    kvt_stats st;
-
-    while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 'j':
-            json = 1;
-            break;
-        case 's':
-            path = optarg;
-            break;
-        case 'h':
-            return usage();
-        default:
-            return bad_option("stats", opt, argv);
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "tierctl stats: unexpected argument '%s'\n", argv[optind]);
-        return usage();
-    }
-    if (!path)
-        path = kvt_default_socket();
-    err = kvt_connect(path, &c);
-    if (err < 0)
-        return unreachable(path, err);
-    err = kvt_stats_get(c, &st);
-    kvt_close(c);
-    if (err < 0) {
-        fprintf(stderr, "tierctl: stats from tierd at %s: %s\n", path, kvt_strerror(err));
-        return err == KVT_EDISCONNECTED ? EX_UNAVAILABLE : EX_PROTOCOL;
-    }
-    if (st.version != KVT_STATS_VERSION)
-        fprintf(stderr, "tierctl: warning: tierd sends stats version %" PRIu32
-                ", tierctl knows %d\n", st.version, KVT_STATS_VERSION);
-    if (json)
-        print_json(&st);
-    else
-        print_table(path, &st);
-    if (fflush(stdout) != 0 || ferror(stdout)) {
-        fprintf(stderr, "tierctl stats: writing stdout: %s\n", strerror(errno));
-        return EX_IOERR;
-    }
-    return 0;
-}
-
-/* ---- namespaces, why, flush, evict ------------------------------------- */
-
 /* Parse the common options of the operator commands: --socket, and
  * --json / --timeout / --ns where the command takes them (NULL: not). */
 struct opts {
@@ -524,6 +466,52 @@ static int parse_opts(const char *cmd, int argc, char *argv[], struct opts *o, b
         o->path = kvt_default_socket();
     return 0;
 }
+
+/* No arguments after the options: 0, or EX_USAGE after saying so. */
+static int no_args(const char *cmd, int argc, char *argv[])
+{
+    if (optind >= argc)
+        return 0;
+    fprintf(stderr, "tierctl %s: unexpected argument '%s'\n", cmd, argv[optind]);
+    return usage();
+}
+
+static int cmd_stats(int argc, char *argv[])
+{
+    struct opts o = { 0 };
+    const char *path;
+    int json, err = parse_opts("stats", argc, argv, &o, true, false, false);
+    kvt_client *c;
+    kvt_stats st;
+
+    if (err || (err = no_args("stats", argc, argv)))
+        return err;
+    path = o.path;
+    json = o.json;
+    err = kvt_connect(path, &c);
+    if (err < 0)
+        return unreachable(path, err);
+    err = kvt_stats_get(c, &st);
+    kvt_close(c);
+    if (err < 0) {
+        fprintf(stderr, "tierctl: stats from tierd at %s: %s\n", path, kvt_strerror(err));
+        return err == KVT_EDISCONNECTED ? EX_UNAVAILABLE : EX_PROTOCOL;
+    }
+    if (st.version != KVT_STATS_VERSION)
+        fprintf(stderr, "tierctl: warning: tierd sends stats version %" PRIu32
+                ", tierctl knows %d\n", st.version, KVT_STATS_VERSION);
+    if (json)
+        print_json(&st);
+    else
+        print_table(path, &st);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "tierctl stats: writing stdout: %s\n", strerror(errno));
+        return EX_IOERR;
+    }
+    return 0;
+}
+
+/* ---- namespaces, why, flush, evict ------------------------------------- */
 
 /* A failed request: message and sysexits code. */
 static int failed(const char *cmd, const char *path, int err)
@@ -601,12 +589,8 @@ static int cmd_namespaces(int argc, char *argv[])
     kvt_client *c;
     int rc = parse_opts("namespaces", argc, argv, &o, true, false, false), n;
 
-    if (rc)
+    if (rc || (rc = no_args("namespaces", argc, argv)))
         return rc;
-    if (optind < argc) {
-        fprintf(stderr, "tierctl namespaces: unexpected argument '%s'\n", argv[optind]);
-        return usage();
-    }
     rc = kvt_connect(o.path, &c);
     if (rc < 0)
         return unreachable(o.path, rc);
@@ -715,12 +699,8 @@ static int cmd_flush(int argc, char *argv[])
     kvt_client *c;
     int rc = parse_opts("flush", argc, argv, &o, false, true, false);
 
-    if (rc)
+    if (rc || (rc = no_args("flush", argc, argv)))
         return rc;
-    if (optind < argc) {
-        fprintf(stderr, "tierctl flush: unexpected argument '%s'\n", argv[optind]);
-        return usage();
-    }
     /* the reply comes when the disk has everything: wait that long */
     snprintf(ms, sizeof(ms), "%.0f", o.timeout * 1000.0);
     setenv("KVTIER_TIMEOUT_MS", ms, 1);
@@ -892,10 +872,8 @@ static int cmd_top(int argc, char *argv[])
             return bad_option("top", opt, argv);
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "tierctl top: unexpected argument '%s'\n", argv[optind]);
-        return usage();
-    }
+    if ((rc = no_args("top", argc, argv)))
+        return rc;
     if (!path)
         path = kvt_default_socket();
     rc = fetch(path, &c, &cur);
@@ -923,33 +901,15 @@ static int cmd_top(int argc, char *argv[])
 
 static int cmd_health(int argc, char *argv[])
 {
-    static const struct option longopts[] = {
-        {"socket", required_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *path = NULL;
+    struct opts o = { 0 };
     kvt_client *c = NULL;
+    const char *path;
     kvt_stats st;
-    int opt, rc;
+    int rc = parse_opts("health", argc, argv, &o, false, false, false);
 
-    while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 's':
-            path = optarg;
-            break;
-        case 'h':
-            return usage();
-        default:
-            return bad_option("health", opt, argv);
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "tierctl health: unexpected argument '%s'\n", argv[optind]);
-        return usage();
-    }
-    if (!path)
-        path = kvt_default_socket();
+    if (rc || (rc = no_args("health", argc, argv)))
+        return rc;
+    path = o.path;
     rc = fetch(path, &c, &st);
     kvt_close(c);
     if (rc)
