@@ -14,7 +14,6 @@
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +23,6 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sysexits.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "ev.h"
