@@ -610,48 +610,18 @@ struct run {
     char err[4096];
 };
 
-static void slurp_fd(int fd, char *buf, size_t cap)
-{
-    ssize_t r;
-    size_t n = 0;
-
-    lseek(fd, 0, SEEK_SET);
-    while (n < cap - 1 && (r = read(fd, buf + n, cap - 1 - n)) > 0)
-        n += (size_t)r;
-    buf[n] = '\0';
-    close(fd);
-}
-
 /* Run kvcalc with args (NULL-terminated), capturing stdout and stderr.
  * Under KVT_TEST_VALGRIND the tool runs under memcheck (exit 9 on error). */
 static void run_kvcalc(struct run *r, const char *const *args)
 {
-    char bin[512], supp[600], out_path[] = "/tmp/kvcalc_out.XXXXXX",
-         err_path[] = "/tmp/kvcalc_err.XXXXXX";
-    const char *argv[40];
-    int n = 0, fo = mkstemp(out_path), fe = mkstemp(err_path);
-    pid_t pid;
+    char *out, *err;
 
-    cr_assert(fo >= 0 && fe >= 0, "mkstemp: %s", strerror(errno));
-    unlink(out_path);
-    unlink(err_path);
-    n = t_memcheck_argv(argv, supp, sizeof(supp));
-    argv[n++] = t_bin("kvcalc", bin, sizeof(bin));
-    for (int i = 0; args[i] && n < 39; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    pid = fork();
-    cr_assert(pid >= 0, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        dup2(fo, 1);
-        dup2(fe, 2);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    r->status = t_wait(pid);
-    slurp_fd(fo, r->out, sizeof(r->out));
-    slurp_fd(fe, r->err, sizeof(r->err));
-    cr_assert_neq(r->status, 127, "cannot run %s (build it: make build/kvcalc)", argv[0]);
+    r->status = t_run("kvcalc", args, 1, &out, &err);
+    snprintf(r->out, sizeof(r->out), "%s", out);
+    snprintf(r->err, sizeof(r->err), "%s", err);
+    free(out);
+    free(err);
+    cr_assert_neq(r->status, 127, "cannot run kvcalc (build it: make build/kvcalc)");
 }
 
 /* Write text to a fresh temp file; the caller unlinks path. */

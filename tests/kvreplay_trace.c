@@ -85,33 +85,9 @@ static char *slurp(const char *path)
  * and any error or leak makes it exit 9. */
 static struct run kvr(const char *const *args)
 {
-    char bin[512], out[128], err[128], supp[600];
-    const char *argv[64];
     struct run r = {0};
-    int n = 0;
-    pid_t pid;
 
-    snprintf(out, sizeof(out), "%s/stdout", tmp);
-    snprintf(err, sizeof(err), "%s/stderr", tmp);
-    n = t_memcheck_argv(argv, supp, sizeof(supp));
-    argv[n++] = t_bin("kvreplay", bin, sizeof(bin));
-    for (int i = 0; args[i] && n < 62; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    pid = fork();
-    cr_assert(pid >= 0, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        int fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-
-        if (fo < 0 || fe < 0 || dup2(fo, 1) < 0 || dup2(fe, 2) < 0)
-            _exit(126);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    r.status = t_wait(pid);
-    r.out = slurp(out);
-    r.err = slurp(err);
+    r.status = t_run("kvreplay", args, 1, &r.out, &r.err);
     r.json = json_loads(r.out, 0, NULL);
     return r;
 }

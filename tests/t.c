@@ -41,6 +41,64 @@ int t_memcheck_argv(const char **argv, char *supp, size_t cap)
     return n;
 }
 
+/* An unlinked temp file's whole contents, NUL-terminated (malloc'd). */
+static char *slurp_tmp(int fd)
+{
+    off_t n = lseek(fd, 0, SEEK_END);
+    char *buf;
+
+    cr_assert(n >= 0, "lseek: %s", strerror(errno));
+    buf = malloc((size_t)n + 1);
+    cr_assert_not_null(buf);
+    cr_assert_eq(pread(fd, buf, (size_t)n, 0), (ssize_t)n, "reading a captured stream");
+    buf[n] = '\0';
+    close(fd);
+    return buf;
+}
+
+static int tmp_stream(void)
+{
+    char path[] = "/tmp/kvt-run-XXXXXX";
+    int fd = mkstemp(path);
+
+    cr_assert_geq(fd, 0, "mkstemp: %s", strerror(errno));
+    unlink(path);
+    return fd;
+}
+
+int t_run(const char *prog, const char *const *args, int memcheck, char **out, char **err)
+{
+    char bin[512], supp[600];
+    const char *argv[80];
+    int n = 0, fo = tmp_stream(), fe = tmp_stream(), st;
+    pid_t pid;
+
+    if (memcheck)
+        n = t_memcheck_argv(argv, supp, sizeof(supp));
+    argv[n++] = t_bin(prog, bin, sizeof(bin));
+    for (int i = 0; args[i] && n < 79; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    pid = fork();
+    cr_assert(pid >= 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        if (dup2(fo, 1) < 0 || dup2(fe, 2) < 0)
+            _exit(126);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    st = t_wait(pid);
+    if (out)
+        *out = slurp_tmp(fo);
+    else
+        close(fo);
+    if (err)
+        *err = slurp_tmp(fe);
+    else
+        close(fe);
+    return st;
+}
+
 static void start_in(struct t_tierd *d, const char *const *args);
 
 void t_tierd_start(struct t_tierd *d, const char *const *args)

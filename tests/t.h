@@ -37,6 +37,13 @@ void t_tierd_stop(struct t_tierd *d);
  * most 6). */
 int t_memcheck_argv(const char **argv, char *supp, size_t cap);
 
+/* Run the built program prog (t_bin) with args (NULL-terminated), under
+ * memcheck when memcheck and KVT_TEST_VALGRIND are set. Its stdout and
+ * stderr go to *out and *err (malloc'd, NUL-terminated; either pointer may
+ * be NULL to drop that stream). Returns its exit status (128+signal; 127:
+ * it could not be run). Fails the test if it cannot fork. */
+int t_run(const char *prog, const char *const *args, int memcheck, char **out, char **err);
+
 /* Path of a built program (tierd, tierctl) for this flavour. */
 const char *t_bin(const char *name, char *buf, size_t cap);
 

@@ -285,38 +285,21 @@ Test(tenants, each_tenant_has_its_own_disk)
 /* Run tierd with a config; its exit status, stderr into err. */
 static int tierd_with(const char *cfg, char *err, size_t cap)
 {
-    char bin[512], dir[64], sock[128], data[128];
-    int p[2], st;
-    size_t got = 0;
-    ssize_t r;
-    pid_t pid;
+    char dir[64], sock[128], data[128], cmd[128], *e;
+    int st;
 
     snprintf(dir, sizeof(dir), "/tmp/kvt-tcfg-XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
     snprintf(sock, sizeof(sock), "%s/s", dir);
     snprintf(data, sizeof(data), "%s/d", dir);
-    t_bin("tierd", bin, sizeof(bin));
-    cr_assert_eq(pipe(p), 0);
-    pid = fork();
-    if (pid == 0) {
-        dup2(p[1], 2);
-        close(p[0]);
-        execl(bin, "tierd", "--socket", sock, "--data", data, "--config", cfg,
-              "--cold-bytes", "16M", (char *)NULL);
-        _exit(127);
-    }
-    close(p[1]);
-    while (got + 1 < cap && (r = read(p[0], err + got, cap - 1 - got)) > 0)
-        got += (size_t)r;
-    err[got] = '\0';
-    close(p[0]);
-    st = t_wait(pid);
-    {
-        char cmd[128];
-
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-        cr_assert_eq(system(cmd), 0);
-    }
+    st = t_run("tierd",
+               (const char *const[]){ "--socket", sock, "--data", data, "--config", cfg,
+                                      "--cold-bytes", "16M", NULL },
+               0, NULL, &e);
+    snprintf(err, cap, "%s", e);
+    free(e);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
     return st;
 }
 
