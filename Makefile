@@ -14,7 +14,7 @@ NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>
 PYTHON  := /usr/bin/python3
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wmissing-prototypes
-BASE    := -std=gnu11 $(WARN) -g -MMD -MP -D_GNU_SOURCE -Iclient -Istore -Ikernels -Itierd -Itests
+BASE    := -std=gnu11 $(WARN) -g -MMD -MP -D_GNU_SOURCE -Iclient -Istore -Ikernels -Itierd -Itests -Itests/sim
 CFLAGS_REL := $(BASE) -O2 -fPIC
 CFLAGS_SAN := $(BASE) -O1 -fPIC -fsanitize=address,undefined -fno-omit-frame-pointer \
               -fno-sanitize-recover=undefined -DKVT_FAULTS
@@ -45,7 +45,8 @@ STORE_SRC   := $(wildcard store/*.c)
 CLIENT_SRC  := $(wildcard client/*.c)
 KERNEL_SRC  := $(wildcard kernels/*_cpu.c)
 TIERD_SRC   := $(wildcard tierd/*.c)
-TEST_SRC    := $(wildcard tests/*.c)
+TEST_SRC    := $(wildcard tests/*.c) tests/sim/sim.c
+SIM_SRC     := tests/sim/sim.c tests/sim/sim_main.c
 
 obj = $(patsubst %.c,$(1)/obj/%.o,$(2))
 comma := ,
@@ -91,6 +92,10 @@ $(1)/kvreplay: $(call obj,$(1),$(wildcard tools/kvreplay*.c)) $(1)/libkvtier.a $
 	@$(if $(Q),echo "  LD      $$@")
 	$(Q)$(CC) $(2) -o $$@ $$^ $(4) $(6) $(LIBS) -lm $(3)
 
+$(1)/kvtsim: $(call obj,$(1),$(SIM_SRC)) $(1)/libstore.a
+	@$(if $(Q),echo "  LD      $$@")
+	$(Q)$(CC) $(2) -o $$@ $$^ $(4) $(LIBS) $(3)
+
 $(1)/kvt_tests: $(call obj,$(1),$(TEST_SRC)) $(1)/libkvtier.a $(1)/libstore.a
 	@$(if $(Q),echo "  LD      $$@")
 	$(Q)$(CC) $(2) -o $$@ $$^ -lcriterion $(4) $(6) $(LIBS) $(3)
@@ -99,11 +104,11 @@ endef
 $(eval $(call flavour,build,$(CFLAGS_REL) $(CUDA_CFLAGS),,$(STORE_LIBS) $(CUDA_LIBS),$(CUDA_OBJS),$(CUDA_LIBS)))
 $(eval $(call flavour,build-san,$(CFLAGS_SAN),-fsanitize=address$(comma)undefined,$(STORE_LIBS)))
 
-BINS     = tierd tierctl kvcalc kvreplay kvload libkvtier.a libkvtier.so
+BINS     = tierd tierctl kvcalc kvreplay kvload kvtsim libkvtier.a libkvtier.so
 REL_BINS = $(addprefix build/,$(BINS))
 SAN_BINS = $(addprefix build-san/,$(BINS))
 
-.PHONY: all deps run test test-plain test-san bench kernels clean valgrind
+.PHONY: all deps run test test-plain test-san bench kernels clean valgrind sim soak
 all: deps $(REL_BINS) $(if $(NVCC),kernels)
 
 deps:
@@ -141,6 +146,17 @@ valgrind: test-deps $(REL_BINS) build/kvt_tests
 	valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect \
 	--suppressions=tests/valgrind.supp \
 	--error-exitcode=9 build/kvt_tests -j1 --timeout 900
+
+# The store's deterministic simulation (tests/sim/): `make sim` replays one
+# seed (a failure prints its SEED and STEPS), `make soak` runs new seeds for
+# SECONDS. make test runs a fixed budget of it inside the suite (sim/*).
+SEED    ?= 1
+STEPS   ?= 20000
+SECONDS ?= 600
+sim: build/kvtsim
+	build/kvtsim --seed $(SEED) --steps $(STEPS) --faults
+soak: build/kvtsim build-san/kvtsim
+	build/kvtsim --seed $$(date +%s) --steps $(STEPS) --seconds $(SECONDS) --faults
 
 build/tierbench: build/obj/tools/tierbench.o build/libkvtier.a build/libstore.a
 	@$(if $(Q),echo "  LD      $@")

@@ -21,7 +21,9 @@
  * does (or comes back if the key is reserved again). */
 enum idx_state { IDX_FREE = 0, IDX_RESERVED = 1, IDX_COMMITTED = 2, IDX_GHOST = 3 };
 
-/* One block. Ids (uint32_t) index the entry array; TIER_NONE is "none". */
+/* One block. Ids (uint32_t) index the entry array; TIER_NONE is "none".
+ * Ids stay below 2^31 (the array stops growing there), so the store may
+ * tag the top bit of a handle (TIER_LEASE_HOT). */
 struct idx_entry {
     struct tier_key key; /* block hash */
     uint32_t ns;         /* namespace id */
@@ -29,29 +31,38 @@ struct idx_entry {
     uint32_t prev, next; /* LRU list links (tier.c), TIER_NONE at the ends */
     uint32_t parent;     /* id of the block before this one in its chain */
     uint32_t nchild;     /* entries whose parent is this one */
-    uint32_t leases;     /* outstanding gets */
+    uint32_t leases;     /* outstanding gets (all of them) */
+    uint32_t hleases;    /* ... of those, holding the hot copy in place (TIER_GET_HOT) */
     uint32_t owner;      /* reserving client while IDX_RESERVED */
-    uint64_t off;        /* offset of the slot in the warm pool */
+    uint64_t off;        /* offset of the slot in the warm pool (the hot one when level HOT) */
+    uint64_t hoff;       /* a hot slot kept for in-place leases after the block came
+                            down to warm (IDX_F_HOTKEPT) */
     uint32_t stamp;      /* tier clock at the last access (wraps; compare by difference) */
     uint32_t nwarm;      /* children whose data is in warm (level WARM) */
     uint32_t nhot;       /* children whose data is in hot (level HOT) */
     uint8_t cls;         /* size class of the slot (of the hot pool when level HOT) */
+    uint8_t hcls;        /* size class of hoff */
     uint8_t level;       /* enum tier_level: HOT (a device slot holds the data), WARM
                             (a warm slot does) or COLD (disk only) */
     uint8_t state;       /* enum idx_state */
-    uint8_t flags;       /* IDX_F_* */
+    uint16_t flags;      /* IDX_F_* */
 };
 
 #define IDX_F_LRU 0x1u       /* linked into its class's warm LRU list */
 #define IDX_F_COLD 0x2u      /* a durable copy is in the cold tier */
-#define IDX_F_DEMOTING 0x4u  /* its slot is being copied down (to cold, or hot to warm) */
+#define IDX_F_DEMOTING 0x4u  /* its warm slot is being written to cold */
 #define IDX_F_PROMOTING 0x8u /* its slot is being read from cold */
 #define IDX_F_CLRU 0x10u     /* linked into the cold LRU list (disk-only leaves) */
 #define IDX_F_HLRU 0x20u     /* linked into its class's hot LRU list */
 #define IDX_F_HOTUP 0x40u    /* its warm slot is being copied up into a hot slot */
 #define IDX_F_WANTHOT 0x80u  /* a getter asked for it in hot: copy it up when unleased */
-/* a move holds the slot: not evicted, removed or moved again meanwhile */
-#define IDX_F_MOVING (IDX_F_DEMOTING | IDX_F_PROMOTING | IDX_F_HOTUP)
+#define IDX_F_HOTDOWN 0x100u /* its hot slot is being copied down into a warm slot */
+#define IDX_F_HOTKEPT 0x200u /* hoff: a hot slot still held by in-place leases */
+/* A move holds the slot: not evicted, removed or moved again meanwhile. One
+ * flag per direction, so that a move in one direction is never mistaken for
+ * one in another (a durable commit joins a write to disk, never a copy from
+ * hot to warm). */
+#define IDX_F_MOVING (IDX_F_DEMOTING | IDX_F_PROMOTING | IDX_F_HOTUP | IDX_F_HOTDOWN)
 _Static_assert(sizeof(struct idx_entry) <= 128, "an index entry stays within 128 bytes");
 
 struct idx;

@@ -59,7 +59,14 @@ struct lru {
  * free). A slot needed right now comes from a clean leaf first. */
 enum { DIRTY = 0, CLEAN = 1 };
 
-/* A block moving between warm and cold (a cold tier callback's context). */
+/* Who waits for a move: any number of getters and durable commits (a
+ * second getter of a block being read joins the read, never misses). */
+struct waiters {
+    void **w;
+    uint32_t n, cap;
+};
+
+/* A block moving between tiers (a cold or hot tier callback's context). */
 struct move {
     struct tier *t;
     uint32_t id;
@@ -72,8 +79,16 @@ struct move {
     uint8_t hot_cls;     /* hot_up: class of the hot slot */
     uint64_t warm_off;   /* hot_down: the warm slot being filled */
     uint64_t hot_off;    /* hot_up: the hot slot being filled */
-    void *waiter;        /* who waits for it (NULL: nobody, or forgotten) */
+    struct waiters ws;   /* who waits for it */
+    struct waiters dws;  /* hot_down: durable commits, waiting for the write that follows */
     struct move *prev, *next; /* moves in flight (tier_forget_waiter) */
+};
+
+/* A durable commit waiting for a key another client is still writing. */
+struct dwait {
+    uint32_t id;
+    void *waiter;
+    struct dwait *next;
 };
 
 /* A remote read or probe in flight (tier_get_remote, tier_lookup_remote). */
@@ -115,6 +130,8 @@ struct tier {
     struct tier_cold *cold;           /* NULL: no tier below warm */
     bool write_through;
     struct move *moves;               /* moves in flight */
+    struct dwait *dwaits;             /* durable commits waiting for others' writes */
+    bool orphans;                     /* blocks may be unreachable: tier_maintain sweeps */
     struct tier_why *why;             /* what happened to blocks that are gone */
     bool flushing;                    /* tier_flush_begin: writing warm to disk */
     uint32_t flush_at;                /* ... the next entry id to look at */
@@ -207,7 +224,15 @@ void tier_destroy(struct tier *t)
         struct move *m = t->moves;
 
         t->moves = m->next;
+        free(m->ws.w);
+        free(m->dws.w);
         free(m);
+    }
+    while (t->dwaits) {
+        struct dwait *d = t->dwaits;
+
+        t->dwaits = d->next;
+        free(d);
     }
     while (t->rops) { /* none once the remote tier is closed first, as it must be */
         struct rop *o = t->rops;
@@ -305,10 +330,34 @@ static void lru_link(struct tier *t, uint32_t id, bool at_tail, uint8_t which)
     }
 }
 
-static bool warm_leaf(const struct idx_entry *e)
+/* In warm with no child in warm: it may leave warm (dropped, written to
+ * disk, or freed when it is on disk already). Without a cold tier leaving
+ * warm means a loss, so only a block with no child at all qualifies: a
+ * block with a resident child anywhere is never dropped before that child. */
+static bool warm_leaf(const struct tier *t, const struct idx_entry *e)
 {
     return e->state == IDX_COMMITTED && e->level == TIER_L_WARM && e->leases == 0 &&
-           e->nwarm == 0 && !(e->flags & IDX_F_MOVING);
+           e->nwarm == 0 && !(e->flags & IDX_F_MOVING) && (t->cold || e->nchild == 0);
+}
+
+/* Whether a warm block may be dropped (lost) now: nothing below it anywhere. */
+static bool droppable(const struct idx_entry *e)
+{
+    return e->nchild == 0 && !(e->flags & IDX_F_COLD);
+}
+
+/* Where a block counts for its parent's leaf status: warm while its bytes
+ * are on their way into a warm slot too (a promotion in flight), so making
+ * room for the next block of a run never takes the one before it. */
+static bool warm_res(const struct idx_entry *e)
+{
+    return e->state != IDX_GHOST &&
+           (e->level == TIER_L_WARM || (e->flags & IDX_F_PROMOTING));
+}
+
+static bool hot_res(const struct idx_entry *e)
+{
+    return e->state != IDX_GHOST && e->level == TIER_L_HOT;
 }
 
 /* In hot with no child in hot: the hot mover may copy it down to warm. */
@@ -330,7 +379,7 @@ static bool cold_leaf(const struct idx_entry *e)
 static void settle(struct tier *t, uint32_t id, bool at_tail)
 {
     struct idx_entry *e = idx_at(t->idx, id);
-    uint8_t want = warm_leaf(e) ? IDX_F_LRU : cold_leaf(e) ? IDX_F_CLRU
+    uint8_t want = warm_leaf(t, e) ? IDX_F_LRU : cold_leaf(e) ? IDX_F_CLRU
                  : hot_leaf(e)  ? IDX_F_HLRU : 0;
     uint8_t have = e->flags & (IDX_F_LRU | IDX_F_CLRU | IDX_F_HLRU);
 
@@ -363,36 +412,44 @@ static void child_gone(struct tier *t, uint32_t p, bool at_tail)
 static void set_parent(struct tier *t, uint32_t id, uint32_t p)
 {
     idx_at(t->idx, id)->parent = p;
-    if (p != TIER_NONE)
+    if (p != TIER_NONE) {
         idx_at(t->idx, p)->nchild++;
+        settle(t, p, false); /* a parent is not a leaf */
+    }
 }
 
-/* id's data moved to level lvl: keep its parent's nwarm / nhot (and so the
- * parent's leaf status) right. */
-static void set_level(struct tier *t, uint32_t id, uint8_t lvl, bool at_tail)
+/* id's data moved to level lvl and/or its promotion started or ended: keep
+ * its parent's nwarm / nhot (and so the parent's leaf status) right. */
+static void set_res(struct tier *t, uint32_t id, uint8_t lvl, bool promoting, bool at_tail)
 {
     struct idx_entry *e = idx_at(t->idx, id);
     uint32_t p = e->parent;
-    uint8_t old = e->level;
+    int ow = warm_res(e), oh = hot_res(e);
 
     e->level = lvl;
-    if (p == TIER_NONE || old == lvl)
+    if (promoting)
+        e->flags |= IDX_F_PROMOTING;
+    else
+        e->flags &= (uint16_t)~IDX_F_PROMOTING;
+    if (p == TIER_NONE || (ow == warm_res(e) && oh == hot_res(e)))
         return;
     e = idx_at(t->idx, p);
-    e->nwarm += (lvl == TIER_L_WARM) - (old == TIER_L_WARM);
-    e->nhot += (lvl == TIER_L_HOT) - (old == TIER_L_HOT);
+    e->nwarm += (uint32_t)(warm_res(idx_at(t->idx, id)) - ow);
+    e->nhot += (uint32_t)(hot_res(idx_at(t->idx, id)) - oh);
     settle(t, p, at_tail);
 }
 
-static void warm_gain(struct tier *t, uint32_t id)
+static void set_level(struct tier *t, uint32_t id, uint8_t lvl, bool at_tail)
 {
-    set_level(t, id, TIER_L_WARM, false); /* a parent of a warm block is not a leaf */
+    set_res(t, id, lvl, idx_at(t->idx, id)->flags & IDX_F_PROMOTING, at_tail);
 }
 
 static void warm_lose(struct tier *t, uint32_t id, bool at_tail)
 {
     set_level(t, id, TIER_L_COLD, at_tail);
 }
+
+static void dwaits_fail(struct tier *t, uint32_t id, int rc);
 
 /* An entry whose data is gone (in no tier): delete it, or keep it as a
  * ghost while children or leases still name it. */
@@ -401,9 +458,14 @@ static void forget(struct tier *t, uint32_t id, bool at_tail)
     struct idx_entry *e = idx_at(t->idx, id);
     uint32_t p = e->parent;
 
+    if (t->dwaits) /* durable commits waiting for it: nothing to make durable */
+        dwaits_fail(t, id, -ENODATA);
+    e = idx_at(t->idx, id);
     e->level = TIER_L_NONE;
-    e->flags &= ~IDX_F_COLD;
+    e->flags &= (uint16_t)~IDX_F_COLD;
     if (e->nchild > 0 || e->leases > 0) {
+        /* its children can be reached by no lookup now: the mover drops them */
+        t->orphans |= e->nchild > 0;
         e->state = IDX_GHOST;
         return;
     }
@@ -583,14 +645,69 @@ static void moves_del(struct tier *t, struct move *m)
         m->next->prev = m->prev;
 }
 
-static struct move *move_of(struct tier *t, uint32_t id)
+enum move_kind { MV_DEMOTE, MV_PROMOTE, MV_HOT_DOWN, MV_HOT_UP };
+
+static enum move_kind kind_of(const struct move *m)
+{
+    return m->promote ? MV_PROMOTE : m->hot_down ? MV_HOT_DOWN : m->hot_up ? MV_HOT_UP
+                                                                        : MV_DEMOTE;
+}
+
+/* id's move of one kind (a block may have a write to disk and a copy up in
+ * flight at once, never two of one kind). */
+static struct move *move_of(struct tier *t, uint32_t id, enum move_kind k)
 {
     /* O(moves in flight): a few batches at most */
     for (struct move *m = t->moves; m; m = m->next)
-        if (m->id == id)
+        if (m->id == id && kind_of(m) == k)
             return m;
     return NULL;
 }
+
+/* Add w to ws (once). NULL waits for nothing. */
+static int wait_add(struct waiters *ws, void *w)
+{
+    if (!w)
+        return 0;
+    for (uint32_t i = 0; i < ws->n; i++)
+        if (ws->w[i] == w)
+            return 0;
+    if (ws->n == ws->cap) {
+        uint32_t cap = ws->cap ? 2 * ws->cap : 2;
+        void **n = realloc(ws->w, cap * sizeof(*n));
+
+        if (!n)
+            return -ENOMEM;
+        ws->w = n;
+        ws->cap = cap;
+    }
+    ws->w[ws->n++] = w;
+    return 0;
+}
+
+static void wait_del(struct waiters *ws, void *w)
+{
+    for (uint32_t i = 0; i < ws->n; i++)
+        if (ws->w[i] == w)
+            ws->w[i--] = ws->w[--ws->n];
+}
+
+/* Tell every waiter of a move that has left the list of moves (so a
+ * callback that forgets a waiter cannot change it under us), then free it. */
+static void move_done(struct tier *t, struct move *m, int rc)
+{
+    for (uint32_t i = 0; i < m->ws.n; i++)
+        if (t->cfg.ready)
+            t->cfg.ready(t->cfg.ready_ctx, m->ws.w[i], m->id, rc);
+    for (uint32_t i = 0; i < m->dws.n; i++)
+        if (t->cfg.ready)
+            t->cfg.ready(t->cfg.ready_ctx, m->dws.w[i], m->id, rc);
+    free(m->ws.w);
+    free(m->dws.w);
+    free(m);
+}
+
+static void orphan_check(struct tier *t, uint32_t id);
 
 static void on_demoted(void *ctx, int rc)
 {
@@ -602,7 +719,7 @@ static void on_demoted(void *ctx, int rc)
     moves_del(t, m);
     t->demoting_bytes -= slot;
     t->flush_inflight -= m->flush;
-    e->flags &= ~IDX_F_DEMOTING;
+    e->flags &= (uint16_t)~IDX_F_DEMOTING;
     if (rc < 0) {
         t->st.cold_errors++; /* the mover's block is dropped below; others stay */
     } else {
@@ -613,15 +730,16 @@ static void on_demoted(void *ctx, int rc)
     }
     /* demoted by the mover: it leaves warm; written through or for a
      * durable commit: it stays. A mover's write that failed drops the
-     * block (counted), as one refused at once does: warm needs the room,
-     * and writing it again at once would spin on a disk that keeps failing. */
-    if (m->evict && e->leases == 0 && e->state == IDX_COMMITTED && e->nwarm == 0)
+     * block (counted) if nothing below depends on it, as one refused at once
+     * does: warm needs the room, and writing it again at once would spin on
+     * a disk that keeps failing. */
+    if (m->evict && e->leases == 0 && e->state == IDX_COMMITTED && e->nwarm == 0 &&
+        !(e->flags & IDX_F_MOVING) && (rc == 0 || droppable(e)))
         leave_warm(t, m->id);
     else
         settle(t, m->id, false);
-    if (m->waiter && t->cfg.ready)
-        t->cfg.ready(t->cfg.ready_ctx, m->waiter, m->id, rc);
-    free(m);
+    orphan_check(t, m->id);
+    move_done(t, m, rc);
 }
 
 /* Start writing id (committed, in warm, no cold copy) to cold. evict: leave
@@ -630,21 +748,28 @@ static int demote_for(struct tier *t, uint32_t id, bool evict, void *waiter)
 {
     struct idx_entry *e = idx_at(t->idx, id);
     uint64_t slot = tier_ram_class_slot(t->ram, e->cls);
-    struct move *m = malloc(sizeof(*m));
+    struct move *m = calloc(1, sizeof(*m));
     const struct tier_key *parent = NULL;
     int rc;
 
     if (!m)
         return -ENOMEM;
-    *m = (struct move){ .t = t, .id = id, .evict = evict, .waiter = waiter };
+    *m = (struct move){ .t = t, .id = id, .evict = evict };
+    if (wait_add(&m->ws, waiter) < 0) {
+        free(m);
+        return -ENOMEM;
+    }
     if (e->parent != TIER_NONE)
         parent = &idx_at(t->idx, e->parent)->key;
     /* a full disk makes room leaf-first; -ENOSPC only when nothing can go */
     while ((rc = tier_cold_put(t->cold, e->ns, &e->key, parent, slot_ptr(t, e), slot,
                                on_demoted, m)) == -ENOSPC &&
-           cold_make_room(t) == 0)
+           cold_make_room(t) == 0) {
         e = idx_at(t->idx, id);
+        parent = e->parent != TIER_NONE ? &idx_at(t->idx, e->parent)->key : NULL;
+    }
     if (rc < 0) {
+        free(m->ws.w);
         free(m);
         return rc;
     }
@@ -664,19 +789,31 @@ static int demote(struct tier *t, uint32_t id)
     return demote_for(t, id, true, NULL);
 }
 
+static void durable_after(struct tier *t, uint32_t id, struct waiters *dws, int rc);
+
 static void on_hot_down(void *ctx, int rc)
 {
     struct move *m = ctx;
     struct tier *t = m->t;
     struct idx_entry *e = idx_at(t->idx, m->id);
     uint64_t hslot = tier_ram_class_slot(t->hram, e->cls);
+    struct waiters dws = m->dws;
+    uint32_t id = m->id;
 
     moves_del(t, m);
     t->hot_moving -= hslot;
-    e->flags &= ~IDX_F_DEMOTING;
+    e->flags &= (uint16_t)~IDX_F_HOTDOWN;
     if (rc == 0) {
-        /* the block now lives in its warm slot; the device slot goes back */
-        tier_ram_free(t->hram, e->off);
+        /* the block now lives in its warm slot; the device slot goes back,
+         * unless readers hold it in place: then it is theirs until the last
+         * one releases it (a slot returns only when nothing holds it) */
+        if (e->hleases > 0) {
+            e->hoff = e->off;
+            e->hcls = e->cls;
+            e->flags |= IDX_F_HOTKEPT;
+        } else {
+            tier_ram_free(t->hram, e->off);
+        }
         e->off = m->warm_off;
         e->cls = m->warm_cls;
         t->st.evictions[TIER_L_HOT]++;
@@ -689,9 +826,12 @@ static void on_hot_down(void *ctx, int rc)
         t->st.cold_errors++;
     }
     settle(t, m->id, false);
-    if (m->waiter && t->cfg.ready)
-        t->cfg.ready(t->cfg.ready_ctx, m->waiter, m->id, rc);
-    free(m);
+    orphan_check(t, m->id);
+    m->dws = (struct waiters){ 0 };
+    move_done(t, m, rc);
+    /* durable commits that waited for the copy: now the write to disk */
+    durable_after(t, id, &dws, rc);
+    free(dws.w);
 }
 
 static int alloc_slot(struct tier *t, int cls, uint32_t id, uint64_t *off);
@@ -706,11 +846,14 @@ static int hot_down(struct tier *t, uint32_t id, void *waiter, uint64_t *warm_of
 
     if (cls < 0)
         return cls;
-    m = malloc(sizeof(*m));
+    m = calloc(1, sizeof(*m));
     if (!m)
         return -ENOMEM;
-    *m = (struct move){ .t = t, .id = id, .hot_down = true, .waiter = waiter,
-                        .warm_cls = (uint8_t)cls };
+    *m = (struct move){ .t = t, .id = id, .hot_down = true, .warm_cls = (uint8_t)cls };
+    if (wait_add(&m->ws, waiter) < 0) {
+        free(m);
+        return -ENOMEM;
+    }
     rc = alloc_slot(t, cls, id, &m->warm_off);
     if (rc < 0)
         goto out_free;
@@ -721,7 +864,7 @@ static int hot_down(struct tier *t, uint32_t id, void *waiter, uint64_t *warm_of
         tier_ram_free(t->ram, m->warm_off);
         goto out_free;
     }
-    e->flags |= IDX_F_DEMOTING;
+    e->flags |= IDX_F_HOTDOWN;
     settle(t, id, false);
     t->hot_moving += slot;
     moves_add(t, m);
@@ -729,6 +872,7 @@ static int hot_down(struct tier *t, uint32_t id, void *waiter, uint64_t *warm_of
         *warm_off = m->warm_off;
     return 0;
 out_free:
+    free(m->ws.w);
     free(m);
     return rc;
 }
@@ -776,7 +920,7 @@ static void on_hot_up(void *ctx, int rc)
     struct idx_entry *e = idx_at(t->idx, m->id);
 
     moves_del(t, m);
-    e->flags &= ~IDX_F_HOTUP;
+    e->flags &= (uint16_t)~IDX_F_HOTUP;
     /* the copy counts only if nobody read the warm slot meanwhile (a lease
      * or a write to disk holds its offset): then the hot copy is dropped */
     if (rc == 0 && e->state == IDX_COMMITTED && e->level == TIER_L_WARM && e->leases == 0 &&
@@ -796,7 +940,8 @@ static void on_hot_up(void *ctx, int rc)
             t->st.cold_errors++;
     }
     settle(t, m->id, false);
-    free(m);
+    orphan_check(t, m->id);
+    move_done(t, m, rc);
 }
 
 /* Start copying id (committed, in warm, unleased, not moving) up into a hot
@@ -813,7 +958,7 @@ static int hot_up(struct tier *t, uint32_t id)
         return hcls;
     if (tier_ram_used(t->hram) + tier_ram_class_slot(t->hram, hcls) > t->hot_high)
         return -ENOSPC;
-    m = malloc(sizeof(*m));
+    m = calloc(1, sizeof(*m));
     if (!m)
         return -ENOMEM;
     *m = (struct move){ .t = t, .id = id, .hot_up = true, .hot_cls = (uint8_t)hcls };
@@ -851,11 +996,14 @@ static void maybe_hot_up(struct tier *t, uint32_t id)
  * frees only what gives a segment back, or nothing. O(slots in the pool):
  * it runs only when a size class has outgrown its segments and has no leaf
  * of its own. */
+static bool may_drop_dirty(struct tier *t);
+
 static int free_segment(struct tier *t, int cls)
 {
     uint32_t best = UINT32_MAX, best_live = UINT32_MAX;
     const uint32_t *tags;
     uint32_t nslots;
+    bool drop = may_drop_dirty(t);
 
     for (uint32_t s = 0; s < tier_ram_nseg(t->ram); s++) {
         int c = tier_ram_seg_info(t->ram, s, &tags, &nslots);
@@ -868,8 +1016,10 @@ static int free_segment(struct tier *t, int cls)
             if (tags[i] == TIER_RAM_NOTAG)
                 continue;
             e = idx_at(t->idx, tags[i]);
+            /* what can leave: on disk already, or droppable when dropping is allowed */
             ok = e->state == IDX_COMMITTED && e->level == TIER_L_WARM && e->leases == 0 &&
-                 !(e->flags & IDX_F_MOVING);
+                 !(e->flags & IDX_F_MOVING) &&
+                 ((e->flags & IDX_F_COLD) || (drop && droppable(e)));
             live++;
         }
         if (ok && live < best_live) {
@@ -887,6 +1037,85 @@ static int free_segment(struct tier *t, int cls)
     return 0;
 }
 
+/* Dropping a block that is not on disk is allowed only when no tier below
+ * can take it: no cold tier, a failed one, or a full one with nothing of its
+ * own left to evict. Otherwise warm waits for its mover (a tiering store
+ * demotes before it drops). */
+static bool may_drop_dirty(struct tier *t)
+{
+    struct tier_cold_stats cs;
+
+    if (!t->cold)
+        return true;
+    tier_cold_stats_get(t->cold, &cs);
+    return cs.failed || (t->clru.tail == TIER_NONE &&
+                         cs.bytes_used + tier_ram_seg_bytes(t->ram) > cs.bytes_capacity);
+}
+
+/* The oldest block of class cls on disk too and free to leave warm, leaf
+ * or not (its children stay wherever they are). O(slots of the class): only
+ * when no leaf can go, e.g. a chain whose every block is clean and whose
+ * tail is the parent of the put being made. */
+static uint32_t clean_inner(struct tier *t, int cls)
+{
+    uint32_t best = TIER_NONE, age = 0;
+    const uint32_t *tags;
+    uint32_t nslots;
+
+    for (uint32_t s = 0; s < tier_ram_nseg(t->ram); s++) {
+        if (tier_ram_seg_info(t->ram, s, &tags, &nslots) != cls)
+            continue;
+        for (uint32_t i = 0; i < nslots; i++) {
+            const struct idx_entry *e;
+            uint32_t a;
+
+            if (tags[i] == TIER_RAM_NOTAG)
+                continue;
+            e = idx_at(t->idx, tags[i]);
+            if (e->state != IDX_COMMITTED || e->level != TIER_L_WARM || e->leases ||
+                (e->flags & IDX_F_MOVING) || !(e->flags & IDX_F_COLD))
+                continue;
+            a = t->clock - e->stamp;
+            if (best == TIER_NONE || a > age) {
+                best = tags[i];
+                age = a;
+            }
+        }
+    }
+    return best;
+}
+
+/* A dirty leaf of class cls that nothing depends on, oldest first among the
+ * few at the cold end of its list (a bounded walk). */
+static uint32_t dirty_droppable(struct tier *t, int cls)
+{
+    uint32_t v = t->lru[cls][DIRTY].tail;
+
+    for (int k = 0; v != TIER_NONE && k < 64; k++, v = idx_at(t->idx, v)->prev)
+        if (droppable(idx_at(t->idx, v)))
+            return v;
+    return TIER_NONE;
+}
+
+/* Whether the warm mover can make room: writes to disk in flight, or
+ * dirty leaves it can write, on a disk that works. */
+static bool mover_can(struct tier *t)
+{
+    struct tier_cold_stats cs;
+
+    if (!t->cold)
+        return false;
+    tier_cold_stats_get(t->cold, &cs);
+    if (cs.failed)
+        return false;
+    if (t->demoting_bytes || t->hot_moving)
+        return true;
+    for (int c = 0; c < TIER_RAM_CLASSES; c++)
+        if (t->lru[c][DIRTY].tail != TIER_NONE)
+            return true;
+    return false;
+}
+
 /* A slot of class cls for entry id, now: the class's own LRU leaves leave
  * warm, else a segment of another class is freed. */
 static int alloc_slot(struct tier *t, int cls, uint32_t id, uint64_t *off)
@@ -897,13 +1126,25 @@ static int alloc_slot(struct tier *t, int cls, uint32_t id, uint64_t *off)
 
         if (rc != -ENOSPC)
             return rc;
+        /* leaving warm is free for a block on disk: a leaf, else any */
         v = t->lru[cls][CLEAN].tail;
         if (v == TIER_NONE)
-            v = t->lru[cls][DIRTY].tail; /* lost: the mover did not keep up */
-        if (v != TIER_NONE)
+            v = clean_inner(t, cls);
+        if (v == TIER_NONE && may_drop_dirty(t))
+            v = dirty_droppable(t, cls); /* lost, but nothing below can take it */
+        if (v != TIER_NONE) {
             leave_warm(t, v);
-        else if (free_segment(t, cls) < 0)
-            return -ENOSPC; /* everything is leased, reserved, moving or a parent */
+            continue;
+        }
+        if (free_segment(t, cls) == 0)
+            continue;
+        /* full of blocks on their way to disk, or waiting to go: the mover
+         * makes room, whatever the watermarks say; the caller retries */
+        if (mover_can(t)) {
+            t->warm_draining = true;
+            return -EAGAIN;
+        }
+        return -ENOSPC; /* everything is leased, reserved or moving */
     }
 }
 
@@ -973,11 +1214,18 @@ bool tier_flush_busy(const struct tier *t)
     return t->flushing;
 }
 
+static void sweep_orphans(struct tier *t);
+static void dwaits_retry(struct tier *t);
+
 size_t tier_maintain(struct tier *t)
 {
     size_t n = hot_maintain(t);
     unsigned inflight = 0;
 
+    if (t->orphans)
+        sweep_orphans(t);
+    if (t->dwaits)
+        dwaits_retry(t);
     if (t->flushing)
         n += flush_turn(t);
     /* group commit: once no write is in flight any more, the ones that
@@ -994,27 +1242,31 @@ size_t tier_maintain(struct tier *t)
     while (tier_ram_used(t->ram) - t->demoting_bytes > t->low_bytes) {
         uint32_t v = pick_victim(t);
         struct idx_entry *e;
+        int rc;
 
         if (v == TIER_NONE)
             break;
         e = idx_at(t->idx, v);
         if (e->flags & IDX_F_COLD || !t->cold) {
+            leave_warm(t, v); /* on disk already, or (no cold tier) a childless leaf */
+            n++;
+            continue;
+        }
+        /* bounded: the rest waits for the next turn of the loop */
+        if (inflight >= DEMOTE_INFLIGHT)
+            break;
+        rc = demote(t, v);
+        if (rc == -EBUSY)
+            break;
+        if (rc < 0) {
+            /* the disk is full of what it cannot evict, or failed: drop
+             * what nothing depends on, else stop (it stays, tried again) */
+            if (!droppable(idx_at(t->idx, v)))
+                break;
             leave_warm(t, v);
         } else {
-            int rc;
-
-            /* bounded: the rest waits for the next turn of the loop */
-            if (inflight >= DEMOTE_INFLIGHT)
-                break;
-            rc = demote(t, v);
-            if (rc == -EBUSY)
-                break;
-            if (rc < 0) {
-                leave_warm(t, v); /* disk full or tier failed: drop instead */
-            } else {
-                inflight++;
-                inflight += demote_ancestors(t, v, DEMOTE_INFLIGHT - inflight);
-            }
+            inflight++;
+            inflight += demote_ancestors(t, v, DEMOTE_INFLIGHT - inflight);
         }
         n++;
     }
@@ -1031,17 +1283,17 @@ static void on_promoted(void *ctx, int rc)
     uint64_t slot = tier_ram_class_slot(t->ram, e->cls);
 
     moves_del(t, m);
-    e->flags &= ~IDX_F_PROMOTING;
     if (rc == 0) {
         t->st.promotions++;
         t->st.blocks[TIER_L_WARM]++;
         t->st.bytes_out[TIER_L_COLD] += slot;
         t->st.hits[TIER_L_COLD]++;
-        warm_gain(t, m->id);
+        set_res(t, m->id, TIER_L_WARM, false, false);
         settle(t, m->id, false);
         maybe_hot_up(t, m->id); /* a prefetch that asked for hot: nobody holds it */
     } else {
         t->st.cold_errors++;
+        set_res(t, m->id, TIER_L_COLD, false, false);
         tier_ram_free(t->ram, e->off);
         /* -EIO: the record may still be readable later; otherwise it is gone */
         if (rc != -EIO || !tier_cold_has(t->cold, e->ns, &e->key)) {
@@ -1054,9 +1306,8 @@ static void on_promoted(void *ctx, int rc)
             settle(t, m->id, false);
         }
     }
-    if (m->waiter && t->cfg.ready)
-        t->cfg.ready(t->cfg.ready_ctx, m->waiter, m->id, rc);
-    free(m);
+    orphan_check(t, m->id);
+    move_done(t, m, rc);
 }
 
 /* Start reading cold-only id into a new warm slot for blocks of slot bytes. */
@@ -1069,44 +1320,67 @@ static int promote(struct tier *t, uint32_t id, uint64_t slot, void *waiter)
 
     if (cls < 0)
         return cls;
-    m = malloc(sizeof(*m));
+    m = calloc(1, sizeof(*m));
     if (!m)
         return -ENOMEM;
+    *m = (struct move){ .t = t, .id = id, .promote = true };
+    if (wait_add(&m->ws, waiter) < 0) {
+        free(m);
+        return -ENOMEM;
+    }
+    if (idx_at(t->idx, id)->flags & (IDX_F_LRU | IDX_F_CLRU | IDX_F_HLRU))
+        lru_unlink(t, id); /* before cls changes: it is not a cold leaf any more */
+    /* counted in warm by its parent before the slot is found, so making room
+     * cannot take the block before it in its chain */
+    set_res(t, id, TIER_L_COLD, true, false);
     rc = alloc_slot(t, cls, id, &off);
     if (rc < 0)
-        goto out_free;
+        goto out_unmark;
     e = idx_at(t->idx, id);
     rc = tier_cold_get(t->cold, e->ns, &e->key, (uint8_t *)tier_ram_base(t->ram) + off, slot,
                        NULL, on_promoted, m);
     if (rc < 0) {
         tier_ram_free(t->ram, off);
-        goto out_free;
+        goto out_unmark;
     }
-    if (e->flags & IDX_F_CLRU)
-        lru_unlink(t, id); /* before cls changes: it is not a cold leaf any more */
+    e = idx_at(t->idx, id);
     e->cls = (uint8_t)cls;
     e->off = off;
-    e->flags |= IDX_F_PROMOTING;
-    *m = (struct move){ .t = t, .id = id, .promote = true, .waiter = waiter };
     moves_add(t, m);
     return 0;
-out_free:
+out_unmark:
+    set_res(t, id, TIER_L_COLD, false, false);
+    settle(t, id, false);
+    free(m->ws.w);
     free(m);
     return rc;
 }
 
-bool tier_ready(const struct tier *t, uint32_t id)
+bool tier_ready(const struct tier *t, uint32_t h)
 {
-    const struct idx_entry *e = idx_at(t->idx, id);
+    const struct idx_entry *e = idx_at(t->idx, TIER_LEASE_ID(h));
 
+    if (h & TIER_LEASE_HOT)
+        return true; /* the hot copy, in place: its slot is the lease's until released */
     return e->state == IDX_COMMITTED && e->level == TIER_L_WARM;
 }
 
 void tier_forget_waiter(struct tier *t, void *waiter)
 {
-    for (struct move *m = t->moves; m; m = m->next)
-        if (m->waiter == waiter)
-            m->waiter = NULL;
+    for (struct move *m = t->moves; m; m = m->next) {
+        wait_del(&m->ws, waiter);
+        wait_del(&m->dws, waiter);
+    }
+    for (struct dwait **pp = &t->dwaits; *pp;) {
+        struct dwait *d = *pp;
+
+        if (d->waiter == waiter) {
+            *pp = d->next;
+            free(d);
+        } else {
+            pp = &d->next;
+        }
+    }
     for (struct rop *o = t->rops; o; o = o->next)
         if (o->waiter == waiter)
             o->waiter = NULL;
@@ -1466,7 +1740,7 @@ static void drop_reserved(struct tier *t, uint32_t id)
     t->st.reserved--;
     remember(t, id, TIER_EV_ABORTED, e->level);
     warm_lose(t, id, false);
-    forget(t, id, false);
+    forget(t, id, false); /* and durable commits that deduplicated against it fail */
 }
 
 /* Reserve one absent (or ghost) key under parent p. */
@@ -1571,6 +1845,8 @@ int tier_reserve_hot(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t
     return reserve_in(t, true, ns, block_bytes, owner, parent, keys, n, ids, offs);
 }
 
+static void dwaits_run(struct tier *t, uint32_t id);
+
 size_t tier_commit(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
                    const struct tier_key *keys, size_t n)
 {
@@ -1602,57 +1878,177 @@ size_t tier_commit(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t o
         if (t->remote && t->cfg.remote_policy == TIER_REMOTE_WRITE_THROUGH &&
             idx_at(t->idx, id)->level == TIER_L_WARM)
             remote_put(t, id, true);
+        orphan_check(t, id);
+        if (t->dwaits)
+            dwaits_run(t, id); /* durable commits that deduplicated against it */
     }
     return done;
+}
+
+/* Make committed id durable for waiter: 0 when it is already, 1 when waiter
+ * now waits for a write (one ready callback for id will come), or an error
+ * (-EBUSY: the disk's queue is full, try again after a poll). */
+static int durable_one(struct tier *t, uint32_t id, void *waiter)
+{
+    struct idx_entry *e = idx_at(t->idx, id);
+    struct move *m;
+    int rc;
+
+    if (e->flags & IDX_F_COLD)
+        return 0;
+    if (e->flags & IDX_F_DEMOTING) { /* a write to disk: join it */
+        m = move_of(t, id, MV_DEMOTE);
+        if (!m)
+            return -EIO; /* the flag without its move: cannot happen */
+        rc = wait_add(&m->ws, waiter);
+        m->evict = false; /* a block someone made durable stays warm, as it would */
+        return rc < 0 ? rc : 1;
+    }
+    if (!(e->flags & IDX_F_HOTDOWN) && e->level == TIER_L_HOT) {
+        /* on the device: copied down first, then written */
+        rc = hot_down(t, id, NULL, NULL);
+        if (rc < 0)
+            return rc;
+        e = idx_at(t->idx, id);
+    }
+    if (e->flags & IDX_F_HOTDOWN) { /* a copy from hot to warm: wait for what follows it */
+        m = move_of(t, id, MV_HOT_DOWN);
+        if (!m)
+            return -EIO;
+        rc = wait_add(&m->dws, waiter);
+        return rc < 0 ? rc : 1;
+    }
+    if (e->level != TIER_L_WARM)
+        return -EIO; /* a committed block is in hot, warm or on disk */
+    rc = demote_for(t, id, false, waiter);
+    return rc < 0 ? rc : 1;
+}
+
+static int dwait_add(struct tier *t, uint32_t id, void *waiter)
+{
+    struct dwait *d = malloc(sizeof(*d));
+
+    if (!d)
+        return -ENOMEM;
+    *d = (struct dwait){ .id = id, .waiter = waiter, .next = t->dwaits };
+    t->dwaits = d;
+    return 0;
+}
+
+static void ready_cb(struct tier *t, void *waiter, uint32_t id, int rc)
+{
+    if (t->cfg.ready)
+        t->cfg.ready(t->cfg.ready_ctx, waiter, id, rc);
+}
+
+/* After a hot-to-warm copy landed (rc): start the writes its durable
+ * commits wait for, or tell them why not. */
+static void durable_after(struct tier *t, uint32_t id, struct waiters *dws, int rc)
+{
+    for (uint32_t i = 0; i < dws->n; i++) {
+        int r = rc;
+
+        if (r == 0 && idx_at(t->idx, id)->state == IDX_COMMITTED)
+            r = durable_one(t, id, dws->w[i]);
+        if (r == -EBUSY && dwait_add(t, id, dws->w[i]) == 0)
+            continue; /* the disk's queue is full: tier_maintain tries again */
+        if (r != 1)
+            ready_cb(t, dws->w[i], id, r > 0 ? 0 : r);
+    }
+}
+
+/* id, which durable commits waited for, was committed: start their writes. */
+static void dwaits_run(struct tier *t, uint32_t id)
+{
+    struct dwait **pp = &t->dwaits;
+
+    while (*pp) {
+        struct dwait *d = *pp;
+        int r;
+
+        if (d->id != id || idx_at(t->idx, id)->state != IDX_COMMITTED) {
+            pp = &d->next;
+            continue;
+        }
+        r = durable_one(t, id, d->waiter);
+        if (r == -EBUSY) {
+            pp = &d->next; /* tier_maintain tries again */
+            continue;
+        }
+        *pp = d->next;
+        if (r != 1)
+            ready_cb(t, d->waiter, id, r);
+        free(d);
+    }
+}
+
+/* The writes tier_maintain tries again (their queue was full). */
+static void dwaits_retry(struct tier *t)
+{
+    uint32_t lim = idx_id_limit(t->idx);
+
+    for (struct dwait *d = t->dwaits; d; d = d->next)
+        if (d->id < lim && idx_at(t->idx, d->id)->state == IDX_COMMITTED) {
+            dwaits_run(t, d->id);
+            return; /* the list changed: one id a turn */
+        }
+}
+
+/* id will never be committed (its reservation is gone): fail its waiters. */
+static void dwaits_fail(struct tier *t, uint32_t id, int rc)
+{
+    struct dwait **pp = &t->dwaits;
+
+    while (*pp) {
+        struct dwait *d = *pp;
+
+        if (d->id != id) {
+            pp = &d->next;
+            continue;
+        }
+        *pp = d->next;
+        ready_cb(t, d->waiter, id, rc);
+        free(d);
+    }
 }
 
 int tier_commit_durable(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
                         const struct tier_key *keys, size_t n, void *waiter, uint32_t *ids,
                         uint32_t *pending)
 {
-    size_t done = tier_commit(t, ns, block_bytes, owner, keys, n);
+    size_t done;
     int err = 0;
 
     *pending = 0;
     if (!t->cold)
         return -EOPNOTSUPP;
-    /* every key of the batch that is committed and not yet on disk, whoever
-     * wrote it (a deduplicated key counts only once it is durable too) */
+    done = tier_commit(t, ns, block_bytes, owner, keys, n);
+    /* every key of the batch, whoever wrote it: a durable ack vouches for
+     * each, so a key not stored (or not stored yet) is never skipped */
     for (size_t i = 0; i < n; i++) {
         uint32_t id = idx_find(t->idx, ns, &keys[i]);
-        struct idx_entry *e;
-        struct move *m;
         int rc;
 
-        if (id == TIER_NONE)
-            continue; /* not this client's to make durable: it put nothing */
-        if (idx_at(t->idx, id)->state != IDX_COMMITTED) {
-            /* deduplicated against another writer's reservation (or a lost
-             * block): its bytes are not ours to vouch for yet */
-            err = -EAGAIN;
+        if (id == TIER_NONE || idx_at(t->idx, id)->state == IDX_GHOST) {
+            /* deduplicated at reserve against a block dropped (or a put
+             * aborted) since: there is nothing to make durable */
+            err = -ENODATA;
             continue;
         }
-        e = idx_at(t->idx, id);
-        if (e->flags & IDX_F_COLD)
-            continue;
-        if (e->flags & IDX_F_DEMOTING) {
-            m = move_of(t, id);
-            if (!m || (m->waiter && m->waiter != waiter))
-                return -EBUSY; /* rare: another durable commit of the key */
-            m->waiter = waiter;
-            m->evict = false;
-        } else if (e->level == TIER_L_COLD) {
-            continue; /* being promoted: its cold copy exists */
-        } else if (e->level == TIER_L_HOT) {
-            err = -EOPNOTSUPP; /* on the device: durable only once copied down */
-            continue;
-        } else {
-            while ((rc = demote_for(t, id, false, waiter)) == -EBUSY)
-                tier_cold_poll(t->cold, true);
+        if (idx_at(t->idx, id)->state == IDX_RESERVED) {
+            /* another client is still writing it: wait for its commit */
+            rc = dwait_add(t, id, waiter);
             if (rc < 0)
                 return rc;
+            ids[(*pending)++] = id;
+            continue;
         }
-        ids[(*pending)++] = id;
+        while ((rc = durable_one(t, id, waiter)) == -EBUSY)
+            tier_cold_poll(t->cold, true);
+        if (rc < 0)
+            return rc;
+        if (rc == 1)
+            ids[(*pending)++] = id;
     }
     return err ? err : (int)done;
 }
@@ -1714,40 +2110,39 @@ int tier_get_ex(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct 
     for (i = 0; i < n; i++) {
         uint32_t id = idx_find(t->idx, ns, &keys[i]);
         struct idx_entry *e;
+        struct move *m;
 
         if (id == TIER_NONE || idx_at(t->idx, id)->state != IDX_COMMITTED)
             break;
         e = idx_at(t->idx, id);
         if (tiers)
             tiers[i] = TIER_L_WARM;
-        if (e->level == TIER_L_HOT && (flags & TIER_GET_HOT) && !(e->flags & IDX_F_MOVING)) {
-            /* the caller reads the device pool: leased where it is */
-            if (tier_ram_class_slot(t->hram, e->cls) != slot) {
-                t->st.leases_active += i;
-                tier_release(t, ids, i, false);
-                return -EINVAL;
-            }
+        ids[i] = id;
+        if (e->level == TIER_L_HOT && (flags & TIER_GET_HOT)) {
+            /* the caller reads the device pool: leased where it is, even
+             * while a copy down is in flight (the slot stays the lease's) */
+            if (tier_ram_class_slot(t->hram, e->cls) != slot)
+                goto out_inval;
             if (tiers)
                 tiers[i] = TIER_L_HOT;
             hot++;
+            e->hleases++;
+            ids[i] = id | TIER_LEASE_HOT;
         } else if (e->level == TIER_L_WARM) {
-            if (tier_ram_class_slot(t->ram, e->cls) != slot) {
-                t->st.leases_active += i; /* tier_release takes them off again */
-                tier_release(t, ids, i, false);
-                return -EINVAL;
-            }
+            if (tier_ram_class_slot(t->ram, e->cls) != slot)
+                goto out_inval;
             warm++;
         } else if (e->level == TIER_L_HOT) {
-            /* clients read warm: a hot block is copied down for them */
-            struct move *m = (e->flags & IDX_F_DEMOTING) ? move_of(t, id) : NULL;
+            /* clients read warm: a hot block is copied down for them (any
+             * number join one copy) */
             uint64_t woff;
 
             if (!pending)
                 break;
+            m = (e->flags & IDX_F_HOTDOWN) ? move_of(t, id, MV_HOT_DOWN) : NULL;
             if (m) {
-                if (m->waiter && m->waiter != waiter)
+                if (wait_add(&m->ws, waiter) < 0)
                     break;
-                m->waiter = waiter;
                 woff = m->warm_off;
             } else if (hot_down(t, id, waiter, &woff) < 0) {
                 break;
@@ -1758,17 +2153,14 @@ int tier_get_ex(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct 
             e->leases++;
             e->stamp = ++t->clock;
             settle(t, id, false);
-            ids[i] = id;
             offs[i] = woff;
             continue;
         } else if (!pending || !t->cold) {
             break; /* cold, and the caller cannot wait */
         } else if (e->flags & IDX_F_PROMOTING) {
-            struct move *m = move_of(t, id);
-
-            if (!m || (m->waiter && m->waiter != waiter))
-                break; /* another getter waits on it: a miss here, rare */
-            m->waiter = waiter;
+            m = move_of(t, id, MV_PROMOTE); /* a read for another getter: join it */
+            if (!m || wait_add(&m->ws, waiter) < 0)
+                break;
             (*pending)++;
         } else {
             if (promote(t, id, slot, waiter) < 0)
@@ -1781,7 +2173,6 @@ int tier_get_ex(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct 
         if ((flags & TIER_GET_PROMOTE) && t->hot && e->level != TIER_L_HOT)
             e->flags |= IDX_F_WANTHOT; /* copied up once its leases are back */
         settle(t, id, false);
-        ids[i] = id;
         offs[i] = e->off;
     }
     t->st.gets++;
@@ -1792,6 +2183,10 @@ int tier_get_ex(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct 
     t->st.misses += n - i;
     t->st.leases_active += i;
     return (int)i;
+out_inval:
+    t->st.leases_active += i; /* tier_release takes them off again */
+    tier_release(t, ids, i, false);
+    return -EINVAL;
 }
 
 int tier_get_async(struct tier *t, uint32_t ns, uint64_t block_bytes,
@@ -1810,23 +2205,62 @@ int tier_get(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tie
 void tier_release(struct tier *t, const uint32_t *ids, size_t n, bool reclaimed)
 {
     for (size_t i = 0; i < n; i++) {
-        struct idx_entry *e = idx_at(t->idx, ids[i]);
+        uint32_t id = TIER_LEASE_ID(ids[i]);
+        struct idx_entry *e = idx_at(t->idx, id);
 
         e->leases--;
+        if (ids[i] & TIER_LEASE_HOT) {
+            e->hleases--;
+            /* the last in-place reader of a hot copy the block has left */
+            if (e->hleases == 0 && (e->flags & IDX_F_HOTKEPT)) {
+                tier_ram_free(t->hram, e->hoff);
+                e->flags &= (uint16_t)~IDX_F_HOTKEPT;
+            }
+        }
         if (e->state == IDX_GHOST && e->leases == 0 && e->nchild == 0) {
             /* a block lost while leased (a failed promotion) goes now */
             uint32_t p = e->parent;
 
-            idx_delete(t->idx, ids[i]);
+            idx_delete(t->idx, id);
             child_gone(t, p, false);
             continue;
         }
-        settle(t, ids[i], false);
-        maybe_hot_up(t, ids[i]);
+        settle(t, id, false);
+        orphan_check(t, id);
+        maybe_hot_up(t, id);
     }
     t->st.leases_active -= n;
     if (reclaimed)
         t->st.reclaimed += n;
+}
+
+/* Take committed, unpinned id out of every tier, the disk included, for
+ * reason ev. false when its disk copy could not be deleted (it stays). */
+static bool drop_block(struct tier *t, uint32_t id, uint8_t ev)
+{
+    struct idx_entry *e = idx_at(t->idx, id);
+
+    if (e->flags & IDX_F_COLD) {
+        if (tier_cold_remove(t->cold, e->ns, &e->key) < 0)
+            return false; /* the durable copy stays: so does the entry */
+        t->st.blocks[TIER_L_COLD]--;
+    }
+    e = idx_at(t->idx, id);
+    if (e->flags & (IDX_F_LRU | IDX_F_CLRU | IDX_F_HLRU))
+        lru_unlink(t, id);
+    if (e->level == TIER_L_HOT) {
+        tier_ram_free(t->hram, e->off);
+        t->st.blocks[TIER_L_HOT]--;
+        warm_lose(t, id, true);
+    }
+    if (e->level == TIER_L_WARM) {
+        tier_ram_free(t->ram, e->off);
+        t->st.blocks[TIER_L_WARM]--;
+        warm_lose(t, id, true);
+    }
+    remember(t, id, ev, idx_at(t->idx, id)->level);
+    forget(t, id, true);
+    return true;
 }
 
 size_t tier_remove(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n)
@@ -1843,30 +2277,52 @@ size_t tier_remove(struct tier *t, uint32_t ns, const struct tier_key *keys, siz
         if (e->state != IDX_COMMITTED || e->leases || e->nchild ||
             (e->flags & IDX_F_MOVING))
             continue;
-        if (e->flags & IDX_F_COLD) {
-            if (tier_cold_remove(t->cold, e->ns, &e->key) < 0)
-                continue; /* the durable copy stays: so does the entry */
-            t->st.blocks[TIER_L_COLD]--;
-        }
-        e = idx_at(t->idx, id);
-        if (e->flags & (IDX_F_LRU | IDX_F_CLRU | IDX_F_HLRU))
-            lru_unlink(t, id);
-        if (e->level == TIER_L_HOT) {
-            tier_ram_free(t->hram, e->off);
-            t->st.blocks[TIER_L_HOT]--;
-            warm_lose(t, id, true);
-        }
-        if (e->level == TIER_L_WARM) {
-            tier_ram_free(t->ram, e->off);
-            t->st.blocks[TIER_L_WARM]--;
-            warm_lose(t, id, true);
-        }
-        remember(t, id, TIER_EV_REMOVED, idx_at(t->idx, id)->level);
-        forget(t, id, true);
+        if (!drop_block(t, id, TIER_EV_REMOVED))
+            continue;
         t->st.removes++;
         done++;
     }
     return done;
+}
+
+/* A committed block whose parent is gone can be reached by no lookup. */
+static void orphan_check(struct tier *t, uint32_t id)
+{
+    const struct idx_entry *e = idx_at(t->idx, id);
+
+    if (e->state == IDX_COMMITTED && e->parent != TIER_NONE &&
+        idx_at(t->idx, e->parent)->state == IDX_GHOST)
+        t->orphans = true;
+}
+
+/* Drop every block that no lookup can reach: a committed block under a ghost
+ * (its parent was lost: a failed read, a put aborted under another client's,
+ * a chain whose head never reached the disk before a crash). Each one dropped
+ * becomes a ghost itself while it has children, so the next pass takes them.
+ * O(entries) a pass: it runs only when something was orphaned. Pinned ones
+ * (leased, moving) go once they are free (their release or landing asks for
+ * another sweep). */
+static void sweep_orphans(struct tier *t)
+{
+    bool again = true;
+
+    t->orphans = false;
+    while (again) {
+        uint32_t lim = idx_id_limit(t->idx);
+
+        again = false;
+        for (uint32_t id = 0; id < lim; id++) {
+            const struct idx_entry *e = idx_at(t->idx, id);
+
+            if (e->state != IDX_COMMITTED || e->parent == TIER_NONE ||
+                idx_at(t->idx, e->parent)->state != IDX_GHOST)
+                continue;
+            if (e->leases || (e->flags & IDX_F_MOVING))
+                continue;
+            if (drop_block(t, id, TIER_EV_DROPPED))
+                again = true;
+        }
+    }
 }
 
 int tier_purge_ns(struct tier *t, uint32_t ns)
@@ -1948,7 +2404,17 @@ static int link_one(void *ctx, uint32_t ns, const struct tier_key *key,
     if (!parent || id == TIER_NONE || idx_at(l->t->idx, id)->parent != TIER_NONE)
         return 0;
     p = idx_find(l->t->idx, ns, parent);
-    if (p != TIER_NONE && p != id)
+    if (p == TIER_NONE) {
+        /* its parent never reached the disk: a ghost stands for it, so that
+         * the sweep below finds what hangs under it */
+        int rc = idx_insert(l->t->idx, ns, parent, &p);
+
+        if (rc < 0)
+            return rc;
+        idx_at(l->t->idx, p)->state = IDX_GHOST;
+        l->t->orphans = true;
+    }
+    if (p != id)
         set_parent(l->t, id, p);
     return 0;
 }
@@ -1969,6 +2435,12 @@ int tier_load_cold(struct tier *t)
     for (uint32_t id = 0; id < idx_id_limit(t->idx); id++)
         if (idx_at(t->idx, id)->state == IDX_COMMITTED)
             settle(t, id, false);
+    if (t->orphans) { /* chains cut by a crash: what no lookup reaches goes */
+        uint64_t before = t->st.blocks[TIER_L_COLD];
+
+        sweep_orphans(t);
+        l.n -= (int)(before - t->st.blocks[TIER_L_COLD]);
+    }
     return l.n;
 }
 
@@ -2058,17 +2530,48 @@ double tier_index_bytes_per_block(const struct tier *t)
 
 #define BAD(...) do { snprintf(why, cap, __VA_ARGS__); rc = -EUCLEAN; goto out; } while (0)
 
+struct hold {
+    uint64_t off;
+    uint32_t id;
+    uint8_t pool; /* 0 warm, 1 hot */
+};
+
+static int hold_cmp(const void *a, const void *b)
+{
+    const struct hold *x = a, *y = b;
+
+    if (x->pool != y->pool)
+        return x->pool < y->pool ? -1 : 1;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* one holder of a slot, for the ownership check (room: 2 per entry + moves) */
+#define HOLD(p, o, i)                                                            \
+    do {                                                                         \
+        if (nholds < holds_cap)                                                  \
+            holds[nholds++] = (struct hold){ .off = (o), .id = (i), .pool = (p) }; \
+    } while (0)
+
 int tier_check(const struct tier *t, char *why, size_t cap)
 {
     uint32_t lim = idx_id_limit(t->idx);
+    size_t nmoves = 0, nholds = 0, holds_cap;
+    struct hold *holds;
     uint32_t *kids = calloc(lim ? 3 * (size_t)lim : 1, sizeof(*kids)), *warm = kids + lim;
     uint32_t *hot = warm + lim;
     uint64_t used = 0, hused = 0, nres = 0, nwarm_blocks = 0, nhot_blocks = 0, leases = 0;
     uint64_t in_lru = 0;
     int rc = 0;
 
-    if (!kids)
+    for (const struct move *m = t->moves; m; m = m->next)
+        nmoves++;
+    holds_cap = 2 * (size_t)lim + 2 * nmoves + 1;
+    holds = malloc(holds_cap * sizeof(*holds));
+    if (!kids || !holds) {
+        free(kids);
+        free(holds);
         return -ENOMEM;
+    }
     for (uint32_t id = 0; id < lim; id++) {
         const struct idx_entry *e = idx_at(t->idx, id);
 
@@ -2077,10 +2580,8 @@ int tier_check(const struct tier *t, char *why, size_t cap)
         if (idx_at(t->idx, e->parent)->state == IDX_FREE)
             BAD("entry %u: parent %u is free", id, e->parent);
         kids[e->parent]++;
-        if (e->state != IDX_GHOST && e->level == TIER_L_WARM)
-            warm[e->parent]++;
-        if (e->state != IDX_GHOST && e->level == TIER_L_HOT)
-            hot[e->parent]++;
+        warm[e->parent] += warm_res(e);
+        hot[e->parent] += hot_res(e);
     }
     /* warm slots being filled from hot belong to their move until it lands */
     for (const struct move *m = t->moves; m; m = m->next) {
@@ -2090,6 +2591,7 @@ int tier_check(const struct tier *t, char *why, size_t cap)
                 BAD("move of %u: its hot slot belongs to %u", m->id,
                     tier_ram_tag_at(t->hram, m->hot_off));
             hused += tier_ram_class_slot(t->hram, m->hot_cls);
+            HOLD(1, m->hot_off, m->id);
         }
         if (!m->hot_down)
             continue;
@@ -2097,6 +2599,7 @@ int tier_check(const struct tier *t, char *why, size_t cap)
             BAD("move of %u: its warm slot belongs to %u", m->id,
                 tier_ram_tag_at(t->ram, m->warm_off));
         used += tier_ram_class_slot(t->ram, m->warm_cls);
+        HOLD(0, m->warm_off, m->id);
     }
     for (uint32_t id = 0; id < lim; id++) {
         const struct idx_entry *e = idx_at(t->idx, id);
@@ -2111,8 +2614,21 @@ int tier_check(const struct tier *t, char *why, size_t cap)
         if (hot_leaf(e) != !!(e->flags & IDX_F_HLRU))
             BAD("entry %u: hot leaf %d but on a hot list %d", id, hot_leaf(e),
                 !!(e->flags & IDX_F_HLRU));
-        if (warm_leaf(e) != !!(e->flags & IDX_F_LRU))
-            BAD("entry %u: leaf %d but in LRU %d", id, warm_leaf(e), !!(e->flags & IDX_F_LRU));
+        if (warm_leaf(t, e) != !!(e->flags & IDX_F_LRU))
+            BAD("entry %u: leaf %d but in LRU %d", id, warm_leaf(t, e),
+                !!(e->flags & IDX_F_LRU));
+        if (e->hleases > e->leases)
+            BAD("entry %u: %u leases in hot of %u in all", id, e->hleases, e->leases);
+        if ((e->flags & IDX_F_HOTKEPT) && (e->hleases == 0 || e->level == TIER_L_HOT))
+            BAD("entry %u: a kept hot slot with %u hot leases at level %u", id, e->hleases,
+                e->level);
+        if (e->flags & IDX_F_HOTKEPT) {
+            if (tier_ram_tag_at(t->hram, e->hoff) != id)
+                BAD("entry %u: its kept hot slot at %llu belongs to %u", id,
+                    (unsigned long long)e->hoff, tier_ram_tag_at(t->hram, e->hoff));
+            hused += tier_ram_class_slot(t->hram, e->hcls);
+            HOLD(1, e->hoff, id);
+        }
         if (cold_leaf(e) != !!(e->flags & IDX_F_CLRU))
             BAD("entry %u: cold leaf %d but on the cold list %d", id, cold_leaf(e),
                 !!(e->flags & IDX_F_CLRU));
@@ -2130,6 +2646,7 @@ int tier_check(const struct tier *t, char *why, size_t cap)
                 BAD("entry %u: hot slot at %llu belongs to %u", id, (unsigned long long)e->off,
                     tier_ram_tag_at(t->hram, e->off));
             hused += tier_ram_class_slot(t->hram, e->cls);
+            HOLD(1, e->off, id);
             has_slot = false;
         }
         if (has_slot) {
@@ -2137,6 +2654,7 @@ int tier_check(const struct tier *t, char *why, size_t cap)
                 BAD("entry %u: slot at %llu belongs to %u", id, (unsigned long long)e->off,
                     tier_ram_tag_at(t->ram, e->off));
             used += tier_ram_class_slot(t->ram, e->cls);
+            HOLD(0, e->off, id);
         }
         nres += e->state == IDX_RESERVED;
         nwarm_blocks += e->state == IDX_COMMITTED && e->level == TIER_L_WARM;
@@ -2208,7 +2726,20 @@ int tier_check(const struct tier *t, char *why, size_t cap)
     }
     if (in_lru)
         BAD("%llu entries marked in the LRU are on no list", (unsigned long long)in_lru);
+    /* slot ownership: no slot of either pool has two holders (an entry, a
+     * move filling it, a kept hot copy) */
+    qsort(holds, nholds, sizeof(*holds), hold_cmp);
+    for (size_t i = 1; i < nholds; i++)
+        if (holds[i].pool == holds[i - 1].pool && holds[i].off == holds[i - 1].off)
+            BAD("%s slot at %llu has two holders (%u and %u)", holds[i].pool ? "hot" : "warm",
+                (unsigned long long)holds[i].off, holds[i - 1].id, holds[i].id);
+    for (const struct dwait *d = t->dwaits; d; d = d->next)
+        if (d->id >= lim || (idx_at(t->idx, d->id)->state != IDX_RESERVED &&
+                             idx_at(t->idx, d->id)->state != IDX_COMMITTED))
+            BAD("a durable commit waits for entry %u, which is neither reserved nor committed",
+                d->id);
 out:
     free(kids);
+    free(holds);
     return rc;
 }

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tier.h - the block store: index + warm tier + eviction, as one library.
+ * tier.h - the block store: the index and the tiers (hot above warm, cold
+ * and remote below), with reservations (put), leases (get), prefix lookups,
+ * leaf-first eviction between watermarks and the movers between tiers.
  *
- * Holds KV blocks keyed by (namespace id, 32-byte key) in a shared-memory
- * warm pool, with reservations (put), leases (get), prefix lookups and
- * leaf-first LRU eviction between watermarks. Evicted blocks go through a
- * cold-tier interface (a no-op sink until the NVMe tier exists).
+ * Holds KV blocks keyed by (namespace id, 32-byte key). Warm blocks live in a
+ * shared-memory pool, hot ones in a device pool (tier_hot.h), cold ones on
+ * disk (tier_cold.h). A slot goes back to its pool only when nothing holds it:
+ * its index entry, a lease, a move in flight or a reservation.
  * It knows nothing of sockets, sessions or threads: tierd calls it from one
  * thread, and names the owner of each reservation with an opaque id.
  */
@@ -191,21 +193,29 @@ void tier_story_get(struct tier *t, uint32_t ns, const struct tier_key *key,
  * `owner` until committed or aborted. parent (NULL: none) is the key before
  * keys[0], for leaf-first eviction. For each key, ids[i] gets the new entry
  * id and offs[i] its pool offset, or TIER_NONE / UINT64_MAX where the key is
- * already present or reserved (dedup). Evicts if needed. All or nothing.
- * Returns the number reserved, -ENOSPC if the pool cannot make room (or all
- * TIER_RAM_CLASSES size classes are in use), -ENOMEM, or -EINVAL
- * (block_bytes 0 or larger than a segment). */
+ * already present or reserved (dedup). Evicts if needed: blocks already on
+ * disk leave warm; blocks that are not are never dropped while the cold tier
+ * can take them (a tiering store demotes before it drops). All or nothing.
+ * Returns the number reserved; -EAGAIN when warm is full of blocks on their
+ * way to disk (the mover is asked to make room: retry once a completion
+ * landed); -ENOSPC if the pool cannot make room (everything is leased,
+ * reserved or moving, or all TIER_RAM_CLASSES size classes are in use);
+ * -ENOMEM; or -EINVAL (block_bytes 0 or larger than a segment). */
 int tier_reserve(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
                  const struct tier_key *parent, const struct tier_key *keys, size_t n,
                  uint32_t *ids, uint64_t *offs);
 
-/* Commit as tier_commit, then make every committed key of the batch durable
- * in the cold tier: ids[0..*pending) are the blocks being written, each
- * reported to waiter by the ready callback when durable (rc 0) or not.
- * Returns the number committed, -EOPNOTSUPP without a cold tier, -EAGAIN
- * when a key is still being written by another client (deduplicated against
- * its reservation: not durable yet), or the error that kept a write from
- * starting (-ENOSPC, -EIO). */
+/* Commit as tier_commit, then make every key of the batch durable in the
+ * cold tier, whoever wrote it: ids[0..*pending) (room for n) are the blocks
+ * waited for, each reported to waiter by the ready callback when durable
+ * (rc 0) or not (a write error; -ENODATA: the other writer of a deduplicated
+ * key aborted). A block in hot is copied down and written; a key another
+ * client is still writing is waited for. Returns the number committed,
+ * -EOPNOTSUPP without a cold tier, -ENODATA when a key of the batch is not
+ * stored (deduplicated at reserve against a block that was dropped or
+ * aborted since: put it again), or the error that kept a write from
+ * starting (-ENOSPC, -EIO, -ENOMEM). On an error, writes already started
+ * still report to waiter. */
 int tier_commit_durable(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
                         const struct tier_key *keys, size_t n, void *waiter, uint32_t *ids,
                         uint32_t *pending);
@@ -244,8 +254,13 @@ bool tier_reserved_by(const struct tier *t, uint32_t id, uint32_t owner);
                                  room below its high watermark */
 
 /* Lease the leading present keys: ids[i], offs[i] for i < the returned
- * count; each lease pins its block until tier_release(). block_bytes must
- * match the stored blocks' (-EINVAL otherwise). */
+ * count; each lease pins its block until tier_release(). ids are lease
+ * handles: the entry id, with TIER_LEASE_HOT set on a lease of the hot copy
+ * in place (TIER_GET_HOT), which pins that hot slot until released even if
+ * the block moves meanwhile. block_bytes must match the stored blocks'
+ * (-EINVAL otherwise). */
+#define TIER_LEASE_HOT 0x80000000u
+#define TIER_LEASE_ID(h) ((h) & ~TIER_LEASE_HOT)
 int tier_get(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
              size_t n, uint32_t *ids, uint64_t *offs);
 
@@ -258,7 +273,8 @@ int tier_get_async(struct tier *t, uint32_t ns, uint64_t block_bytes,
                    const struct tier_key *keys, size_t n, uint32_t *ids, uint64_t *offs,
                    void *waiter, uint32_t *pending);
 
-/* tier_get_async with flags (TIER_GET_*); tiers (NULL or n entries) gets,
+/* tier_get_async with flags (TIER_GET_*); any number of getters may wait
+ * for the same move; tiers (NULL or n entries) gets,
  * for each leased block, where offs[i] points: TIER_L_HOT (the hot pool) or
  * TIER_L_WARM (the warm pool, now or once its read lands). */
 int tier_get_ex(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
@@ -272,9 +288,9 @@ int tier_get_ex(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct 
 size_t tier_prefetch(struct tier *t, uint32_t ns, uint64_t block_bytes,
                      const struct tier_key *keys, size_t n, unsigned flags);
 
-/* Whether leased entry id holds its bytes in warm now (not still on its way
- * from disk). */
-bool tier_ready(const struct tier *t, uint32_t id);
+/* Whether the block of lease handle h holds its bytes where the lease
+ * points now (in hot, in place, or in warm: not still on its way). */
+bool tier_ready(const struct tier *t, uint32_t h);
 
 /* The waiter is gone (its client died): no ready (or remote_done) callback
  * will name it. */
@@ -306,13 +322,15 @@ int tier_lookup_remote(struct tier *t, uint32_t ns, const struct tier_key *keys,
                        void *waiter);
 
 /* At start: index every block of the cold tier (as cold-only entries, with
- * their chain parents) so that it is served at once. Returns the count. */
+ * their chain parents) so that it is served at once. A block whose chain
+ * does not reach a root on disk (its parent was never made durable) can be
+ * reached by no lookup: it is removed. Returns the count kept. */
 int tier_load_cold(struct tier *t);
 
 /* At a clean stop: demote every warm block that has no cold copy yet and
  * wait until all are durable. 0 or the first error. */
 int tier_flush_to_cold(struct tier *t);
-/* Drop one lease on each id (from tier_get). reclaimed: count them as
+/* Drop one lease on each handle (from tier_get). reclaimed: count them as
  * reclaimed from a dead client. */
 void tier_release(struct tier *t, const uint32_t *ids, size_t n, bool reclaimed);
 

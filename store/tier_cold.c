@@ -557,7 +557,7 @@ int tier_cold_open(const struct tier_cold_cfg *cfg, struct tier_cold **out)
 {
     char path[4096], msg[320];
     struct tier_nvme_cfg ncfg = { .path = path, .bytes = cfg->bytes ? cfg->bytes : 16ull << 30,
-                                  .qd = cfg->qd, .no_direct = cfg->no_direct,
+                                  .qd = cfg->qd, .no_direct = cfg->no_direct, .sim = cfg->sim,
                                   .log = cfg->log, .log_ctx = cfg->log_ctx };
     struct rebuild r = { 0 };
     struct tier_cold *c = calloc(1, sizeof(*c));
@@ -622,3 +622,5 @@ void tier_cold_close(struct tier_cold *c)
     free(c->map);
     free(c);
 }
+
+struct tier_nvme *tier_cold_io(struct tier_cold *c) { return c->io; }

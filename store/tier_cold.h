@@ -24,6 +24,7 @@
 #include "tier.h"
 
 struct tier_cold;
+struct tier_nvme; /* tier_nvme.h */
 
 struct tier_cold_cfg {
     const char *dir;   /* folder for cold.data and cold.lmdb/ (created) */
@@ -31,6 +32,7 @@ struct tier_cold_cfg {
     uint32_t qd;       /* io_uring queue depth (0: 32) */
     uint32_t batch;    /* blocks per durable commit (0: 32); a flush commits sooner */
     bool no_direct;    /* buffered I/O even where O_DIRECT works */
+    bool sim;          /* the simulated disk of tier_nvme.h (tests) */
     void (*log)(void *ctx, const char *msg);
     void *log_ctx;
 };
@@ -114,6 +116,9 @@ int tier_cold_scan(struct tier_cold *c,
 /* The durable namespace id of a descriptor (see idx_cold_ns_id). */
 int tier_cold_ns_id(struct tier_cold *c, const void *desc, size_t len, uint32_t *id);
 
+/* The tier's I/O layer, for tests that drive the simulated disk or inject
+ * faults (tier_nvme.h). */
+struct tier_nvme *tier_cold_io(struct tier_cold *c);
 void tier_cold_stats_get(const struct tier_cold *c, struct tier_cold_stats *out);
 
 #endif /* TIER_COLD_H */

@@ -57,6 +57,10 @@ struct req {
     uint64_t done;        /* bytes transferred so far (short transfers) */
     uint32_t next;        /* free stack link while OP_FREE */
     uint8_t op;           /* enum op; OP_FREE when the slot is unused */
+    uint64_t sim_seq;     /* sim: order queued */
+    uint64_t sim_done;    /* sim: order completed (0: still queued) */
+    uint64_t sim_snap;    /* sim, OP_SYNC: writes completed before it was queued */
+    int64_t sim_res;      /* sim: the result its callback gets */
 #ifdef KVT_FAULTS
     bool faked;           /* the SQE in flight is an injected fault's NOP */
     int32_t fake_res;     /* the result its completion stands for */
@@ -86,8 +90,19 @@ struct faults {
 };
 #endif
 
+/* sim: a completed write not yet durable (the drive's volatile cache) */
+struct ext {
+    uint64_t off, len, seq; /* seq: order completed among writes */
+    struct ext *next;
+    uint8_t data[];
+};
+
 struct tier_nvme {
     struct io_uring ring;
+    bool sim;             /* the simulated disk: no ring (header) */
+    bool crashed;         /* sim: power lost; everything fails */
+    uint64_t sim_qseq, sim_dseq, sim_wseq; /* sim: queue, completion, write orders */
+    struct ext *ext, **ext_tail; /* sim: volatile writes, oldest first */
     int fd;               /* the data file (O_DIRECT when `direct`) */
     int efd;              /* eventfd registered with the ring */
     uint64_t bytes;       /* usable size: a 4 KiB multiple, <= file size */
@@ -100,6 +115,12 @@ struct tier_nvme {
     struct faults faults; /* injected faults (KVTIER_FAULTS / tier_nvme_fault_set) */
 #endif
 };
+
+/* the simulated disk (end of file) */
+static int sim_open(struct tier_nvme *n, const struct tier_nvme_cfg *cfg, uint64_t bytes,
+                    struct tier_nvme **out);
+static int sim_reap(struct tier_nvme *n, unsigned min);
+static void sim_close(struct tier_nvme *n);
 
 static void say(const struct tier_nvme_cfg *cfg, const char *fmt, const char *detail)
 {
@@ -492,6 +513,8 @@ int tier_nvme_open(const struct tier_nvme_cfg *cfg, struct tier_nvme **out)
     rc = faults_open(n, cfg);
     if (rc < 0)
         goto out_free;
+    if (cfg->sim)
+        return sim_open(n, cfg, bytes, out);
     /* Ring and eventfd before the file: they touch nothing on disk, so when
      * they fail (io_uring disabled by sysctl, memlock limits on old kernels)
      * no preallocated file is left behind. The kernel rounds the SQ up to a
@@ -539,7 +562,15 @@ static struct io_uring_sqe *get_sqe(struct tier_nvme *n)
 static int prep(struct tier_nvme *n, uint32_t i)
 {
     struct req *r = &n->req[i];
-    struct io_uring_sqe *sqe = get_sqe(n);
+    struct io_uring_sqe *sqe;
+
+    if (n->sim) { /* it waits in its slot for tier_nvme_sim_complete() */
+        r->sim_seq = ++n->sim_qseq;
+        r->sim_done = 0;
+        r->sim_snap = n->sim_wseq;
+        return 0;
+    }
+    sqe = get_sqe(n);
     uint64_t left = r->len - r->done;
     unsigned chunk = left > CHUNK_MAX ? CHUNK_MAX : (unsigned)left;
 
@@ -632,6 +663,8 @@ int tier_nvme_submit(struct tier_nvme *n)
 {
     int rc;
 
+    if (n->sim)
+        return 0;
     do
         rc = io_uring_submit(&n->ring);
     while (rc == -EINTR);
@@ -687,6 +720,8 @@ int tier_nvme_reap(struct tier_nvme *n, unsigned min)
     uint32_t i;
     int rc, res;
 
+    if (n->sim)
+        return sim_reap(n, min);
     /* Drain the eventfd before looking at the CQ: a completion that lands
      * after the drain signals it again, so epoll never misses one (at worst
      * it wakes us once for nothing). */
@@ -738,6 +773,10 @@ void tier_nvme_close(struct tier_nvme *n)
 
     if (!n)
         return;
+    if (n->sim) {
+        sim_close(n);
+        return;
+    }
     /* Buffers of requests in flight belong to the caller, and the kernel may
      * still DMA into them after the ring fd is closed, so wait them all out
      * (reap submits what is only queued). Give up only on an error that will
@@ -769,3 +808,241 @@ void tier_nvme_close(struct tier_nvme *n)
 uint64_t tier_nvme_bytes(const struct tier_nvme *n) { return n->bytes; }
 bool tier_nvme_direct(const struct tier_nvme *n) { return n->direct; }
 int tier_nvme_event_fd(const struct tier_nvme *n) { return n->efd; }
+
+/* ---- the simulated disk (header) ----------------------------------------- */
+
+static int sim_open(struct tier_nvme *n, const struct tier_nvme_cfg *cfg, uint64_t bytes,
+                    struct tier_nvme **out)
+{
+    struct tier_nvme_cfg c = *cfg;
+    int rc;
+
+    n->sim = true;
+    n->ext_tail = &n->ext;
+    n->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (n->efd < 0) {
+        rc = -errno;
+        goto out_free;
+    }
+    c.no_direct = true; /* the file is the simulated medium: buffered, read back at once */
+    c.log = NULL;       /* and nothing to tell about it */
+    rc = open_file(n, &c, bytes);
+    if (rc < 0)
+        goto out_close_efd;
+    *out = n;
+    return 0;
+out_close_efd:
+    close(n->efd);
+out_free:
+    free(n->req);
+    free(n);
+    return rc;
+}
+
+static int sim_read(struct tier_nvme *n, struct req *r)
+{
+    uint64_t got = 0;
+
+    while (got < r->len) {
+        ssize_t k = pread(n->fd, r->buf + got, r->len - got, (off_t)(r->off + got));
+
+        if (k <= 0)
+            return k < 0 ? -errno : -EIO;
+        got += (uint64_t)k;
+    }
+    /* the volatile layer over the file, oldest first: later writes win */
+    for (const struct ext *e = n->ext; e; e = e->next) {
+        uint64_t lo = e->off > r->off ? e->off : r->off;
+        uint64_t hi = e->off + e->len < r->off + r->len ? e->off + e->len : r->off + r->len;
+
+        if (lo < hi)
+            memcpy(r->buf + (lo - r->off), e->data + (lo - e->off), hi - lo);
+    }
+    return 0;
+}
+
+static int sim_write(struct tier_nvme *n, const struct req *r)
+{
+    /* the bytes are taken now, at completion: a caller that changed its
+     * buffer before the callback would be caught storing the wrong ones */
+    struct ext *e = malloc(sizeof(*e) + r->len);
+
+    if (!e)
+        return -ENOMEM;
+    e->off = r->off;
+    e->len = r->len;
+    e->seq = ++n->sim_wseq;
+    e->next = NULL;
+    memcpy(e->data, r->buf, r->len);
+    *n->ext_tail = e;
+    n->ext_tail = &e->next;
+    return 0;
+}
+
+/* Write e to the medium (the file). */
+static int sim_persist(struct tier_nvme *n, const struct ext *e)
+{
+    uint64_t put = 0;
+
+    while (put < e->len) {
+        ssize_t k = pwrite(n->fd, e->data + put, e->len - put, (off_t)(e->off + put));
+
+        if (k <= 0)
+            return k < 0 ? -errno : -EIO;
+        put += (uint64_t)k;
+    }
+    return 0;
+}
+
+/* A sync: the writes completed before it was queued become durable. */
+static int sim_sync(struct tier_nvme *n, const struct req *r)
+{
+    struct ext **pp = &n->ext;
+    int rc = 0;
+
+    while (*pp) {
+        struct ext *e = *pp;
+
+        if (e->seq > r->sim_snap) {
+            pp = &e->next;
+            continue;
+        }
+        if (rc == 0)
+            rc = sim_persist(n, e);
+        *pp = e->next;
+        free(e);
+    }
+    n->ext_tail = pp;
+    return rc;
+}
+
+unsigned tier_nvme_sim_queued(const struct tier_nvme *n)
+{
+    unsigned q = 0;
+
+    for (uint32_t i = 0; n->sim && i < n->qd; i++)
+        q += n->req[i].op != OP_FREE && n->req[i].sim_done == 0;
+    return q;
+}
+
+/* The slot of the k-th queued request, oldest first, or NONE. O(qd * k). */
+static uint32_t sim_kth(const struct tier_nvme *n, unsigned k)
+{
+    uint64_t after = 0;
+
+    for (unsigned j = 0; j <= k; j++) {
+        uint32_t best = NONE;
+
+        for (uint32_t i = 0; i < n->qd; i++) {
+            const struct req *r = &n->req[i];
+
+            if (r->op == OP_FREE || r->sim_done || r->sim_seq <= after)
+                continue;
+            if (best == NONE || r->sim_seq < n->req[best].sim_seq)
+                best = i;
+        }
+        if (best == NONE)
+            return NONE;
+        if (j == k)
+            return best;
+        after = n->req[best].sim_seq;
+    }
+    return NONE;
+}
+
+int tier_nvme_sim_complete(struct tier_nvme *n, unsigned k, int err)
+{
+    uint32_t i = n->sim ? sim_kth(n, k) : NONE;
+    struct req *r;
+    uint64_t one = 1;
+    int rc = err < 0 ? err : 0;
+
+    if (i == NONE)
+        return -ENOENT;
+    r = &n->req[i];
+    if (n->crashed)
+        rc = -EIO;
+    else if (rc == 0 && r->op == OP_READ)
+        rc = sim_read(n, r);
+    else if (rc == 0 && r->op == OP_WRITE)
+        rc = sim_write(n, r);
+    else if (rc == 0)
+        rc = sim_sync(n, r);
+    r->sim_res = rc < 0 ? rc : (int64_t)r->len;
+    r->sim_done = ++n->sim_dseq;
+    if (write(n->efd, &one, sizeof(one)) < 0)
+        return 0; /* a full counter: reap still finds it */
+    return 0;
+}
+
+void tier_nvme_sim_crash(struct tier_nvme *n, uint64_t seed)
+{
+    uint64_t s = seed;
+
+    if (!n->sim)
+        return;
+    while (n->ext) {
+        struct ext *e = n->ext;
+
+        s = s * 6364136223846793005ull + 1442695040888963407ull; /* an LCG: only a coin */
+        if (s >> 63)
+            (void)sim_persist(n, e);
+        n->ext = e->next;
+        free(e);
+    }
+    n->ext_tail = &n->ext;
+    n->crashed = true;
+}
+
+static int sim_reap(struct tier_nvme *n, unsigned min)
+{
+    unsigned ran = 0;
+    uint64_t v;
+
+    while (read(n->efd, &v, sizeof(v)) == (ssize_t)sizeof(v))
+        ;
+    for (;;) {
+        uint32_t best = NONE;
+
+        for (uint32_t i = 0; i < n->qd; i++) /* the next done, in completion order */
+            if (n->req[i].op != OP_FREE && n->req[i].sim_done &&
+                (best == NONE || n->req[i].sim_done < n->req[best].sim_done))
+                best = i;
+        if (best == NONE) {
+            /* someone waits: the oldest queued request completes */
+            if (ran >= min || tier_nvme_sim_complete(n, 0, 0) < 0)
+                break;
+            continue;
+        }
+        {
+            tier_nvme_cb cb = n->req[best].cb;
+            void *ctx = n->req[best].ctx;
+            int64_t res = n->req[best].sim_res;
+
+            put_slot(n, best); /* before the callback, which may queue into this slot */
+            if (cb)
+                cb(ctx, res);
+            ran++;
+        }
+    }
+    return (int)ran;
+}
+
+static void sim_close(struct tier_nvme *n)
+{
+    while (n->nfree < n->qd)
+        if (sim_reap(n, 1) <= 0)
+            break;
+    while (n->ext) { /* a clean close: the cache reaches the medium */
+        struct ext *e = n->ext;
+
+        if (!n->crashed)
+            (void)sim_persist(n, e);
+        n->ext = e->next;
+        free(e);
+    }
+    close(n->efd);
+    close(n->fd);
+    free(n->req);
+    free(n);
+}

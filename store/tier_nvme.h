@@ -24,6 +24,7 @@ struct tier_nvme_cfg {
     uint64_t bytes;      /* its size: preallocated with fallocate (rounded up to 4 KiB) */
     uint32_t qd;         /* io_uring queue depth (0: 32) */
     bool no_direct;      /* force buffered I/O (tests; file systems without O_DIRECT) */
+    bool sim;            /* the simulated disk (tests; see below): no io_uring */
     void (*log)(void *ctx, const char *msg);
     void *log_ctx;
 };
@@ -104,5 +105,28 @@ bool tier_nvme_faults_available(void);
 int tier_nvme_fault_set(struct tier_nvme *n, const char *spec);
 /* Faults injected into n so far (0 without KVT_FAULTS). */
 uint64_t tier_nvme_faults_injected(const struct tier_nvme *n);
+
+/* ---- the simulated disk (deterministic simulation tests) ------------------
+ * With cfg.sim, requests never reach the kernel: they wait, queued, until the
+ * caller completes them one at a time in the order it chooses, and the file
+ * stands for what survives a power loss. A completed write lands in a volatile
+ * layer (the drive's cache) that reads see; a completed sync moves to the file
+ * the writes that had completed before the sync was queued (fdatasync's
+ * promise), no others. tier_nvme_reap(n, min > 0) completes the oldest queued
+ * requests itself when fewer than min are done, so code that waits still
+ * progresses, deterministically. Present in every build: it is only chosen by
+ * tests. */
+
+/* Requests queued and not yet completed. */
+unsigned tier_nvme_sim_queued(const struct tier_nvme *n);
+/* Complete the k-th queued request (0: the oldest) now, with error err
+ * (0: it does its work; -EIO and the like: it fails and moves nothing). Its
+ * callback runs at the next tier_nvme_reap(). -ENOENT when k >= queued. */
+int tier_nvme_sim_complete(struct tier_nvme *n, unsigned k, int err);
+/* Power loss: each write not yet made durable reaches the file or not, as
+ * seed's coin says (a drive may have written some of its cache), the rest
+ * vanish; from now on every request fails with -EIO and moves nothing. The
+ * caller then closes the tier and reopens it from the file. */
+void tier_nvme_sim_crash(struct tier_nvme *n, uint64_t seed);
 
 #endif /* TIER_NVME_H */
