@@ -615,7 +615,18 @@ int kvt_put_reserve_flags(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys
         return -EINVAL;
     if (hot && !ns->c->hot_kind)
         return -EOPNOTSUPP; /* kvt_hot_attach first */
-    rc = keys_rpc(ns, KVT_OP_PUT_RESERVE, hot ? KVT_WIRE_KF_HOT : 0, parent, keys, n, &blen);
+    /* -EAGAIN: warm is full of blocks on their way to disk and its mover is
+     * making room; waiting milliseconds for it beats losing the block, so
+     * the wait is here, bounded (KVT_PUT_WAIT_MS), with tierd serving others */
+    for (unsigned waited_us = 0, step_us = 200;; waited_us += step_us, step_us *= 2) {
+        rc = keys_rpc(ns, KVT_OP_PUT_RESERVE, hot ? KVT_WIRE_KF_HOT : 0, parent, keys, n,
+                      &blen);
+        if (rc != -EAGAIN || waited_us >= KVT_PUT_WAIT_MS * 1000u)
+            break;
+        if (step_us > 20000)
+            step_us = 20000;
+        usleep(step_us);
+    }
     if (rc < 0)
         return rc;
     memcpy(&rep, body(ns->c), sizeof(rep) <= blen ? sizeof(rep) : 0);
@@ -916,6 +927,10 @@ const char *kvt_strerror(int err)
     case KVT_EDISCONNECTED: return "tierd closed the connection";
     case -EBUSY: return "too many leases held: release some first";
     case -ENOSPC: return "no room: the warm pool is full of leased or reserved blocks";
+    case -EAGAIN: return "no room yet: the warm pool is full of blocks still being written "
+                         "to disk; retry shortly";
+    case -ENODATA: return "a block of the batch is not stored (deduplicated against a put "
+                          "that was aborted or evicted since): put it again";
     case -E2BIG: return "batch too large (more than KVT_BATCH_MAX keys)";
     case -EFBIG: return "block larger than the warm pool's largest slot";
     case -ENOENT: return "tierd is not running at that socket path (no such file)";

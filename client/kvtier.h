@@ -181,8 +181,11 @@ int kvt_lookup(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags, uint8_
  * writable pointer of kvt_ns_block_bytes() bytes, or NULL where the key is
  * already stored or being stored (deduplicated: nothing to write). All or
  * nothing: -ENOSPC when the pool cannot hold the batch even after eviction
- * (e.g. all blocks leased). Returns the number of slots reserved. Reserved
- * keys are invisible to lookups until committed. */
+ * (e.g. all blocks leased); -EAGAIN when warm is still full of blocks on
+ * their way to disk after waiting up to KVT_PUT_WAIT_MS for tierd's mover
+ * (tierd never drops a block the disk could take). Returns the number of
+ * slots reserved. Reserved keys are invisible to lookups until committed. */
+#define KVT_PUT_WAIT_MS 2000
 int kvt_put_reserve(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
                     void **slots);
 
@@ -198,11 +201,12 @@ int kvt_put_commit(kvt_ns *ns, const kvt_key *keys, size_t n);
 
 /* kvt_put_commit with flags. With KVT_COMMIT_DURABLE: -EOPNOTSUPP when tierd
  * runs without a cold tier, -EIO / -ENOSPC when a block could not be made
- * durable (the blocks stay committed in memory), -EAGAIN when a key was
- * deduplicated against another client's put still in progress (retry once
- * it is committed), -EBUSY when another client's durable commit of one of
- * the keys is still being written (retry: it is durable once that one
- * answers). */
+ * durable (the blocks stay committed in memory), -ENODATA when a key of the
+ * batch is not stored (deduplicated at reserve against another client's put
+ * that was aborted, or a block evicted, since: put it again), -EAGAIN when a
+ * block in hot could not be copied down (warm full of blocks on their way
+ * to disk: retry). A key another client is still writing is waited for; a
+ * block in hot is copied down and written. */
 int kvt_put_commit_flags(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags);
 
 /* Give back reservations among keys[0..n) without publishing them. */

