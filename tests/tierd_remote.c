@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tierd_remote.c - the remote tier through two tierds sharing a Redis
- * Cluster (3 masters of Debian's redis-server on 127.0.0.1, started here):
+ * Cluster (3 masters of Debian's redis-server on 127.0.0.1, t_cluster.h):
  * a prefix put through one is a hit through the other, byte-identical;
  * a master killed during reads turns into misses, never wrong bytes or a
  * stuck daemon; a resharding during reads is followed (MOVED / ASK); a
@@ -12,31 +12,21 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <hiredis/hiredis.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "t.h"
+#include "t_cluster.h"
 
 #define BLK (64u << 10)
 #define CHAIN 4
-#define NODES 3
-
-struct cluster {
-    int port[NODES];
-    pid_t pid[NODES];
-    char dir[64];
-    char seeds[128];
-};
+#define NODES T_CLUSTER_NODES
 
 static bool slow(void) { return getenv("KVT_TEST_VALGRIND") != NULL; }
 
@@ -48,164 +38,7 @@ static uint64_t ms_now(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static bool bindable(int port)
-{
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                             .sin_addr.s_addr = htonl(0x7f000001) };
-    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-    bool ok;
-
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-    close(fd);
-    return ok;
-}
-
-/* A port free with its cluster bus port (+10000), spread by pid so that
- * parallel tests rarely try the same ones. */
-static int free_port(int after)
-{
-    int start = after ? after + 1 - 20000 : (int)(getpid() % 1000) * 10;
-
-    for (int i = 0; i < 10000; i++) {
-        int p = 20000 + (start + i) % 10000;
-
-        if (bindable(p) && bindable(p + 10000))
-            return p;
-    }
-    cr_assert_fail("no free port pair");
-    return -1;
-}
-
-static bool have(const char *path)
-{
-    return access(path, X_OK) == 0;
-}
-
-/* Run argv, output to the cluster's log; its exit status. */
-static int run(struct cluster *c, const char *const *argv)
-{
-    char log[128];
-    pid_t pid;
-
-    snprintf(log, sizeof(log), "%s/cmd.log", c->dir);
-    pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    return t_wait(pid);
-}
-
-/* One command on node port; the reply (freeReplyObject it), or NULL. */
-static redisReply *cmd(int port, const char *fmt, ...)
-{
-    struct timeval tv = { .tv_sec = 5 };
-    redisContext *rc = redisConnectWithTimeout("127.0.0.1", port, tv);
-    redisReply *r = NULL;
-    va_list ap;
-
-    if (rc && !rc->err && redisSetTimeout(rc, tv) == REDIS_OK) {
-        va_start(ap, fmt);
-        r = redisvCommand(rc, fmt, ap);
-        va_end(ap);
-    }
-    if (rc)
-        redisFree(rc);
-    return r;
-}
-
-static bool reply_has(int port, const char *what, const char *text)
-{
-    redisReply *r = cmd(port, what);
-    bool ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, text);
-
-    if (r)
-        freeReplyObject(r);
-    return ok;
-}
-
-static void cluster_start(struct cluster *c)
-{
-    char conf[NODES][128], portstr[NODES][16], addr[NODES][32];
-
-    memset(c, 0, sizeof(*c));
-    if (!have("/usr/bin/redis-server") || !have("/usr/bin/redis-cli"))
-        cr_skip_test("redis-server / redis-cli not installed (mk/deps.sh test)");
-    snprintf(c->dir, sizeof(c->dir), "/tmp/kvt-redis-XXXXXX");
-    cr_assert_not_null(mkdtemp(c->dir));
-    for (int i = 0; i < NODES; i++) {
-        c->port[i] = free_port(i ? c->port[i - 1] : 0);
-        snprintf(portstr[i], sizeof(portstr[i]), "%d", c->port[i]);
-        snprintf(conf[i], sizeof(conf[i]), "%s/nodes-%d.conf", c->dir, c->port[i]);
-        snprintf(addr[i], sizeof(addr[i]), "127.0.0.1:%d", c->port[i]);
-        c->pid[i] = fork();
-        cr_assert(c->pid[i] >= 0);
-        if (c->pid[i] == 0) {
-            int null = open("/dev/null", O_WRONLY);
-
-            prctl(PR_SET_PDEATHSIG, SIGKILL); /* a dead test leaves no server behind */
-            dup2(null, 1);
-            dup2(null, 2);
-            execl("/usr/bin/redis-server", "redis-server", "--port", portstr[i], "--bind",
-                  "127.0.0.1", "--cluster-enabled", "yes", "--cluster-config-file", conf[i],
-                  "--dir", c->dir, "--save", "", "--appendonly", "no", "--daemonize", "no",
-                  (char *)NULL);
-            _exit(127);
-        }
-    }
-    snprintf(c->seeds, sizeof(c->seeds), "%s,%s", addr[0], addr[1]);
-    for (int i = 0; i < NODES; i++) {
-        uint64_t t0 = ms_now();
-        redisReply *r;
-
-        while (!(r = cmd(c->port[i], "PING"))) {
-            cr_assert_lt(ms_now() - t0, 10000, "redis-server on %d did not start", c->port[i]);
-            usleep(20000);
-        }
-        freeReplyObject(r);
-    }
-    {
-        const char *argv[] = { "/usr/bin/redis-cli", "--cluster", "create", addr[0], addr[1],
-                               addr[2], "--cluster-replicas", "0", "--cluster-yes", NULL };
-
-        cr_assert_eq(run(c, argv), 0, "redis-cli --cluster create failed (see %s/cmd.log)",
-                     c->dir);
-    }
-    for (int i = 0; i < NODES; i++) {
-        uint64_t t0 = ms_now();
-
-        while (!reply_has(c->port[i], "CLUSTER INFO", "cluster_state:ok")) {
-            cr_assert_lt(ms_now() - t0, 20000, "the cluster did not come up");
-            usleep(50000);
-        }
-    }
-}
-
-static void cluster_stop(struct cluster *c)
-{
-    char rm[128];
-
-    for (int i = 0; i < NODES; i++)
-        if (c->pid[i] > 0) {
-            kill(c->pid[i], SIGKILL);
-            t_wait(c->pid[i]);
-            c->pid[i] = 0;
-        }
-    snprintf(rm, sizeof(rm), "rm -rf '%s'", c->dir);
-    if (c->dir[0] && system(rm) != 0)
-        fprintf(stderr, "tierd_remote: could not remove %s\n", c->dir);
-}
-
-static void tierd_on(struct t_tierd *d, struct cluster *c, const char *policy)
+static void tierd_on(struct t_tierd *d, struct t_cluster *c, const char *policy)
 {
     const char *args[] = { "--warm-bytes", "64M", "--remote-seeds", c->seeds,
                            "--remote-timeout-ms", slow() ? "3000" : "500",
@@ -284,7 +117,7 @@ static void responsive(kvt_client *c, kvt_stats *st)
 
 Test(remote, a_prefix_put_on_one_node_is_a_hit_on_another)
 {
-    struct cluster cl;
+    struct t_cluster cl;
     struct t_tierd a, b;
     kvt_client *ca, *cb;
     kvt_ns *na, *nb, *other;
@@ -293,7 +126,7 @@ Test(remote, a_prefix_put_on_one_node_is_a_hit_on_another)
     uint8_t tiers[CHAIN];
     kvt_stats st;
 
-    cluster_start(&cl);
+    t_cluster_start(&cl);
     tierd_on(&a, &cl, "write-through");
     tierd_on(&b, &cl, "write-through");
     ca = t_connect(&a);
@@ -327,20 +160,20 @@ Test(remote, a_prefix_put_on_one_node_is_a_hit_on_another)
     kvt_close(cb);
     t_tierd_stop(&a);
     t_tierd_stop(&b);
-    cluster_stop(&cl);
+    t_cluster_stop(&cl);
 }
 
 Test(remote, a_killed_master_turns_into_misses)
 {
     enum { CHAINS = 24, KILL_AT = 6 };
-    struct cluster cl;
+    struct t_cluster cl;
     struct t_tierd a, b;
     kvt_client *ca, *cb;
     kvt_ns *na, *nb;
     kvt_stats st;
     int full_after = 0, short_after = 0;
 
-    cluster_start(&cl);
+    t_cluster_start(&cl);
     tierd_on(&a, &cl, "write-through");
     tierd_on(&b, &cl, "write-through");
     ca = t_connect(&a);
@@ -381,23 +214,13 @@ Test(remote, a_killed_master_turns_into_misses)
     kvt_close(cb);
     t_tierd_stop(&a);
     t_tierd_stop(&b);
-    cluster_stop(&cl);
-}
-
-/* The node id of the master on port. */
-static void node_id(int port, char *out, size_t cap)
-{
-    redisReply *r = cmd(port, "CLUSTER MYID");
-
-    cr_assert(r && r->type == REDIS_REPLY_STRING, "CLUSTER MYID on %d", port);
-    snprintf(out, cap, "%s", r->str);
-    freeReplyObject(r);
+    t_cluster_stop(&cl);
 }
 
 Test(remote, a_resharding_during_reads_is_followed)
 {
     enum { CHAINS = 32 };
-    struct cluster cl;
+    struct t_cluster cl;
     struct t_tierd a, b;
     kvt_client *ca, *cb;
     kvt_ns *na, *nb;
@@ -405,7 +228,7 @@ Test(remote, a_resharding_during_reads_is_followed)
     char from[64], to[64], addr[32];
     pid_t mover;
 
-    cluster_start(&cl);
+    t_cluster_start(&cl);
     tierd_on(&a, &cl, "write-through");
     tierd_on(&b, &cl, "write-through");
     ca = t_connect(&a);
@@ -419,8 +242,8 @@ Test(remote, a_resharding_during_reads_is_followed)
 
     /* move half of the first master's slots to the second, keys and all,
      * while B reads */
-    node_id(cl.port[0], from, sizeof(from));
-    node_id(cl.port[1], to, sizeof(to));
+    t_cluster_node_id(cl.port[0], from, sizeof(from));
+    t_cluster_node_id(cl.port[1], to, sizeof(to));
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", cl.port[0]);
     mover = fork();
     cr_assert(mover >= 0);
@@ -429,7 +252,7 @@ Test(remote, a_resharding_during_reads_is_followed)
                                "--cluster-from", from, "--cluster-to", to, "--cluster-slots",
                                "2700", "--cluster-yes", NULL };
 
-        _exit(run(&cl, argv));
+        _exit(t_cluster_run(&cl, argv));
     }
     for (int c = 1; c < CHAINS / 2; c++)
         cr_assert_eq(get_chain(nb, c), CHAIN, "chain %d during the resharding", c);
@@ -446,12 +269,12 @@ Test(remote, a_resharding_during_reads_is_followed)
     kvt_close(cb);
     t_tierd_stop(&a);
     t_tierd_stop(&b);
-    cluster_stop(&cl);
+    t_cluster_stop(&cl);
 }
 
 Test(remote, a_corrupted_value_is_a_counted_miss)
 {
-    struct cluster cl;
+    struct t_cluster cl;
     struct t_tierd a, b;
     kvt_client *ca, *cb;
     kvt_ns *na, *nb;
@@ -459,7 +282,7 @@ Test(remote, a_corrupted_value_is_a_counted_miss)
     kvt_stats st;
     int changed = 0;
 
-    cluster_start(&cl);
+    t_cluster_start(&cl);
     tierd_on(&a, &cl, "on-demotion");
     tierd_on(&b, &cl, "on-demotion");
     ca = t_connect(&a);
@@ -487,18 +310,19 @@ Test(remote, a_corrupted_value_is_a_counted_miss)
      * block (its key is the only one whose value holds chain 1's data; find
      * it by reading every kvt: key on every master) */
     for (int i = 0; i < NODES && !changed; i++) {
-        redisReply *keys = cmd(cl.port[i], "KEYS kvt:*");
+        redisReply *keys = t_cluster_cmd(cl.port[i], "KEYS kvt:*");
 
         cr_assert(keys && keys->type == REDIS_REPLY_ARRAY);
         for (size_t j = 0; j < keys->elements && !changed; j++) {
-            redisReply *v = cmd(cl.port[i], "GET %s", keys->element[j]->str);
+            redisReply *v = t_cluster_cmd(cl.port[i], "GET %s", keys->element[j]->str);
             static uint8_t want[BLK];
 
             t_fill(want, BLK, 100);
             if (v && v->type == REDIS_REPLY_STRING && v->len == 32 + BLK &&
                 memcmp(v->str + 32, want, BLK) == 0) {
-                redisReply *w = cmd(cl.port[i], "SETRANGE %s %d %b", keys->element[j]->str,
-                                    32 + 1000, "\xff\x00", (size_t)2);
+                redisReply *w = t_cluster_cmd(cl.port[i], "SETRANGE %s %d %b",
+                                              keys->element[j]->str, 32 + 1000, "\xff\x00",
+                                              (size_t)2);
 
                 cr_assert(w && w->type == REDIS_REPLY_INTEGER);
                 freeReplyObject(w);
@@ -521,5 +345,5 @@ Test(remote, a_corrupted_value_is_a_counted_miss)
     kvt_close(cb);
     t_tierd_stop(&a);
     t_tierd_stop(&b);
-    cluster_stop(&cl);
+    t_cluster_stop(&cl);
 }
