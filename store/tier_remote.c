@@ -18,7 +18,9 @@
  * queues. The map comes from CLUSTER SLOTS at the first job and again
  * after a MOVED or a failed node (at most every 100 ms); MOVED also fixes
  * the one slot at once; ASK sends ASKING and the command to the node named,
- * for that try only. A key gets 4 tries. A node that fails (refused,
+ * for that try only. A key gets 4 tries, and a round sends only the keys
+ * still unfinished (each key carries its state): a redirect of one key
+ * never sends its finished neighbours again. A node that fails (refused,
  * reset, timeout) is closed and marked down for a second: its keys fail at
  * once meanwhile (misses, never a wait), then it is tried again.
  *
@@ -29,6 +31,7 @@
  * read by hiredis's reader; a GET's value is verified, then copied into its
  * destination slot.
  */
+#include <assert.h>
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
@@ -61,6 +64,12 @@
 
 enum { OP_PUT = 1, OP_GET = 2, OP_EXISTS = 3 };
 
+/* A key's state in its worker's batch. Only IT_SENT keys are on the wire,
+ * so a round sends, and reads the replies of, exactly the keys it routed:
+ * a key finished in an earlier round (a verified hit, a miss) is never sent
+ * or read again, whatever a redirect of another key on its node does. */
+enum { IT_TODO, IT_SENT, IT_DONE };
+
 /* One key of a job. */
 struct item {
     struct job *job;
@@ -68,9 +77,9 @@ struct item {
     uint8_t klen;
     uint16_t slot;
     int16_t ask;           /* ASK target for the next try (-1: none) */
-    int16_t tgt;           /* node this round (worker) */
+    int16_t tgt;           /* node of its last send (worker) */
     uint8_t tries;
-    bool done;
+    uint8_t state;         /* IT_*: unfinished (to send, or sent this round) or done */
     int res;               /* outcome (see tier_remote_get / _exists) */
     void *dst;             /* GET: the caller's buffer */
     uint16_t cmdlen;
@@ -405,6 +414,12 @@ static void refresh_map(struct worker *w)
 
 /* ---- the worker: one batch ----------------------------------------------- */
 
+/* Whether item it was sent to node k in this round (and waits for its reply). */
+static bool on_wire(const struct item *it, int k)
+{
+    return it->state == IT_SENT && it->tgt == k;
+}
+
 /* Send every item of this round bound for node k, in order. 0 or -errno. */
 static int send_node(struct worker *w, int k, struct item **v, size_t nv)
 {
@@ -415,7 +430,7 @@ static int send_node(struct worker *w, int k, struct item **v, size_t nv)
     for (size_t i = 0; i <= nv; i++) {
         struct item *it = i < nv ? v[i] : NULL;
 
-        if (it && it->tgt != k)
+        if (it && !on_wire(it, k))
             continue;
         /* flush when the array is full (an item takes up to 4) or at the end */
         if (!it || cnt > (int)(sizeof(iov) / sizeof(iov[0])) - 4) {
@@ -451,9 +466,11 @@ static int send_node(struct worker *w, int k, struct item **v, size_t nv)
     return 0;
 }
 
+/* An item's outcome, once: a finished item is never sent again. */
 static void finish(struct item *it, int res)
 {
-    it->done = true;
+    assert(it->state != IT_DONE);
+    it->state = IT_DONE;
     it->res = res;
 }
 
@@ -498,8 +515,12 @@ static void on_reply(struct worker *w, struct item *it, const redisReply *rp)
         } else if (strncmp(rp->str, "TRYAGAIN", 8) != 0) {
             finish(it, -EIO); /* CLUSTERDOWN, OOM, ...: a miss */
         }
-        if (!it->done && it->tries >= TRIES)
-            finish(it, -EIO);
+        if (it->state != IT_DONE) {
+            if (it->tries >= TRIES)
+                finish(it, -EIO);
+            else
+                it->state = IT_TODO; /* redirected or TRYAGAIN: the next round sends it */
+        }
         return;
     }
     switch (j->op) {
@@ -532,7 +553,7 @@ static void read_node(struct worker *w, int k, struct item **v, size_t nv)
         redisReply *rp = NULL;
         bool asked = it->ask >= 0;
 
-        if (it->tgt != k)
+        if (!on_wire(it, k))
             continue;
         it->ask = -1; /* an ASK holds for one try */
         if (asked) {
@@ -552,7 +573,7 @@ failed:
          * bound for k fail (their replies cannot be matched any more) */
         node_fail(w, k, w->node[k].c->errstr[0] ? w->node[k].c->errstr : "read failed");
         for (; i < nv; i++)
-            if (v[i]->tgt == k)
+            if (on_wire(v[i], k))
                 finish(v[i], -EIO);
         return;
     }
@@ -590,13 +611,14 @@ static void run_batch(struct worker *w, struct item **v, size_t nv)
         for (size_t i = 0; i < nv; i++) {
             struct item *it = v[i];
 
-            if (it->done)
+            if (it->state != IT_TODO)
                 continue;
             it->tgt = it->ask >= 0 ? it->ask : w->slots[it->slot];
             if (it->tgt == NO_NODE || !node_conn(w, it->tgt)) {
                 finish(it, -EIO); /* no owner known, or its node is down */
                 continue;
             }
+            it->state = IT_SENT;
             used[it->tgt] = any = true;
         }
         if (!any)
@@ -612,20 +634,19 @@ static void run_batch(struct worker *w, struct item **v, size_t nv)
                 node_fail(w, k, strerror(-rc));
                 used[k] = false;
                 for (size_t i = 0; i < nv; i++)
-                    if (!v[i]->done && v[i]->tgt == k)
+                    if (on_wire(v[i], k))
                         finish(v[i], -EIO);
             }
         }
+        /* every IT_SENT item leaves its node's read done or back to IT_TODO */
         for (int k = 0; k < (int)w->nnodes; k++)
             if (used[k])
                 read_node(w, k, v, nv);
-        for (size_t i = 0; i < nv; i++)
-            v[i]->tgt = v[i]->done ? v[i]->tgt : -1;
         if (w->map_stale)
             refresh_map(w);
     }
     for (size_t i = 0; i < nv; i++)
-        if (!v[i]->done)
+        if (v[i]->state != IT_DONE)
             finish(v[i], -EIO);
 }
 
