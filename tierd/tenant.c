@@ -393,7 +393,9 @@ int tenant_ns_open(struct tenant *t, const struct kvt_wire_ns_req *req, uint32_t
         if (rc < 0)
             return rc;
     } else {
-        *id = t->ns_cap + 1;
+        /* the next id: namespaces never close, so the nns open take 1..nns
+         * (not ns_cap + 1: that doubled the registry with each namespace) */
+        *id = t->nns + 1;
     }
     if (*id > t->ns_cap) {
         uint32_t cap = t->ns_cap ? t->ns_cap : 16;
