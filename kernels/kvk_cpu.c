@@ -138,7 +138,9 @@ void kvk_plan_init(struct kvk_plan *p, const struct kvk_layout *l)
         p->runs *= (size_t)ext[i];
     }
     p->layer_bytes = p->runs * p->run_bytes;
-    p->block_stride = l->stride_block * l->elem_bytes;
+    /* with one block, stride_block is never used and may hold anything
+     * (kv_layout.h): multiplying it could overflow; the only id is 0 */
+    p->block_stride = l->num_blocks > 1 ? l->stride_block * l->elem_bytes : 0;
 }
 
 /* Everything a call checks before it writes a byte. */

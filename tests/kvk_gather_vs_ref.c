@@ -572,3 +572,40 @@ Test(kvk, bad_ids_and_pointers_write_nothing)
     cr_assert_eq(kvk_gather_ref(&r.a.l, ok, 2, NULL), -EINVAL);
     rig_fini(&r);
 }
+
+/*
+ * Bug (issue 13): kvk_plan_init multiplied stride_block by elem_bytes for a
+ * one-block cache too, whose stride_block kv_layout.h lets hold anything
+ * (an extent of 1 is never used): a signed overflow, which UBSan aborts on.
+ * The plan of such a cache must not depend on it, and the block must still
+ * go both ways.
+ */
+Test(kvk, one_block_cache_with_any_block_stride)
+{
+    struct shape s = { .kind = VLLM, .layers = 2, .eb = 4, .bt = 4, .heads = 2, .hd = 8,
+                       .nb = 1 };
+    struct cache a, b;
+    const int64_t id = 0;
+    struct kvk_plan p;
+    char *blk[1];
+    size_t bb;
+
+    cache_init(&a, &s, true);
+    cache_init(&b, &s, false);
+    a.l.stride_block = b.l.stride_block = INT64_MAX;
+    cr_assert_eq(kvk_layout_check(&a.l), 0, "an unused stride_block must pass the check");
+    kvk_plan_init(&p, &a.l);
+    cr_assert_eq(p.block_stride, 0, "one block: expected block stride 0, got %lld",
+                 (long long)p.block_stride);
+    bb = kvk_block_bytes(&a.l);
+    blk[0] = malloc(bb);
+    cr_assert_not_null(blk[0]);
+    cr_assert_eq(kvk_gather_ref(&a.l, &id, 1, (void *const *)blk), 0);
+    check_tier(&a.l, blk, &id, 1, "one-block gather");
+    cr_assert_eq(kvk_scatter_ref(&b.l, (const void *const *)blk, &id, 1), 0);
+    for (uint32_t y = 0; y < s.layers; y++)
+        cr_assert_eq(memcmp(a.mem[y], b.mem[y], a.mem_bytes), 0, "layer %u differs", y);
+    free(blk[0]);
+    cache_fini(&a);
+    cache_fini(&b);
+}
