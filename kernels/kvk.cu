@@ -57,22 +57,25 @@ struct gs_args {
  * so it is cut into units of sizeof(T) bytes, consecutive threads take
  * consecutive units (coalesced on the tier side, and on the engine side
  * within a run), and each unit finds its engine offset by decomposing its
- * run index over the outer dims (at most 4 divisions). Unit counts fit 32
- * bits: the host refuses layer parts of 4 GiB or more.
+ * run index over the outer dims (at most 4 divisions). The unit index I is
+ * 32 bits where the part allows and 64 bits otherwise: a 32-bit index
+ * within one stride of 2^32 wraps and the loop never ends (a byte-wise part
+ * near 4 GiB), and a 64-bit division costs several 32-bit ones, so parts
+ * that fit keep the fast one.
  */
-template <typename T>
+template <typename T, typename I>
 __device__ static void copy_units(const struct kvk_plan &p, char *eng, char *tier,
                                   bool to_tier)
 {
-    const uint32_t per_run = (uint32_t)(p.run_bytes / sizeof(T));
-    const uint32_t total = (uint32_t)p.runs * per_run;
+    const I per_run = (I)(p.run_bytes / sizeof(T));
+    const I total = (I)p.runs * per_run;
 
-    for (uint32_t u = threadIdx.x; u < total; u += blockDim.x) {
-        uint32_t r = u / per_run, k = u - r * per_run;
+    for (I u = threadIdx.x; u < total; u += blockDim.x) {
+        I r = u / per_run, k = u - r * per_run;
         int64_t off = 0;
 
         for (uint32_t d = 0; d < p.n_outer; d++) {
-            uint32_t q = r / p.ext[d];
+            I q = r / p.ext[d];
 
             off += (int64_t)(r - q * p.ext[d]) * p.stride[d];
             r = q;
@@ -85,6 +88,16 @@ __device__ static void copy_units(const struct kvk_plan &p, char *eng, char *tie
         else
             *e = *t;
     }
+}
+
+template <typename T>
+__device__ static void copy_part(const struct kvk_plan &p, char *eng, char *tier, bool to_tier)
+{
+    /* the loop's u + blockDim.x must stay below 2^32 for a 32-bit index */
+    if (p.layer_bytes / sizeof(T) <= (size_t)UINT32_MAX - blockDim.x)
+        copy_units<T, uint32_t>(p, eng, tier, to_tier);
+    else
+        copy_units<T, uint64_t>(p, eng, tier, to_tier);
 }
 
 __global__ static void gather_scatter(struct gs_args a, bool to_tier)
@@ -105,13 +118,13 @@ __global__ static void gather_scatter(struct gs_args a, bool to_tier)
     for (uint32_t d = 0; d < a.p.n_outer; d++)
         al |= (uintptr_t)a.p.stride[d];
     if ((al & 15) == 0)
-        copy_units<uint4>(a.p, eng, tier, to_tier);
+        copy_part<uint4>(a.p, eng, tier, to_tier);
     else if ((al & 3) == 0)
-        copy_units<uint32_t>(a.p, eng, tier, to_tier);
+        copy_part<uint32_t>(a.p, eng, tier, to_tier);
     else if ((al & 1) == 0)
-        copy_units<uint16_t>(a.p, eng, tier, to_tier);
+        copy_part<uint16_t>(a.p, eng, tier, to_tier);
     else
-        copy_units<uint8_t>(a.p, eng, tier, to_tier);
+        copy_part<uint8_t>(a.p, eng, tier, to_tier);
 }
 
 static int launch(const struct kvk_layout *l, const int64_t *ids, size_t n,
@@ -127,8 +140,6 @@ static int launch(const struct kvk_layout *l, const int64_t *ids, size_t n,
     if (!ids || !blocks || n > INT_MAX || l->n_layers > 65535)
         return -EINVAL;
     kvk_plan_init(&a.p, l);
-    if (a.p.layer_bytes > UINT32_MAX)
-        return -EINVAL;
     a.layer_base = l->layer_base;
     a.base = (char *)l->base;
     a.layer_stride = l->layer_stride;

@@ -381,6 +381,78 @@ static void check_all(cudaStream_t st)
                 check_shape((enum kind)k, ebs[e], k == MLA ? 576 : 64, ebs[e], st);
 }
 
+/*
+ * Bug (issue 13): the copy loop's 32-bit unit index wrapped for a layer
+ * part within one thread block's stride of 4 GiB, and the kernel never
+ * ended. One engine block of one layer, 65537 tokens x 65535 FP8 dims
+ * (MLA-shaped, dense): a part of 2^32 - 1 bytes, odd, so copied byte by
+ * byte. It is one run, so the tier block holds the engine block's bytes as
+ * they are: gather must give the cache's bytes, scatter must put them back.
+ * Needs 8 GiB of device memory and 8 GiB of host memory; seconds.
+ */
+static void check_part_near_4gib(cudaStream_t st)
+{
+    struct kvk_layout shape = make_layout(MLA, 1, 1, 65537, 1, 65535, 1);
+    size_t bytes = kvk_block_bytes(&shape);
+    struct kvk_layout dl;
+    char *h = (char *)xmalloc(bytes), *back = (char *)xmalloc(bytes), *dcache, *dtier;
+    void **dptrs, *tier_ptr;
+    const int64_t id = 0;
+    int64_t *d_id;
+    bool ok = true;
+    cudaEvent_t t0, t1;
+    float ms = 0;
+
+    fill_pattern(h, bytes, 0x34676962ull);
+    CK(cudaMalloc((void **)&dcache, bytes));
+    CK(cudaMalloc((void **)&dtier, bytes));
+    CK(cudaMalloc((void **)&dptrs, sizeof(void *)));
+    CK(cudaMalloc((void **)&d_id, sizeof(id)));
+    tier_ptr = dtier;
+    CK(cudaMemcpy(dptrs, &tier_ptr, sizeof(void *), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_id, &id, sizeof(id), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dcache, h, bytes, cudaMemcpyHostToDevice));
+    dl = shape;
+    dl.base = dcache;
+    KV(kvk_layout_check(&dl));
+    CK(cudaEventCreate(&t0));
+    CK(cudaEventCreate(&t1));
+    CK(cudaEventRecord(t0, st));
+    CK(cudaMemset(dtier, 0, bytes));
+    KV(kvk_gather(&dl, d_id, 1, dptrs, st));
+    CK(cudaEventRecord(t1, st));
+    CK(cudaEventSynchronize(t1));
+    CK(cudaEventElapsedTime(&ms, t0, t1));
+    CK(cudaMemcpy(back, dtier, bytes, cudaMemcpyDeviceToHost));
+    if (first_diff(h, back, bytes) >= 0) {
+        printf("gpu: kvk part of %zu bytes FAIL gather\n", bytes);
+        ok = false;
+    }
+    CK(cudaMemset(dcache, 0, bytes));
+    KV(kvk_scatter(&dl, (const void *const *)dptrs, d_id, 1, st));
+    CK(cudaStreamSynchronize(st));
+    CK(cudaMemcpy(back, dcache, bytes, cudaMemcpyDeviceToHost));
+    if (first_diff(h, back, bytes) >= 0) {
+        printf("gpu: kvk part of %zu bytes FAIL scatter\n", bytes);
+        ok = false;
+    }
+    if (ok) {
+        printf("gpu: kvk part of %zu bytes, byte copies (gather %.0f ms) OK\n", bytes, ms);
+        n_ok++;
+    } else {
+        n_fail++;
+    }
+    fflush(stdout);
+    CK(cudaEventDestroy(t0));
+    CK(cudaEventDestroy(t1));
+    CK(cudaFree(dcache));
+    CK(cudaFree(dtier));
+    CK(cudaFree(dptrs));
+    CK(cudaFree(d_id));
+    free(h);
+    free(back);
+}
+
 /* ---------------------------------------------------------------------- */
 /* Part 2: bandwidth                                                      */
 
@@ -572,6 +644,7 @@ int main(void)
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
     check_all(st);
+    check_part_near_4gib(st);
     printf("gpu: kvk equivalence: %d OK, %d failed\n", n_ok, n_fail);
     fflush(stdout);
     if (bench_all(st))
