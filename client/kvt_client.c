@@ -944,8 +944,10 @@ const char *kvt_strerror(int err)
 
 /* ---- offload and restore ------------------------------------------------ */
 
+/* The checks of offload and restore before anything moves; a restore's ids
+ * must be distinct (two blocks cannot be restored into one engine block). */
 static int layout_ok(const kvt_ns *ns, const struct kvk_layout *l, const int64_t *ids, size_t n,
-                     void *stream)
+                     void *stream, bool scatter)
 {
     int rc;
 
@@ -962,7 +964,7 @@ static int layout_ok(const kvt_ns *ns, const struct kvk_layout *l, const int64_t
         return rc;
     if (kvk_block_bytes(l) != ns->block_bytes)
         return KVT_EBLOCKSIZE;
-    return kvk_check_ids(l, ids, n);
+    return scatter ? kvk_check_scatter_ids(l, ids, n) : kvk_check_ids(l, ids, n);
 }
 
 #ifdef KVT_HAVE_CUDA
@@ -971,7 +973,7 @@ static int layout_ok(const kvt_ns *ns, const struct kvk_layout *l, const int64_t
 /* Move m blocks between a device cache and pool slots on the caller's
  * stream, and wait for it: the pool is registered once (the GPU reaches it
  * by DMA), the ids, slot pointers and layer bases go to a device scratch
- * buffer. ids were checked on the host before (kvk_check_ids). */
+ * buffer. ids were checked on the host before (layout_ok). */
 static int gpu_move(kvt_client *c, bool gather, const struct kvk_layout *l, const int64_t *ids,
                     size_t m, void *const *slots, const uint8_t *tiers, void *stream)
 {
@@ -1056,7 +1058,7 @@ int kvt_offload(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n
     uint8_t tiers[KVT_BATCH_MAX];
     uint8_t where = KVT_TIER_WARM;
     size_t m = 0;
-    int rc = layout_ok(ns, layout, block_ids, n, stream);
+    int rc = layout_ok(ns, layout, block_ids, n, stream, false);
 
     if (rc < 0)
         return rc;
@@ -1094,7 +1096,7 @@ int kvt_restore(kvt_ns *ns, const kvt_key *keys, size_t n, const struct kvk_layo
     const void *slots[KVT_BATCH_MAX];
     uint8_t tiers[KVT_BATCH_MAX];
     kvt_lease lease;
-    int rc = layout_ok(ns, layout, block_ids, n, stream), hits;
+    int rc = layout_ok(ns, layout, block_ids, n, stream, true), hits;
 
     if (rc < 0)
         return rc;

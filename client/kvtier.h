@@ -315,8 +315,9 @@ int kvt_offload(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n
 
 /* Restore the leading cached run of keys[0..n) into engine blocks
  * block_ids[0..run): lease, scatter into every layer's pages, release.
- * Checks as kvt_offload; nothing is written on an error. Returns the run's
- * length (0 is not an error). */
+ * Checks as kvt_offload, and block_ids[0..n) must be distinct (-EINVAL: two
+ * blocks cannot be restored into one engine block); nothing is written on
+ * an error. Returns the run's length (0 is not an error). */
 int kvt_restore(kvt_ns *ns, const kvt_key *keys, size_t n, const struct kvk_layout *layout,
                 const int64_t *block_ids, void *stream);
 

@@ -108,6 +108,12 @@ int kvk_layout_check(const struct kvk_layout *l);
  * Returns 0, -EINVAL for a NULL array with n > 0, or -ERANGE. */
 int kvk_check_ids(const struct kvk_layout *l, const int64_t *block_ids, size_t n);
 
+/* kvk_check_ids for the destination ids of a scatter, which must also be
+ * distinct: two tier blocks scattered into one engine block would leave it
+ * holding parts of both. Returns 0, -EINVAL (NULL array, or an id that
+ * repeats), -ERANGE, or -ENOMEM (n above 1024 needs a sorted copy). */
+int kvk_check_scatter_ids(const struct kvk_layout *l, const int64_t *block_ids, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -49,6 +49,7 @@ struct gs_args {
     int64_t num_blocks;     /* ids outside [0, num_blocks) are skipped */
     const int64_t *ids;     /* device array of n ids */
     void *const *blocks;    /* device array of n tier block pointers */
+    uint32_t n;             /* tier blocks (grid x) */
 };
 
 /*
@@ -100,6 +101,17 @@ __device__ static void copy_part(const struct kvk_plan &p, char *eng, char *tier
         copy_units<T, uint64_t>(p, eng, tier, to_tier);
 }
 
+/* Whether a tier block after block i scatters to the same engine block
+ * (called by every thread of the block; the answer is the block's). */
+__device__ static bool scattered_later(const int64_t *ids, uint32_t n, uint32_t i)
+{
+    int later = 0;
+
+    for (uint32_t j = i + 1 + threadIdx.x; j < n; j += blockDim.x)
+        later |= ids[j] == ids[i];
+    return __syncthreads_or(later) != 0;
+}
+
 __global__ static void gather_scatter(struct gs_args a, bool to_tier)
 {
     const int64_t id = a.ids[blockIdx.x];
@@ -107,6 +119,11 @@ __global__ static void gather_scatter(struct gs_args a, bool to_tier)
 
     if (id < 0 || id >= a.num_blocks)
         return; /* the host should have checked; never write out of bounds */
+    /* a repeated destination: only its last tier block is written, as two
+     * thread blocks writing one engine block at once would mix their bytes
+     * (the host should have refused it: kvk_check_scatter_ids) */
+    if (!to_tier && scattered_later(a.ids, a.n, blockIdx.x))
+        return;
 
     char *lb = a.layer_base ? (char *)a.layer_base[layer]
                             : a.base + (int64_t)layer * a.layer_stride;
@@ -146,6 +163,7 @@ static int launch(const struct kvk_layout *l, const int64_t *ids, size_t n,
     a.num_blocks = l->num_blocks;
     a.ids = ids;
     a.blocks = blocks;
+    a.n = (uint32_t)n;
     gather_scatter<<<dim3((unsigned)n, l->n_layers), 256, 0, stream>>>(a, to_tier);
     return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
 }

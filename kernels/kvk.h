@@ -38,9 +38,9 @@ int kvk_gather_ref(const struct kvk_layout *l, const int64_t *block_ids, size_t 
 
 /* Scatter n tier blocks into the engine's pages: src[i] (tier format,
  * kvk_block_bytes(l) bytes) goes to block block_ids[i] of every layer.
- * Ids should be distinct: with a repeated id the CPU reference keeps the
- * last, the GPU any one. Errors and checks as kvk_gather_ref; on error the
- * cache is untouched. */
+ * Ids must be distinct (kvk_check_scatter_ids): a repeated id is -EINVAL.
+ * Other errors and checks as kvk_gather_ref; on error the cache is
+ * untouched. */
 int kvk_scatter_ref(const struct kvk_layout *l, const void *const *src,
                     const int64_t *block_ids, size_t n);
 
@@ -58,9 +58,12 @@ int kvk_scatter_ref(const struct kvk_layout *l, const void *const *src,
  *  - all of them must stay valid until the stream reaches the work.
  * The layout is checked on the host (-EINVAL as the references). The ids
  * are on the device and cannot be checked before the launch without a
- * sync: check them on the host copy with kvk_check_ids() first. The kernel
- * still skips any block whose id is out of range, so a bad id never writes
- * outside the cache or its tier block, but it is not reported.
+ * sync: check them on the host copy with kvk_check_ids() (gather) or
+ * kvk_check_scatter_ids() (scatter) first. The kernels still skip any
+ * block whose id is out of range, so a bad id never writes outside the
+ * cache or its tier block, and a scatter with a repeated id writes only
+ * the last tier block given for it (what the reference would refuse), so
+ * an engine block never holds parts of two; neither is reported.
  * Returns 0, -EINVAL, or -EIO when the launch fails (cudaGetLastError).
  */
 int kvk_gather(const struct kvk_layout *l, const int64_t *block_ids, size_t n,

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kvk.h"
@@ -112,6 +113,33 @@ int kvk_check_ids(const struct kvk_layout *l, const int64_t *block_ids, size_t n
     return 0;
 }
 
+static int cmp_id(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+int kvk_check_scatter_ids(const struct kvk_layout *l, const int64_t *block_ids, size_t n)
+{
+    int64_t stack[1024], *s = stack;
+    int rc = kvk_check_ids(l, block_ids, n);
+
+    if (rc || n < 2)
+        return rc;
+    /* sort a copy, O(n log n): a batch (KVT_BATCH_MAX) needs no allocation */
+    if (n > sizeof(stack) / sizeof(stack[0]) && !(s = malloc(n * sizeof(*s))))
+        return -ENOMEM;
+    memcpy(s, block_ids, n * sizeof(*s));
+    qsort(s, n, sizeof(*s), cmp_id);
+    for (size_t i = 1; i < n && rc == 0; i++)
+        if (s[i] == s[i - 1])
+            rc = -EINVAL;
+    if (s != stack)
+        free(s);
+    return rc;
+}
+
 /*
  * The plan: walk the tier order from the innermost dim out (dim, head,
  * token, kv) and merge while the engine's stride equals the run so far, so
@@ -143,9 +171,9 @@ void kvk_plan_init(struct kvk_plan *p, const struct kvk_layout *l)
     p->block_stride = l->num_blocks > 1 ? l->stride_block * l->elem_bytes : 0;
 }
 
-/* Everything a call checks before it writes a byte. */
+/* Everything a call checks before it writes a byte (scatter: distinct ids). */
 static int check_call(const struct kvk_layout *l, const int64_t *block_ids, size_t n,
-                      const void *const *blocks)
+                      const void *const *blocks, bool to_tier)
 {
     int rc = kvk_layout_check(l);
 
@@ -160,7 +188,7 @@ static int check_call(const struct kvk_layout *l, const int64_t *block_ids, size
     for (size_t i = 0; i < n; i++)
         if (!blocks[i])
             return -EINVAL;
-    return kvk_check_ids(l, block_ids, n);
+    return to_tier ? kvk_check_ids(l, block_ids, n) : kvk_check_scatter_ids(l, block_ids, n);
 }
 
 static char *layer_ptr(const struct kvk_layout *l, uint32_t layer)
@@ -196,7 +224,7 @@ static int gather_scatter(const struct kvk_layout *l, const int64_t *block_ids, 
                           void *const *blocks, bool to_tier)
 {
     struct kvk_plan p;
-    int rc = check_call(l, block_ids, n, (const void *const *)blocks);
+    int rc = check_call(l, block_ids, n, (const void *const *)blocks, to_tier);
 
     if (rc)
         return rc;

@@ -609,3 +609,37 @@ Test(kvk, one_block_cache_with_any_block_stride)
     cache_fini(&a);
     cache_fini(&b);
 }
+
+/*
+ * Bug (issue 13): a scatter with a repeated block id moved two tier blocks
+ * into one engine block (the GPU, in parallel, could leave parts of both).
+ * The reference refuses it and writes nothing; a gather may repeat ids (it
+ * only reads them twice). kvk_check_scatter_ids finds a repeat in a batch
+ * above its stack copy too.
+ */
+Test(kvk, scatter_refuses_repeated_ids)
+{
+    struct bad_rig r;
+    const int64_t twice[2] = { 3, 3 };
+    int64_t *many = malloc(3000 * sizeof(*many));
+    struct kvk_layout big;
+
+    rig_init(&r);
+    cr_assert_eq(kvk_scatter_ref(&r.a.l, (const void *const *)r.blk, twice, 2), -EINVAL);
+    cr_assert_eq(memcmp(r.a.mem[0], r.snap, r.a.mem_bytes), 0, "a refused scatter wrote");
+    cr_assert_eq(kvk_gather_ref(&r.a.l, twice, 2, (void *const *)r.blk), 0);
+    cr_assert_eq(memcmp(r.blk[0], r.blk[1], r.bb), 0, "one block gathered twice differs");
+    /* out of range is still -ERANGE */
+    cr_assert_eq(kvk_check_scatter_ids(&r.a.l, (const int64_t[]){ 8, 8 }, 2), -ERANGE);
+
+    cr_assert_not_null(many);
+    big = r.a.l;
+    big.num_blocks = 3000;
+    for (int64_t i = 0; i < 3000; i++)
+        many[i] = 2999 - i;
+    cr_assert_eq(kvk_check_scatter_ids(&big, many, 3000), 0);
+    many[2999] = many[0]; /* the first and the last */
+    cr_assert_eq(kvk_check_scatter_ids(&big, many, 3000), -EINVAL);
+    free(many);
+    rig_fini(&r);
+}

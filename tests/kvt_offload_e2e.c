@@ -145,3 +145,38 @@ Test(offload, descriptors_that_do_not_fit_change_nothing)
     kvt_close(cl);
     t_tierd_stop(&d);
 }
+
+/*
+ * Bug (issue 13): a restore into repeated engine block ids scattered two
+ * tier blocks into one engine block (on the GPU, in parallel: a mix of
+ * both). It is refused before anything is leased or written.
+ */
+Test(offload, restore_into_a_repeated_block_id_is_refused)
+{
+    struct t_tierd d;
+    struct cache src, dst;
+    kvt_client *cl;
+    kvt_ns *ns;
+    kvt_key keys[3];
+    const int64_t src_ids[3] = { 1, 2, 3 }, dst_ids[3] = { 7, 9, 7 };
+    kvt_stats st;
+
+    t_keys(keys, 3, 78);
+    t_tierd_start(&d, NULL);
+    cl = t_connect(&d);
+    ns = ns_for(cl);
+    cache_init(&src, true);
+    cache_init(&dst, false);
+    cr_assert_eq(kvt_offload(ns, NULL, keys, 3, &src.l, src_ids, NULL), 3);
+    cr_assert_eq(kvt_restore(ns, keys, 3, &dst.l, dst_ids, NULL), -EINVAL);
+    for (int l = 0; l < LAYERS; l++)
+        for (size_t b = 0; b < LAYER_BYTES; b++)
+            if (((const uint8_t *)dst.layer[l])[b])
+                cr_assert_fail("layer %d: byte %zu written by a refused restore", l, b);
+    cr_assert_eq(kvt_stats_get(cl, &st), 0);
+    cr_assert_eq(st.leases_active, 0, "a refused restore holds no lease");
+    cache_free(&src);
+    cache_free(&dst);
+    kvt_close(cl);
+    t_tierd_stop(&d);
+}

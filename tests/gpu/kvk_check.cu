@@ -25,6 +25,7 @@
  * allocation error. The bench targets are reported, not enforced.
  */
 #include <cuda_runtime.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -382,6 +383,82 @@ static void check_all(cudaStream_t st)
 }
 
 /*
+ * Bug (issue 13): a scatter with a repeated id let two thread blocks write
+ * one engine block at once, which could end up holding parts of both tier
+ * blocks. The reference refuses such a call; the kernel writes only the
+ * last tier block given for an id. 1024 tier blocks, each id twice (ids
+ * i / 2), each tier block different: the device cache must equal the
+ * reference's scatter of the odd (last) ones.
+ */
+static void check_repeated_ids(cudaStream_t st)
+{
+    const size_t n = 1024;
+    struct kvk_layout shape = make_layout(VLLM, CHK_LAYERS, 2, CHK_TOKENS, CHK_HEADS, 128,
+                                          CHK_BLOCKS);
+    struct mcache dst;
+    int64_t *ids = (int64_t *)xmalloc(n * sizeof(int64_t)), *d_ids;
+    int64_t *last_ids = (int64_t *)xmalloc(n / 2 * sizeof(int64_t));
+    void **hptrs = (void **)xmalloc(n * sizeof(void *)), **dptrs_host, **dptrs;
+    void **last_ptrs = (void **)xmalloc(n / 2 * sizeof(void *));
+    size_t bb = kvk_block_bytes(&shape);
+    char *htier = (char *)xmalloc(n * bb), *dtier, *back;
+    long long at;
+
+    mcache_init(&dst, &shape, false, 0, st);
+    dptrs_host = (void **)xmalloc(n * sizeof(void *));
+    fill_pattern(htier, n * bb, 0x64757073ull);
+    CK(cudaMalloc((void **)&dtier, n * bb));
+    CK(cudaMalloc((void **)&d_ids, n * sizeof(int64_t)));
+    CK(cudaMalloc((void **)&dptrs, n * sizeof(void *)));
+    for (size_t i = 0; i < n; i++) {
+        ids[i] = (int64_t)(i / 2);
+        hptrs[i] = htier + i * bb;
+        dptrs_host[i] = dtier + i * bb;
+    }
+    CK(cudaMemcpy(dtier, htier, n * bb, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_ids, ids, n * sizeof(int64_t), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dptrs, dptrs_host, n * sizeof(void *), cudaMemcpyHostToDevice));
+    if (kvk_check_scatter_ids(&dst.hl, ids, n) != -EINVAL ||
+        kvk_scatter_ref(&dst.hl, (const void *const *)hptrs, ids, n) != -EINVAL) {
+        printf("gpu: kvk repeated ids FAIL: the reference accepted them\n");
+        n_fail++;
+    }
+    /* what must arrive: the last tier block of each id (every odd one) */
+    memset(dst.h, 0, dst.bytes);
+    for (size_t i = 0; i < n / 2; i++) {
+        last_ids[i] = ids[2 * i + 1];
+        last_ptrs[i] = hptrs[2 * i + 1];
+    }
+    KV(kvk_scatter_ref(&dst.hl, (const void *const *)last_ptrs, last_ids, n / 2));
+    CK(cudaMemset(dst.d, 0, dst.bytes));
+    KV(kvk_scatter(&dst.dl, (const void *const *)dptrs, d_ids, n, st));
+    CK(cudaStreamSynchronize(st));
+    back = (char *)xmalloc(dst.bytes);
+    CK(cudaMemcpy(back, dst.d, dst.bytes, cudaMemcpyDeviceToHost));
+    at = first_diff(dst.h, back, dst.bytes);
+    if (at >= 0) {
+        printf("gpu: kvk repeated ids FAIL scatter: cache byte %lld: expected 0x%02x, "
+               "got 0x%02x\n", at, (uint8_t)dst.h[at], (uint8_t)back[at]);
+        n_fail++;
+    } else {
+        printf("gpu: kvk repeated ids: the last tier block of each id OK\n");
+        n_ok++;
+    }
+    fflush(stdout);
+    free(back);
+    CK(cudaFree(dtier));
+    CK(cudaFree(d_ids));
+    CK(cudaFree(dptrs));
+    mcache_fini(&dst);
+    free(ids);
+    free(last_ids);
+    free(hptrs);
+    free(last_ptrs);
+    free(dptrs_host);
+    free(htier);
+}
+
+/*
  * Bug (issue 13): the copy loop's 32-bit unit index wrapped for a layer
  * part within one thread block's stride of 4 GiB, and the kernel never
  * ended. One engine block of one layer, 65537 tokens x 65535 FP8 dims
@@ -644,6 +721,7 @@ int main(void)
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
     check_all(st);
+    check_repeated_ids(st);
     check_part_near_4gib(st);
     printf("gpu: kvk equivalence: %d OK, %d failed\n", n_ok, n_fail);
     fflush(stdout);
