@@ -23,6 +23,7 @@
 #define DIM_MAX (1u << 20)     /* bound on heads, dims, windows, ranks */
 #define FILE_MAX (16u << 20)   /* a config.json is a few KiB */
 #define BF16_BYTES 2u
+#define INDEX_QUANT_BLOCK 128u /* indexer key values per FP8 scale (vLLM) */
 
 /* Layer classes while reading; STATE splits by the state's formula. */
 enum lclass { C_FULL, C_SLIDING, C_GDN, C_MAMBA2, C_MAMBA1, C_NONE, C_COUNT };
@@ -208,6 +209,13 @@ static uint32_t dtype_bytes(const char *s, const char **canon)
     return 0;
 }
 
+/* Bytes per element of group g under a KV dtype of e bytes: the indexer's
+ * keys are FP8 bytes (and scales) in any dtype. */
+static uint32_t kv_elem(const struct kvt_layer_group *g, uint32_t e)
+{
+    return g->kind == KVT_LAYER_INDEX ? 1 : e;
+}
+
 int kvt_model_set_dtype(struct kvt_model_desc *m, const char *dtype)
 {
     const char *canon = NULL;
@@ -219,7 +227,7 @@ int kvt_model_set_dtype(struct kvt_model_desc *m, const char *dtype)
     m->elem_bytes = e;
     for (uint32_t i = 0; i < m->n_groups; i++)
         if (m->group[i].n_kv)
-            m->group[i].elem_bytes = e;
+            m->group[i].elem_bytes = kv_elem(&m->group[i], e);
     return 0;
 }
 
@@ -574,10 +582,13 @@ static int attn_groups(struct cfg *c, struct kvt_model_desc *m, const uint32_t *
         g->n_kv = 1;
         if ((rc = get_u(c, "index_head_dim", 0, 1, DIM_MAX, &idx_dim)) < 0)
             return rc;
-        if (rc == 0) { /* DeepSeek-V3.2's lightning indexer keeps a key per token */
+        if (rc == 0) {
+            /* DeepSeek-V3.2's lightning indexer keeps a key per token, which
+             * vLLM stores as FP8 bytes with a 4-byte scale per 128 values,
+             * whatever the KV dtype (132 B per token and layer) */
             g = add_group(m, KVT_LAYER_INDEX, "indexer", count[C_FULL]);
             g->kv_heads = 1;
-            g->head_dim = idx_dim;
+            g->head_dim = idx_dim + idx_dim / INDEX_QUANT_BLOCK * 4;
             g->n_kv = 1;
         }
     }
@@ -693,7 +704,7 @@ static int describe(struct cfg *c, struct kvt_model_desc *m)
     if ((rc = other_groups(c, m, count)) < 0)
         return rc;
     for (uint32_t i = 0; i < m->n_groups; i++)
-        m->group[i].elem_bytes = m->group[i].n_kv ? m->elem_bytes : 0;
+        m->group[i].elem_bytes = m->group[i].n_kv ? kv_elem(&m->group[i], m->elem_bytes) : 0;
     return 0;
 }
 

@@ -416,7 +416,10 @@ enum kvt_layer_kind {
     KVT_LAYER_MLA = 1,     /* multi-head latent attention: one latent of
                               kv_lora_rank + qk_rope_head_dim per token, no V */
     KVT_LAYER_INDEX = 2,   /* sparse-attention indexer keys (DeepSeek-V3.2): one
-                              key per token in the same layers as the MLA group */
+                              key per token in the same layers as the MLA group,
+                              stored as vLLM does, in FP8 with a 4-byte scale per
+                              128 values whatever the KV dtype (132 B per token
+                              and layer for index_head_dim 128) */
     KVT_LAYER_SLIDING = 3, /* sliding window: K and V of the last `window` tokens */
     KVT_LAYER_STATE = 4,   /* linear attention / state space: a fixed recurrent
                               state per sequence, nothing per token */
@@ -433,10 +436,12 @@ struct kvt_layer_group {
     uint32_t layers;      /* layers in the group, >= 1 */
     uint32_t kv_heads;    /* KV heads per layer (1 for MLA and indexer; 0 for
                              STATE and NONE) */
-    uint32_t head_dim;    /* elements per head; the latent size for MLA */
+    uint32_t head_dim;    /* elements per head; the latent size for MLA; for the
+                             indexer, its bytes: index_head_dim + 4 per 128 */
     uint32_t n_kv;        /* tensors per token: 2 (K and V), 1 (MLA, indexer),
                              0 (STATE, NONE) */
-    uint32_t elem_bytes;  /* bytes per K/V element (1, 2 or 4); 0 for STATE/NONE */
+    uint32_t elem_bytes;  /* bytes per K/V element (1, 2 or 4); 1 for the indexer
+                             (kvt_model_set_dtype leaves it); 0 for STATE/NONE */
     uint32_t window;      /* SLIDING: window in tokens; else 0 */
     uint64_t state_bytes; /* STATE: estimated bytes per layer and sequence
                              (conv state in the config's dtype + recurrent state

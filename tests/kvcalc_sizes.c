@@ -219,17 +219,29 @@ Test(kvcalc, deepseek_v3)
     cr_assert(m.notes & KVT_MODEL_NOTE_MTP, "the MTP layer must be noted as not counted");
 }
 
-/* MLA 70,272 + indexer keys 61 x 128 x 2 = 15,616 -> 85,888 = 83.875 KiB */
+/* MLA 70,272 + indexer keys as vLLM stores them, 128 FP8 values and a 4-byte
+ * scale: 61 x 132 = 8,052 -> 78,324 (data/configs/SOURCES.md). Bug (issue
+ * 13): they were sized 128 x the KV dtype (61 x 256 = 15,616 in BF16), so
+ * a tier block never matched vLLM's indexer cache and every offload was
+ * refused. The indexer does not follow the KV dtype. */
 Test(kvcalc, deepseek_v3_2)
 {
-    check(&(struct expect){"deepseek-v3.2.json", "bf16", KVT_LAYER_MLA, 61, 1, 576, 85888,
+    check(&(struct expect){"deepseek-v3.2.json", "bf16", KVT_LAYER_MLA, 61, 1, 576, 78324,
                            .n_groups = 2});
     struct kvt_model_desc m = load("deepseek-v3.2.json");
     const struct kvt_layer_group *ix = kvt_model_group(&m, KVT_LAYER_INDEX);
 
     cr_assert_not_null(ix);
     cr_assert_eq(ix->layers, 61);
-    cr_assert_eq(kvt_layer_group_token_bytes(ix), 15616);
+    cr_assert_eq(ix->head_dim, 132);
+    cr_assert_eq(ix->elem_bytes, 1);
+    cr_assert_eq(kvt_layer_group_token_bytes(ix), 8052);
+    /* a 16-token tier block of the group: vLLM's [blocks, 16, 132] uint8 page per layer */
+    cr_assert_eq(kvt_layer_group_block_bytes(ix, 16, 8), 61 * 16 * 132);
+    cr_assert_eq(kvt_model_set_dtype(&m, "fp32"), 0);
+    ix = kvt_model_group(&m, KVT_LAYER_INDEX);
+    cr_assert_eq(ix->elem_bytes, 1, "the indexer followed the KV dtype");
+    cr_assert_eq(kvt_model_token_bytes(&m), 61 * 576 * 4 + 8052);
 }
 
 /* No layer_types, no pattern: gemma3's default 6 gives full at (i+1) % 6 == 0,

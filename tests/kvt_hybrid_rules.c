@@ -326,3 +326,69 @@ Test(hybrid, restore_moves_only_what_the_prefix_needs_in_each_shape)
     cache_free(&slide2);
     world_close(&w);
 }
+
+/*
+ * Bug (issue 13): DeepSeek-V3.2's indexer group was sized 128 x the KV
+ * dtype, while vLLM stores each key as 128 FP8 bytes and a 4-byte scale:
+ * its cache never matched the group's namespace and every offload was
+ * refused (KVT_EBLOCKSIZE). Here both caches are shaped as vLLM allocates
+ * them, all layers in one tensor each: MLA latents [61, blocks, 16, 576]
+ * BF16, indexer keys [61, blocks, 16, 132] uint8. Two blocks go out and
+ * come back into other engine blocks, byte for byte.
+ */
+Test(hybrid, deepseek_v3_2_indexer_offloads_as_vllm_stores_it)
+{
+    enum { NBLK = 4, L = 61 };
+    struct kvt_model_desc d = desc_of("deepseek-v3.2.json");
+    kvt_model m = { .model_id = "test/deepseek-v3.2", .layout = "vllm-mla", .tp_size = 1 };
+    kvt_hybrid_opts o = { .block_tokens = BS };
+    const size_t page[2] = { (size_t)BS * 576 * 2, (size_t)BS * 132 };
+    const uint32_t dim[2] = { 576, 132 }, eb[2] = { 2, 1 };
+    const int64_t from[2] = { 0, 1 }, to[2] = { 2, 3 };
+    struct t_tierd td;
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_key k[2];
+    uint8_t *mem[2];
+    struct kvk_layout lay[2];
+    kvt_group_io io[2];
+
+    t_tierd_start(&td, NULL);
+    c = t_connect(&td);
+    cr_assert_eq(kvt_ns_open_hybrid(c, &m, &d, &o, &ns), 0);
+    cr_assert_eq(kvt_ns_groups(ns), 2);
+    cr_assert_eq(kvt_ns_group_desc(ns, 1)->kind, KVT_LAYER_INDEX);
+    for (int g = 0; g < 2; g++) {
+        mem[g] = calloc(L * NBLK, page[g]);
+        cr_assert_not_null(mem[g]);
+        /* blocks 0 and 1 of every layer hold data; 2 and 3 are the restore's */
+        for (int l = 0; l < L; l++)
+            t_fill(mem[g] + (size_t)l * NBLK * page[g], 2 * page[g], 500 + 10 * g + l);
+        lay[g] = (struct kvk_layout){
+            .n_layers = L, .base = mem[g], .layer_stride = (int64_t)(NBLK * page[g]),
+            .elem_bytes = eb[g], .block_tokens = BS, .kv_heads = 1, .head_dim = dim[g],
+            .n_kv = 1, .num_blocks = NBLK, .stride_block = (int64_t)BS * dim[g],
+            .stride_token = dim[g], .stride_dim = 1,
+        };
+        cr_assert_eq(kvk_block_bytes(&lay[g]), kvt_ns_block_bytes(kvt_ns_group(ns, g)),
+                     "group %d: vLLM's cache gives %zu-byte blocks, the namespace %llu", g,
+                     kvk_block_bytes(&lay[g]),
+                     (unsigned long long)kvt_ns_block_bytes(kvt_ns_group(ns, g)));
+        io[g] = (kvt_group_io){ .layout = &lay[g], .block_ids = from };
+    }
+    t_keys(k, 2, 61);
+    cr_assert_eq(kvt_offload_hybrid(ns, NULL, k, 2, io, NULL), 4);
+    io[0].block_ids = io[1].block_ids = to;
+    cr_assert_eq(kvt_restore_hybrid(ns, k, 2, io, NULL), 2);
+    for (int g = 0; g < 2; g++)
+        for (int l = 0; l < L; l++) {
+            uint8_t *layer = mem[g] + (size_t)l * NBLK * page[g];
+
+            cr_assert_eq(memcmp(layer + 2 * page[g], layer, 2 * page[g]), 0,
+                         "group %d layer %d: restored blocks differ", g, l);
+        }
+    free(mem[0]);
+    free(mem[1]);
+    kvt_close(c);
+    t_tierd_stop(&td);
+}

@@ -300,7 +300,8 @@ static void print_notes(const struct report *r)
     if (n & KVT_MODEL_NOTE_MTP)
         printf("note: multi-token-prediction (MTP) layers are not counted\n");
     if (kvt_model_group(&r->m, KVT_LAYER_INDEX))
-        printf("note: indexer keys counted in the KV dtype (vLLM keeps them in fp8 + scale)\n");
+        printf("note: indexer keys counted as vLLM stores them: fp8 + a 4-byte scale per "
+               "128, in any KV dtype\n");
     if (kvt_model_group(&r->m, KVT_LAYER_SLIDING))
         printf("note: tier blocks hold the sliding layers too (a restored prefix needs "
                "them)\n");

@@ -99,7 +99,8 @@ static void check_groups(const struct kvt_model_desc *m)
         CHECK((int)g->kind > prev && g->kind < KVT_LAYER_KINDS);
         prev = (int)g->kind;
         CHECK(g->name && g->layers >= 1 && g->n_kv == (uint32_t)kv);
-        CHECK(g->elem_bytes == (kv ? m->elem_bytes : 0));
+        /* the indexer's keys are FP8 bytes and scales in any KV dtype */
+        CHECK(g->elem_bytes == (!kv ? 0 : g->kind == KVT_LAYER_INDEX ? 1 : m->elem_bytes));
         CHECK(!kv || (g->kv_heads >= 1 && g->head_dim >= 1));
         CHECK(kv || (g->kv_heads == 0 && g->head_dim == 0));
         CHECK((g->window > 0) == (g->kind == KVT_LAYER_SLIDING));
@@ -173,11 +174,19 @@ static void check_dtype(const struct kvt_model_desc *m)
         if (strcmp(m->dtype, tab[i].name) == 0)
             break;
     CHECK(i < 4 && m->elem_bytes == tab[i].bytes);
-    /* a dtype change scales every per-token size, and nothing else */
+    /* a dtype change scales every per-token size but the indexer's (FP8
+     * bytes and scales in any dtype), and nothing else */
     CHECK(kvt_model_set_dtype(&c, "fp32") == 0 && c.elem_bytes == 4);
     CHECK(kvt_model_state_bytes(&c) == kvt_model_state_bytes(m));
-    CHECK(kvt_model_token_bytes(&c) == UINT64_MAX ||
-          (u128)kvt_model_token_bytes(&c) * m->elem_bytes == (u128)kvt_model_token_bytes(m) * 4);
+    for (uint32_t g = 0; g < m->n_groups; g++) {
+        u128 was = kvt_layer_group_token_bytes(&m->group[g]);
+        u128 now = kvt_layer_group_token_bytes(&c.group[g]);
+
+        if (m->group[g].kind == KVT_LAYER_INDEX)
+            CHECK(now == was && c.group[g].elem_bytes == 1);
+        else
+            CHECK(now == UINT64_MAX || now * m->elem_bytes == was * 4);
+    }
     check_groups(&c);
 }
 
