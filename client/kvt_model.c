@@ -188,16 +188,21 @@ static int get_bool(struct cfg *c, const char *name)
 
 /* ---- dtypes -------------------------------------------------------------- */
 
-/* Bytes per element of a dtype name (ours or torch's), and our short name;
- * 0 when unknown. */
+/* Bytes per element of a dtype name (ours, vLLM's or torch's), and our
+ * short name; 0 when unknown. Each FP8 format keeps its own name: the same
+ * values are different bytes in each, and the name goes into namespaces.
+ * A bare "fp8" is E4M3 (FN), as vLLM defines its "fp8" (= "fp8_e4m3"). */
 static uint32_t dtype_bytes(const char *s, const char **canon)
 {
     static const struct { const char *name, *canon; uint32_t bytes; } tab[] = {
         {"bf16", "bf16", 2},    {"bfloat16", "bf16", 2}, {"fp16", "fp16", 2},
         {"float16", "fp16", 2}, {"half", "fp16", 2},     {"fp32", "fp32", 4},
-        {"float32", "fp32", 4}, {"float", "fp32", 4},    {"fp8", "fp8", 1},
-        {"float8_e4m3fn", "fp8", 1}, {"float8_e5m2", "fp8", 1}, {"fp8_e4m3", "fp8", 1},
-        {"fp8_e5m2", "fp8", 1},
+        {"float32", "fp32", 4}, {"float", "fp32", 4},
+        {"fp8", "fp8_e4m3", 1},         {"fp8_e4m3", "fp8_e4m3", 1},
+        {"float8_e4m3fn", "fp8_e4m3", 1}, {"fp8_e4m3fn", "fp8_e4m3", 1},
+        {"fp8_e5m2", "fp8_e5m2", 1},    {"float8_e5m2", "fp8_e5m2", 1},
+        {"fp8_e4m3fnuz", "fp8_e4m3fnuz", 1}, {"float8_e4m3fnuz", "fp8_e4m3fnuz", 1},
+        {"fp8_e5m2fnuz", "fp8_e5m2fnuz", 1}, {"float8_e5m2fnuz", "fp8_e5m2fnuz", 1},
     };
 
     for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {

@@ -121,7 +121,8 @@ typedef struct kvt_ns kvt_ns;         /* a namespace opened on it (opaque) */
  * same tenant) share blocks; any difference keeps them apart. */
 typedef struct kvt_model {
     const char *model_id;  /* e.g. "meta-llama/Llama-3.1-8B"; <= 127 bytes */
-    const char *dtype;     /* e.g. "bf16", "fp8"; <= 15 bytes */
+    const char *dtype;     /* element format, e.g. "bf16", "fp8_e4m3" (each FP8 format
+                              its own name: kvt_model_set_dtype's); <= 15 bytes */
     const char *layout;    /* engine KV layout name, e.g. "vllm-flash"; <= 31 bytes */
     uint32_t block_tokens; /* tokens per block, > 0 */
     uint32_t tp_rank;      /* tensor-parallel rank of this client's shard */
@@ -467,7 +468,8 @@ enum {
  */
 struct kvt_model_desc {
     char model_type[48];   /* config's model_type (text tower's if nested), or "" */
-    char dtype[8];         /* KV dtype: "bf16", "fp16", "fp8" or "fp32" */
+    char dtype[16];        /* KV dtype: "bf16", "fp16", "fp32", or an FP8 format:
+                              "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz", "fp8_e5m2fnuz" */
     char config_dtype[24]; /* torch_dtype / dtype as the config spells it, or "" */
     uint32_t elem_bytes;   /* bytes per KV element of dtype */
     uint32_t num_layers;   /* num_hidden_layers */
@@ -500,9 +502,13 @@ int kvt_model_parse_json(const char *text, size_t len, struct kvt_model_desc *ou
 int kvt_model_parse_file(const char *path, struct kvt_model_desc *out, char *err,
                          size_t err_cap);
 
-/* Change the KV dtype: "bf16", "fp16", "fp8" or "fp32" (also "bfloat16",
- * "float16", "float32"). Recurrent state keeps the config's dtype. Returns 0
- * or -EINVAL for an unknown name (m unchanged). */
+/* Change the KV dtype: "bf16", "fp16", "fp32" (also "bfloat16", "float16",
+ * "float32"), or an FP8 format by vLLM's or torch's name: "fp8_e4m3" (also
+ * "float8_e4m3fn", and "fp8", which vLLM takes as E4M3), "fp8_e5m2",
+ * "fp8_e4m3fnuz", "fp8_e5m2fnuz" (torch's float8_* spellings too). Each
+ * format keeps its own name in m->dtype, so that namespaces of different
+ * formats never share blocks. Recurrent state keeps the config's dtype, the
+ * indexer its FP8. Returns 0 or -EINVAL for an unknown name (m unchanged). */
 int kvt_model_set_dtype(struct kvt_model_desc *m, const char *dtype);
 
 /* Bytes one token adds to one layer group's cache (all its layers): 0 for

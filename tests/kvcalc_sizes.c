@@ -344,7 +344,7 @@ Test(kvcalc, dtype_changes_kv_not_state)
     struct kvt_model_desc q = load("qwen3-next-80b-a3b.json");
 
     cr_assert_eq(kvt_model_set_dtype(&m, "fp8"), 0);
-    cr_assert_str_eq(m.dtype, "fp8");
+    cr_assert_str_eq(m.dtype, "fp8_e4m3"); /* vLLM's "fp8" */
     cr_assert_eq(kvt_model_token_bytes(&m), 18 * KIB);
     cr_assert_eq(kvt_model_window_bytes(&m), 2304 * KIB);
     cr_assert_eq(kvt_model_set_dtype(&m, "float32"), 0);

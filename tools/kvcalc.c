@@ -26,7 +26,8 @@
 static const char usage_text[] =
     "usage: kvcalc CONFIG.json [options]\n"
     "\n"
-    "  --dtype bf16|fp16|fp8|fp32  KV dtype (default: the config's, else bf16)\n"
+    "  --dtype bf16|fp16|fp32|fp8|fp8_e4m3|fp8_e5m2|fp8_e4m3fnuz|fp8_e5m2fnuz\n"
+    "                              KV dtype (default: the config's, else bf16)\n"
     "  --tokens N                  sequence length for the per-sequence figure (32768)\n"
     "  --block-tokens N            tokens per tier block (16)\n"
     "  --gpu-mem SIZE --weights SIZE [--util F] [--max-model-len N]\n"
@@ -203,7 +204,8 @@ static int compute(const struct opts *o, struct report *r)
         return EXIT_CONFIG;
     }
     if (o->dtype && kvt_model_set_dtype(&r->m, o->dtype) < 0)
-        return usage_error("--dtype: '%s' is not bf16, fp16, fp8 or fp32", o->dtype);
+        return usage_error("--dtype: '%s' is not bf16, fp16, fp32 or an fp8 format "
+                           "(fp8, fp8_e4m3, fp8_e5m2, fp8_e4m3fnuz, fp8_e5m2fnuz)", o->dtype);
     r->token_bytes = kvt_model_token_bytes(&r->m);
     r->window_bytes = kvt_model_window_bytes(&r->m);
     r->state_bytes = kvt_model_state_bytes(&r->m);

@@ -163,17 +163,19 @@ static void check_sizes(const struct kvt_model_desc *m)
 static void check_dtype(const struct kvt_model_desc *m)
 {
     static const struct { const char *name; uint32_t bytes; } tab[] = {
-        {"bf16", 2}, {"fp16", 2}, {"fp8", 1}, {"fp32", 4},
+        {"bf16", 2}, {"fp16", 2}, {"fp32", 4}, {"fp8_e4m3", 1}, {"fp8_e5m2", 1},
+        {"fp8_e4m3fnuz", 1}, {"fp8_e5m2fnuz", 1},
     };
+    const size_t ntab = sizeof(tab) / sizeof(tab[0]);
     struct kvt_model_desc c = *m;
     size_t i;
 
     CHECK(memchr(m->model_type, 0, sizeof(m->model_type)));
     CHECK(memchr(m->config_dtype, 0, sizeof(m->config_dtype)));
-    for (i = 0; i < 4; i++)
+    for (i = 0; i < ntab; i++)
         if (strcmp(m->dtype, tab[i].name) == 0)
             break;
-    CHECK(i < 4 && m->elem_bytes == tab[i].bytes);
+    CHECK(i < ntab && m->elem_bytes == tab[i].bytes);
     /* a dtype change scales every per-token size but the indexer's (FP8
      * bytes and scales in any dtype), and nothing else */
     CHECK(kvt_model_set_dtype(&c, "fp32") == 0 && c.elem_bytes == 4);

@@ -132,7 +132,7 @@ class _LayerGroup(ctypes.Structure):
 
 
 class _ModelDesc(ctypes.Structure):
-    _fields_ = [("model_type", ctypes.c_char * 48), ("dtype", ctypes.c_char * 8),
+    _fields_ = [("model_type", ctypes.c_char * 48), ("dtype", ctypes.c_char * 16),
                 ("config_dtype", ctypes.c_char * 24), ("elem_bytes", ctypes.c_uint32),
                 ("num_layers", ctypes.c_uint32), ("max_model_len", ctypes.c_uint32),
                 ("notes", ctypes.c_uint), ("n_groups", ctypes.c_uint32),
@@ -672,7 +672,8 @@ class ModelDesc:
 
 def model_from_config(path, dtype=None):
     """Read a Hugging Face config.json (kvt_model_parse_file); dtype overrides
-    the KV dtype ("bf16", "fp16", "fp32", "fp8")."""
+    the KV dtype ("bf16", "fp16", "fp32", or an FP8 format: "fp8_e4m3" (or
+    "fp8"), "fp8_e5m2", "fp8_e4m3fnuz", "fp8_e5m2fnuz")."""
     c = _ModelDesc()
     err = ctypes.create_string_buffer(256)
     rc = _model_parse_file(_b(path), ctypes.byref(c), err, len(err))
