@@ -363,12 +363,67 @@ static void put_str(char *dst, size_t cap, const char *s)
         memcpy(dst, s, strlen(s) + 1 <= cap ? strlen(s) + 1 : 0);
 }
 
+static void le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/*
+ * Design note: tierd keys a namespace by the bytes of its descriptor
+ * (tierd/tenant.c) and has no field for a pipeline stage or an engine's
+ * variant (KV scales and the like). Rather than widen the daemon's
+ * descriptor, the client folds them into it: with a stage (pp_size above
+ * 1), a variant, or a '#' in the caller's layout, the layout on the wire
+ * is the layout's start (at most LAYOUT_KEPT bytes, cut between UTF-8
+ * characters), '#', and hex digits of a SHA-256 over the whole identity
+ * (layout, stage, variant) to fill the field: 12 digits (48 bits) at
+ * least, the odds of two of a tenant's few namespaces meeting beyond any
+ * concern. A descriptor with none of them travels as it always did, so its
+ * namespace, and its blocks on disk, stay the same.
+ */
+#define LAYOUT_HEX_MIN 12
+#define LAYOUT_KEPT (KVT_WIRE_LAYOUT_MAX - 2 - LAYOUT_HEX_MIN)
+
+static int wire_layout(const kvt_model *m, uint32_t pp_size, char *out)
+{
+    static const char tag[] = "kvtier namespace 1"; /* the encoding's version, NUL too */
+    static const char digits[] = "0123456789abcdef";
+    const char *layout = m->layout ? m->layout : "";
+    size_t len = strlen(layout), kept = len < LAYOUT_KEPT ? len : LAYOUT_KEPT, nhex;
+    uint8_t stage[16];
+    const void *parts[4] = { tag, layout, stage, m->variant };
+    size_t lens[4] = { sizeof(tag), len + 1, sizeof(stage), m->variant_len };
+    kvt_key h;
+    int rc;
+
+    if (pp_size == 1 && m->variant_len == 0 && !strchr(layout, '#')) {
+        memcpy(out, layout, len + 1);
+        return 0;
+    }
+    le32(stage, m->pp_rank);
+    le32(stage + 4, pp_size);
+    le32(stage + 8, (uint32_t)m->variant_len);
+    le32(stage + 12, (uint32_t)((uint64_t)m->variant_len >> 32));
+    if ((rc = kvt_sha256_parts(parts, lens, m->variant_len ? 4 : 3, &h)) < 0)
+        return rc;
+    while (kept > 0 && kept < len && ((uint8_t)layout[kept] & 0xc0) == 0x80)
+        kept--; /* never half a character: tierctl prints the layout */
+    memcpy(out, layout, kept);
+    out[kept] = '#';
+    nhex = KVT_WIRE_LAYOUT_MAX - 2 - kept;
+    for (size_t i = 0; i < nhex; i++)
+        out[kept + 1 + i] = digits[(h.b[i / 2] >> (i % 2 ? 0 : 4)) & 0xf];
+    out[kept + 1 + nhex] = '\0';
+    return 0;
+}
+
 int kvt_ns_open(kvt_client *c, const kvt_model *m, kvt_ns **out)
 {
     struct kvt_wire_ns_req req = { 0 };
     struct kvt_wire_ns_rep rep;
     struct iovec iov[2] = { { 0 }, { &req, sizeof(req) } };
-    uint32_t blen;
+    uint32_t blen, pp_size;
     kvt_ns *ns;
     int rc;
 
@@ -379,13 +434,18 @@ int kvt_ns_open(kvt_client *c, const kvt_model *m, kvt_ns **out)
         m->block_bytes == 0 || m->block_bytes > KVT_BLOCK_MAX || m->tp_size == 0 ||
         m->tp_rank >= m->tp_size)
         return -EINVAL;
+    pp_size = m->pp_size ? m->pp_size : 1;
+    if (m->pp_rank >= pp_size || m->variant_len > KVT_VARIANT_MAX ||
+        (m->variant_len && !m->variant))
+        return -EINVAL;
     req.block_bytes = m->block_bytes;
     req.block_tokens = m->block_tokens;
     req.tp_rank = m->tp_rank;
     req.tp_size = m->tp_size;
     put_str(req.model_id, sizeof(req.model_id), m->model_id);
     put_str(req.dtype, sizeof(req.dtype), m->dtype);
-    put_str(req.layout, sizeof(req.layout), m->layout);
+    if ((rc = wire_layout(m, pp_size, req.layout)) < 0)
+        return rc;
     rc = send_req(c, KVT_OP_NS_OPEN, 0, iov, 2);
     if (rc < 0)
         return rc;

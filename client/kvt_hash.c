@@ -15,6 +15,7 @@
 
 #include <openssl/evp.h>
 
+#include "kvt_int.h"
 #include "kvtier.h"
 
 /* CBOR initial bytes: the major type sits in the top three bits. */
@@ -372,6 +373,25 @@ int kvt_none_hash(const char *seed, kvt_key *out)
          EVP_DigestUpdate(ctx, h, head(h, MT_TEXT, len)) &&
          EVP_DigestUpdate(ctx, seed, len) &&
          EVP_DigestFinal_ex(ctx, out->b, NULL);
+    EVP_MD_CTX_free(ctx);
+    return ok ? 0 : -EIO;
+}
+
+int kvt_sha256_parts(const void *const *parts, const size_t *lens, size_t n, kvt_key *out)
+{
+    const EVP_MD *md = sha256();
+    EVP_MD_CTX *ctx;
+    int ok;
+
+    if (!md)
+        return -EIO;
+    ctx = EVP_MD_CTX_new();
+    if (!ctx)
+        return -ENOMEM;
+    ok = EVP_DigestInit_ex2(ctx, md, NULL);
+    for (size_t i = 0; ok && i < n; i++)
+        ok = EVP_DigestUpdate(ctx, parts[i], lens[i]);
+    ok = ok && EVP_DigestFinal_ex(ctx, out->b, NULL);
     EVP_MD_CTX_free(ctx);
     return ok ? 0 : -EIO;
 }

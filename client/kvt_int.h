@@ -17,6 +17,10 @@ kvt_ns *kvt_ns_new_hybrid(kvt_client *c, struct kvt_hybrid *hy);
 /* The hybrid state of ns, or NULL for a plain namespace. */
 struct kvt_hybrid *kvt_ns_hybrid(const kvt_ns *ns);
 
+/* kvt_hash.c: SHA-256 of the concatenation of parts[0..n) (lens[i] bytes
+ * each) into out. Returns 0, -ENOMEM or -EIO. */
+int kvt_sha256_parts(const void *const *parts, const size_t *lens, size_t n, kvt_key *out);
+
 /* kvt_hybrid.c */
 void kvt_hybrid_free(struct kvt_hybrid *hy);
 void kvt_hybrid_set_deadline(struct kvt_hybrid *hy, uint32_t ms);

@@ -117,8 +117,13 @@ char *kvt_key_hex(const kvt_key *k, char out[2 * KVT_KEY_BYTES + 1]);
 typedef struct kvt_client kvt_client; /* one connection to tierd (opaque) */
 typedef struct kvt_ns kvt_ns;         /* a namespace opened on it (opaque) */
 
+/* Most bytes of a namespace's variant (kvt_model.variant). */
+#define KVT_VARIANT_MAX (64u << 10)
+
 /* What a namespace holds. Two clients that give equal descriptors (in the
- * same tenant) share blocks; any difference keeps them apart. */
+ * same tenant) share blocks; any difference keeps them apart. Everything
+ * that changes a block's bytes belongs in it: a parameter with no field of
+ * its own goes into the variant. */
 typedef struct kvt_model {
     const char *model_id;  /* e.g. "meta-llama/Llama-3.1-8B"; <= 127 bytes */
     const char *dtype;     /* element format, e.g. "bf16", "fp8_e4m3" (each FP8 format
@@ -129,6 +134,16 @@ typedef struct kvt_model {
     uint32_t tp_size;      /* tensor-parallel world size, >= 1 */
     uint64_t block_bytes;  /* bytes of one stored block, 1..KVT_BLOCK_MAX; tierd
                               refuses blocks over its largest slot (-EFBIG) */
+    uint32_t pp_rank;      /* pipeline-parallel rank: the stage whose layers the
+                              blocks hold (< pp_size) */
+    uint32_t pp_size;      /* pipeline-parallel world size; 0 is taken as 1 */
+    const void *variant;   /* NULL, or variant_len bytes (borrowed for the call) of
+                              anything else that changes the blocks' bytes: the
+                              KV quantisation scales when not 1.0 (vLLM's
+                              per-layer k_scale / v_scale), an instance's own
+                              scales (calculated ones: its id), ...; compared
+                              as bytes */
+    size_t variant_len;    /* 0..KVT_VARIANT_MAX */
 } kvt_model;
 
 /* Socket path used when none is given: $KVTIER_SOCKET, else this. */
@@ -152,8 +167,11 @@ int kvt_connect(const char *socket_path, kvt_client **out);
 void kvt_close(kvt_client *c);
 
 /* Open (or join) the namespace for a model. *out stays valid until
- * kvt_close(c). Errors: -EINVAL for a bad descriptor, -ENOSPC when tierd has
- * no room for another namespace. */
+ * kvt_close(c). With a pipeline stage (pp_size above 1) or a variant, the
+ * layout tierd records (kvt_ns_info.layout) is the start of model->layout,
+ * '#' and digits of a SHA-256 of the whole identity: the daemon's
+ * descriptor has no room for more. Errors: -EINVAL for a bad descriptor,
+ * -ENOSPC when tierd has no room for another namespace. */
 int kvt_ns_open(kvt_client *c, const kvt_model *model, kvt_ns **out);
 
 /* Bytes of one block in this namespace. */

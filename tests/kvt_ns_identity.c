@@ -93,3 +93,94 @@ Test(ns_identity, each_fp8_format_is_its_own_namespace)
     kvt_close(c);
     t_tierd_stop(&td);
 }
+
+/*
+ * Bug (issue 13): the pipeline-parallel stage and per-instance parameters
+ * such as KV scales were not part of a namespace, so two stages of one
+ * model (same layer count, same tensor-parallel rank) shared blocks that
+ * hold different layers, and engines with different scales shared FP8
+ * bytes that mean different values. Both are in the namespace now; a plain
+ * descriptor is what it was (its layout as given).
+ */
+Test(ns_identity, pipeline_stages_and_variants_are_namespaces)
+{
+    static const char scales_a[] = "k_scale=0.5,v_scale=0.25", scales_b[] = "k_scale=0.5";
+    kvt_model base = t_model(BLK), st0 = base, st1 = base, st0_again = base, pp1 = base;
+    kvt_model va = base, vb = base, va_again = base, bad;
+    struct t_tierd td;
+    kvt_client *c;
+    kvt_ns_info info[16];
+    kvt_ns *ns;
+    int n, found = 0;
+
+    st0.pp_size = 2, st0_again.pp_size = 2;
+    st1.pp_size = 2, st1.pp_rank = 1;
+    pp1.pp_size = 1; /* the same as 0: one stage */
+    va.variant = scales_a, va.variant_len = sizeof(scales_a);
+    va_again.variant = scales_a, va_again.variant_len = sizeof(scales_a);
+    vb.variant = scales_b, vb.variant_len = sizeof(scales_b);
+    t_tierd_start(&td, NULL);
+    c = t_connect(&td);
+    cr_assert_not(shared(c, &st0, &st1, 1), "two pipeline stages share blocks");
+    cr_assert_not(shared(c, &base, &st0, 2), "a stage shares with the whole model");
+    cr_assert(shared(c, &st0, &st0_again, 3), "one stage must share with itself");
+    cr_assert(shared(c, &base, &pp1, 4), "pp_size 1 is the default");
+    cr_assert_not(shared(c, &va, &vb, 5), "different variants share blocks");
+    cr_assert_not(shared(c, &base, &va, 6), "a variant shares with none");
+    cr_assert(shared(c, &va, &va_again, 7), "equal variants must share");
+    /* what tierd records: the plain layout, or its start and a digest */
+    n = kvt_admin_namespaces(c, info, 16);
+    cr_assert_geq(n, 5);
+    for (int i = 0; i < n && i < 16; i++) {
+        cr_assert(strcmp(info[i].layout, "test") == 0 ||
+                  (strncmp(info[i].layout, "test#", 5) == 0 &&
+                   strlen(info[i].layout) == sizeof(info[i].layout) - 1),
+                  "namespace %u: layout '%s'", info[i].id, info[i].layout);
+        found += strcmp(info[i].layout, "test") == 0;
+    }
+    cr_assert_eq(found, 1, "the plain descriptor's layout changed");
+    /* bad stages and variants */
+    bad = base, bad.pp_size = 2, bad.pp_rank = 2;
+    cr_assert_eq(kvt_ns_open(c, &bad, &ns), -EINVAL);
+    bad = base, bad.pp_rank = 1; /* pp_size 0: one stage */
+    cr_assert_eq(kvt_ns_open(c, &bad, &ns), -EINVAL);
+    bad = base, bad.variant_len = 4;
+    cr_assert_eq(kvt_ns_open(c, &bad, &ns), -EINVAL, "a variant length without bytes");
+    bad = base, bad.variant = scales_a, bad.variant_len = KVT_VARIANT_MAX + 1;
+    cr_assert_eq(kvt_ns_open(c, &bad, &ns), -EINVAL);
+    kvt_close(c);
+    t_tierd_stop(&td);
+}
+
+/* A '#' in the caller's layout is always digested, so no plain layout can
+ * pose as another descriptor's digest form; a long layout keeps its start. */
+Test(ns_identity, layouts_that_look_like_digests_stay_apart)
+{
+    kvt_model a = t_model(BLK), b = t_model(BLK), st = t_model(BLK);
+    char fake[sizeof(((kvt_ns_info *)0)->layout)];
+    kvt_ns_info info[8];
+    struct t_tierd td;
+    kvt_client *c;
+    int n;
+
+    st.pp_size = 2;
+    t_tierd_start(&td, NULL);
+    c = t_connect(&td);
+    cr_assert(shared(c, &st, &st, 1));
+    n = kvt_admin_namespaces(c, info, 8);
+    cr_assert_eq(n, 1);
+    /* a caller passing that very string as its layout gets another namespace */
+    snprintf(fake, sizeof(fake), "%s", info[0].layout);
+    a.layout = fake;
+    cr_assert_not(shared(c, &st, &a, 2), "a layout posed as a stage's digest");
+    b.layout = "a-very-long-engine-layout-name!"; /* 31 bytes */
+    b.pp_size = 2;
+    cr_assert(shared(c, &b, &b, 3));
+    n = kvt_admin_namespaces(c, info, 8);
+    cr_assert_eq(n, 3);
+    /* its first 18 bytes, '#', 12 digits */
+    cr_assert_eq(strncmp(info[2].layout, "a-very-long-engine#", 19), 0, "%s", info[2].layout);
+    cr_assert_eq(strlen(info[2].layout), 31, "%s", info[2].layout);
+    kvt_close(c);
+    t_tierd_stop(&td);
+}

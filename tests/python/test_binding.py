@@ -138,6 +138,26 @@ def test_namespaces_are_separate(ns_factory):
     assert a.lookup(keys) == 4 and b.lookup(keys) == 0
 
 
+def test_pipeline_stage_and_variant_keep_namespaces_apart(client):
+    """ns_open passes the pipeline stage and a variant (issue 13): stages and
+    different variants never share, equal descriptors do."""
+    keys = kvtier.hash_prompt(range(32), 16)
+
+    def ns(**kw):
+        return client.ns_open("pytest/pp-variant", "fp8_e4m3", "test", 16, 4096, **kw)
+    s0, s1 = ns(pp_rank=0, pp_size=2), ns(pp_rank=1, pp_size=2)
+    s0.put(keys, [bytes(4096)] * 2)
+    assert s0.lookup(keys) == 2 and s1.lookup(keys) == 0
+    assert ns(pp_rank=0, pp_size=2).lookup(keys) == 2
+    assert ns().lookup(keys) == 0
+    va, vb = ns(variant=b"k=0.5 v=0.25"), ns(variant=b"k=0.5 v=0.5")
+    va.put(keys, [bytes(4096)] * 2)
+    assert vb.lookup(keys) == 0 and ns(variant=b"k=0.5 v=0.25").lookup(keys) == 2
+    with pytest.raises(kvtier.KvtierError) as e:
+        ns(pp_rank=2, pp_size=2)
+    assert e.value.code == -errno.EINVAL
+
+
 def test_block_size_mismatch(client, ns_factory):
     ns = ns_factory(4096)
     keys = kvtier.hash_prompt(range(32), 16)

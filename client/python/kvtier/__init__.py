@@ -61,7 +61,9 @@ class _Model(ctypes.Structure):
     _fields_ = [("model_id", ctypes.c_char_p), ("dtype", ctypes.c_char_p),
                 ("layout", ctypes.c_char_p), ("block_tokens", ctypes.c_uint32),
                 ("tp_rank", ctypes.c_uint32), ("tp_size", ctypes.c_uint32),
-                ("block_bytes", ctypes.c_uint64)]
+                ("block_bytes", ctypes.c_uint64), ("pp_rank", ctypes.c_uint32),
+                ("pp_size", ctypes.c_uint32), ("variant", ctypes.c_void_p),
+                ("variant_len", ctypes.c_size_t)]
 
 
 class _Lease(ctypes.Structure):
@@ -405,10 +407,16 @@ class Client:
         return self._h
 
     def ns_open(self, model_id, dtype, layout, block_tokens, block_bytes, tp_rank=0,
-                tp_size=1):
-        """Open (or join) the namespace of a model (kvt_ns_open)."""
+                tp_size=1, pp_rank=0, pp_size=1, variant=None):
+        """Open (or join) the namespace of a model (kvt_ns_open). pp_rank /
+        pp_size: the pipeline stage; variant: bytes of anything else that
+        changes the blocks' bytes (KV scales, ...), None for none."""
+        var = None if variant is None else ctypes.create_string_buffer(bytes(variant),
+                                                                       len(variant))
         m = _Model(_b(model_id), _b(dtype), _b(layout), block_tokens, tp_rank, tp_size,
-                   block_bytes)
+                   block_bytes, pp_rank, pp_size,
+                   ctypes.cast(var, _vp) if var is not None else None,
+                   len(variant) if variant is not None else 0)
         h = _vp()
         with self.lock:
             _check(_ns_open(self._handle(), ctypes.byref(m), ctypes.byref(h)),
