@@ -20,6 +20,8 @@
 #include "kvt_int.h"
 #include "kvtier.h"
 
+#define GROUP_ID_BYTES 64 /* a group's part of its namespace's variant (36 used) */
+
 struct kvt_hybrid {
     kvt_hybrid_opts o;
     uint32_t ngroups;
@@ -52,19 +54,56 @@ void kvt_hybrid_set_deadline(struct kvt_hybrid *hy, uint32_t ms)
         kvt_ns_set_deadline(hy->ns[k], ms);
 }
 
+static uint8_t *put_le(uint8_t *p, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+    return p + bytes;
+}
+
+/*
+ * A group's identity, the start of its namespace's variant (then the
+ * caller's): its index in desc and its shape, little-endian. The kind and
+ * the block size alone do not tell two groups apart: vLLM splits Gemma 3's
+ * sliding layers into several groups of one shape, whose blocks differ.
+ */
+static void group_id(uint8_t id[GROUP_ID_BYTES], uint32_t index, const struct kvt_layer_group *g)
+{
+    uint8_t *p = id;
+
+    memset(id, 0, GROUP_ID_BYTES);
+    p = put_le(p, index, 4);
+    p = put_le(p, (uint32_t)g->kind, 4);
+    p = put_le(p, g->layers, 4);
+    p = put_le(p, g->kv_heads, 4);
+    p = put_le(p, g->head_dim, 4);
+    p = put_le(p, g->n_kv, 4);
+    p = put_le(p, g->elem_bytes, 4);
+    p = put_le(p, g->window, 4);
+    put_le(p, g->state_bytes, 8);
+}
+
 int kvt_ns_open_hybrid(kvt_client *c, const kvt_model *m, const struct kvt_model_desc *desc,
                        const kvt_hybrid_opts *o, kvt_ns **out)
 {
     struct kvt_hybrid *hy;
+    uint8_t *variant;
     uint32_t tp;
     int rc = 0;
 
     if (!c || !m || !desc || !o || !out || !o->block_tokens || !m->layout ||
-        desc->n_groups > KVT_MODEL_GROUPS_MAX)
+        desc->n_groups > KVT_MODEL_GROUPS_MAX ||
+        m->variant_len > KVT_VARIANT_MAX - GROUP_ID_BYTES || (m->variant_len && !m->variant))
         return -EINVAL;
     hy = calloc(1, sizeof(*hy));
-    if (!hy)
+    variant = malloc(GROUP_ID_BYTES + m->variant_len);
+    if (!hy || !variant) {
+        free(hy);
+        free(variant);
         return -ENOMEM;
+    }
+    if (m->variant_len)
+        memcpy(variant + GROUP_ID_BYTES, m->variant, m->variant_len);
     hy->o = *o;
     if (!hy->o.state_every)
         hy->o.state_every = 1;
@@ -84,6 +123,9 @@ int kvt_ns_open_hybrid(kvt_client *c, const kvt_model *m, const struct kvt_model
             break;
         }
         sub.layout = layout;
+        group_id(variant, i, g);
+        sub.variant = variant;
+        sub.variant_len = GROUP_ID_BYTES + m->variant_len;
         sub.dtype = m->dtype ? m->dtype : desc->dtype;
         sub.tp_size = tp;
         sub.block_tokens = o->block_tokens;
@@ -97,6 +139,7 @@ int kvt_ns_open_hybrid(kvt_client *c, const kvt_model *m, const struct kvt_model
         hy->win[k] = g->kind == KVT_LAYER_SLIDING ? window_blocks(g, o->block_tokens) : 0;
         hy->ngroups++;
     }
+    free(variant);
     if (rc == 0 && hy->ngroups == 0)
         rc = -EINVAL;
     if (rc == 0 && !(*out = kvt_ns_new_hybrid(c, hy)))

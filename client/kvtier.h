@@ -616,9 +616,14 @@ typedef struct kvt_hybrid_opts {
 } kvt_hybrid_opts;
 
 /* Open (or join) the namespaces of a model described by desc (from
- * kvt_model_parse_file) for m's model_id, layout, dtype and tensor-parallel
- * rank: one per group that holds a cache; m->block_bytes and
- * m->block_tokens are ignored (o says the block size). The returned handle
+ * kvt_model_parse_file) for m's model_id, layout, dtype, tensor- and
+ * pipeline-parallel rank and variant (at most KVT_VARIANT_MAX - 64 bytes):
+ * one per group that holds a cache; m->block_bytes and m->block_tokens are
+ * ignored (o says the block size). Each group's namespace also has the
+ * group's index in desc and its shape in its identity, so two groups of
+ * one kind and size (vLLM's several sliding groups of Gemma 3) never share
+ * blocks: every process must list a model's groups in the same order (as
+ * kvt_model_parse_file does). The returned handle
  * answers kvt_lookup (the longest restorable prefix), kvt_offload_hybrid,
  * kvt_restore_hybrid, and names its groups' namespaces (kvt_ns_group);
  * plain block calls on it are -EINVAL. -EINVAL when desc has no group with

@@ -392,3 +392,64 @@ Test(hybrid, deepseek_v3_2_indexer_offloads_as_vllm_stores_it)
     kvt_close(c);
     t_tierd_stop(&td);
 }
+
+/*
+ * Bug (issue 13): two groups of one kind and block size (vLLM splits
+ * Gemma 3's sliding layers into several groups of one shape) opened one
+ * namespace: the second group's offload was deduplicated against the
+ * first's blocks, and its restore scattered the first group's bytes into
+ * its layers. Each group keeps its own bytes now.
+ */
+Test(hybrid, two_groups_of_one_kind_keep_their_own_bytes)
+{
+    struct kvt_model_desc d = handmade();
+    kvt_model m = { .model_id = "test/two-sliding", .layout = "vllm-flash", .tp_size = 1 };
+    kvt_hybrid_opts o = { .block_tokens = BS, .sliding_all = 1 };
+    struct cache full, sa, sb, full2, sa2, sb2;
+    struct t_tierd td;
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_key k[N];
+    int64_t ids[N], to[N];
+    kvt_group_io io[3];
+
+    d.group[2] = d.group[1]; /* a second sliding group of the same shape */
+    t_tierd_start(&td, NULL);
+    c = t_connect(&td);
+    cr_assert_eq(kvt_ns_open_hybrid(c, &m, &d, &o, &ns), 0);
+    cr_assert_eq(kvt_ns_groups(ns), 3);
+    cache_init(&full, 2, 2, 8, 10);
+    cache_init(&sa, 2, 4, 16, 20);
+    cache_init(&sb, 2, 4, 16, 30);
+    cache_init(&full2, 2, 2, 8, 0);
+    cache_init(&sa2, 2, 4, 16, 0);
+    cache_init(&sb2, 2, 4, 16, 0);
+    t_keys(k, N, 32);
+    for (int i = 0; i < N; i++) {
+        ids[i] = (i * 5) % NB;
+        to[i] = 32 + i;
+    }
+    io[0] = (kvt_group_io){ .layout = &full.l, .block_ids = ids };
+    io[1] = (kvt_group_io){ .layout = &sa.l, .block_ids = ids };
+    io[2] = (kvt_group_io){ .layout = &sb.l, .block_ids = ids };
+    cr_expect_eq(kvt_offload_hybrid(ns, NULL, k, N, io, NULL), 3 * N,
+                 "every group stores its own blocks");
+    io[0] = (kvt_group_io){ .layout = &full2.l, .block_ids = to };
+    io[1] = (kvt_group_io){ .layout = &sa2.l, .block_ids = to };
+    io[2] = (kvt_group_io){ .layout = &sb2.l, .block_ids = to };
+    cr_assert_eq(kvt_restore_hybrid(ns, k, N, io, NULL), N);
+    /* the window of the last block: 2 blocks of each sliding group */
+    for (int i = N - 2; i < N; i++) {
+        cr_assert(same_page(&sa2, to[i], &sa, ids[i]), "first sliding group, block %d", i);
+        cr_assert(same_page(&sb2, to[i], &sb, ids[i]),
+                  "second sliding group, block %d: not its own bytes", i);
+    }
+    cache_free(&full);
+    cache_free(&sa);
+    cache_free(&sb);
+    cache_free(&full2);
+    cache_free(&sa2);
+    cache_free(&sb2);
+    kvt_close(c);
+    t_tierd_stop(&td);
+}
