@@ -277,26 +277,51 @@ static bool keep_state(const struct kvt_hybrid *hy, size_t i, size_t n)
     return i + 1 == n || (i + 1) % hy->o.state_every == 0;
 }
 
+/* Every group's io, checked before anything of any group moves. A state
+ * is copied by the group's object size (an estimate from the config), so
+ * a buffer of another size would be over-read or keep a stale tail: the
+ * engine states its size and a mismatch is refused like a KV cache's. */
+static int io_ok(const struct kvt_hybrid *hy, const kvt_group_io *io, bool offload)
+{
+    for (uint32_t k = 0; k < hy->ngroups; k++) {
+        uint64_t want = kvt_ns_block_bytes(hy->ns[k]);
+        int rc;
+
+        if (hy->g[k].kind == KVT_LAYER_STATE) {
+            if (offload ? !io[k].states : !io[k].state_out)
+                return -EINVAL;
+            if (io[k].state_bytes != want)
+                return KVT_EBLOCKSIZE;
+            continue;
+        }
+        if (!io[k].layout || !io[k].block_ids)
+            return -EINVAL;
+        if ((rc = kvk_layout_check(io[k].layout)) < 0)
+            return rc;
+        if (kvk_block_bytes(io[k].layout) != want)
+            return KVT_EBLOCKSIZE;
+    }
+    return 0;
+}
+
 int kvt_offload_hybrid(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
                        const kvt_group_io *io, void *stream)
 {
     struct kvt_hybrid *hy = ns ? kvt_ns_hybrid(ns) : NULL;
-    int stored = 0;
+    int stored = 0, rc;
 
     if (!hy || !io || (n && !keys))
         return -EINVAL;
     if (n > KVT_BATCH_MAX)
         return -E2BIG;
+    if ((rc = io_ok(hy, io, true)) < 0)
+        return rc;
     for (uint32_t k = 0; k < hy->ngroups; k++) {
-        int rc;
-
         if (hy->g[k].kind == KVT_LAYER_STATE) {
             const void *bufs[KVT_BATCH_MAX];
             kvt_key sel[KVT_BATCH_MAX];
             size_t m = 0;
 
-            if (!io[k].states)
-                return -EINVAL;
             for (size_t i = 0; i < n; i++)
                 if (keep_state(hy, i, n) && io[k].states[i]) {
                     sel[m] = keys[i];
@@ -307,8 +332,6 @@ int kvt_offload_hybrid(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, s
         } else {
             size_t from;
 
-            if (!io[k].layout || !io[k].block_ids)
-                return -EINVAL;
             keep_range(hy, k, n, &from);
             rc = kvt_offload(hy->ns[k], from ? &keys[from - 1] : parent, keys + from,
                              n - from, io[k].layout, io[k].block_ids + from, stream);
@@ -330,10 +353,8 @@ int kvt_restore_hybrid(kvt_ns *ns, const kvt_key *keys, size_t n, const kvt_grou
         return -EINVAL;
     if (n > KVT_BATCH_MAX)
         return -E2BIG;
-    for (uint32_t k = 0; k < hy->ngroups; k++)
-        if (hy->g[k].kind == KVT_LAYER_STATE ? !io[k].state_out
-                                             : !io[k].layout || !io[k].block_ids)
-            return -EINVAL;
+    if ((m = io_ok(hy, io, false)) < 0)
+        return m;
     m = kvt_hybrid_lookup(ns, keys, n, 0, NULL);
     if (m <= 0)
         return m;

@@ -648,27 +648,38 @@ void kvt_ns_group_needs(const kvt_ns *ns, uint32_t g, uint32_t end, uint32_t *fi
  * cache of the group's layers and its block ids for keys[0..n). State
  * groups: a pointer per key to the state after that block (offload; NULL
  * where the engine has none), or one buffer for the state after the
- * restored prefix's last block (restore). */
+ * restored prefix's last block (restore), and the size of those buffers.
+ * A state's size depends on the engine (its SSM dtype, its padding), and
+ * the group's object size (kvt_ns_block_bytes(kvt_ns_group(ns, g))) is an
+ * estimate from the config: when they differ, the call is KVT_EBLOCKSIZE,
+ * as for a KV cache of the wrong shape; set the group's state_bytes in the
+ * description to the engine's figure before kvt_ns_open_hybrid. */
 typedef struct kvt_group_io {
     const struct kvk_layout *layout;
     const int64_t *block_ids;
     const void *const *states; /* offload, state groups */
     void *state_out;           /* restore, state groups */
+    uint64_t state_bytes;      /* state groups: bytes of each buffer in states[]
+                                  and of state_out, the engine's real size */
 } kvt_group_io;
 
 /* Offload the chain keys[0..n) (parent: the key before keys[0], or NULL)
  * group by group under the namespace's policy (sliding: the window of the
  * last block; state: every state_every-th block and the last). The engine
- * blocks must hold the chain's data for every group. Returns the number of
- * objects newly stored (all groups), or an error (nothing of a failed group
- * is committed; groups done before stay). */
+ * blocks must hold the chain's data for every group. Every group's io is
+ * checked before any is written: -EINVAL for a missing layout, ids or
+ * state buffers or a bad layout, KVT_EBLOCKSIZE for a cache or a state
+ * size that is not its group's. Returns the number of objects newly stored
+ * (all groups), or an error (nothing of a failed group is committed;
+ * groups done before stay). */
 int kvt_offload_hybrid(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
                        const kvt_group_io *io, void *stream);
 
 /* Restore the longest prefix of keys[0..n) that every group can restore
  * (as kvt_lookup answers): KV groups scatter the blocks their rule needs
  * into io[g].block_ids (positions of keys[]), state groups copy the state
- * after the prefix's last block into io[g].state_out. Returns the prefix
+ * after the prefix's last block into io[g].state_out. io is checked as by
+ * kvt_offload_hybrid before anything is written. Returns the prefix
  * length in blocks (0: nothing to restore) or an error. */
 int kvt_restore_hybrid(kvt_ns *ns, const kvt_key *keys, size_t n, const kvt_group_io *io,
                        void *stream);

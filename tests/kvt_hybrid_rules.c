@@ -217,7 +217,7 @@ static void world_offload(struct world *w, int want)
     kvt_group_io io[3] = {
         { .layout = &w->full.l, .block_ids = w->ids },
         { .layout = &w->slide.l, .block_ids = w->ids },
-        { .states = w->states },
+        { .states = w->states, .state_bytes = 512 },
     };
 
     cr_assert_eq(kvt_offload_hybrid(w->ns, NULL, w->k, N, io, NULL), want);
@@ -303,7 +303,7 @@ Test(hybrid, restore_moves_only_what_the_prefix_needs_in_each_shape)
         to[i] = 32 + i;
     io[0] = (kvt_group_io){ .layout = &full2.l, .block_ids = to };
     io[1] = (kvt_group_io){ .layout = &slide2.l, .block_ids = to };
-    io[2] = (kvt_group_io){ .state_out = state_out };
+    io[2] = (kvt_group_io){ .state_out = state_out, .state_bytes = sizeof(state_out) };
     cr_assert_eq(kvt_restore_hybrid(w.ns, w.k, N, io, NULL), 12);
     for (int i = 0; i < N; i++) {
         cr_assert(same_page(&full2, to[i], &w.full, w.ids[i]), "full block %d", i);
@@ -452,4 +452,62 @@ Test(hybrid, two_groups_of_one_kind_keep_their_own_bytes)
     cache_free(&sb2);
     kvt_close(c);
     t_tierd_stop(&td);
+}
+
+/*
+ * Bug (issue 13): a state group's object size is an estimate from the
+ * config, and kvt_offload_hybrid / kvt_restore_hybrid copied exactly that
+ * many bytes from and into the engine's state buffers whatever their real
+ * size (the engine's SSM dtype and padding decide it): a larger buffer kept
+ * a stale tail, a smaller one was over-read and written past. The engine
+ * states its buffers' size; another than the group's is KVT_EBLOCKSIZE,
+ * checked before any group moves a byte.
+ */
+Test(hybrid, state_buffers_of_another_size_are_refused)
+{
+    struct world w;
+    struct cache full2, slide2;
+    static uint8_t big[N][1024];
+    const void *bigs[N];
+    uint8_t out[1024];
+    int64_t to[N];
+    kvt_group_io io[3];
+
+    world_open(&w, 0);
+    for (int i = 0; i < N; i++) {
+        memcpy(big[i], w.state[i], 512);
+        memset(big[i] + 512, 0x77, 512); /* the engine's state is 1 KiB */
+        bigs[i] = big[i];
+    }
+    io[0] = (kvt_group_io){ .layout = &w.full.l, .block_ids = w.ids };
+    io[1] = (kvt_group_io){ .layout = &w.slide.l, .block_ids = w.ids };
+    io[2] = (kvt_group_io){ .states = bigs, .state_bytes = 1024 };
+    cr_assert_eq(kvt_offload_hybrid(w.ns, NULL, w.k, N, io, NULL), KVT_EBLOCKSIZE);
+    for (uint32_t g = 0; g < 3; g++)
+        cr_assert_eq(held(&w, g), 0, "group %u stored something of a refused offload", g);
+    io[2] = (kvt_group_io){ .states = w.states }; /* no size stated */
+    cr_assert_eq(kvt_offload_hybrid(w.ns, NULL, w.k, N, io, NULL), KVT_EBLOCKSIZE);
+    io[2].state_bytes = 512;
+    cr_assert_eq(kvt_offload_hybrid(w.ns, NULL, w.k, N, io, NULL), 12 + 2 + 3);
+
+    /* restore into a buffer of 256 bytes: refused, nothing written anywhere */
+    cache_init(&full2, 2, 2, 8, 0);
+    cache_init(&slide2, 2, 4, 16, 0);
+    for (int i = 0; i < N; i++)
+        to[i] = 32 + i;
+    memset(out, 0xee, sizeof(out));
+    io[0] = (kvt_group_io){ .layout = &full2.l, .block_ids = to };
+    io[1] = (kvt_group_io){ .layout = &slide2.l, .block_ids = to };
+    io[2] = (kvt_group_io){ .state_out = out, .state_bytes = 256 };
+    cr_assert_eq(kvt_restore_hybrid(w.ns, w.k, N, io, NULL), KVT_EBLOCKSIZE);
+    for (size_t i = 0; i < sizeof(out); i++)
+        cr_assert_eq(out[i], 0xee, "byte %zu of the state buffer written", i);
+    for (int i = 0; i < N; i++)
+        cr_assert(!same_page(&full2, to[i], &w.full, w.ids[i]), "block %d restored", i);
+    io[2].state_bytes = 512;
+    cr_assert_eq(kvt_restore_hybrid(w.ns, w.k, N, io, NULL), 12);
+    cr_assert_eq(t_check(out, 512, 40 + 11), -1, "not the state after block 11");
+    cache_free(&full2);
+    cache_free(&slide2);
+    world_close(&w);
 }
