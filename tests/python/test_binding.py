@@ -3,6 +3,7 @@
 import errno
 import hashlib
 import json
+import os
 import random
 
 import cbor2
@@ -252,6 +253,69 @@ def test_closed_client(tierd):
     c.close()
     with pytest.raises(ValueError):
         ns.lookup(kvtier.hash_prompt(range(16), 16))
+
+
+_AFTER_CLOSE = r'''
+import ctypes
+import sys
+import kvtier
+
+c = kvtier.Client(sys.argv[1])
+ns = c.ns_open("pytest/after-close", "bf16", "test", 16, 4096)
+keys = kvtier.hash_prompt(range(48), 16)
+ns.put(keys[:1], [bytes([7]) * 4096])
+le = ns.lease(keys[:1])
+view = le.views[0]
+res = ns.reserve(keys[1:2])
+wview = res.views[0]
+# what else may read a view's memory: a slice, a view of a view, a ctypes
+# array on it; close refuses while one lives, and the client keeps working
+for make in (() if sys.argv[2] == "plain" else
+             (lambda: view[8:24], lambda: memoryview(view),
+              lambda: (ctypes.c_uint8 * 16).from_buffer(wview))):
+    other = make()
+    try:
+        c.close()
+        print("closed under %r" % (other,))
+        sys.exit(1)
+    except BufferError:
+        pass
+    assert ns.lookup(keys[:1]) == 1, "a refused close must leave the client working"
+    assert view[0] == 7
+    del other
+c.close()
+for what, use in (("lease view", lambda: view[0]), ("its bytes", lambda: view.tobytes()),
+                  ("reservation view", lambda: wview.__setitem__(0, 1))):
+    try:
+        use()
+        print("%s usable after close" % what)
+        sys.exit(1)
+    except ValueError:
+        pass
+le.release()                   # the connection took the lease: nothing to do
+assert res.abort() == 0
+print("OK")
+'''
+
+
+@pytest.mark.parametrize("mode", ["plain", "shared"])
+def test_views_raise_after_close(tierd, tmp_path, mode):
+    """Bug (issue 13): a Lease's or Reservation's memoryview used after
+    Client.close() read an unmapped pool (SIGSEGV) or another mapping. Close
+    releases every view it handed out, and refuses, the client still open,
+    while a slice or a buffer made from one lives. Run in a child, so that
+    a segfault fails this test instead of ending pytest."""
+    import subprocess
+    import sys
+    script = tmp_path / "after_close.py"
+    script.write_text(_AFTER_CLOSE)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    p = subprocess.run([sys.executable, str(script), tierd.sock, mode], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == "OK", \
+        "exit %d (%s), stdout %r, stderr %r" % (p.returncode,
+                                               "SIGSEGV" if p.returncode == -11 else "status",
+                                               p.stdout, p.stderr[-2000:])
 
 
 def test_model_from_config(tmp_path):

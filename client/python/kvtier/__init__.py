@@ -6,7 +6,8 @@ build/ folder of the checkout this package sits in, else the loader's search
 path (libkvtier.so.0). Every call maps one C call of client/kvtier.h; errors
 become KvtierError (a negative code and kvt_strerror's text). Data views are
 zero copy: put reservations and get leases hand out memoryviews straight
-into tierd's shared warm pool, valid until commit / abort / release.
+into tierd's shared warm pool, valid until commit / abort / release, and
+never past Client.close(), which releases them (a use then raises).
 
 Threads: libkvtier asks that one thread at a time use a client and its
 namespaces; here each Client holds a lock that every call through it takes,
@@ -14,8 +15,10 @@ so a Client may be shared between threads (calls are then serialised).
 """
 import ctypes
 import ctypes.util
+import gc
 import os
 import threading
+import weakref
 
 __all__ = [
     "KEY_BYTES", "BATCH_MAX", "KvtierError", "Client", "Namespace", "Reservation",
@@ -285,9 +288,36 @@ def default_socket():
     return _default_socket().decode()
 
 
-def _view(ptr, size, readonly):
+def _view(client, ptr, size, readonly):
+    """A memoryview of size bytes at ptr in one of client's pools, which
+    Client.close() releases (the pools are unmapped then)."""
     mv = memoryview((ctypes.c_uint8 * size).from_address(ptr)).cast("B")
-    return mv.toreadonly() if readonly else mv
+    if readonly:
+        mv = mv.toreadonly()
+    client._views[id(mv)] = mv
+    return mv
+
+
+def _others(views):
+    """The memoryviews other than views that read their memory: slices (which
+    share a view's managed buffer) and views made from any of these (whose
+    managed buffer holds the view: memoryview(view), ctypes' from_buffer),
+    transitively. Design note: C code may hold such a view only to keep an
+    address it reads directly (numpy.frombuffer of a slice does), so
+    releasing the view would not stop a read of the unmapped pool: close
+    refuses instead. Only gc knows a memoryview's dependents; its
+    get_referrers scans the heap, so it runs once per level, and only when a
+    client closes with views alive."""
+    seen = {id(v) for v in views}
+    found, level = [], list(views)
+    while level:
+        bufs = [b for b in gc.get_referents(*level) if type(b).__name__ == "managedbuffer"]
+        bufs += [b for b in gc.get_referrers(*level) if type(b).__name__ == "managedbuffer"]
+        level = [o for o in gc.get_referrers(*bufs) if isinstance(o, memoryview)
+                 and id(o) not in seen] if bufs else []
+        seen.update(id(o) for o in level)
+        found += level
+    return found
 
 
 # ---- engine cache layout ------------------------------------------------------
@@ -374,20 +404,47 @@ def _tensor_info(t):
 
 class Client:
     """A connection to tierd (kvt_connect). Close it, or use it as a context
-    manager: closing invalidates every namespace, reservation and lease."""
+    manager: closing invalidates every namespace, reservation and lease, and
+    releases every view into the pools they handed out: using one afterwards
+    raises ValueError."""
 
     def __init__(self, socket_path=None):
+        self._h = None
+        # views into the pools, until close (by id: a memoryview's hash is
+        # its bytes', and writable ones have none)
+        self._views = weakref.WeakValueDictionary()
+        self.lock = threading.RLock()
         h = _vp()
         _check(_connect(_b(socket_path), ctypes.byref(h)),
                "kvt_connect(%s)" % (socket_path or default_socket()))
         self._h = h
-        self.lock = threading.RLock()
 
     def close(self):
+        """Close the connection, releasing first every view into the pools
+        that reservations and leases handed out. Raises BufferError, and
+        leaves the client open, while anything else reads their memory (a
+        slice of a view, a buffer or array made from one): kvt_close unmaps
+        the pools, and that memory would then fault or read another block.
+        A numpy.frombuffer() of a view itself keeps its address with no
+        trace that anything can see: drop such arrays first, as before
+        Lease.release()."""
         with self.lock:
-            if self._h:
-                _close(self._h)
-                self._h = None
+            if not self._h:
+                return
+            views = list(self._views.values())
+            others = _others(views) if views else []
+            if others:
+                gc.collect()       # dropped ones still held by a reference cycle
+                others = _others(views)
+            if others:
+                raise BufferError(
+                    "kvtier: Client.close(): %d slice(s), buffer(s) or array(s) made from "
+                    "views of leased or reserved blocks are alive: drop them first"
+                    % len(others))
+            for v in views:
+                v.release()        # BufferError while an export of it is held
+            _close(self._h)
+            self._h = None
 
     def __enter__(self):
         return self
@@ -468,7 +525,7 @@ class Reservation:
     def __init__(self, ns, parent, keys, slots):
         self.ns, self.parent, self.keys = ns, parent, keys
         bb = ns.block_bytes
-        self.views = [None if s is None else _view(s, bb, False) for s in slots]
+        self.views = [None if s is None else _view(ns.client, s, bb, False) for s in slots]
         self.reserved = sum(v is not None for v in self.views)
         self.done = False
 
@@ -485,6 +542,8 @@ class Reservation:
 
     def abort(self):
         self._drop_views()
+        if not self.ns.client._h:
+            return 0          # the closed connection took the reservation with it
         return self.ns.abort(self.keys)
 
     def __enter__(self):
@@ -506,7 +565,7 @@ class Lease:
     def __init__(self, ns, lease, slots):
         self.ns, self._lease = ns, lease
         bb = ns.block_bytes
-        self.views = [_view(s, bb, True) for s in slots]
+        self.views = [_view(ns.client, s, bb, True) for s in slots]
 
     def __len__(self):
         return len(self.views)
@@ -517,7 +576,10 @@ class Lease:
         self.views = []
         if self._lease.id:
             with self.ns.client.lock:
-                _check(_release(self.ns._handle(), ctypes.byref(self._lease)), "kvt_release")
+                # a closed connection took the lease with it
+                if self.ns.client._h:
+                    _check(_release(self.ns._handle(), ctypes.byref(self._lease)),
+                           "kvt_release")
             self._lease = _Lease()
 
     def __enter__(self):
