@@ -83,8 +83,9 @@ def test_lora_hashes_are_kvtier_keys():
                                       lora_path="/adapters/sql")
 
 
-def fake_config(socket, algo="sha256_cbor", tp=1, block=BS):
-    cache = CacheConfig(block_size=block, prefix_caching_hash_algo=algo)
+def fake_config(socket, algo="sha256_cbor", tp=1, block=BS, cache_dtype="auto"):
+    cache = CacheConfig(block_size=block, prefix_caching_hash_algo=algo,
+                        cache_dtype=cache_dtype)
     return SimpleNamespace(
         cache_config=cache,
         kv_transfer_config=KVTransferConfig(kv_connector="KvtierConnector",
@@ -124,12 +125,33 @@ def test_namespace_follows_model_config(tierd):
     kcc = fake_kv_cache_config()
     a = vc.namespace_desc(fake_config(tierd.sock), kcc, 0)
     assert a == {"model_id": "test/tiny-llama", "dtype": "fp32", "layout": "vllm:2Lx2Hx32D",
-                 "block_tokens": BS, "tp_rank": 0, "tp_size": 1,
-                 "block_bytes": 2 * 2 * BS * 2 * 32 * 4}
+                 "block_tokens": BS, "tp_rank": 0, "tp_size": 1, "pp_rank": 0, "pp_size": 1,
+                 "variant": None, "block_bytes": 2 * 2 * BS * 2 * 32 * 4}
     b = vc.namespace_desc(fake_config(tierd.sock, tp=2), kcc, 1)
     assert (b["tp_rank"], b["tp_size"]) == (1, 2)
     c = vc.namespace_desc(fake_config(tierd.sock), fake_kv_cache_config(dtype=torch.bfloat16), 0)
     assert c["dtype"] == "bf16" and c["block_bytes"] == a["block_bytes"] // 2
+
+
+def test_fp8_caches_name_their_format(tierd):
+    """vLLM allocates FP8 caches as uint8 and names the format in cache_dtype
+    (issue 13): each format gets its own dtype, E4M3 the platform's, and an
+    instance calculating its scales gets a namespace of its own."""
+    from vllm.platforms import current_platform
+    e4m3 = {"float8_e4m3fn": "fp8_e4m3", "float8_e4m3fnuz": "fp8_e4m3fnuz"}[
+        str(current_platform.fp8_dtype()).rsplit(".", 1)[-1]]
+    kcc = fake_kv_cache_config(dtype=torch.uint8)
+    for cache_dtype, want in (("fp8", e4m3), ("fp8_e4m3", e4m3), ("fp8_e5m2", "fp8_e5m2")):
+        d = vc.namespace_desc(fake_config(tierd.sock, cache_dtype=cache_dtype), kcc, 0)
+        assert (d["dtype"], d["block_bytes"], d["variant"]) == (want, 2 * 2 * BS * 2 * 32, None)
+    d = vc.namespace_desc(fake_config(tierd.sock),
+                          fake_kv_cache_config(dtype=torch.float8_e5m2), 0)
+    assert d["dtype"] == "fp8_e5m2"
+    cfg = fake_config(tierd.sock, cache_dtype="fp8_e5m2")
+    cfg.cache_config.calculate_kv_scales = True
+    d = vc.namespace_desc(cfg, kcc, 0)
+    assert d["variant"] == ("kv_scales=calculated engine=%s"
+                            % cfg.kv_transfer_config.engine_id).encode()
 
 
 class Blocks:

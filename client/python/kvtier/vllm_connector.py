@@ -28,12 +28,14 @@ How vLLM's calls map onto kvtier:
     ends; get_finished has nothing pending to report, and blocks a restore
     could not fill are reported through get_block_ids_with_load_errors, so
     vLLM recomputes them.
-  - namespace: model id, KV dtype, block size, the tier block's shape
-    (layers, KV heads per rank, head size) and the tensor-parallel rank and
-    size, so two instances of one model share blocks and different models
-    never do. The tier block format (layer, K/V, token, head, dim) does not
-    depend on the engine's paged layout, so a CPU and a GPU instance of the
-    same model share too.
+  - namespace: model id, KV dtype (each FP8 format its own), block size, the
+    tier block's shape (layers, KV heads per rank, head size), the tensor-
+    and pipeline-parallel rank and size, and for an FP8 cache where its
+    scales come from (calculated: this instance's own; the checkpoint's,
+    under its quantization method), so two instances of one model share
+    blocks and anything that stores other bytes never does. The tier block
+    format (layer, K/V, token, head, dim) does not depend on the engine's
+    paged layout, so a CPU and a GPU instance of the same model share too.
 """
 import hashlib
 import os
@@ -52,10 +54,11 @@ import kvtier
 
 log = init_logger("vllm.kvtier")   # under vllm: shown in its log
 
-_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
-for _n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"):
-    if hasattr(torch, _n):
-        _DTYPES[getattr(torch, _n)] = "fp8"
+# torch's dtype names -> kvtier's (kvt_model_set_dtype's): each FP8 format
+# is its own, as the same values are other bytes in each
+_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16",
+           "float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2",
+           "float8_e4m3fnuz": "fp8_e4m3fnuz", "float8_e5m2fnuz": "fp8_e5m2fnuz"}
 
 
 class KvtierConfigError(ValueError):
@@ -146,27 +149,91 @@ def _the_group(kv_cache_config):
     return groups[0]
 
 
-def namespace_desc(vllm_config, kv_cache_config, tp_rank):
-    """The kvt_model fields of this instance's namespace, as a dict."""
+def _torch_name(dtype):
+    return str(dtype).rsplit(".", 1)[-1]      # torch.float8_e5m2 -> float8_e5m2
+
+
+def kv_dtype(vllm_config, spec):
+    """The namespace's dtype name and the element size of a KV cache spec.
+    vLLM allocates its FP8 caches as uint8 and names the format in
+    cache_config.cache_dtype: "fp8_e5m2", or "fp8" / "fp8_e4m3", which are
+    the platform's E4M3 (FNUZ on ROCm's MI300, FN elsewhere)."""
+    name = _torch_name(spec.dtype)
+    if name in _DTYPES:
+        return _DTYPES[name], spec.dtype.itemsize
+    cache = str(getattr(vllm_config.cache_config, "cache_dtype", "auto"))
+    if name == "uint8" and cache == "fp8_e5m2":
+        return "fp8_e5m2", 1
+    if name == "uint8" and cache in ("fp8", "fp8_e4m3"):
+        try:
+            from vllm.platforms import current_platform
+            e4m3 = _DTYPES.get(_torch_name(current_platform.fp8_dtype()))
+        except Exception as e:        # an E4M3 of the wrong kind is the wrong bytes
+            raise KvtierConfigError("kvtier: cannot tell which FP8 format the %s cache "
+                                    "holds: %s" % (cache, e))
+        if e4m3:
+            return e4m3, 1
+    raise KvtierConfigError("kvtier: unsupported KV dtype %s (cache dtype %s)"
+                            % (spec.dtype, cache))
+
+
+def kv_variant(vllm_config, dtype):
+    """The bytes that tell this instance's FP8 blocks apart by their scales
+    (kvt_model's variant), or None. Only FP8 caches are scaled. Calculated
+    scales (calculate_kv_scales) are this instance's own: its engine id,
+    which its scheduler and workers share, keeps them apart. Static ones come
+    with the checkpoint, which the model id names, read by the quantization
+    method; without one they are 1.0 (checked by the workers on their
+    layers)."""
+    if not dtype.startswith("fp8"):
+        return None
+    if getattr(vllm_config.cache_config, "calculate_kv_scales", False):
+        eid = getattr(getattr(vllm_config, "kv_transfer_config", None), "engine_id", None)
+        if not eid:
+            raise KvtierConfigError("kvtier: calculated KV scales are an instance's own, "
+                                    "and this one has no engine id to name them by")
+        return ("kv_scales=calculated engine=%s" % eid).encode()
+    quant = getattr(vllm_config.model_config, "quantization", None)
+    return None if quant is None else ("kv_scales=checkpoint quantization=%s" % quant).encode()
+
+
+def stage_layers(vllm_config, group, pp_rank, pp_size):
+    """KV layers of pipeline stage pp_rank. The scheduler's kv_cache_config is
+    the first stage's (vLLM copies the first worker's), so the others are
+    counted as vLLM partitions its decoder layers (get_pp_indices); workers
+    check their own count against it."""
+    if pp_size == 1:
+        return len(group.layer_names)
+    from vllm.distributed.utils import get_pp_indices
+    start, end = get_pp_indices(vllm_config.model_config.get_total_num_hidden_layers(),
+                                pp_rank, pp_size)
+    return end - start
+
+
+def namespace_desc(vllm_config, kv_cache_config, tp_rank, pp_rank=0):
+    """The kvt_model fields of this instance's namespace (tensor-parallel
+    rank tp_rank of pipeline stage pp_rank), as a dict."""
     group = _the_group(kv_cache_config)
     spec = group.kv_cache_spec
-    if spec.dtype not in _DTYPES:
-        raise KvtierConfigError("kvtier: unsupported KV dtype %s" % spec.dtype)
+    dtype, esize = kv_dtype(vllm_config, spec)
+    pp_size = getattr(vllm_config.parallel_config, "pipeline_parallel_size", 1)
     if vllm_config.cache_config.block_size != spec.block_size:
         raise KvtierConfigError(
             "kvtier: the cache block size (%d) differs from the hash block size (%d)"
             % (spec.block_size, vllm_config.cache_config.block_size))
     if getattr(vllm_config.parallel_config, "decode_context_parallel_size", 1) != 1:
         raise KvtierConfigError("kvtier: decode context parallelism is not supported")
-    layers = len(group.layer_names)
-    esize = torch.tensor([], dtype=spec.dtype).element_size()
+    layers = stage_layers(vllm_config, group, pp_rank, pp_size)
     return {
         "model_id": _model_id(vllm_config.model_config),
-        "dtype": _DTYPES[spec.dtype],
+        "dtype": dtype,
         "layout": "vllm:%dLx%dHx%dD" % (layers, spec.num_kv_heads, spec.head_size),
         "block_tokens": spec.block_size,
         "tp_rank": tp_rank,
         "tp_size": vllm_config.parallel_config.tensor_parallel_size,
+        "pp_rank": pp_rank,
+        "pp_size": pp_size,
+        "variant": kv_variant(vllm_config, dtype),
         "block_bytes": layers * 2 * spec.block_size * spec.num_kv_heads * spec.head_size
         * esize,
     }
@@ -208,6 +275,31 @@ def layout_for_tensors(tensors, block_size, kv_heads, head_size):
         % (shape, T, H, D))
 
 
+def _worker_ranks():
+    """This worker's tensor-parallel rank and pipeline stage; 0 where vLLM's
+    process groups are not initialised (a single process)."""
+    from vllm.distributed import parallel_state as ps
+    try:
+        rank = ps.get_tensor_model_parallel_rank()
+    except Exception:
+        rank = 0
+    try:
+        stage = ps.get_pp_group().rank_in_group
+    except Exception:
+        stage = 0
+    return rank, stage
+
+
+def scaled_layers(vllm_config, layer_names):
+    """Of layer_names, those whose attention layer holds KV scales other than
+    1.0 (vLLM keeps them as _k_scale_float / _v_scale_float)."""
+    ctx = getattr(getattr(vllm_config, "compilation_config", None),
+                  "static_forward_context", None) or {}
+    return [n for n in layer_names if n in ctx and
+            (getattr(ctx[n], "_k_scale_float", 1.0), getattr(ctx[n], "_v_scale_float", 1.0))
+            != (1.0, 1.0)]
+
+
 class KvtierConnector(KVConnectorBase_V1):
     """vLLM KV connector over kvtier: prefix blocks saved to and restored from
     tierd by vLLM's own block hashes. Loads and saves are synchronous."""
@@ -220,24 +312,29 @@ class KvtierConnector(KVConnectorBase_V1):
         extra = getattr(self._kv_transfer_config, "kv_connector_extra_config", None) or {}
         self._socket = extra.get("socket") or None      # None: $KVTIER_SOCKET / default
         self._client = kvtier.Client(self._socket)
+        self._vllm = vllm_config
         tp_size = vllm_config.parallel_config.tensor_parallel_size
+        pp_size = getattr(vllm_config.parallel_config, "pipeline_parallel_size", 1)
         group = _the_group(kv_cache_config)
         self._layer_names = list(group.layer_names)
         self._block_size = group.kv_cache_spec.block_size
         self._kv_heads = group.kv_cache_spec.num_kv_heads
         self._head_size = group.kv_cache_spec.head_size
         if role == KVConnectorRole.SCHEDULER:
-            # one scheduler serves every rank: a hit counts only where all have it
-            self._ns = [self._open(namespace_desc(vllm_config, kv_cache_config, r))
-                        for r in range(tp_size)]
+            # one scheduler serves every rank of every stage: a hit counts
+            # only where all have it
+            self._ns = [self._open(namespace_desc(vllm_config, kv_cache_config, r, p))
+                        for p in range(pp_size) for r in range(tp_size)]
             self._reqs = {}
         else:
-            try:
-                from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
-                rank = get_tensor_model_parallel_rank()
-            except Exception:          # not initialised: a single process
-                rank = 0
-            self._desc = namespace_desc(vllm_config, kv_cache_config, rank)
+            rank, stage = _worker_ranks()
+            self._desc = namespace_desc(vllm_config, kv_cache_config, rank, stage)
+            expect = stage_layers(vllm_config, group, stage, pp_size)
+            if len(self._layer_names) != expect:
+                raise KvtierConfigError(
+                    "kvtier: pipeline stage %d holds %d KV layers, not the %d of vLLM's "
+                    "partition: the scheduler would look its blocks up in another "
+                    "namespace" % (stage, len(self._layer_names), expect))
             self._ns = self._open(self._desc)
             self._layout = None
             self._stream_dev = None
@@ -247,7 +344,8 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def _open(self, d):
         return self._client.ns_open(d["model_id"], d["dtype"], d["layout"], d["block_tokens"],
-                                    d["block_bytes"], d["tp_rank"], d["tp_size"])
+                                    d["block_bytes"], d["tp_rank"], d["tp_size"],
+                                    d["pp_rank"], d["pp_size"], d["variant"])
 
     # ---- scheduler side --------------------------------------------------
 
@@ -333,12 +431,22 @@ class KvtierConnector(KVConnectorBase_V1):
         if self._layout.block_bytes != self._ns.block_bytes:
             raise KvtierConfigError("kvtier: KV tensors give %d-byte blocks, the namespace %d"
                                     % (self._layout.block_bytes, self._ns.block_bytes))
+        # the namespace named the scales from the config (kv_variant); scales
+        # it did not account for would share other bytes under one name
+        odd = scaled_layers(self._vllm, self._layer_names)
+        if odd and self._desc["dtype"].startswith("fp8") and self._desc["variant"] is None:
+            raise KvtierConfigError(
+                "kvtier: layers %s hold KV scales other than 1.0 that neither a quantization "
+                "method nor calculate_kv_scales explains: their FP8 blocks would be shared "
+                "with unscaled ones" % odd[:4])
         dev = tensors[0].device
         self._stream_dev = dev if dev.type == "cuda" else None
-        log.info("kvtier: %d layers, %d blocks of %d bytes, namespace %s %s %s rank %d/%d",
-                 len(tensors), self._layout.c.num_blocks, self._layout.block_bytes,
-                 self._desc["model_id"], self._desc["dtype"], self._desc["layout"],
-                 self._desc["tp_rank"], self._desc["tp_size"])
+        log.info("kvtier: %d layers, %d blocks of %d bytes, namespace %s %s %s rank %d/%d "
+                 "stage %d/%d%s", len(tensors), self._layout.c.num_blocks,
+                 self._layout.block_bytes, self._desc["model_id"], self._desc["dtype"],
+                 self._desc["layout"], self._desc["tp_rank"], self._desc["tp_size"],
+                 self._desc["pp_rank"], self._desc["pp_size"],
+                 " " + self._desc["variant"].decode() if self._desc["variant"] else "")
 
     def _stream(self):
         if self._stream_dev is None:
