@@ -13,7 +13,10 @@
  * on both sides, compare the whole allocation, gaps included. A few extra
  * cases shift every base by elem_bytes to reach the narrower copy paths.
  * Prints `gpu: kvk <layout> elem=<e> D=<d> n=<n> OK` per case, or the
- * first differing byte.
+ * first differing byte. Then two regression checks (issue 13): a scatter
+ * with every id twice writes the last tier block of each, as the
+ * reference's scatter of those; and a layer part of 2^32 - 1 bytes, copied
+ * byte by byte, goes both ways (the 32-bit index wrapped there).
  *
  * Part 2, bandwidth: a Llama-3.1-8B-like vLLM cache (BF16, 32 layers, 8 KV
  * heads, head dim 128, 16-token blocks: 2 MiB tier blocks), 256 blocks
