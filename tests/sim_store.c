@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sim_store.c - the store's deterministic simulation (tests/sim/) inside the
+ * suite: fixed seeds, a fixed number of steps each (a budget of well under a
+ * minute here; fewer steps under the sanitizers and memcheck, which are
+ * slower). A failure names its seed and step; `make sim SEED=... STEPS=...`
+ * replays it with the trace.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+
+#include "sim.h"
+
+static uint64_t steps_for(uint64_t plain)
+{
+    if (getenv("KVT_TEST_VALGRIND"))
+        return plain / 20;
+#if defined(__SANITIZE_ADDRESS__)
+    return plain / 4;
+#else
+    return plain;
+#endif
+}
+
+static void run_seeds(uint64_t first, int n, bool faults)
+{
+    for (int i = 0; i < n; i++) {
+        struct sim_opts o = { .seed = first + (uint64_t)i, .steps = steps_for(20000),
+                              .faults = faults };
+        struct sim_result r;
+        int rc = sim_run(&o, &r);
+
+        cr_assert_geq(rc, -1, "seed %llu: the world could not be set up: %d",
+                      (unsigned long long)o.seed, rc);
+        cr_assert_eq(rc, 0, "seed %llu%s: %s (replay: make sim SEED=%llu STEPS=%llu)",
+                     (unsigned long long)o.seed, faults ? " with faults" : "", r.failure,
+                     (unsigned long long)o.seed, (unsigned long long)r.steps + 1);
+        cr_assert_gt(r.crashes, 0, "seed %llu: no crash in %llu steps",
+                     (unsigned long long)o.seed, (unsigned long long)r.steps);
+    }
+}
+
+/* Three runs of two seeds each, so that -j2 runs them side by side. */
+Test(sim, seeds_1_2, .timeout = 600)
+{
+    run_seeds(1, 2, false);
+}
+
+Test(sim, seeds_3_4_with_disk_faults, .timeout = 600)
+{
+    run_seeds(3, 2, true);
+}
+
+Test(sim, seeds_5_6, .timeout = 600)
+{
+    run_seeds(5, 2, false);
+}
