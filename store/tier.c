@@ -1131,13 +1131,13 @@ static uint32_t clean_inner(struct tier *t, int cls)
     return best;
 }
 
-/* A dirty leaf of class cls that nothing depends on, oldest first among the
- * few at the cold end of its list (a bounded walk). */
+/* The oldest dirty leaf of class cls that nothing depends on. O(leaves of
+ * the class): it runs only when the disk is full of what it cannot evict. */
 static uint32_t dirty_droppable(struct tier *t, int cls)
 {
     uint32_t v = t->lru[cls][DIRTY].tail;
 
-    for (int k = 0; v != TIER_NONE && k < 64; k++, v = idx_at(t->idx, v)->prev)
+    for (; v != TIER_NONE; v = idx_at(t->idx, v)->prev)
         if (droppable(idx_at(t->idx, v)))
             return v;
     return TIER_NONE;
@@ -1318,9 +1318,15 @@ size_t tier_maintain(struct tier *t)
             break;
         if (rc < 0) {
             /* the disk is full of what it cannot evict, or failed: drop
-             * what nothing depends on, else stop (it stays, tried again) */
-            if (!droppable(idx_at(t->idx, v)))
-                break;
+             * what nothing depends on (this leaf, else the oldest other that
+             * qualifies: the tail of some chain), else stop (tried again) */
+            if (!droppable(idx_at(t->idx, v))) {
+                v = TIER_NONE;
+                for (int c = 0; c < TIER_RAM_CLASSES && v == TIER_NONE; c++)
+                    v = dirty_droppable(t, c);
+                if (v == TIER_NONE)
+                    break;
+            }
             leave_warm(t, v);
         } else {
             inflight++;
@@ -1841,7 +1847,7 @@ static int reserve_in(struct tier *t, bool hot, uint32_t ns, uint64_t block_byte
 {
     struct tier_ram *pool = hot ? t->hram : t->ram;
     uint64_t slot = tier_slot_bytes(block_bytes);
-    uint32_t p = parent ? idx_find(t->idx, ns, parent) : TIER_NONE;
+    uint32_t p = parent ? idx_find(t->idx, ns, parent) : TIER_NONE, ghost_parent = TIER_NONE;
     size_t i, count = 0, dedup = 0;
     int cls, rc = 0;
 
@@ -1850,8 +1856,17 @@ static int reserve_in(struct tier *t, bool hot, uint32_t ns, uint64_t block_byte
     cls = tier_ram_class(pool, slot);
     if (cls < 0)
         return cls;
-    if (p != TIER_NONE && idx_at(t->idx, p)->state == IDX_GHOST)
-        p = TIER_NONE;
+    if (parent && p == TIER_NONE) {
+        /* the parent is not stored: the chain hangs under a ghost for it,
+         * so its blocks link up if the parent is put before they are
+         * committed, and are swept as orphans (reachable by no lookup) if
+         * not, instead of posing as a chain's root */
+        rc = idx_insert(t->idx, ns, parent, &ghost_parent);
+        if (rc < 0)
+            return rc;
+        idx_at(t->idx, ghost_parent)->state = IDX_GHOST;
+        p = ghost_parent;
+    }
     for (i = 0; i < n; i++) {
         uint32_t id = idx_find(t->idx, ns, &keys[i]), ghost = TIER_NONE;
 
@@ -1880,8 +1895,13 @@ static int reserve_in(struct tier *t, bool hot, uint32_t ns, uint64_t block_byte
                 ids[i] = TIER_NONE;
                 offs[i] = UINT64_MAX;
             }
+        if (ghost_parent != TIER_NONE && idx_at(t->idx, ghost_parent)->state == IDX_GHOST &&
+            idx_at(t->idx, ghost_parent)->nchild == 0)
+            idx_delete(t->idx, ghost_parent);
         return rc;
     }
+    if (ghost_parent != TIER_NONE && idx_at(t->idx, ghost_parent)->nchild == 0)
+        idx_delete(t->idx, ghost_parent); /* nothing hangs under it (all deduplicated) */
     t->st.puts++;
     t->st.dedup_blocks += dedup;
     return (int)count;

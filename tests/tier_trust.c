@@ -1,0 +1,398 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tier_trust.c - one regression test per wrong byte, false durable ack,
+ * orphaned block and cut-short read that issue 13 found in the store, each
+ * over the simulated disk (tier_nvme.h) so that the order of completions is
+ * the test's. tests/sim/ finds the same bugs at random; these pin each down.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "t.h"
+#include "tier.h"
+#include "tier_cold.h"
+#include "tier_hot.h"
+#include "tier_nvme.h"
+
+#define BLK (32u << 10)
+
+struct rig {
+    char dir[64];
+    struct tier_cold *cold;
+    struct tier_hot *hot;
+    struct tier *t;
+    int ready[4], failed[4]; /* callbacks per waiter (&waiter[i]) */
+    char waiter[4];
+    char why[256];
+};
+
+static void on_ready(void *ctx, void *waiter, uint32_t id, int rc)
+{
+    struct rig *r = ctx;
+    int w = (int)((char *)waiter - r->waiter);
+
+    (void)id;
+    cr_assert(w >= 0 && w < 4, "ready for an unknown waiter");
+    if (rc == 0)
+        r->ready[w]++;
+    else
+        r->failed[w]++;
+}
+
+static void rig_open(struct rig *r, uint64_t warm, double high, uint64_t cold_bytes)
+{
+    struct tier_cold_cfg cc = { .dir = r->dir, .bytes = cold_bytes, .qd = 16, .batch = 4,
+                                .sim = true };
+    struct tier_hot_cfg hc = { .kind = TIER_HOT_EMU, .bytes = 2u << 20 };
+    struct tier_cfg tc = { .warm_bytes = warm, .high_wm = high, .low_wm = high < 0.6 ? high : 0.6,
+                           .ready = on_ready, .ready_ctx = r };
+
+    memset(r, 0, sizeof(*r));
+    snprintf(r->dir, sizeof(r->dir), "/tmp/kvt-trust-XXXXXX");
+    cr_assert_not_null(mkdtemp(r->dir));
+    cr_assert_eq(tier_cold_open(&cc, &r->cold), 0);
+    cr_assert_eq(tier_hot_open(&hc, &r->hot), 0);
+    tc.cold = r->cold;
+    tc.hot = r->hot;
+    cr_assert_eq(tier_create(&tc, &r->t), 0);
+}
+
+static void check(struct rig *r)
+{
+    if (tier_check(r->t, r->why, sizeof(r->why)))
+        cr_assert_fail("store inconsistent: %s", r->why);
+}
+
+/* Every queued disk request completes, every completion is delivered. */
+static void pump(struct rig *r)
+{
+    struct tier_nvme *io = tier_cold_io(r->cold);
+
+    for (int guard = 0; guard < 1000; guard++) {
+        tier_cold_flush(r->cold);
+        while (tier_nvme_sim_queued(io))
+            tier_nvme_sim_complete(io, 0, 0);
+        tier_poll(r->t, false);
+        if (!tier_nvme_sim_queued(io) && !tier_cold_busy(r->cold) &&
+            !tier_hot_inflight(r->hot))
+            return;
+    }
+    cr_assert_fail("the disk never went idle");
+}
+
+/* The mover's turns, as tierd's loop runs them, until it rests. */
+static void movers(struct rig *r)
+{
+    for (int guard = 0; guard < 1000; guard++) {
+        size_t n = tier_maintain(r->t);
+
+        pump(r);
+        if (n == 0)
+            return;
+    }
+}
+
+static void rig_close(struct rig *r)
+{
+    char cmd[128];
+
+    pump(r);
+    tier_hot_close(r->hot);
+    tier_cold_close(r->cold);
+    tier_destroy(r->t);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", r->dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* Fill warm with other blocks, so that what is on disk leaves it. */
+static void push_out(struct rig *r)
+{
+    struct tier_key f[160];
+    uint32_t ids[8];
+    uint64_t offs[8];
+
+    t_keys((kvt_key *)f, 160, 44);
+    for (int i = 0; i < 160; i += 8) {
+        int rc;
+
+        while ((rc = tier_reserve(r->t, 1, BLK, 1, NULL, f + i, 8, ids, offs)) == -EAGAIN)
+            movers(r);
+        cr_assert_eq(rc, 8, "filler %d: %d", i, rc);
+        tier_commit(r->t, 1, BLK, 1, f + i, 8);
+        movers(r);
+    }
+}
+
+/* Put keys[0..n) (a chain under parent) in warm or hot, payload seed+i. */
+static void put(struct rig *r, bool hot, const struct tier_key *parent, const struct tier_key *k,
+                int n, uint64_t seed)
+{
+    uint32_t ids[64];
+    uint64_t offs[64];
+    int rc = (hot ? tier_reserve_hot : tier_reserve)(r->t, 1, BLK, 1, parent, k, (size_t)n, ids,
+                                                     offs);
+
+    cr_assert_eq(rc, n, "reserve of %d: %d", n, rc);
+    for (int i = 0; i < n; i++)
+        t_fill((uint8_t *)(hot ? tier_hot_emu_base(r->hot) : tier_pool_base(r->t)) + offs[i],
+               BLK, seed + (uint64_t)i);
+    cr_assert_eq(tier_commit(r->t, 1, BLK, 1, k, (size_t)n), (size_t)n);
+}
+
+/* Finding 1: a block leased in place in hot is copied down for a plain
+ * getter; the hot slot went back to the pool while still leased, and the
+ * next hot put wrote into it under the reader. */
+Test(trust, a_hot_lease_keeps_its_bytes_when_the_block_moves_down)
+{
+    struct rig r;
+    struct tier_key k[2];
+    uint32_t hh, wh, ids[1], pend;
+    uint64_t hoff, woff, offs[1];
+    uint8_t tier;
+
+    rig_open(&r, 4u << 20, 0.8, 8u << 20);
+    t_keys((kvt_key *)k, 2, 1);
+    put(&r, true, NULL, &k[0], 1, 100);
+    cr_assert_eq(tier_get_ex(r.t, 1, BLK, &k[0], 1, TIER_GET_HOT, &hh, &hoff, &tier,
+                             &r.waiter[0], &pend), 1);
+    cr_assert_eq(tier, TIER_L_HOT);
+    cr_assert(tier_ready(r.t, hh), "a lease in place in hot is ready at once");
+    /* a plain getter: the block is copied down to warm for it */
+    cr_assert_eq(tier_get_ex(r.t, 1, BLK, &k[0], 1, 0, &wh, &woff, NULL, &r.waiter[1], &pend),
+                 1);
+    cr_assert_eq(pend, 1);
+    pump(&r);
+    cr_assert_eq(r.ready[1], 1);
+    cr_assert_eq(t_check((uint8_t *)tier_pool_base(r.t) + woff, BLK, 100), -1);
+    check(&r);
+    /* the next hot put must not get the slot the first reader still holds */
+    cr_assert_eq(tier_reserve_hot(r.t, 1, BLK, 1, NULL, &k[1], 1, ids, offs), 1);
+    cr_assert_neq(offs[0], hoff, "a hot slot still leased was handed to a put");
+    t_fill((uint8_t *)tier_hot_emu_base(r.hot) + offs[0], BLK, 200);
+    cr_assert_eq(t_check((uint8_t *)tier_hot_emu_base(r.hot) + hoff, BLK, 100), -1,
+                 "the hot lease's bytes changed under its reader");
+    check(&r);
+    tier_abort(r.t, 1, 1, &k[1], 1);
+    tier_release(r.t, &wh, 1, false);
+    tier_release(r.t, &hh, 1, false); /* the kept hot slot goes back now */
+    check(&r);
+    rig_close(&r);
+}
+
+/* Finding 2: a durable commit of a key whose hot-to-warm copy was in flight
+ * joined that copy and was acknowledged when it landed, nothing on disk. */
+Test(trust, a_durable_commit_during_a_copy_down_waits_for_the_disk)
+{
+    struct rig r;
+    struct tier_key k;
+    struct tier_story s;
+    uint32_t wh, ids[1], pend;
+    uint64_t woff;
+    int rc;
+
+    rig_open(&r, 4u << 20, 0.8, 8u << 20);
+    t_keys((kvt_key *)&k, 1, 2);
+    put(&r, true, NULL, &k, 1, 300);
+    /* a plain get starts the copy down (the hot mover's copies are the same) */
+    cr_assert_eq(tier_get_ex(r.t, 1, BLK, &k, 1, 0, &wh, &woff, NULL, &r.waiter[1], &pend), 1);
+    cr_assert_eq(pend, 1);
+    rc = tier_commit_durable(r.t, 1, BLK, 2, &k, 1, &r.waiter[0], ids, &pend);
+    cr_assert_eq(rc, 0, "durable commit: %d", rc);
+    cr_assert_eq(pend, 1, "the durable commit must wait");
+    /* the copy lands; the disk has done nothing yet */
+    tier_poll(r.t, false);
+    cr_assert_eq(r.ready[1], 1, "the copy down did not land");
+    cr_assert_eq(r.ready[0] + r.failed[0], 0,
+                 "acknowledged durable when the copy to warm landed, before any disk write");
+    pump(&r);
+    cr_assert_eq(r.ready[0], 1, "never acknowledged");
+    tier_story_get(r.t, 1, &k, &s);
+    cr_assert(s.present && s.on_disk, "acknowledged durable, not on disk");
+    tier_release(r.t, &wh, 1, false);
+    check(&r);
+    rig_close(&r);
+}
+
+/* Finding 7: a hot get of [a block in hot, the next only on disk]: the hot
+ * lease never reported ready, so tierd's get waited for it for ever. */
+Test(trust, a_hot_get_over_hot_and_disk_is_whole)
+{
+    struct rig r;
+    struct tier_key k[2];
+    uint32_t h[2], pend;
+    uint64_t offs[2];
+    uint8_t tiers[2];
+
+    rig_open(&r, 4u << 20, 0.8, 8u << 20);
+    t_keys((kvt_key *)k, 2, 3);
+    put(&r, false, NULL, &k[0], 2, 400);
+    cr_assert_eq(tier_flush_to_cold(r.t), 0);
+    pump(&r);
+    push_out(&r);
+    /* k[0] up into hot, k[1] on disk only */
+    {
+        uint32_t id;
+        uint64_t off;
+
+        cr_assert_eq(tier_get_ex(r.t, 1, BLK, &k[0], 1, TIER_GET_PROMOTE, &id, &off, NULL,
+                                 &r.waiter[2], &pend), 1);
+        tier_release(r.t, &id, 1, false); /* copied up once released */
+        pump(&r);
+    }
+    cr_assert_eq(tier_lookup(r.t, 1, k, 2, tiers), 2);
+    cr_assert_eq(tiers[0], TIER_L_HOT, "k[0] did not go up into hot");
+    cr_assert_eq(tiers[1], TIER_L_COLD, "k[1] is still in warm: push out more");
+    cr_assert_eq(tier_get_ex(r.t, 1, BLK, k, 2, TIER_GET_HOT, h, offs, tiers, &r.waiter[0],
+                             &pend), 2);
+    cr_assert_eq(tiers[0], TIER_L_HOT);
+    cr_assert(tier_ready(r.t, h[0]), "the block leased in hot never reports ready");
+    pump(&r);
+    cr_assert(tier_ready(r.t, h[1]), "the second block never arrived");
+    cr_assert_eq(t_check((uint8_t *)tier_hot_emu_base(r.hot) + offs[0], BLK, 400), -1);
+    cr_assert_eq(t_check((uint8_t *)tier_pool_base(r.t) + offs[1], BLK, 401), -1);
+    tier_release(r.t, h, 2, false);
+    check(&r);
+    rig_close(&r);
+}
+
+/* Finding 8: a second getter of a block already being read from disk for
+ * another getter had its run stopped there. */
+Test(trust, a_second_getter_joins_a_read_in_flight)
+{
+    struct rig r;
+    struct tier_key k[4];
+    uint32_t a[4], b[4], pa, pb;
+    uint64_t oa[4], ob[4];
+
+    rig_open(&r, 4u << 20, 0.8, 8u << 20);
+    t_keys((kvt_key *)k, 4, 4);
+    put(&r, false, NULL, k, 4, 500);
+    cr_assert_eq(tier_flush_to_cold(r.t), 0);
+    pump(&r);
+    push_out(&r);
+    {
+        uint8_t tiers[4];
+
+        cr_assert_eq(tier_lookup(r.t, 1, k, 4, tiers), 4);
+        cr_assert_eq(tiers[0], TIER_L_COLD, "the chain is still in warm: fill more");
+    }
+    cr_assert_eq(tier_get_ex(r.t, 1, BLK, k, 4, 0, a, oa, NULL, &r.waiter[0], &pa), 4);
+    cr_assert_eq(pa, 4);
+    cr_assert_eq(tier_get_ex(r.t, 1, BLK, k, 4, 0, b, ob, NULL, &r.waiter[1], &pb), 4,
+                 "the second getter's run was cut at a block being read for the first");
+    cr_assert_eq(pb, 4);
+    pump(&r);
+    cr_assert_eq(r.ready[0], 4);
+    cr_assert_eq(r.ready[1], 4, "the second getter was not told its blocks arrived");
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(oa[i], ob[i]);
+        cr_assert_eq(t_check((uint8_t *)tier_pool_base(r.t) + ob[i], BLK, 500 + (uint64_t)i), -1);
+    }
+    tier_release(r.t, a, 4, false);
+    tier_release(r.t, b, 4, false);
+    check(&r);
+    rig_close(&r);
+}
+
+/* Finding 5: a chain longer than the store kept blocks whose head was gone
+ * (reachable by no lookup). What is kept of a chain is a prefix. */
+Test(trust, a_chain_longer_than_the_store_keeps_a_prefix)
+{
+    enum { N = 1024, B = 8 };
+    static struct tier_key k[N];
+    struct rig r;
+    uint32_t stored = 0;
+
+    rig_open(&r, 4u << 20, 0.8, 8u << 20); /* 128 warm + about 250 disk blocks */
+    t_keys((kvt_key *)k, N, 5);
+    for (int i = 0; i < N; i += B) {
+        uint32_t ids[B];
+        uint64_t offs[B];
+        int rc;
+
+        for (int tries = 0;; tries++) {
+            rc = tier_reserve(r.t, 1, BLK, 1, i ? &k[i - 1] : NULL, k + i, B, ids, offs);
+            if (rc != -EAGAIN)
+                break;
+            if (tries == 99) {
+                struct tier_stats st;
+                struct tier_cold_stats cs;
+
+                tier_stats_get(r.t, &st);
+                tier_cold_stats_get(r.cold, &cs);
+                cr_log_error("cold %llu/%llu warm %llu/%llu blocks w %llu c %llu dropped %llu",
+                             (unsigned long long)cs.bytes_used, (unsigned long long)cs.bytes_capacity,
+                             (unsigned long long)st.bytes_used[TIER_L_WARM],
+                             (unsigned long long)st.bytes_capacity[TIER_L_WARM],
+                             (unsigned long long)st.blocks[TIER_L_WARM],
+                             (unsigned long long)st.blocks[TIER_L_COLD],
+                             (unsigned long long)st.dropped);
+            }
+            cr_assert_lt(tries, 100, "reserve at %d: -EAGAIN for ever (a mover that cannot "
+                                     "make room must not ask the put to wait)", i);
+            movers(&r);
+        }
+        cr_assert_eq(rc, B, "reserve at %d: %d", i, rc);
+        for (int j = 0; j < B; j++)
+            t_fill((uint8_t *)tier_pool_base(r.t) + offs[j], BLK, (uint64_t)(i + j));
+        tier_commit(r.t, 1, BLK, 1, k + i, B);
+        movers(&r);
+        check(&r);
+    }
+    for (int i = 0; i < N; i++) {
+        struct tier_story s;
+
+        tier_story_get(r.t, 1, &k[i], &s);
+        stored += s.present;
+    }
+    cr_assert_gt(stored, 0);
+    cr_assert_eq(tier_lookup(r.t, 1, k, N, NULL), stored,
+                 "%u blocks stored, but a lookup reaches only the leading ones", stored);
+    rig_close(&r);
+}
+
+/* Finding 6: blocks not yet on disk were dropped while the disk had room;
+ * with --high-wm 1.0 the mover never ran, and puts dropped instead. */
+Test(trust, puts_beyond_warm_demote_and_drop_nothing_while_the_disk_has_room)
+{
+    enum { N = 240 };
+    static struct tier_key k[N];
+    struct tier_stats st;
+    struct rig r;
+    int eagain = 0;
+
+    rig_open(&r, 4u << 20, 1.0, 32u << 20); /* 128 warm slots, room for N on disk */
+    t_keys((kvt_key *)k, N, 6);
+    for (int i = 0; i < N; i++) {
+        uint32_t id;
+        uint64_t off;
+        int rc;
+
+        while ((rc = tier_reserve(r.t, 1, BLK, 1, NULL, &k[i], 1, &id, &off)) == -EAGAIN) {
+            eagain++;
+            tier_maintain(r.t); /* the loop's turn between requests */
+            pump(&r);
+        }
+        cr_assert_eq(rc, 1, "put %d: %d", i, rc);
+        t_fill((uint8_t *)tier_pool_base(r.t) + off, BLK, (uint64_t)i);
+        tier_commit(r.t, 1, BLK, 1, &k[i], 1);
+        tier_poll(r.t, false);
+        check(&r);
+    }
+    movers(&r);
+    tier_stats_get(r.t, &st);
+    cr_assert_eq(st.dropped, 0, "%llu blocks dropped while the disk had room",
+                 (unsigned long long)st.dropped);
+    cr_assert_gt(st.demotions, 0);
+    cr_assert_gt(eagain, 0, "warm never filled");
+    for (int i = 0; i < N; i++) {
+        struct tier_story s;
+
+        tier_story_get(r.t, 1, &k[i], &s);
+        cr_assert(s.present, "block %d lost", i);
+    }
+    rig_close(&r);
+}
