@@ -159,7 +159,6 @@ Test(trust, a_hot_lease_keeps_its_bytes_when_the_block_moves_down)
     cr_assert_eq(tier_get_ex(r.t, 1, BLK, &k[0], 1, TIER_GET_HOT, &hh, &hoff, &tier,
                              &r.waiter[0], &pend), 1);
     cr_assert_eq(tier, TIER_L_HOT);
-    cr_assert(tier_ready(r.t, hh), "a lease in place in hot is ready at once");
     /* a plain getter: the block is copied down to warm for it */
     cr_assert_eq(tier_get_ex(r.t, 1, BLK, &k[0], 1, 0, &wh, &woff, NULL, &r.waiter[1], &pend),
                  1);
@@ -183,35 +182,36 @@ Test(trust, a_hot_lease_keeps_its_bytes_when_the_block_moves_down)
 }
 
 /* Finding 2: a durable commit of a key whose hot-to-warm copy was in flight
- * joined that copy and was acknowledged when it landed, nothing on disk. */
+ * joined that copy (one "moving" flag for both directions) and was
+ * acknowledged when it landed, nothing on disk. */
 Test(trust, a_durable_commit_during_a_copy_down_waits_for_the_disk)
 {
+    enum { N = 60 }; /* of 64 hot slots: past hot's high mark (0.8) */
     struct rig r;
-    struct tier_key k;
+    struct tier_key k[N];
     struct tier_story s;
-    uint32_t wh, ids[1], pend;
-    uint64_t woff;
+    uint32_t ids[1], pend;
     int rc;
 
     rig_open(&r, 4u << 20, 0.8, 8u << 20);
-    t_keys((kvt_key *)&k, 1, 2);
-    put(&r, true, NULL, &k, 1, 300);
-    /* a plain get starts the copy down (the hot mover's copies are the same) */
-    cr_assert_eq(tier_get_ex(r.t, 1, BLK, &k, 1, 0, &wh, &woff, NULL, &r.waiter[1], &pend), 1);
-    cr_assert_eq(pend, 1);
-    rc = tier_commit_durable(r.t, 1, BLK, 2, &k, 1, &r.waiter[0], ids, &pend);
+    t_keys((kvt_key *)k, N, 2);
+    for (int i = 0; i < N; i++)
+        put(&r, true, NULL, &k[i], 1, 300 + (uint64_t)(i * 16));
+    /* the hot mover starts copying the oldest down to warm */
+    cr_assert_gt(tier_maintain(r.t), 0, "the hot mover copied nothing down");
+    tier_story_get(r.t, 1, &k[0], &s);
+    cr_assert_eq(s.level, TIER_L_HOT, "the copy landed already");
+    rc = tier_commit_durable(r.t, 1, BLK, 2, &k[0], 1, &r.waiter[0], ids, &pend);
     cr_assert_eq(rc, 0, "durable commit: %d", rc);
     cr_assert_eq(pend, 1, "the durable commit must wait");
-    /* the copy lands; the disk has done nothing yet */
+    /* the copies land; the disk has done nothing yet */
     tier_poll(r.t, false);
-    cr_assert_eq(r.ready[1], 1, "the copy down did not land");
     cr_assert_eq(r.ready[0] + r.failed[0], 0,
                  "acknowledged durable when the copy to warm landed, before any disk write");
     pump(&r);
     cr_assert_eq(r.ready[0], 1, "never acknowledged");
-    tier_story_get(r.t, 1, &k, &s);
+    tier_story_get(r.t, 1, &k[0], &s);
     cr_assert(s.present && s.on_disk, "acknowledged durable, not on disk");
-    tier_release(r.t, &wh, 1, false);
     check(&r);
     rig_close(&r);
 }
