@@ -333,7 +333,10 @@ int kvt_offload_hybrid(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, s
             size_t from;
 
             keep_range(hy, k, n, &from);
-            rc = kvt_offload(hy->ns[k], from ? &keys[from - 1] : parent, keys + from,
+            /* a window that starts inside the batch hangs under nothing
+             * stored (the block before it is never kept): it starts a chain
+             * of its own, or tierd would sweep it as an orphan */
+            rc = kvt_offload(hy->ns[k], from ? NULL : parent, keys + from,
                              n - from, io[k].layout, io[k].block_ids + from, stream);
         }
         if (rc < 0)

@@ -2373,10 +2373,11 @@ static void orphan_check(struct tier *t, uint32_t id)
         t->orphans = true;
 }
 
-/* Drop every block that no lookup can reach: a committed block under a ghost
- * (its parent was lost: a failed read, a put aborted under another client's,
- * a chain whose head never reached the disk before a crash). Each one dropped
- * becomes a ghost itself while it has children, so the next pass takes them.
+/* Drop every block in memory that no lookup can reach: a committed block
+ * under a ghost (its parent was lost: a failed read, a put aborted under
+ * another client's, a put under a parent not stored) with no copy on disk.
+ * Each one dropped becomes a ghost itself while it has children, so the next
+ * pass takes them. A block on disk under a ghost stays (see below).
  * O(entries) a pass: it runs only when something was orphaned. Pinned ones
  * (leased, moving) go once they are free (their release or landing asks for
  * another sweep). */
@@ -2395,7 +2396,9 @@ static void sweep_orphans(struct tier *t)
             if (e->state != IDX_COMMITTED || e->parent == TIER_NONE ||
                 idx_at(t->idx, e->parent)->state != IDX_GHOST)
                 continue;
-            if (e->leases || (e->flags & IDX_F_MOVING))
+            /* on disk it stays: a durable block must survive, and a put of
+             * its lost prefix (an engine recomputing it) links it up again */
+            if (e->leases || (e->flags & (IDX_F_MOVING | IDX_F_COLD)))
                 continue;
             if (drop_block(t, id, TIER_EV_DROPPED))
                 again = true;
@@ -2483,8 +2486,9 @@ static int link_one(void *ctx, uint32_t ns, const struct tier_key *key,
         return 0;
     p = idx_find(l->t->idx, ns, parent);
     if (p == TIER_NONE) {
-        /* its parent never reached the disk: a ghost stands for it, so that
-         * the sweep below finds what hangs under it */
+        /* its parent never reached the disk (a crash): a ghost stands for it,
+         * so that a put of the parent key (the engine recomputing the lost
+         * prefix) links this durable block up again */
         int rc = idx_insert(l->t->idx, ns, parent, &p);
 
         if (rc < 0)
@@ -2513,12 +2517,6 @@ int tier_load_cold(struct tier *t)
     for (uint32_t id = 0; id < idx_id_limit(t->idx); id++)
         if (idx_at(t->idx, id)->state == IDX_COMMITTED)
             settle(t, id, false);
-    if (t->orphans) { /* chains cut by a crash: what no lookup reaches goes */
-        uint64_t before = t->st.blocks[TIER_L_COLD];
-
-        sweep_orphans(t);
-        l.n -= (int)(before - t->st.blocks[TIER_L_COLD]);
-    }
     return l.n;
 }
 

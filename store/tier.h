@@ -322,9 +322,9 @@ int tier_lookup_remote(struct tier *t, uint32_t ns, const struct tier_key *keys,
                        void *waiter);
 
 /* At start: index every block of the cold tier (as cold-only entries, with
- * their chain parents) so that it is served at once. A block whose chain
- * does not reach a root on disk (its parent was never made durable) can be
- * reached by no lookup: it is removed. Returns the count kept. */
+ * their chain parents) so that it is served at once. A block whose parent
+ * never reached the disk hangs under a ghost for that parent's key: a lookup
+ * reaches it again once the parent is put again. Returns the count. */
 int tier_load_cold(struct tier *t);
 
 /* At a clean stop: demote every warm block that has no cold copy yet and

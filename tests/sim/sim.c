@@ -101,7 +101,6 @@ struct mkey {
     bool may;            /* the store may hold it */
     bool durable;        /* an acknowledged durable commit of ver */
     bool was;            /* crash: present before it */
-    bool whole;          /* crash: it and every block before it on disk before it */
     uint64_t orphan_at;  /* step + 1 since which it is an unleased orphan (0: not) */
 };
 
@@ -517,7 +516,8 @@ static void check_keys(struct world *w)
                             "copy on disk", ns, c, p);
                     return;
                 }
-                if (s.present && !prev && s.leases == 0 && !pwriting) {
+                /* (on disk it may stay: a put of its prefix links it again) */
+                if (s.present && !prev && s.leases == 0 && !pwriting && !s.on_disk) {
                     if (!m->orphan_at)
                         m->orphan_at = w->step + 1;
                     else if (w->step + 1 - m->orphan_at > ORPHAN_STEPS) {
@@ -1013,8 +1013,6 @@ static void op_crash(struct world *w)
 
                 story(w, ns, c, p, &s);
                 w->m[ns][c][p].was = s.present;
-                w->m[ns][c][p].whole = s.present && s.on_disk &&
-                                       (p == 0 || w->m[ns][c][p - 1].whole);
             }
     char cmd[256];
 
@@ -1057,13 +1055,13 @@ static void op_crash(struct world *w)
                             "the crash", ns, c, p);
                     return;
                 }
-                /* what a restart must serve: acknowledged durable, with its
-                 * whole chain on disk (a block cut from its root is dropped) */
-                if (m->durable && m->whole && !s.present) {
+                /* what a restart must serve: every block acknowledged durable
+                 * (and not evicted since), whether its chain is whole or not */
+                if (m->durable && m->was && !s.present) {
                     struct tier_key k = key_of(ns, c, p);
 
-                    fail(w, "block %d/%d/%d was acknowledged durable, its chain on disk, and "
-                            "is lost after the crash (in the disk's index: %d; event %u)", ns,
+                    fail(w, "block %d/%d/%d was acknowledged durable and is lost after the "
+                            "crash (in the disk's index: %d; event %u)", ns,
                          c, p, tier_cold_has(w->cold, (uint32_t)ns_id(ns), &k), s.event);
                     return;
                 }
