@@ -94,6 +94,7 @@ struct client {
     uint32_t dgot, dwant;
     int derr;
     int dns, dc, dfirst, dn;
+    uint32_t dver[MAXB];  /* the versions the durable commit vouches for */
 };
 
 struct mkey {
@@ -101,6 +102,7 @@ struct mkey {
     bool may;            /* the store may hold it */
     bool durable;        /* an acknowledged durable commit of ver */
     bool was;            /* crash: present before it */
+    bool seen;           /* present at the last check (the step before) */
     uint64_t orphan_at;  /* step + 1 since which it is an unleased orphan (0: not) */
 };
 
@@ -399,8 +401,9 @@ static void ack_durable(struct world *w, struct client *cl)
         struct tier_story s;
         struct mkey *m = &w->m[cl->dns][cl->dc][i];
 
-        if (!m->may)
-            continue; /* removed or evicted since the commit: the ack is for the rest */
+        if (!m->may || m->ver != cl->dver[i - cl->dfirst])
+            continue; /* removed, evicted or put anew since the commit: the ack is for
+                         the rest */
         story(w, cl->dns, cl->dc, i, &s);
         if (!s.present || !s.on_disk) {
             fail(w, "client %u: durable commit of %d/%d/%d..%d acknowledged, but block %d is "
@@ -507,6 +510,19 @@ static void check_keys(struct world *w)
                             "again (version %u)", ns, c, p, m->ver);
                     return;
                 }
+                /* leaf-first in every tier: a block is never dropped while its
+                 * child stays (unless it was an orphan itself, swept) */
+                if (!s.present && m->seen && s.event == TIER_EV_DROPPED && p + 1 < LEN &&
+                    w->m[ns][c][p + 1].seen && (p == 0 || w->m[ns][c][p - 1].seen)) {
+                    struct tier_story cs;
+
+                    story(w, ns, c, p + 1, &cs);
+                    if (cs.present) {
+                        fail(w, "block %d/%d/%d was dropped while its child %d stays (level "
+                                "%u): leaf-first broken", ns, c, p, p + 1, cs.level);
+                        return;
+                    }
+                }
                 if (!s.present) {
                     m->may = false;
                     m->durable = false; /* evicted: durability promised nothing more */
@@ -536,6 +552,7 @@ static void check_keys(struct world *w)
                 }
                 prev = s.present;
                 pwriting = s.writing;
+                m->seen = s.present;
             }
         }
 }
@@ -576,6 +593,26 @@ static unsigned held_slots(struct world *w)
         n += cl->r.on ? (unsigned)cl->r.n : 0;
     }
     return n;
+}
+
+/* Whether the disk holds a block it could evict to make room: on disk only,
+ * unleased, with no block after it in its chain. */
+static bool disk_evictable(struct world *w)
+{
+    for (int ns = 0; ns < NNS; ns++)
+        for (int c = 0; c < NCHAIN; c++)
+            for (int p = 0; p < LEN; p++) {
+                struct tier_story s, n;
+
+                story(w, ns, c, p, &s);
+                if (!s.present || s.level != TIER_L_COLD || s.leases)
+                    continue;
+                if (p + 1 < LEN)
+                    story(w, ns, c, p + 1, &n);
+                if (p + 1 == LEN || (!n.present && !n.writing))
+                    return true;
+            }
+    return false;
 }
 
 /* Bytes of warm held by blocks with no copy on disk yet. */
@@ -725,6 +762,8 @@ static void op_commit(struct world *w, struct client *cl, bool durable)
     cl->dfirst = r->first;
     cl->dn = r->n;
     committed(w, r); /* the model's versions first: acks check them */
+    for (int i = 0; i < r->n; i++)
+        cl->dver[i] = w->m[r->ns][r->c][r->first + i].ver;
     rc = tier_commit_durable(w->t, (uint32_t)ns_id(r->ns), ns_blk[r->ns], cl->owner, k,
                              (size_t)r->n, cl, ids, &pend);
     note(w, "client %u commit_durable %d/%d/%d+%d -> %d (%u pending)", cl->owner, r->ns, r->c,
@@ -1137,9 +1176,12 @@ static void run_op(struct world *w, int op)
     struct client *cl = &w->cl[rnd(w, NCLIENT)];
     struct tier_stats before, after;
     struct tier_cold_stats cs0, cs1;
+    bool evictable0;
 
     tier_stats_get(w->t, &before);
     tier_cold_stats_get(w->cold, &cs0);
+    /* the disk could make room at the start of the step (and still can at its end) */
+    evictable0 = op != SIM_CRASH && disk_evictable(w);
     switch (op) {
     case SIM_RESERVE: op_reserve(w, cl, false); break;
     case SIM_RESERVE_HOT: op_reserve(w, cl, true); break;
@@ -1181,8 +1223,7 @@ static void run_op(struct world *w, int op)
     /* (a failed write drops its block later, when its completion lands) */
     if (after.dropped > before.dropped && !w->faulted && !cs1.failed &&
         !(w->fault_at && w->step + 1 - w->fault_at < 500) &&
-        cs0.bytes_used + COLD_BYTES / 4 < cs0.bytes_capacity &&
-        cs1.bytes_used + COLD_BYTES / 4 < cs1.bytes_capacity)
+        (cs1.bytes_used + COLD_BYTES / 4 < cs1.bytes_capacity || (evictable0 && disk_evictable(w))))
         fail(w, "%llu blocks dropped while the disk had room (%llu of %llu bytes used)",
              (unsigned long long)(after.dropped - before.dropped),
              (unsigned long long)cs1.bytes_used, (unsigned long long)cs1.bytes_capacity);
