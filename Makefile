@@ -148,14 +148,16 @@ valgrind: test-deps $(REL_BINS) build/kvt_tests
 	--error-exitcode=9 build/kvt_tests -j1 --timeout 900
 
 # The store's deterministic simulation (tests/sim/): `make sim` replays one
-# seed (a failure prints its SEED and STEPS), `make soak` runs new seeds for
-# SECONDS. make test runs a fixed budget of it inside the suite (sim/*).
+# run (a failure prints the SEED, STEPS and FAULTS that replay it), `make soak`
+# runs new seeds, with disk faults, for SECONDS. make test runs a fixed budget
+# of it inside the suite (sim/*).
 SEED    ?= 1
 STEPS   ?= 20000
+FAULTS  ?=
 SECONDS ?= 600
 sim: build/kvtsim
-	build/kvtsim --seed $(SEED) --steps $(STEPS) --faults
-soak: build/kvtsim build-san/kvtsim
+	build/kvtsim --seed $(SEED) --steps $(STEPS) $(if $(FAULTS),--faults)
+soak: build/kvtsim
 	build/kvtsim --seed $$(date +%s) --steps $(STEPS) --seconds $(SECONDS) --faults
 
 build/tierbench: build/obj/tools/tierbench.o build/libkvtier.a build/libstore.a

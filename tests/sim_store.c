@@ -32,9 +32,10 @@ static void run_seeds(uint64_t first, int n, bool faults)
 
         cr_assert_geq(rc, -1, "seed %llu: the world could not be set up: %d",
                       (unsigned long long)o.seed, rc);
-        cr_assert_eq(rc, 0, "seed %llu%s: %s (replay: make sim SEED=%llu STEPS=%llu)",
+        cr_assert_eq(rc, 0, "seed %llu%s: %s (replay: make sim SEED=%llu STEPS=%llu%s)",
                      (unsigned long long)o.seed, faults ? " with faults" : "", r.failure,
-                     (unsigned long long)o.seed, (unsigned long long)r.steps + 1);
+                     (unsigned long long)o.seed, (unsigned long long)r.steps + 1,
+                     faults ? " FAULTS=1" : "");
         cr_assert_gt(r.crashes, 0, "seed %llu: no crash in %llu steps",
                      (unsigned long long)o.seed, (unsigned long long)r.steps);
     }

@@ -1238,8 +1238,9 @@ static void dump_trace(struct world *w)
         return;
     fprintf(f, "sim: seed %llu failed at step %llu: %s\n", (unsigned long long)w->o->seed,
             (unsigned long long)w->step, w->why);
-    fprintf(f, "sim: the last steps (replay: make sim SEED=%llu STEPS=%llu):\n",
-            (unsigned long long)w->o->seed, (unsigned long long)w->step + 1);
+    fprintf(f, "sim: the last steps (replay: make sim SEED=%llu STEPS=%llu%s):\n",
+            (unsigned long long)w->o->seed, (unsigned long long)w->step + 1,
+            w->o->faults ? " FAULTS=1" : "");
     for (uint64_t s = from; s <= w->step; s++)
         if (w->trace[s % TRACE][0])
             fprintf(f, "  %s\n", w->trace[s % TRACE]);
