@@ -1187,8 +1187,7 @@ static int alloc_slot(struct tier *t, int cls, uint32_t id, uint64_t *off)
         /* full of blocks on their way to disk, or waiting to go: the mover
          * makes room, whatever the watermarks say; the caller retries */
         if (mover_can(t)) {
-            t->warm_draining = true;
-            t->room_wanted = true;
+            t->room_wanted = true; /* the mover writes some at its next turn */
             return -EAGAIN;
         }
         return -ENOSPC; /* everything is leased, reserved or moving */
@@ -1282,19 +1281,24 @@ size_t tier_maintain(struct tier *t)
         tier_cold_flush_idle(t->cold);
     if (tier_ram_used(t->ram) - t->demoting_bytes > t->high_bytes)
         t->warm_draining = true;
+    if (tier_ram_used(t->ram) - t->demoting_bytes <= t->low_bytes)
+        t->warm_draining = false;
     if (t->room_wanted) {
         /* a put found warm full of blocks not on disk: write some of them
          * whatever the watermarks say (with --high-wm 1.0 they never would) */
         wanted = DEMOTE_INFLIGHT;
         t->room_wanted = false;
-    } else if (tier_ram_used(t->ram) - t->demoting_bytes <= t->low_bytes) {
-        t->warm_draining = false;
     }
     if (!t->warm_draining && !wanted)
         return n;
-    while (tier_ram_used(t->ram) - t->demoting_bytes > t->low_bytes || wanted > 0) {
+    while ((t->warm_draining && tier_ram_used(t->ram) - t->demoting_bytes > t->low_bytes) ||
+           wanted > 0) {
         uint32_t v = pick_victim(t);
-        bool below = tier_ram_used(t->ram) - t->demoting_bytes <= t->low_bytes;
+        /* only a put's want drives it: written and kept (clean), so the put
+         * takes exactly the room it needs; past the watermarks, written and
+         * evicted */
+        bool below = !t->warm_draining ||
+                     tier_ram_used(t->ram) - t->demoting_bytes <= t->low_bytes;
         struct idx_entry *e;
         int rc;
 
@@ -1311,8 +1315,6 @@ size_t tier_maintain(struct tier *t)
         /* bounded: the rest waits for the next turn of the loop */
         if (inflight >= DEMOTE_INFLIGHT)
             break;
-        /* below the low mark only a put's want drives it: written and kept
-         * (clean), so the put takes exactly the room it needs */
         rc = below ? demote_for(t, v, false, NULL) : demote(t, v);
         if (rc == -EBUSY)
             break;
