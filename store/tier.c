@@ -1039,7 +1039,7 @@ static int free_segment(struct tier *t, int cls)
             p = idx_at(t->idx, e->parent);
             if (!(e->flags & IDX_F_COLD) && p->level == TIER_L_WARM &&
                 p->state == IDX_COMMITTED && p->off / seg == s)
-                inside[(p->off - (uint64_t)s * seg) / (seg / nslots)]++;
+                inside[(p->off - (uint64_t)s * seg) / tier_ram_class_slot(t->ram, c)]++;
         }
         for (uint32_t i = 0; ok && i < nslots; i++) {
             const struct idx_entry *e;
@@ -1143,6 +1143,39 @@ static uint32_t dirty_droppable(struct tier *t, int cls)
     return TIER_NONE;
 }
 
+/* Start writing to disk (and keep in warm: clean, they can leave at once)
+ * blocks of class cls that are not on disk and have children, which the
+ * mover, writing leaves, never reaches: a chain being extended has no leaf
+ * in warm. O(slots of the class), only when nothing else makes room.
+ * Returns the writes started. */
+static unsigned write_inner(struct tier *t, int cls)
+{
+    const uint32_t *tags;
+    uint32_t nslots;
+    unsigned n = 0;
+
+    if (!t->cold)
+        return 0;
+    for (uint32_t s = 0; s < tier_ram_nseg(t->ram) && n < DEMOTE_INFLIGHT; s++) {
+        if (tier_ram_seg_info(t->ram, s, &tags, &nslots) != cls)
+            continue;
+        for (uint32_t i = 0; i < nslots && n < DEMOTE_INFLIGHT; i++) {
+            const struct idx_entry *e;
+
+            if (tags[i] == TIER_RAM_NOTAG)
+                continue;
+            e = idx_at(t->idx, tags[i]);
+            if (e->state != IDX_COMMITTED || e->level != TIER_L_WARM ||
+                (e->flags & (IDX_F_COLD | IDX_F_MOVING)))
+                continue;
+            if (demote_for(t, tags[i], false, NULL) < 0)
+                return n;
+            n++;
+        }
+    }
+    return n;
+}
+
 /* Whether the warm mover can make room: writes to disk in flight, or
  * dirty leaves it can write, on a disk that works. */
 static bool mover_can(struct tier *t)
@@ -1174,6 +1207,12 @@ static int alloc_slot(struct tier *t, int cls, uint32_t id, uint64_t *off)
             return rc;
         /* leaving warm is free for a block on disk: a leaf, else any */
         v = t->lru[cls][CLEAN].tail;
+        if (v == TIER_NONE && t->demoting_bytes > 0 && !may_drop_dirty(t)) {
+            /* writes in flight free or clean slots soon: no O(pool) scans
+             * for a caller that will retry */
+            t->room_wanted = true;
+            return -EAGAIN;
+        }
         if (v == TIER_NONE)
             v = clean_inner(t, cls);
         if (v == TIER_NONE && may_drop_dirty(t))
@@ -1186,7 +1225,7 @@ static int alloc_slot(struct tier *t, int cls, uint32_t id, uint64_t *off)
             continue;
         /* full of blocks on their way to disk, or waiting to go: the mover
          * makes room, whatever the watermarks say; the caller retries */
-        if (mover_can(t)) {
+        if (mover_can(t) || write_inner(t, cls) > 0) {
             t->room_wanted = true; /* the mover writes some at its next turn */
             return -EAGAIN;
         }
@@ -2006,8 +2045,12 @@ static int durable_one(struct tier *t, uint32_t id, void *waiter)
 
 static int dwait_add(struct tier *t, uint32_t id, void *waiter)
 {
-    struct dwait *d = malloc(sizeof(*d));
+    struct dwait *d;
 
+    for (d = t->dwaits; d; d = d->next)
+        if (d->id == id && d->waiter == waiter)
+            return 0; /* once: one callback per (waiter, id) */
+    d = malloc(sizeof(*d));
     if (!d)
         return -ENOMEM;
     *d = (struct dwait){ .id = id, .waiter = waiter, .next = t->dwaits };
@@ -2037,41 +2080,61 @@ static void durable_after(struct tier *t, uint32_t id, struct waiters *dws, int 
     }
 }
 
-/* id, which durable commits waited for, was committed: start their writes. */
+/* id, which durable commits waited for, was committed: start their writes.
+ * Its entries leave the list before any write starts: a write can evict a
+ * block from the disk, and that block's own waits are failed (and freed)
+ * from within, so nothing may hold a pointer into the list meanwhile. */
 static void dwaits_run(struct tier *t, uint32_t id)
 {
-    struct dwait **pp = &t->dwaits;
+    struct dwait *mine = NULL, **pp = &t->dwaits;
 
+    if (idx_at(t->idx, id)->state != IDX_COMMITTED)
+        return;
     while (*pp) {
         struct dwait *d = *pp;
-        int r;
 
-        if (d->id != id || idx_at(t->idx, id)->state != IDX_COMMITTED) {
+        if (d->id != id) {
             pp = &d->next;
             continue;
         }
-        r = durable_one(t, id, d->waiter);
-        if (r == -EBUSY) {
-            pp = &d->next; /* tier_maintain tries again */
+        *pp = d->next;
+        d->next = mine;
+        mine = d;
+    }
+    while (mine) {
+        struct dwait *d = mine;
+        int r = idx_at(t->idx, id)->state == IDX_COMMITTED ? durable_one(t, id, d->waiter)
+                                                           : -ENODATA;
+
+        mine = d->next;
+        if (r == -EBUSY) { /* the disk's queue is full: back on the list for the next turn */
+            d->next = t->dwaits;
+            t->dwaits = d;
             continue;
         }
-        *pp = d->next;
         if (r != 1)
             ready_cb(t, d->waiter, id, r);
         free(d);
     }
 }
 
-/* The writes tier_maintain tries again (their queue was full). */
+/* The waits tier_maintain tries again (their disk queue was full): every
+ * committed id waited for, each once (ids gathered first: the list changes
+ * under each run). */
 static void dwaits_retry(struct tier *t)
 {
-    uint32_t lim = idx_id_limit(t->idx);
+    uint32_t lim = idx_id_limit(t->idx), ids[64], n = 0;
 
-    for (struct dwait *d = t->dwaits; d; d = d->next)
-        if (d->id < lim && idx_at(t->idx, d->id)->state == IDX_COMMITTED) {
-            dwaits_run(t, d->id);
-            return; /* the list changed: one id a turn */
-        }
+    for (struct dwait *d = t->dwaits; d && n < 64; d = d->next) {
+        bool seen = false;
+
+        for (uint32_t i = 0; i < n; i++)
+            seen |= ids[i] == d->id;
+        if (!seen && d->id < lim && idx_at(t->idx, d->id)->state == IDX_COMMITTED)
+            ids[n++] = d->id;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        dwaits_run(t, ids[i]);
 }
 
 /* id will never be committed (its reservation is gone): fail its waiters. */
@@ -2376,36 +2439,69 @@ static void orphan_check(struct tier *t, uint32_t id)
 }
 
 /* Drop every block in memory that no lookup can reach: a committed block
- * under a ghost (its parent was lost: a failed read, a put aborted under
- * another client's, a put under a parent not stored) with no copy on disk.
- * Each one dropped becomes a ghost itself while it has children, so the next
- * pass takes them. A block on disk under a ghost stays (see below).
- * O(entries) a pass: it runs only when something was orphaned. Pinned ones
- * (leased, moving) go once they are free (their release or landing asks for
- * another sweep). */
+ * with a ghost somewhere above it (a parent lost: a failed read, a put
+ * aborted under another client's, a put under a parent not stored) and no
+ * copy on disk. A block on disk stays: a durable block must survive, and a
+ * put of its lost prefix (an engine recomputing it) links it up again.
+ * O(entries): each entry's reachability is found once, by a walk up that
+ * stops at the first entry already known. Pinned ones (leased, moving) go
+ * once they are free (their release or landing asks for another sweep). */
 static void sweep_orphans(struct tier *t)
 {
-    bool again = true;
+    enum { UNKNOWN = 0, REACHED = 1, CUT = 2 };
+    uint32_t lim = idx_id_limit(t->idx), *path, depth;
+    uint8_t *st;
 
     t->orphans = false;
-    while (again) {
-        uint32_t lim = idx_id_limit(t->idx);
-
-        again = false;
-        for (uint32_t id = 0; id < lim; id++) {
-            const struct idx_entry *e = idx_at(t->idx, id);
-
-            if (e->state != IDX_COMMITTED || e->parent == TIER_NONE ||
-                idx_at(t->idx, e->parent)->state != IDX_GHOST)
-                continue;
-            /* on disk it stays: a durable block must survive, and a put of
-             * its lost prefix (an engine recomputing it) links it up again */
-            if (e->leases || (e->flags & (IDX_F_MOVING | IDX_F_COLD)))
-                continue;
-            if (drop_block(t, id, TIER_EV_DROPPED))
-                again = true;
-        }
+    st = calloc(lim ? lim : 1, 1);
+    path = malloc((lim ? lim : 1) * sizeof(*path));
+    if (!st || !path) {
+        t->orphans = true; /* tried again at the next turn */
+        free(st);
+        free(path);
+        return;
     }
+    for (uint32_t id = 0; id < lim; id++) {
+        uint32_t p = id;
+        uint8_t v;
+
+        if (idx_at(t->idx, id)->state != IDX_COMMITTED || st[id])
+            continue;
+        depth = 0;
+        /* up to the root, a ghost, or an entry already known */
+        for (;;) {
+            const struct idx_entry *e = idx_at(t->idx, p);
+
+            if (st[p]) {
+                v = st[p];
+                break;
+            }
+            if (e->state == IDX_GHOST) {
+                v = CUT;
+                break;
+            }
+            path[depth++] = p;
+            if (e->parent == TIER_NONE) {
+                v = REACHED;
+                break;
+            }
+            p = e->parent;
+        }
+        while (depth > 0)
+            st[path[--depth]] = v;
+    }
+    for (uint32_t id = 0; id < lim; id++) {
+        const struct idx_entry *e = idx_at(t->idx, id);
+
+        /* entries freed by a drop below read as IDX_FREE when reached */
+        if (st[id] != CUT || e->state != IDX_COMMITTED)
+            continue;
+        if (e->leases || (e->flags & (IDX_F_MOVING | IDX_F_COLD)))
+            continue;
+        drop_block(t, id, TIER_EV_DROPPED);
+    }
+    free(st);
+    free(path);
 }
 
 int tier_purge_ns(struct tier *t, uint32_t ns)
