@@ -20,16 +20,6 @@
 
 /* ---- sizing on the real configs ---------------------------------------- */
 
-static struct kvt_model_desc desc_of(const char *name)
-{
-    struct kvt_model_desc d;
-    char path[512], err[256];
-    const char *src = getenv("KVT_TEST_SRC");
-
-    snprintf(path, sizeof(path), "%s/data/configs/%s", src ? src : ".", name);
-    cr_assert_eq(kvt_model_parse_file(path, &d, err, sizeof(err)), 0, "%s: %s", name, err);
-    return d;
-}
 
 /*
  * gpt-oss-120b: 18 full + 18 sliding layers (W 128), 8 KV heads x 64, BF16:
@@ -40,7 +30,7 @@ static struct kvt_model_desc desc_of(const char *name)
  */
 Test(hybrid, gpt_oss_keeps_the_window_of_its_sliding_layers)
 {
-    struct kvt_model_desc d = desc_of("gpt-oss-120b.json");
+    struct kvt_model_desc d = t_model_desc("gpt-oss-120b.json");
     kvt_hybrid_opts o = { .block_tokens = BS };
     uint64_t per_block_layer = (uint64_t)BS * 2048;
 
@@ -66,7 +56,7 @@ Test(hybrid, gpt_oss_keeps_the_window_of_its_sliding_layers)
  */
 Test(hybrid, gemma3_stores_far_less_than_naive)
 {
-    struct kvt_model_desc d = desc_of("gemma-3-27b-it.json");
+    struct kvt_model_desc d = t_model_desc("gemma-3-27b-it.json");
     kvt_hybrid_opts o = { .block_tokens = BS };
     uint64_t pbl = (uint64_t)BS * 8192;
 
@@ -81,7 +71,7 @@ Test(hybrid, gemma3_stores_far_less_than_naive)
  */
 Test(hybrid, qwen3_next_stores_states_every_kth_block)
 {
-    struct kvt_model_desc d = desc_of("qwen3-next-80b-a3b.json");
+    struct kvt_model_desc d = t_model_desc("qwen3-next-80b-a3b.json");
     const struct kvt_layer_group *st = kvt_model_group(&d, KVT_LAYER_STATE);
     kvt_hybrid_opts o = { .block_tokens = BS, .state_every = 256 };
     uint64_t pbl = (uint64_t)BS * 2048;
@@ -100,7 +90,7 @@ Test(hybrid, qwen3_next_stores_states_every_kth_block)
 /* deepseek-v3: MLA on every layer: nothing to save, nothing wasted. */
 Test(hybrid, deepseek_mla_is_stored_as_is)
 {
-    struct kvt_model_desc d = desc_of("deepseek-v3.json");
+    struct kvt_model_desc d = t_model_desc("deepseek-v3.json");
     kvt_hybrid_opts o = { .block_tokens = BS };
 
     cr_assert_eq(kvt_hybrid_stored_bytes(&d, &o, 1, 32768, 0),
@@ -339,7 +329,7 @@ Test(hybrid, restore_moves_only_what_the_prefix_needs_in_each_shape)
 Test(hybrid, deepseek_v3_2_indexer_offloads_as_vllm_stores_it)
 {
     enum { NBLK = 4, L = 61 };
-    struct kvt_model_desc d = desc_of("deepseek-v3.2.json");
+    struct kvt_model_desc d = t_model_desc("deepseek-v3.2.json");
     kvt_model m = { .model_id = "test/deepseek-v3.2", .layout = "vllm-mla", .tp_size = 1 };
     kvt_hybrid_opts o = { .block_tokens = BS };
     const size_t page[2] = { (size_t)BS * 576 * 2, (size_t)BS * 132 };

@@ -16,16 +16,6 @@
 
 #define BLK 4096
 
-static struct kvt_model_desc desc_of(const char *name)
-{
-    struct kvt_model_desc d;
-    char path[512], err[256];
-    const char *src = getenv("KVT_TEST_SRC");
-
-    snprintf(path, sizeof(path), "%s/data/configs/%s", src ? src : ".", name);
-    cr_assert_eq(kvt_model_parse_file(path, &d, err, sizeof(err)), 0, "%s: %s", name, err);
-    return d;
-}
 
 /* Whether a block put under a is found under b (same keys), through tierd. */
 static bool shared(kvt_client *c, const kvt_model *a, const kvt_model *b, uint64_t seed)
@@ -64,7 +54,7 @@ Test(ns_identity, each_fp8_format_is_its_own_namespace)
     };
     static const char *const formats[] = { "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz",
                                            "fp8_e5m2fnuz" };
-    struct kvt_model_desc d = desc_of("llama-3.1-8b.json"), fd[4];
+    struct kvt_model_desc d = t_model_desc("llama-3.1-8b.json"), fd[4];
     kvt_model m[4];
     struct t_tierd td;
     kvt_client *c;

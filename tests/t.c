@@ -12,6 +12,11 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
+
+#include "tier.h"
+#include "tier_cold.h"
+#include "tier_hot.h"
+#include "tier_nvme.h"
 #include <unistd.h>
 
 #include "t.h"
@@ -291,4 +296,42 @@ long t_check(const void *buf, size_t len, uint64_t seed)
         if (p[i] != (uint8_t)mix(&s))
             return (long)i;
     return -1;
+}
+
+void t_store_settle(struct tier *t, struct tier_cold *c, struct tier_hot *h)
+{
+    struct tier_nvme *io = tier_cold_io(c);
+
+    for (int guard = 0; guard < 1000; guard++) {
+        tier_cold_flush(c);
+        while (tier_nvme_sim_queued(io))
+            tier_nvme_sim_complete(io, 0, 0);
+        tier_poll(t, false);
+        if (!tier_nvme_sim_queued(io) && !tier_cold_busy(c) && (!h || !tier_hot_inflight(h)))
+            return;
+    }
+    cr_assert_fail("the simulated disk never went idle");
+}
+
+void t_store_close(struct tier *t, struct tier_cold *c, struct tier_hot *h, const char *dir)
+{
+    char cmd[160];
+
+    t_store_settle(t, c, h);
+    tier_hot_close(h);
+    tier_cold_close(c);
+    tier_destroy(t);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+struct kvt_model_desc t_model_desc(const char *name)
+{
+    struct kvt_model_desc d;
+    char path[512], err[256];
+    const char *src = getenv("KVT_TEST_SRC");
+
+    snprintf(path, sizeof(path), "%s/data/configs/%s", src ? src : ".", name);
+    cr_assert_eq(kvt_model_parse_file(path, &d, err, sizeof(err)), 0, "%s: %s", name, err);
+    return d;
 }

@@ -60,6 +60,21 @@ void t_keys(kvt_key *k, size_t n, uint64_t seed);
 void t_fill(void *buf, size_t len, uint64_t seed);
 long t_check(const void *buf, size_t len, uint64_t seed);
 
+/* The description of one of data/configs/ (name: its file), parsed; fails
+ * the test if it does not parse. */
+struct kvt_model_desc t_model_desc(const char *name);
+
+struct tier;
+struct tier_cold;
+struct tier_hot;
+/* A store over the simulated disk (tier_nvme.h): complete every queued
+ * request and deliver every completion, the hot tier's (h, may be NULL)
+ * too, until nothing is in flight. Fails the test if it never settles. */
+void t_store_settle(struct tier *t, struct tier_cold *c, struct tier_hot *h);
+/* Close a test's store in the order it needs (the hot tier's copies, then
+ * the disk, then the store), after settling it, and remove its folder. */
+void t_store_close(struct tier *t, struct tier_cold *c, struct tier_hot *h, const char *dir);
+
 /* Wait for a child and return its exit status (or 128+signal). */
 int t_wait(pid_t pid);
 

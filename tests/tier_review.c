@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "t.h"
 #include "tier.h"
 #include "tier_cold.h"
 #include "tier_hot.h"
@@ -82,29 +83,12 @@ static void check(struct rig *r)
 
 static void disk_all(struct rig *r)
 {
-    struct tier_nvme *io = tier_cold_io(r->cold);
-
-    for (int g = 0; g < 1000; g++) {
-        tier_cold_flush(r->cold);
-        while (tier_nvme_sim_queued(io))
-            tier_nvme_sim_complete(io, 0, 0);
-        tier_poll(r->t, false);
-        if (!tier_nvme_sim_queued(io) && !tier_cold_busy(r->cold) &&
-            (!r->hot || !tier_hot_inflight(r->hot)))
-            return;
-    }
+    t_store_settle(r->t, r->cold, r->hot);
 }
 
 static void rig_close(struct rig *r)
 {
-    char cmd[128];
-
-    disk_all(r);
-    tier_hot_close(r->hot);
-    tier_cold_close(r->cold);
-    tier_destroy(r->t);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", r->dir);
-    cr_assert_eq(system(cmd), 0);
+    t_store_close(r->t, r->cold, r->hot, r->dir);
 }
 
 static struct tier_key K(int a, int b)

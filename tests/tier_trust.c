@@ -69,18 +69,7 @@ static void check(struct rig *r)
 /* Every queued disk request completes, every completion is delivered. */
 static void pump(struct rig *r)
 {
-    struct tier_nvme *io = tier_cold_io(r->cold);
-
-    for (int guard = 0; guard < 1000; guard++) {
-        tier_cold_flush(r->cold);
-        while (tier_nvme_sim_queued(io))
-            tier_nvme_sim_complete(io, 0, 0);
-        tier_poll(r->t, false);
-        if (!tier_nvme_sim_queued(io) && !tier_cold_busy(r->cold) &&
-            !tier_hot_inflight(r->hot))
-            return;
-    }
-    cr_assert_fail("the disk never went idle");
+    t_store_settle(r->t, r->cold, r->hot);
 }
 
 /* The mover's turns, as tierd's loop runs them, until it rests. */
@@ -97,14 +86,7 @@ static void movers(struct rig *r)
 
 static void rig_close(struct rig *r)
 {
-    char cmd[128];
-
-    pump(r);
-    tier_hot_close(r->hot);
-    tier_cold_close(r->cold);
-    tier_destroy(r->t);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", r->dir);
-    cr_assert_eq(system(cmd), 0);
+    t_store_close(r->t, r->cold, r->hot, r->dir);
 }
 
 /* Fill warm with other blocks, so that what is on disk leaves it. */
