@@ -20,7 +20,6 @@
 
 /* ---- sizing on the real configs ---------------------------------------- */
 
-
 /*
  * gpt-oss-120b: 18 full + 18 sliding layers (W 128), 8 KV heads x 64, BF16:
  * 2 x 8 x 64 x 2 = 2 KiB per layer and token. A 32K prefix is 2048 blocks

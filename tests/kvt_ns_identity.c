@@ -16,7 +16,6 @@
 
 #define BLK 4096
 
-
 /* Whether a block put under a is found under b (same keys), through tierd. */
 static bool shared(kvt_client *c, const kvt_model *a, const kvt_model *b, uint64_t seed)
 {
