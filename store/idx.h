@@ -32,7 +32,6 @@ struct idx_entry {
     uint32_t parent;     /* id of the block before this one in its chain */
     uint32_t nchild;     /* entries whose parent is this one */
     uint32_t leases;     /* outstanding gets (all of them) */
-    uint32_t hleases;    /* ... of those, holding the hot copy in place (TIER_GET_HOT) */
     uint32_t owner;      /* reserving client while IDX_RESERVED */
     uint64_t off;        /* offset of the slot in the warm pool (the hot one when level HOT) */
     uint64_t hoff;       /* a hot slot kept for in-place leases after the block came
@@ -40,6 +39,8 @@ struct idx_entry {
     uint32_t stamp;      /* tier clock at the last access (wraps; compare by difference) */
     uint32_t nwarm;      /* children whose data is in warm (level WARM) */
     uint32_t nhot;       /* children whose data is in hot (level HOT) */
+    uint32_t hleases;    /* of the leases, those holding the hot copy in place
+                            (TIER_GET_HOT) */
     uint8_t cls;         /* size class of the slot (of the hot pool when level HOT) */
     uint8_t hcls;        /* size class of hoff */
     uint8_t level;       /* enum tier_level: HOT (a device slot holds the data), WARM
@@ -63,7 +64,7 @@ struct idx_entry {
  * one in another (a durable commit joins a write to disk, never a copy from
  * hot to warm). */
 #define IDX_F_MOVING (IDX_F_DEMOTING | IDX_F_PROMOTING | IDX_F_HOTUP | IDX_F_HOTDOWN)
-_Static_assert(sizeof(struct idx_entry) <= 128, "an index entry stays within 128 bytes");
+_Static_assert(sizeof(struct idx_entry) <= 104, "an index entry stays within 104 bytes");
 
 struct idx;
 
