@@ -2120,21 +2120,27 @@ static void dwaits_run(struct tier *t, uint32_t id)
 
 /* The waits tier_maintain tries again (their disk queue was full): every
  * committed id waited for, each once (ids gathered first: the list changes
- * under each run). */
+ * under each run). O(waits^2) for the gathering: the list holds a few. */
 static void dwaits_retry(struct tier *t)
 {
-    uint32_t lim = idx_id_limit(t->idx), ids[64], n = 0;
+    uint32_t lim = idx_id_limit(t->idx), n = 0, cap = 0, *ids;
 
-    for (struct dwait *d = t->dwaits; d && n < 64; d = d->next) {
+    for (struct dwait *d = t->dwaits; d; d = d->next)
+        cap++;
+    ids = malloc(cap * sizeof(*ids));
+    if (!ids)
+        return; /* tried again at the next turn */
+    for (struct dwait *d = t->dwaits; d; d = d->next) {
         bool seen = false;
 
-        for (uint32_t i = 0; i < n; i++)
-            seen |= ids[i] == d->id;
+        for (uint32_t i = 0; i < n && !seen; i++)
+            seen = ids[i] == d->id;
         if (!seen && d->id < lim && idx_at(t->idx, d->id)->state == IDX_COMMITTED)
             ids[n++] = d->id;
     }
     for (uint32_t i = 0; i < n; i++)
         dwaits_run(t, ids[i]);
+    free(ids);
 }
 
 /* id will never be committed (its reservation is gone): fail its waiters. */
