@@ -95,6 +95,7 @@ struct client {
     int derr;
     int dns, dc, dfirst, dn;
     uint32_t dver[MAXB];  /* the versions the durable commit vouches for */
+    uint32_t dgone[MAXB]; /* ... and each key's `gone` count then */
 };
 
 struct mkey {
@@ -103,6 +104,8 @@ struct mkey {
     bool durable;        /* an acknowledged durable commit of ver */
     bool was;            /* crash: present before it */
     bool seen;           /* present at the last check (the step before) */
+    bool held;           /* present or being written at the last check */
+    uint32_t gone;       /* times it went from present or written to neither */
     uint64_t orphan_at;  /* step + 1 since which it is an unleased orphan (0: not) */
 };
 
@@ -401,10 +404,18 @@ static void ack_durable(struct world *w, struct client *cl)
         struct tier_story s;
         struct mkey *m = &w->m[cl->dns][cl->dc][i];
 
+        story(w, cl->dns, cl->dc, i, &s);
+        /* still written by the other client it was deduplicated against
+         * (and not gone and written again since): nothing of it is on disk */
+        if (s.writing && m->gone == cl->dgone[i - cl->dfirst]) {
+            fail(w, "client %u: durable commit of %d/%d/%d..%d acknowledged while block %d is "
+                    "still being written by another client", cl->owner, cl->dns, cl->dc,
+                 cl->dfirst, cl->dfirst + cl->dn - 1, i);
+            return;
+        }
         if (!m->may || m->ver != cl->dver[i - cl->dfirst])
             continue; /* removed, evicted or put anew since the commit: the ack is for
                          the rest */
-        story(w, cl->dns, cl->dc, i, &s);
         if (!s.present || !s.on_disk) {
             fail(w, "client %u: durable commit of %d/%d/%d..%d acknowledged, but block %d is "
                     "%s", cl->owner, cl->dns, cl->dc, cl->dfirst, cl->dfirst + cl->dn - 1, i,
@@ -553,6 +564,9 @@ static void check_keys(struct world *w)
                 prev = s.present;
                 pwriting = s.writing;
                 m->seen = s.present;
+                if (m->held && !s.present && !s.writing)
+                    m->gone++;
+                m->held = s.present || s.writing;
             }
         }
 }
@@ -762,8 +776,10 @@ static void op_commit(struct world *w, struct client *cl, bool durable)
     cl->dfirst = r->first;
     cl->dn = r->n;
     committed(w, r); /* the model's versions first: acks check them */
-    for (int i = 0; i < r->n; i++)
+    for (int i = 0; i < r->n; i++) {
         cl->dver[i] = w->m[r->ns][r->c][r->first + i].ver;
+        cl->dgone[i] = w->m[r->ns][r->c][r->first + i].gone;
+    }
     rc = tier_commit_durable(w->t, (uint32_t)ns_id(r->ns), ns_blk[r->ns], cl->owner, k,
                              (size_t)r->n, cl, ids, &pend);
     note(w, "client %u commit_durable %d/%d/%d+%d -> %d (%u pending)", cl->owner, r->ns, r->c,
