@@ -1941,8 +1941,11 @@ static int reserve_in(struct tier *t, bool hot, uint32_t ns, uint64_t block_byte
             idx_delete(t->idx, ghost_parent);
         return rc;
     }
-    if (ghost_parent != TIER_NONE && idx_at(t->idx, ghost_parent)->nchild == 0)
-        idx_delete(t->idx, ghost_parent); /* nothing hangs under it (all deduplicated) */
+    /* nothing hangs under it (all deduplicated); still a ghost, since a key
+     * equal to the parent is reserved in the ghost made for it */
+    if (ghost_parent != TIER_NONE && idx_at(t->idx, ghost_parent)->state == IDX_GHOST &&
+        idx_at(t->idx, ghost_parent)->nchild == 0)
+        idx_delete(t->idx, ghost_parent);
     t->st.puts++;
     t->st.dedup_blocks += dedup;
     return (int)count;

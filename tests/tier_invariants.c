@@ -150,3 +150,27 @@ Test(tier_invariants, check_catches_a_broken_counter)
     cr_assert_eq(tier_check(t, why, sizeof(why)), -EUCLEAN);
     tier_destroy(t);
 }
+
+/* Found by fuzz_proto: a put whose parent is absent and whose first key is
+ * that same parent reserved the key in the ghost made for the parent, and
+ * the ghost's cleanup then deleted the reserved entry: its slot was held by
+ * nothing, and the block could never be committed or reached. */
+Test(tier_invariants, a_key_equal_to_its_absent_parent_keeps_its_entry)
+{
+    struct tier_cfg cfg = { .warm_bytes = 8u << 20 };
+    struct tier *t = NULL;
+    struct tier_key k[2];
+    uint32_t ids[2];
+    uint64_t offs[2];
+    char why[256];
+
+    cr_assert_eq(tier_create(&cfg, &t), 0);
+    t_keys((kvt_key *)k, 1, 5);
+    k[1] = k[0]; /* the key twice, under itself */
+    cr_assert_eq(tier_reserve(t, 1, 65536, 1, &k[0], k, 2, ids, offs), 1);
+    cr_assert_eq(tier_check(t, why, sizeof(why)), 0, "%s", why);
+    cr_assert_eq(tier_commit(t, 1, 65536, 1, k, 1), 1);
+    cr_assert_eq(tier_lookup(t, 1, k, 1, NULL), 1);
+    cr_assert_eq(tier_check(t, why, sizeof(why)), 0, "%s", why);
+    tier_destroy(t);
+}

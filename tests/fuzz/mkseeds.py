@@ -160,6 +160,10 @@ def proto_seeds():
         req(14, b"") + req(15, struct.pack("<II", 1, 0)),
         "prefetch_lookup": req(3, keys_req(1, 2, blk, flags=1 << 8)),
         "bad_frame": rec(0, b"KVT1\x01\x00\x03\x00"),
+        # a put whose absent parent is also its first key, twice: the store
+        # deleted the reserved entry with the parent's ghost (found by the fuzzer)
+        "regress_key_is_its_parent": req(4, struct.pack("<IIQII", 1, 2, blk, 1, 0) +
+                                         b"\xff" * 96),
     }
 
 
