@@ -612,48 +612,125 @@ int kvt_ns_set_hot(kvt_ns *ns, unsigned flags)
 
 /* ---- blocks ---------------------------------------------------------- */
 
-int kvt_lookup(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags, uint8_t *tiers)
+/* One batch of a lookup; with pin, a pinning one (pin->id 0: a new pin,
+ * else extended). Checks the reply; *hits and *pinned from it. */
+static int lookup_batch(kvt_ns *ns, const kvt_key *keys, size_t k, uint32_t wf, kvt_pin *pin,
+                        uint32_t hold_ms, uint8_t *tiers, uint32_t *hits, uint32_t *pinned)
+{
+    struct kvt_wire_keys_req r = { .ns_id = ns->id, .n = (uint32_t)k,
+                                   .block_bytes = ns->block_bytes, .flags = wf };
+    struct kvt_wire_lookup_rep rep;
+    struct kvt_wire_pin_rep pr = { 0 };
+    struct iovec iov[4] = { { 0 }, { &r, sizeof(r) } };
+    size_t head = sizeof(rep);
+    uint32_t blen;
+    int niov = 2, rc;
+
+    if (pin) {
+        r.flags |= KVT_WIRE_KF_PIN;
+        r.deadline_ms = hold_ms;
+        iov[niov++] = (struct iovec){ &pin->id, sizeof(pin->id) };
+        head += sizeof(pr);
+    }
+    iov[niov++] = (struct iovec){ (void *)keys, k * KVT_KEY_BYTES };
+    rc = send_req(ns->c, KVT_OP_LOOKUP, 0, iov, niov);
+    if (rc < 0 || (rc = recv_rep(ns->c, KVT_OP_LOOKUP, &blen, NULL)) < 0)
+        return rc;
+    if (blen != head + k)
+        return fail(ns->c, KVT_EPROTO);
+    memcpy(&rep, body(ns->c), sizeof(rep));
+    if (pin)
+        memcpy(&pr, body(ns->c) + sizeof(rep), sizeof(pr));
+    if (rep.n != k || rep.hits > k || pr.pinned > rep.hits || (pr.pinned && !pr.pin_id) ||
+        (pin && pin->id && pr.pinned && pr.pin_id != pin->id))
+        return fail(ns->c, KVT_EPROTO);
+    /* callers index arrays by tier: only KVT_TIER_* values get through */
+    for (size_t i = 0; i < k; i++)
+        if (body(ns->c)[head + i] >= KVT_TIER_COUNT)
+            return fail(ns->c, KVT_EPROTO);
+    if (tiers)
+        memcpy(tiers, body(ns->c) + head, k);
+    *hits = rep.hits;
+    *pinned = pr.pinned;
+    if (pin && pr.pinned) {
+        pin->id = pr.pin_id;
+        pin->n += pr.pinned;
+        pin->hold_ms = pr.hold_ms;
+    }
+    return 0;
+}
+
+/* kvt_lookup, pinning the leading run into pin when pin is not NULL. */
+static int lookup(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags, uint8_t *tiers,
+                  kvt_pin *pin, uint32_t hold_ms)
 {
     size_t hits = 0;
     bool leading = true;
 
-    if (!ns || (n && !keys))
-        return -EINVAL;
-    if (ns->hy)
-        return kvt_hybrid_lookup(ns, keys, n, flags, tiers);
     /* long chains go in batches; once the leading run ends only the tiers
-     * of the rest are still wanted */
+     * of the rest are still wanted, and nothing more is pinned */
     for (size_t at = 0; at < n; at += KVT_BATCH_MAX) {
         size_t k = n - at < KVT_BATCH_MAX ? n - at : KVT_BATCH_MAX;
-        struct kvt_wire_lookup_rep rep;
-        uint32_t blen;
-        uint32_t wf = (flags & 0xffu) << 8;
+        uint32_t wf = (flags & 0xffu) << 8, h, pinned;
         int rc;
 
         if ((flags & KVT_LOOKUP_PREFETCH) && (ns->hot & KVT_GET_PROMOTE))
             wf |= KVT_WIRE_KF_PROMOTE;
-        rc = keys_rpc(ns, KVT_OP_LOOKUP, wf, NULL, keys + at, k, &blen);
-
+        rc = lookup_batch(ns, keys + at, k, wf, leading ? pin : NULL, hold_ms,
+                          tiers ? tiers + at : NULL, &h, &pinned);
         if (rc < 0)
             return rc;
-        if (blen < sizeof(rep))
-            return fail(ns->c, KVT_EPROTO);
-        memcpy(&rep, body(ns->c), sizeof(rep));
-        if (rep.n != k || blen != sizeof(rep) + k || rep.hits > k)
-            return fail(ns->c, KVT_EPROTO);
-        /* callers index arrays by tier: only KVT_TIER_* values get through */
-        for (size_t i = 0; i < k; i++)
-            if (body(ns->c)[sizeof(rep) + i] >= KVT_TIER_COUNT)
-                return fail(ns->c, KVT_EPROTO);
-        if (tiers)
-            memcpy(tiers + at, body(ns->c) + sizeof(rep), k);
         if (leading)
-            hits += rep.hits;
-        leading = leading && rep.hits == k;
+            hits += h;
+        /* a pin cut short by the quota ends what the pin covers */
+        if (pin && leading && pinned < h)
+            pin = NULL;
+        leading = leading && h == k;
         if (!leading && !tiers)
             break;
     }
     return (int)hits;
+}
+
+int kvt_lookup(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags, uint8_t *tiers)
+{
+    if (!ns || (n && !keys))
+        return -EINVAL;
+    if (ns->hy)
+        return kvt_hybrid_lookup(ns, keys, n, flags, tiers);
+    return lookup(ns, keys, n, flags, tiers, NULL, 0);
+}
+
+int kvt_lookup_pin(kvt_ns *ns, const kvt_key *keys, size_t n, uint32_t hold_ms, kvt_pin *pin,
+                   uint8_t *tiers)
+{
+    int rc;
+
+    if (!ns || !pin || (n && !keys) || hold_ms > KVT_PIN_MAX_MS)
+        return -EINVAL;
+    *pin = (kvt_pin){ 0 };
+    if (ns->hy)
+        return -EOPNOTSUPP; /* a hybrid handle's groups are pinned one by one */
+    rc = lookup(ns, keys, n, 0, tiers, pin, hold_ms);
+    if (rc < 0 && pin->id)
+        kvt_unpin(ns->c, pin); /* a later batch failed: hold nothing */
+    return rc;
+}
+
+int kvt_unpin(kvt_client *c, kvt_pin *pin)
+{
+    struct kvt_wire_unpin_req r;
+    struct iovec iov[2] = { { 0 }, { &r, sizeof(r) } };
+    int rc;
+
+    if (!c || !pin)
+        return -EINVAL;
+    if (pin->id == 0)
+        return 0;
+    r.pin_id = pin->id;
+    rc = send_req(c, KVT_OP_UNPIN, KVT_WIRE_F_NOREPLY, iov, 2);
+    *pin = (kvt_pin){ 0 };
+    return rc;
 }
 
 int kvt_put_reserve(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,

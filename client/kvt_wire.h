@@ -26,7 +26,7 @@
 enum kvt_wire_op {
     KVT_OP_HELLO = 1,       /* -> hello_rep + the warm pool memfd (SCM_RIGHTS) */
     KVT_OP_NS_OPEN = 2,     /* ns_req -> ns_rep */
-    KVT_OP_LOOKUP = 3,      /* keys_req -> lookup_rep + tiers[n] */
+    KVT_OP_LOOKUP = 3,      /* keys_req -> lookup_rep (+ pin_rep) + tiers[n] */
     KVT_OP_PUT_RESERVE = 4, /* keys_req -> count_rep + offs[n] */
     KVT_OP_PUT_COMMIT = 5,  /* keys_req -> count_rep */
     KVT_OP_PUT_ABORT = 6,   /* keys_req -> count_rep */
@@ -39,7 +39,8 @@ enum kvt_wire_op {
     KVT_OP_WHY = 13,        /* a key (KVT_KEY_BYTES) -> why_rep + story[n] */
     KVT_OP_FLUSH = 14,      /* empty -> empty, once warm is durable on disk */
     KVT_OP_PURGE = 15,      /* purge_req -> count_rep */
-    KVT_OP_MAX_ = 16,
+    KVT_OP_UNPIN = 16,      /* unpin_req, normally with KVT_WIRE_F_NOREPLY */
+    KVT_OP_MAX_ = 17,
 };
 
 #define KVT_WIRE_F_NOREPLY 0x1u /* header flag: the sender wants no reply */
@@ -97,8 +98,18 @@ struct kvt_wire_ns_rep {
 #define KVT_WIRE_KF_PROMOTE 0x8u /* get, prefetching lookup: move the blocks up into hot
                                     afterwards (after HOT_ATTACH) */
 
+#define KVT_WIRE_KF_PIN 0x10u    /* lookup: pin the leading hits for deadline_ms (0: the
+                                    default); a pin id (u64) precedes keys[]: 0 starts
+                                    a pin, else this client's pin to extend (a chain
+                                    longer than one batch); pin_rep follows lookup_rep */
+
+/* How long a pin holds, by default and at most. */
+#define KVT_WIRE_PIN_DEFAULT_MS 10000u
+#define KVT_WIRE_PIN_MAX_MS 60000u
+
 /* Body of every request that carries keys; followed by the parent key when
- * KVT_WIRE_KF_PARENT is set, then n keys of KVT_KEY_BYTES. */
+ * KVT_WIRE_KF_PARENT is set, then the pin id when KVT_WIRE_KF_PIN is, then n
+ * keys of KVT_KEY_BYTES. */
 struct kvt_wire_keys_req {
     uint32_t ns_id;
     uint32_t n;
@@ -111,6 +122,14 @@ struct kvt_wire_keys_req {
 struct kvt_wire_lookup_rep {
     uint32_t hits; /* leading present keys */
     uint32_t n;    /* tiers[n] (uint8_t) follow */
+};
+
+/* A pinning lookup's pin: the blocks held (pinned of the leading hits; fewer
+ * where the client's quota ends) and for how long. pin_id 0: none held. */
+struct kvt_wire_pin_rep {
+    uint64_t pin_id;
+    uint32_t pinned;
+    uint32_t hold_ms;
 };
 
 struct kvt_wire_count_rep {
@@ -157,6 +176,11 @@ struct kvt_wire_purge_req {
 
 struct kvt_wire_release_req {
     uint64_t lease_id;
+};
+
+/* Any client of the pin's tenant may release it (the one that loaded). */
+struct kvt_wire_unpin_req {
+    uint64_t pin_id;
 };
 
 /* kvt_ns_info and kvt_key_story (kvtier.h) travel as they are. */

@@ -195,6 +195,31 @@ void kvt_ns_set_deadline(kvt_ns *ns, uint32_t ms);
  * hit count or a negative error. */
 int kvt_lookup(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags, uint8_t *tiers);
 
+/* A pin: what a pinning lookup holds for a get to come. */
+typedef struct kvt_pin {
+    uint64_t id;      /* 0: nothing pinned; any client of the tenant may unpin it */
+    uint32_t n;       /* leading blocks held */
+    uint32_t hold_ms; /* for how long from the lookup */
+} kvt_pin;
+
+#define KVT_PIN_MAX_MS 60000 /* the longest hold a pin may ask */
+
+/* kvt_lookup that also pins the leading hits, for hold_ms (0: 10 s; at most
+ * KVT_PIN_MAX_MS): until then no tier evicts them, and those only on disk
+ * are read into warm at once (as with KVT_LOOKUP_PREFETCH), so a get of
+ * them finds them all, whatever else is put meanwhile. An engine's
+ * scheduler pins what it counts as a hit; the worker that loads it (any
+ * client of the same tenant) unpins it after the get. Pins count against
+ * the client's quota (blocks of a quarter of its tenant's warm tier):
+ * beyond it pin->n is less than the hits. -EBUSY: this client holds 256
+ * pins. Returns the hit count; pin->n of those are pinned. */
+int kvt_lookup_pin(kvt_ns *ns, const kvt_key *keys, size_t n, uint32_t hold_ms, kvt_pin *pin,
+                   uint8_t *tiers);
+
+/* Release a pin (asynchronous: no round trip); the pin is zeroed. A zeroed
+ * pin, or one that expired or was released, is a no-op. */
+int kvt_unpin(kvt_client *c, kvt_pin *pin);
+
 /* Reserve slots for the chain keys[0..n) (n <= KVT_BATCH_MAX); parent is the
  * key before keys[0] (NULL when keys[0] starts a prompt). slots[i] receives a
  * writable pointer of kvt_ns_block_bytes() bytes, or NULL where the key is

@@ -1519,6 +1519,38 @@ size_t tier_prefetch(struct tier *t, uint32_t ns, uint64_t block_bytes,
     return started;
 }
 
+size_t tier_pin(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
+                size_t n, unsigned flags, uint32_t *ids)
+{
+    bool reading = t->cold != NULL;
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        uint32_t id = idx_find(t->idx, ns, &keys[i]);
+        struct idx_entry *e;
+
+        if (id == TIER_NONE || idx_at(t->idx, id)->state != IDX_COMMITTED)
+            break;
+        e = idx_at(t->idx, id);
+        if ((flags & TIER_GET_PROMOTE) && t->hot && e->level != TIER_L_HOT)
+            e->flags |= IDX_F_WANTHOT; /* copied up once the pin is released */
+        /* read ahead as a prefetch does; with no room for the read now the
+         * block stays pinned on disk, and the get reads it */
+        if (reading && e->level == TIER_L_COLD && !(e->flags & IDX_F_PROMOTING) &&
+            promote(t, id, tier_slot_bytes(block_bytes), NULL) < 0)
+            reading = false;
+        /* held as a lease is: no tier evicts it, the disk included */
+        e = idx_at(t->idx, id);
+        e->leases++;
+        e->stamp = ++t->clock;
+        settle(t, id, false);
+        ids[i] = id;
+    }
+    t->st.leases_active += i;
+    t->st.pinned_blocks += i;
+    return i;
+}
+
 /* ---- entering warm from the remote tier -------------------------------- */
 
 static int reserve_one(struct tier *t, uint32_t ns, int cls, bool hot, uint32_t owner,

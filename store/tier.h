@@ -127,6 +127,7 @@ struct tier_stats {
     uint64_t lookups, lookup_keys, lookup_hits, misses;
     uint64_t puts, put_blocks, dedup_blocks, gets, get_blocks, removes;
     uint64_t leases_active, reserved, reclaimed;
+    uint64_t pinned_blocks; /* blocks pinned by pinning lookups, ever */
     uint64_t demotions;      /* warm blocks written to cold (durable) */
     uint64_t promotions;     /* cold blocks read back into warm */
     uint64_t hot_promotions; /* warm blocks copied up into hot for a getter that asked */
@@ -287,6 +288,14 @@ int tier_get_ex(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct 
  * once, cold ones once read). Returns the number of reads started. */
 size_t tier_prefetch(struct tier *t, uint32_t ns, uint64_t block_bytes,
                      const struct tier_key *keys, size_t n, unsigned flags);
+
+/* Pin the leading run of keys (a pinning lookup): each block is held as a
+ * leased one is, evicted from no tier (the disk included), until
+ * tier_release(ids, count). Cold blocks are read into warm as by
+ * tier_prefetch (flags alike); one that finds no room stays pinned on disk.
+ * ids: room for n. Returns the number pinned. */
+size_t tier_pin(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
+                size_t n, unsigned flags, uint32_t *ids);
 
 /* Whether the block of lease handle h holds its bytes where the lease
  * points now (in hot, in place, or in warm: not still on its way). */

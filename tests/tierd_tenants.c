@@ -253,6 +253,67 @@ Test(tenants, two_uids_see_and_touch_only_their_own)
     unlink(cfg);
 }
 
+/* Bob tries to release alice's pin (its id in arg) and to pin her keys. */
+static int bob_unpins(const char *sock, void *arg)
+{
+    kvt_pin pin = *(const kvt_pin *)arg, mine;
+    kvt_client *c;
+    kvt_stats st;
+    kvt_key k[4];
+    kvt_ns *ns;
+
+    if (kvt_connect(sock, &c))
+        return 10;
+    ns = t_ns(c, BLK);
+    t_keys(k, 4, 9);
+    if (kvt_unpin(c, &pin) != 0)
+        return 11;
+    if (kvt_lookup_pin(ns, k, 4, 0, &mine, NULL) != 0 || mine.id != 0)
+        return 12;
+    if (kvt_stats_get(c, &st) != 0) /* after the unpin, on the same connection */
+        return 13;
+    kvt_close(c);
+    return 0;
+}
+
+Test(tenants, a_pin_is_released_only_within_its_tenant)
+{
+    struct t_tierd d;
+    const char *cfg;
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_key k[4];
+    kvt_pin pin;
+    kvt_stats st;
+    const void *src[4];
+    static uint8_t buf[BLK];
+    int rc;
+
+    if (geteuid() != 0)
+        cr_skip_test("needs root to run clients as other uids (CI runs as root)");
+    cfg = write_config(config_two);
+    t_tierd_start(&d, (const char *const[]){ "--config", cfg, NULL });
+    cr_assert_eq(chmod(d.dir, 0755), 0);
+    c = t_connect(&d); /* root: alice */
+    ns = t_ns(c, BLK);
+    t_keys(k, 4, 9);
+    for (int i = 0; i < 4; i++)
+        src[i] = buf;
+    cr_assert_eq(kvt_put(ns, NULL, k, 4, src), 4);
+    cr_assert_eq(kvt_lookup_pin(ns, k, 4, 0, &pin, NULL), 4);
+    cr_assert_eq(pin.n, 4);
+    rc = as_user(BOB, bob_unpins, d.sock, &pin);
+    cr_assert_eq(rc, 0, "bob: exit %d", rc);
+    cr_assert_eq(kvt_stats_get(c, &st), 0);
+    cr_assert_eq(st.leases_active, 4, "another tenant released alice's pin");
+    cr_assert_eq(kvt_unpin(c, &pin), 0);
+    cr_assert_eq(kvt_stats_get(c, &st), 0);
+    cr_assert_eq(st.leases_active, 0);
+    kvt_close(c);
+    t_tierd_stop(&d);
+    unlink(cfg);
+}
+
 /* Each tenant's blocks survive a restart in its own folder, and only
  * there. */
 Test(tenants, each_tenant_has_its_own_disk)

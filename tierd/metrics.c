@@ -60,7 +60,7 @@ static const char *const op_name[KVT_OP_MAX_] = {
     [KVT_OP_REMOVE] = "remove",         [KVT_OP_STATS] = "stats",
     [KVT_OP_HOT_ATTACH] = "hot_attach", [KVT_OP_NS_LIST] = "ns_list",
     [KVT_OP_WHY] = "why",               [KVT_OP_FLUSH] = "flush",
-    [KVT_OP_PURGE] = "purge",
+    [KVT_OP_PURGE] = "purge",           [KVT_OP_UNPIN] = "unpin",
 };
 
 struct hist {
@@ -424,6 +424,8 @@ static void page(struct buf *b, const struct metrics *m)
     one(b, "kvtier_get_deadline_misses_total", "counter",
         "Gets answered short because their deadline passed while reading the disk.",
         d->get_deadline_misses);
+    one(b, "kvtier_pins_expired_total", "counter",
+        "Pinning lookups' holds that expired before an unpin released them.", d->pins_expired);
     family(b, "kvtier_tenant_clients_connected", "gauge", "Client sessions open per tenant.");
     for (uint32_t i = 0; i < d->ntenants; i++)
         put(b, "kvtier_tenant_clients_connected{tenant=\"%s\"} %u\n", d->tenants[i].name,

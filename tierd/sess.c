@@ -37,6 +37,21 @@ struct lease {
     uint32_t *ids; /* store entry ids, owned */
 };
 
+/* A pinning lookup's hold on blocks (tier_pin), for a get by any session of
+ * the tenant: an engine's scheduler looks up and pins, its workers load. */
+struct pin {
+    uint64_t id;        /* the owner's session id << 32 | a count: found from the id */
+    uint64_t expire_ms; /* CLOCK_MONOTONIC ms */
+    uint64_t bytes;     /* counted in the owner's pin quota */
+    uint32_t n, cap;
+    uint32_t *ids;      /* store entry ids, owned */
+};
+
+/* Pins a client may hold at once; their blocks at most a quarter of its
+ * tenant's warm tier, so pins never crowd out the puts they wait for. */
+#define SESS_PINS_MAX 256
+#define PIN_QUOTA_SHARE 4
+
 /* A get waiting for blocks on their way from disk, or a durable commit
  * waiting for its writes. A client has at most one request outstanding, so
  * one per session. */
@@ -81,6 +96,10 @@ struct sess {
     size_t resv_live;          /* ids left after the last prune (>= 32) */
     struct lease *lease;       /* outstanding leases; linear search, few per client */
     size_t nlease, lease_cap;
+    struct pin *pins;          /* pinning lookups' holds; linear search, few per client */
+    size_t npin, pin_cap;
+    uint64_t pinned_bytes;     /* the pins' blocks, against the quota */
+    uint32_t pin_seq;
     struct pending pend;       /* a get waiting for the disk (or the remote tier) */
     bool remote_tried;         /* re-running a request the remote tier answered */
     bool flush_wait;           /* a FLUSH waits for the store's flush to end */
@@ -176,6 +195,11 @@ static void sess_close(struct sess *s)
         back += s->lease[i].n;
         free(s->lease[i].ids);
     }
+    for (size_t i = 0; i < s->npin; i++) {
+        tier_release(store, s->pins[i].ids, s->pins[i].n, true);
+        back += s->pins[i].n;
+        free(s->pins[i].ids);
+    }
     if (store)
         back += tier_abort_ids(store, s->id, s->resv, s->nresv);
     if (back && d->verbose)
@@ -200,6 +224,7 @@ static void sess_close(struct sess *s)
     if (s->t)
         s->t->clients--;
     free(s->lease);
+    free(s->pins);
     free(s->resv);
     free(s);
 }
@@ -488,6 +513,7 @@ struct kreq {
     uint32_t deadline_ms;
     uint64_t block_bytes;
     const struct tier_key *parent; /* NULL: none */
+    uint64_t pin_id;               /* KVT_WIRE_KF_PIN: the pin to extend (0: a new one) */
     const struct tier_key *keys;
 };
 
@@ -551,8 +577,35 @@ void sess_on_remote(void *ctx, void *waiter, int count)
         sess_close(s); /* the client stopped reading */
 }
 
-/* Answer every get whose deadline passed, re-arm for the next. O(sessions)
- * per expiry. */
+/* Release pin i of s (the last pin takes its place). */
+static void pin_drop(struct sess *s, size_t i)
+{
+    struct pin *p = &s->pins[i];
+
+    tier_release(s->t->store, p->ids, p->n, false);
+    s->pinned_bytes -= p->bytes;
+    free(p->ids);
+    *p = s->pins[--s->npin];
+}
+
+/* The session holding pin id, if it is of tenant t; *at: the pin's index. */
+static struct sess *pin_owner(const struct tenant *t, uint64_t id, size_t *at)
+{
+    for (struct sess *o = all_sessions; o; o = o->next) {
+        if (o->id != (uint32_t)(id >> 32) || o->t != t)
+            continue;
+        for (size_t i = 0; i < o->npin; i++)
+            if (o->pins[i].id == id) {
+                *at = i;
+                return o;
+            }
+        return NULL;
+    }
+    return NULL;
+}
+
+/* Answer every get whose deadline passed and release every pin that
+ * expired, re-arm for the next. O(sessions + pins) per expiry. */
 static void expire(uint64_t now)
 {
     uint64_t next = 0;
@@ -561,6 +614,16 @@ static void expire(uint64_t now)
     timer_at_ms = 0;
     for (s = all_sessions; s; s = nx) {
         nx = s->next;
+        for (size_t i = 0; i < s->npin;) {
+            if (s->pins[i].expire_ms <= now) {
+                s->d->pins_expired++;
+                pin_drop(s, i); /* the last pin moved into i */
+                continue;
+            }
+            if (!next || s->pins[i].expire_ms < next)
+                next = s->pins[i].expire_ms;
+            i++;
+        }
         if (!s->pend.active || !s->pend.deadline_ms)
             continue;
         if (s->pend.deadline_ms <= now && s->pend.remote) {
@@ -626,7 +689,7 @@ static int parse_keys(struct sess *s, const uint8_t *body, uint32_t len, struct 
     if (r.n > KVT_BATCH_MAX)
         return -E2BIG;
     want = sizeof(r) + (r.flags & KVT_WIRE_KF_PARENT ? KVT_KEY_BYTES : 0) +
-           (size_t)r.n * KVT_KEY_BYTES;
+           (r.flags & KVT_WIRE_KF_PIN ? sizeof(uint64_t) : 0) + (size_t)r.n * KVT_KEY_BYTES;
     if (len != want)
         return KVT_EPROTO;
     ns = tenant_ns_get(s->t, r.ns_id);
@@ -644,6 +707,11 @@ static int parse_keys(struct sess *s, const uint8_t *body, uint32_t len, struct 
     if (r.flags & KVT_WIRE_KF_PARENT) {
         k->parent = (const struct tier_key *)body;
         body += KVT_KEY_BYTES;
+    }
+    k->pin_id = 0;
+    if (r.flags & KVT_WIRE_KF_PIN) {
+        memcpy(&k->pin_id, body, sizeof(k->pin_id));
+        body += sizeof(k->pin_id);
     }
     k->keys = (const struct tier_key *)body;
     return 0;
@@ -873,6 +941,69 @@ static int commit_durable(struct sess *s, const struct kvt_wire_hdr *h, const st
     return 0;
 }
 
+/* Pin the first `local` keys of a pinning lookup, as far as the client's
+ * quota goes: a new pin, or k->pin_id extended (a longer chain's next
+ * batch), held k->deadline_ms from now. 0 and *out, or the error. */
+static int pin_run(struct sess *s, const struct kreq *k, uint32_t local,
+                   struct kvt_wire_pin_rep *out)
+{
+    uint64_t quota = s->t->warm_bytes / PIN_QUOTA_SHARE, hold = k->deadline_ms;
+    uint64_t room = quota > s->pinned_bytes ? (quota - s->pinned_bytes) / k->block_bytes : 0;
+    size_t at = s->npin;
+    struct pin *p;
+    uint32_t want = local < room ? local : (uint32_t)room, got;
+
+    if (!hold)
+        hold = KVT_WIRE_PIN_DEFAULT_MS;
+    if (hold > KVT_WIRE_PIN_MAX_MS)
+        return -EINVAL;
+    if (k->pin_id) {
+        /* only the client's own pin grows, and only while it holds */
+        if (pin_owner(s->t, k->pin_id, &at) != s)
+            return -ENOENT;
+    } else {
+        if (s->npin == SESS_PINS_MAX)
+            return -EBUSY;
+        if (s->npin == s->pin_cap) {
+            size_t cap = s->pin_cap ? s->pin_cap * 2 : 4;
+            struct pin *np = realloc(s->pins, cap * sizeof(*np));
+
+            if (!np)
+                return -ENOMEM;
+            s->pins = np;
+            s->pin_cap = cap;
+        }
+        s->pins[at] = (struct pin){ .id = (uint64_t)s->id << 32 | ++s->pin_seq };
+    }
+    p = &s->pins[at];
+    if (want && p->n + want > p->cap) {
+        uint32_t *ids = realloc(p->ids, (p->n + want) * sizeof(*ids));
+
+        if (!ids)
+            return -ENOMEM; /* a new pin is not counted yet: nothing to undo */
+        p->ids = ids;
+        p->cap = p->n + want;
+    }
+    got = (uint32_t)tier_pin(s->t->store, k->ns_id, k->block_bytes, k->keys, want,
+                             k->flags & KVT_WIRE_KF_PROMOTE ? TIER_GET_PROMOTE : 0,
+                             p->ids + p->n);
+    p->n += got;
+    p->bytes += (uint64_t)got * k->block_bytes;
+    s->pinned_bytes += (uint64_t)got * k->block_bytes;
+    p->expire_ms = tierd_now_ms() + hold;
+    if (at == s->npin && p->n == 0) {
+        free(p->ids); /* nothing held: no pin */
+        *out = (struct kvt_wire_pin_rep){ .hold_ms = (uint32_t)hold };
+        return 0;
+    }
+    if (at == s->npin)
+        s->npin++;
+    arm_timer(p->expire_ms);
+    *out = (struct kvt_wire_pin_rep){ .pin_id = p->id, .pinned = got,
+                                      .hold_ms = (uint32_t)hold };
+    return 0;
+}
+
 /* A lookup's answer: hits keys in a leading run, remote_hits of them on
  * the remote tier (tiers_buf holds each key's tier). */
 static int lookup_done(struct sess *s, const struct kvt_wire_hdr *h, const struct kreq *k,
@@ -885,6 +1016,20 @@ static int lookup_done(struct sess *s, const struct kvt_wire_hdr *h, const struc
     /* why the keys after the run missed: no counters, the lookup counted */
     tier_miss_why(t, k->ns_id, k->keys + hits, k->n - hits, &why);
     count_lookup(s, k->ns_id, k->n, hits, &why);
+    if (k->flags & KVT_WIRE_KF_PIN) {
+        struct {
+            struct kvt_wire_lookup_rep l;
+            struct kvt_wire_pin_rep p;
+        } both = { .l = rep };
+        /* the remote's run is not in the store yet: pinned are the local hits */
+        int rc = pin_run(s, k, hits - remote_hits, &both.p);
+
+        if (rc < 0)
+            return reply_err(s, h, rc);
+        if (remote_hits)
+            tier_get_remote(t, k->ns_id, k->block_bytes, k->keys, hits, NULL);
+        return reply(s, h, 0, &both, sizeof(both), tiers_buf, k->n, -1);
+    }
     if ((k->flags >> 8) & KVT_LOOKUP_PREFETCH) {
         tier_prefetch(t, k->ns_id, k->block_bytes, k->keys, hits,
                       k->flags & KVT_WIRE_KF_PROMOTE ? TIER_GET_PROMOTE : 0);
@@ -941,6 +1086,8 @@ static int do_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *
     /* hot slots only for a client that mapped the hot pool */
     if ((k.flags & (KVT_WIRE_KF_HOT | KVT_WIRE_KF_PROMOTE)) && !s->hot)
         return reply_err(s, h, KVT_EPROTO);
+    if ((k.flags & KVT_WIRE_KF_PIN) && h->op != KVT_OP_LOOKUP)
+        return reply_err(s, h, KVT_EPROTO); /* only lookups pin */
     switch (h->op) {
     case KVT_OP_LOOKUP: {
         uint32_t hits = (uint32_t)tier_lookup(t, k.ns_id, k.keys, k.n, tiers_buf);
@@ -1031,6 +1178,22 @@ static int do_release(struct sess *s, const struct kvt_wire_hdr *h, const uint8_
     }
     s->d->proto_errors++; /* a lease that is not ours: counted, even unanswered */
     return reply_err(s, h, -ENOENT);
+}
+
+static int do_unpin(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body)
+{
+    struct kvt_wire_unpin_req r;
+    struct sess *o;
+    size_t at;
+
+    if (h->body_len != sizeof(r))
+        return reply_err(s, h, KVT_EPROTO);
+    memcpy(&r, body, sizeof(r));
+    o = pin_owner(s->t, r.pin_id, &at);
+    if (!o)
+        return reply_err(s, h, -ENOENT); /* expired, released, or no pin of this tenant */
+    pin_drop(o, at);
+    return reply(s, h, 0, NULL, 0, NULL, 0, -1);
 }
 
 static int do_stats(struct sess *s, const struct kvt_wire_hdr *h)
@@ -1131,6 +1294,8 @@ static int handle(struct sess *s, size_t len)
         return do_keys(s, &h, body);
     case KVT_OP_RELEASE:
         return do_release(s, &h, body);
+    case KVT_OP_UNPIN:
+        return do_unpin(s, &h, body);
     case KVT_OP_STATS:
         return h.body_len ? reply_err(s, &h, KVT_EPROTO) : do_stats(s, &h);
     case KVT_OP_HOT_ATTACH:

@@ -90,6 +90,7 @@ struct tierd {
     uint64_t start_ms;        /* CLOCK_MONOTONIC at start */
     uint64_t proto_errors;    /* malformed messages seen */
     uint64_t get_deadline_misses; /* gets answered short at their deadline */
+    uint64_t pins_expired;    /* pins released at their deadline, not by a client */
     uint32_t refused;         /* connections refused: no tenant admits the peer */
     gid_t socket_gid;         /* config's socket_group ((gid_t)-1: none) */
     struct tierd_remote remote; /* every tenant's remote tier (each its own connections) */
