@@ -567,6 +567,16 @@ static uint32_t pick_victim(struct tier *t)
     return best;
 }
 
+/* The oldest warm leaf already on disk, of any class. O(classes). */
+static uint32_t pick_clean(struct tier *t)
+{
+    uint32_t best = TIER_NONE, age = 0;
+
+    for (int c = 0; c < TIER_RAM_CLASSES; c++)
+        older(t, &t->lru[c][CLEAN], &best, &age);
+    return best;
+}
+
 /* The victim for hot's watermarks: the oldest hot leaf. O(classes). */
 static uint32_t pick_hot_victim(struct tier *t)
 {
@@ -1332,7 +1342,7 @@ size_t tier_maintain(struct tier *t)
         return n;
     while ((t->warm_draining && tier_ram_used(t->ram) - t->demoting_bytes > t->low_bytes) ||
            wanted > 0) {
-        uint32_t v = pick_victim(t);
+        uint32_t v = pick_victim(t), clean;
         /* only a put's want drives it: written and kept (clean), so the put
          * takes exactly the room it needs; past the watermarks, written and
          * evicted */
@@ -1357,6 +1367,14 @@ size_t tier_maintain(struct tier *t)
         rc = below ? demote_for(t, v, false, NULL) : demote(t, v);
         if (rc == -EBUSY)
             break;
+        if (rc == -ENOSPC && (clean = pick_clean(t)) != TIER_NONE) {
+            /* the disk is full of what it cannot evict: a block on disk
+             * leaving warm loses nothing and may give the disk a leaf to
+             * evict, so that goes before anything is dropped */
+            leave_warm(t, clean);
+            n++;
+            continue;
+        }
         if (rc < 0) {
             /* the disk is full of what it cannot evict, or failed: drop
              * what nothing depends on (this leaf, else the oldest other that
@@ -1880,6 +1898,16 @@ static void drop_reserved(struct tier *t, uint32_t id)
     forget(t, id, false); /* and durable commits that deduplicated against it fail */
 }
 
+/* Whether a is id or below it (a chain cannot run through itself: a key
+ * named as its own ancestor is bad input, and is not linked). O(depth). */
+static bool descends(const struct tier *t, uint32_t a, uint32_t id)
+{
+    for (; a != TIER_NONE; a = idx_at(t->idx, a)->parent)
+        if (a == id)
+            return true;
+    return false;
+}
+
 /* Reserve one absent (or ghost) key under parent p. */
 static int reserve_one(struct tier *t, uint32_t ns, int cls, bool hot, uint32_t owner,
                        uint32_t p, const struct tier_key *key, uint32_t ghost,
@@ -1893,6 +1921,18 @@ static int reserve_one(struct tier *t, uint32_t ns, int cls, bool hot, uint32_t 
         rc = idx_insert(t->idx, ns, key, &id);
         if (rc < 0)
             return rc;
+        set_parent(t, id, p);
+    } else if (p != TIER_NONE && idx_at(t->idx, id)->parent != p && !descends(t, p, id)) {
+        /* a ghost stood for the key with another parent or none (the
+         * absent start of a chain put first, a block whose parent never
+         * reached the disk): the block hangs under p now, or p could leave
+         * before it and leaf-first would not hold (put with no parent, as
+         * a sliding window's are, it keeps the link it had) */
+        uint32_t old = idx_at(t->idx, id)->parent;
+
+        idx_at(t->idx, id)->parent = TIER_NONE;
+        if (old != TIER_NONE)
+            child_gone(t, old, false);
         set_parent(t, id, p);
     }
     e = idx_at(t->idx, id);

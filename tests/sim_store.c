@@ -36,9 +36,12 @@ static void run_seeds(uint64_t first, int n, bool faults)
                      (unsigned long long)o.seed, faults ? " with faults" : "", r.failure,
                      (unsigned long long)o.seed, (unsigned long long)r.steps + 1,
                      faults ? " FAULTS=1" : "");
-        if (o.steps >= 10000) /* (memcheck's short runs may see none) */
+        if (o.steps >= 10000) { /* (memcheck's short runs may see none) */
             cr_assert_gt(r.crashes, 0, "seed %llu: no crash in %llu steps",
                      (unsigned long long)o.seed, (unsigned long long)r.steps);
+            cr_assert_gt(r.pins_checked, 0, "seed %llu: no pinned run was got",
+                         (unsigned long long)o.seed);
+        }
     }
 }
 

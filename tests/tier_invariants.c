@@ -174,3 +174,40 @@ Test(tier_invariants, a_key_equal_to_its_absent_parent_keeps_its_entry)
     cr_assert_eq(tier_check(t, why, sizeof(why)), 0, "%s", why);
     tier_destroy(t);
 }
+
+/* Found by the simulation once pins changed its schedule: a put of a key
+ * that a ghost stood for (here the absent parent of a block put first)
+ * reused the ghost and kept its link (none), so the block's real parent
+ * counted as a leaf and was evicted before it, leaving it and its child
+ * unreachable. Leaf-first: a parent never leaves before its children. */
+Test(tier_invariants, a_ghost_put_under_its_parent_hangs_under_it)
+{
+    /* no watermarks: each put makes room for itself, one oldest leaf at a time */
+    struct tier_cfg cfg = { .warm_bytes = 4u << 20, .high_wm = 1.0, .low_wm = 1.0 };
+    struct tier *t = NULL;
+    struct tier_key k[3], f; /* P, K, C */
+    uint32_t ids[1];
+    uint64_t offs[1];
+    char why[256];
+
+    cr_assert_eq(tier_create(&cfg, &t), 0);
+    t_keys((kvt_key *)k, 3, 11);
+    cr_assert_eq(tier_reserve(t, 1, 65536, 1, NULL, &k[0], 1, ids, offs), 1);
+    cr_assert_eq(tier_reserve(t, 1, 65536, 1, &k[1], &k[2], 1, ids, offs), 1); /* K: a ghost */
+    cr_assert_eq(tier_reserve(t, 1, 65536, 1, &k[0], &k[1], 1, ids, offs), 1); /* K under P */
+    cr_assert_eq(tier_commit(t, 1, 65536, 1, k, 3), 3);
+    for (uint64_t i = 0; i < 128; i++) {
+        uint8_t tiers[3];
+
+        t_keys((kvt_key *)&f, 1, 1000 + i);
+        cr_assert_eq(tier_reserve(t, 1, 65536, 1, NULL, &f, 1, ids, offs), 1);
+        cr_assert_eq(tier_commit(t, 1, 65536, 1, &f, 1), 1);
+        tier_lookup(t, 1, k, 3, tiers);
+        if (tiers[0] == TIER_L_NONE)
+            cr_assert(tiers[1] == TIER_L_NONE && tiers[2] == TIER_L_NONE,
+                      "P was evicted after %llu puts while K (%u) or C (%u) stays",
+                      (unsigned long long)i, tiers[1], tiers[2]);
+        cr_assert_eq(tier_check(t, why, sizeof(why)), 0, "%s", why);
+    }
+    tier_destroy(t);
+}

@@ -284,3 +284,38 @@ Test(review, a_chain_of_blocks_not_on_disk_can_be_extended)
     tier_abort(r.t, 1, 1, k + FIRST, MORE);
     rig_close(&r);
 }
+
+/* Found by the simulation once pins changed its schedule: the disk full of
+ * blocks still in warm too (so none it could evict), the mover dropped the
+ * oldest blocks not on disk, though a block on disk leaving warm loses
+ * nothing and gives the disk a leaf to evict for them. */
+Test(review, blocks_on_disk_leave_warm_before_any_is_dropped)
+{
+    static char A;
+    struct rig r;
+    struct tier_key d[4] = { K(1, 1), K(1, 2), K(1, 3), K(1, 4) };
+    struct tier_key a[4] = { K(2, 1), K(2, 2), K(2, 3), K(2, 4) };
+    struct tier_stats st;
+    uint32_t ids[4], pend;
+
+    rig_open(&r, 2u << 20, 4 * BLK, 4, 0, 0.9, 0.5); /* 8 warm slots, 4 on disk */
+    for (int i = 0; i < 3; i++) { /* the oldest: not on disk */
+        put1(&r, 1, d[i]);
+        cr_assert_eq(tier_commit(r.t, 1, BLK, 1, &d[i], 1), 1);
+    }
+    for (int i = 0; i < 4; i++) /* then four that fill the disk, and stay in warm */
+        put1(&r, 2, a[i]);
+    cr_assert_eq(tier_commit_durable(r.t, 1, BLK, 2, a, 4, &A, ids, &pend), 4);
+    disk_all(&r);
+    cr_assert_eq(cbs_of(&r, &A), 4, "the four are durable");
+    put1(&r, 1, d[3]); /* warm over its high watermark */
+    cr_assert_eq(tier_commit(r.t, 1, BLK, 1, &d[3], 1), 1);
+    tier_maintain(r.t);
+    disk_all(&r);
+    check(&r);
+    tier_stats_get(r.t, &st);
+    cr_assert_eq(st.dropped, 0, "%llu blocks dropped while blocks on disk could leave warm",
+                 (unsigned long long)st.dropped);
+    cr_assert_gt(st.evictions[TIER_L_COLD], 0, "the disk made room");
+    rig_close(&r);
+}

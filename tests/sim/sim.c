@@ -85,9 +85,17 @@ struct lease {
     uint64_t xx[LEN];
 };
 
+struct pin {        /* a pinning lookup's hold (tier_pin) */
+    bool on;
+    bool excused;       /* removed, purged or a disk fault since: may be gone */
+    int ns, c, n;       /* positions 0..n-1 of chain c */
+    uint32_t ids[LEN];
+};
+
 struct client {
     uint32_t owner;
     struct resv r;
+    struct pin pin;
     struct lease l[NLEASE];
     int waiting;        /* -1: nothing; 0..NLEASE-1: a get's lease; NLEASE: a durable commit */
     bool dcall;         /* inside tier_commit_durable: callbacks counted, not finished */
@@ -126,6 +134,7 @@ struct world {
     uint64_t fault_at;   /* step + 1 of the last fault injected (0: none) */
     char trace[TRACE][160];
     int watch[3];        /* SIM_WATCH=ns/c/p: print that key's changes (debugging) */
+    bool trace_all;      /* SIM_TRACE set: print every step */
     bool wpresent;
     uint8_t wlevel;
     char why[400];
@@ -204,6 +213,8 @@ static void note(struct world *w, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line + k, sizeof(w->trace[0]) - (size_t)k, fmt, ap);
     va_end(ap);
+    if (w->trace_all) /* SIM_TRACE=1: every step as it runs (debugging) */
+        fprintf(stderr, "%s\n", line);
 }
 
 static void fail(struct world *w, const char *fmt, ...)
@@ -571,6 +582,28 @@ static void check_keys(struct world *w)
         }
 }
 
+/* A pinned block stays in the store (some tier) until its pin goes, unless
+ * it was removed or purged, or a disk fault may have cost its read. */
+static void check_pins(struct world *w)
+{
+    for (int ci = 0; ci < NCLIENT; ci++) {
+        struct pin *pn = &w->cl[ci].pin;
+        struct tier_story s;
+
+        if (!pn->on || pn->excused)
+            continue;
+        for (int p = 0; p < pn->n; p++) {
+            story(w, pn->ns, pn->c, p, &s);
+            if (!s.present) {
+                fail(w, "block %d/%d/%d left the store while client %u pins it (event %u "
+                        "from level %u)", pn->ns, pn->c, p, w->cl[ci].owner, s.event,
+                     s.event_level);
+                return;
+            }
+        }
+    }
+}
+
 static void check_all(struct world *w)
 {
     char why[256];
@@ -582,6 +615,8 @@ static void check_all(struct world *w)
         return;
     }
     check_holds(w);
+    if (!w->failed)
+        check_pins(w);
     if (!w->failed)
         check_keys(w);
 }
@@ -605,6 +640,7 @@ static unsigned held_slots(struct world *w)
         for (int li = 0; li < NLEASE; li++)
             n += cl->l[li].on ? (unsigned)cl->l[li].n : 0;
         n += cl->r.on ? (unsigned)cl->r.n : 0;
+        n += cl->pin.on ? (unsigned)cl->pin.n : 0;
     }
     return n;
 }
@@ -848,8 +884,8 @@ static void settle_all(struct world *w)
 
 /* A get of the leading run of chain c (flags TIER_GET_*). expect >= 0: a
  * lookup just found that many, and nothing should cut the get short. */
-static void get_run(struct world *w, struct client *cl, int ns, int c, int n, unsigned flags,
-                    int expect)
+static int get_run(struct world *w, struct client *cl, int ns, int c, int n, unsigned flags,
+                   int expect)
 {
     struct tier_key k[LEN];
     struct lease *l = NULL;
@@ -862,7 +898,7 @@ static void get_run(struct world *w, struct client *cl, int ns, int c, int n, un
             break;
         }
     if (!l || cl->waiting >= 0)
-        return;
+        return -1;
     memset(l, 0, sizeof(*l));
     keys_of(ns, c, 0, n, k);
     l->ns = ns;
@@ -878,7 +914,7 @@ static void get_run(struct world *w, struct client *cl, int ns, int c, int n, un
         cl->waiting = -1;
         if (rc != -EINVAL)
             fail(w, "get failed with %d", rc);
-        return;
+        return -1;
     }
     l->on = true;
     l->n = rc;
@@ -890,11 +926,11 @@ static void get_run(struct world *w, struct client *cl, int ns, int c, int n, un
         l->ver[i] = m->ver;
         if (!m->may || m->ver == 0) {
             fail(w, "get handed out block %d/%d/%d, which the model says is gone", ns, c, i);
-            return;
+            return -1;
         }
         if (l->tiers[i] == TIER_L_HOT && !(flags & TIER_GET_HOT)) {
             fail(w, "a plain get was handed a hot slot for %d/%d/%d", ns, c, i);
-            return;
+            return -1;
         }
         if (!tier_ready(w->t, l->h[i])) {
             notready++;
@@ -905,13 +941,13 @@ static void get_run(struct world *w, struct client *cl, int ns, int c, int n, un
                       &l->xx[i])) {
             fail(w, "get handed out block %d/%d/%d with the wrong bytes (version %u, %s)", ns,
                  c, i, l->ver[i], l->tiers[i] == TIER_L_HOT ? "hot" : "warm");
-            return;
+            return -1;
         }
     }
     if (notready != pend) {
         fail(w, "get of %d/%d: %u leased blocks are not ready, but %u are pending (a lease "
                 "that never becomes ready)", ns, c, notready, pend);
-        return;
+        return -1;
     }
     if (pend == 0)
         finish_get(w, cl, l);
@@ -929,6 +965,7 @@ static void get_run(struct world *w, struct client *cl, int ns, int c, int n, un
                 "(the next: present %d level %u on disk %d leases %u)", ns, c, expect, rc,
              s.present, s.level, s.on_disk, s.leases);
     }
+    return rc;
 }
 
 static void op_get(struct world *w, struct client *cl, unsigned flags)
@@ -973,6 +1010,76 @@ static void op_prefetch(struct world *w)
                        chance(w, 30) ? TIER_GET_PROMOTE : 0));
 }
 
+static void unpin(struct world *w, struct client *cl)
+{
+    if (cl->pin.on)
+        tier_release(w->t, cl->pin.ids, (size_t)cl->pin.n, false);
+    cl->pin.on = false;
+}
+
+/* A scheduler's pinning lookup: the leading run held (its disk blocks read
+ * into warm) until unpinned; one pin per client, the last replaced. */
+static void op_pin(struct world *w, struct client *cl)
+{
+    struct pin *pn = &cl->pin;
+    struct tier_key k[LEN];
+
+    unpin(w, cl);
+    memset(pn, 0, sizeof(*pn));
+    pn->ns = (int)rnd(w, NNS);
+    pn->c = (int)rnd(w, NCHAIN);
+    keys_of(pn->ns, pn->c, 0, LEN, k);
+    pn->n = (int)tier_pin(w->t, (uint32_t)ns_id(pn->ns), ns_blk[pn->ns], k, LEN,
+                          chance(w, 30) ? TIER_GET_PROMOTE : 0, pn->ids);
+    pn->on = pn->n > 0;
+    note(w, "client %u pin %d/%d -> %d", cl->owner, pn->ns, pn->c, pn->n);
+}
+
+static void op_unpin(struct world *w, struct client *cl)
+{
+    if (!cl->pin.on)
+        return;
+    note(w, "client %u unpin %d/%d", cl->owner, cl->pin.ns, cl->pin.c);
+    unpin(w, cl);
+}
+
+/* A worker's get of what some client pinned: every pinned block in memory
+ * (warm, or hot read in place) is leased, whatever happened since. */
+static void op_pin_get(struct world *w, struct client *cl)
+{
+    struct pin *pn = &w->cl[rnd(w, NCLIENT)].pin;
+    struct tier_key k[LEN];
+    uint8_t tiers[LEN];
+    int inmem = 0, rc;
+
+    if (!pn->on || cl->waiting >= 0)
+        return;
+    keys_of(pn->ns, pn->c, 0, pn->n, k);
+    tier_lookup(w->t, (uint32_t)ns_id(pn->ns), k, (size_t)pn->n, tiers);
+    while (inmem < pn->n && (tiers[inmem] == TIER_L_WARM || tiers[inmem] == TIER_L_HOT))
+        inmem++;
+    rc = get_run(w, cl, pn->ns, pn->c, pn->n, TIER_GET_HOT, -1);
+    if (w->failed || rc < 0)
+        return;
+    if (rc < inmem && !pn->excused) {
+        fail(w, "get of pinned %d/%d leased %d blocks, but %d pinned ones are in memory",
+             pn->ns, pn->c, rc, inmem);
+        return;
+    }
+    w->res->pins_checked++;
+}
+
+/* Pins whose blocks a removal, a purge or a disk fault may take. */
+static void excuse_pins(struct world *w, int ns, int c)
+{
+    for (int ci = 0; ci < NCLIENT; ci++) {
+        struct pin *pn = &w->cl[ci].pin;
+
+        if (pn->on && (ns < 0 || (pn->ns == ns && (c < 0 || pn->c == c))))
+            pn->excused = true;
+    }
+}
+
 /* A waiting get's deadline: keep the ready leading run, give back the rest. */
 static void op_give_up(struct world *w, struct client *cl)
 {
@@ -1011,6 +1118,7 @@ static void op_remove(struct world *w)
     struct tier_key k[LEN];
 
     keys_of(ns, c, first, LEN - first, k);
+    excuse_pins(w, ns, c);
     note(w, "remove %d/%d/%d.. -> %zu", ns, c, first,
          tier_remove(w->t, (uint32_t)ns_id(ns), k, (size_t)(LEN - first)));
 }
@@ -1019,6 +1127,7 @@ static void op_purge(struct world *w)
 {
     int ns = (int)rnd(w, NNS);
 
+    excuse_pins(w, ns, -1);
     note(w, "purge ns %d -> %d", ns, tier_purge_ns(w->t, (uint32_t)ns_id(ns)));
 }
 
@@ -1031,8 +1140,10 @@ static void client_die(struct world *w, struct client *cl, bool store_alive)
             tier_abort_ids(w->t, cl->owner, cl->r.ids, (size_t)cl->r.n);
         for (int li = 0; li < NLEASE; li++)
             release_lease(w, &cl->l[li], true);
+        unpin(w, cl);
     }
     memset(&cl->r, 0, sizeof(cl->r));
+    memset(&cl->pin, 0, sizeof(cl->pin));
     memset(cl->l, 0, sizeof(cl->l));
     cl->waiting = -1;
     cl->dcall = false;
@@ -1053,8 +1164,10 @@ static void op_disk(struct world *w, bool fault)
         tier_nvme_sim_complete(io, k, fault && j == 0 ? -EIO : 0);
     }
     w->faulted |= fault;
-    if (fault)
+    if (fault) {
         w->fault_at = w->step + 1;
+        excuse_pins(w, -1, -1); /* a pinned block's read may have failed */
+    }
     note(w, "disk: %u queued, completed some%s", q, fault ? " (the first with -EIO)" : "");
 }
 
@@ -1150,7 +1263,8 @@ static const struct weight weights[] = {
     { SIM_GET_PROMOTE, 2 }, { SIM_LOOKUP_GET, 5 }, { SIM_PREFETCH, 3 },  { SIM_GIVE_UP, 1 },
     { SIM_RELEASE, 12 },  { SIM_REMOVE, 1 },      { SIM_PURGE, 0 },      { SIM_FLUSH, 1 },
     { SIM_DIE, 0 },       { SIM_MAINTAIN, 10 },   { SIM_DISK, 16 },      { SIM_DISK_FAULT, 0 },
-    { SIM_POLL, 8 },      { SIM_CRASH, 0 },
+    { SIM_POLL, 8 },      { SIM_CRASH, 0 },       { SIM_PIN, 3 },        { SIM_UNPIN, 2 },
+    { SIM_PIN_GET, 3 },
 };
 
 /* Rare operations by their own odds per step (in 10000): they reset much. */
@@ -1225,6 +1339,9 @@ static void run_op(struct world *w, int op)
     case SIM_DISK_FAULT: op_disk(w, true); break;
     case SIM_POLL: note(w, "poll -> %d", tier_poll(w->t, false)); break;
     case SIM_CRASH: w->res->ops[op]++; op_crash(w); return;
+    case SIM_PIN: op_pin(w, cl); break;
+    case SIM_UNPIN: op_unpin(w, cl); break;
+    case SIM_PIN_GET: op_pin_get(w, cl); break;
     }
     w->res->ops[op]++;
     if (w->failed)
@@ -1288,6 +1405,7 @@ int sim_run(const struct sim_opts *o, struct sim_result *r)
     if (getenv("SIM_WATCH") &&
         sscanf(getenv("SIM_WATCH"), "%d/%d/%d", &w->watch[0], &w->watch[1], &w->watch[2]) == 3)
         w->watch[0]++;
+    w->trace_all = getenv("SIM_TRACE") != NULL;
     for (int i = 0; i < NCLIENT; i++) {
         w->cl[i].owner = (uint32_t)i + 1;
         w->cl[i].waiting = -1;

@@ -18,7 +18,8 @@
 #define SIM_OPS(X)                                                                         \
     X(RESERVE) X(RESERVE_HOT) X(FILL) X(COMMIT) X(COMMIT_DURABLE) X(ABORT) X(GET)          \
     X(GET_HOT) X(GET_PROMOTE) X(LOOKUP_GET) X(PREFETCH) X(GIVE_UP) X(RELEASE) X(REMOVE)    \
-    X(PURGE) X(FLUSH) X(DIE) X(MAINTAIN) X(DISK) X(DISK_FAULT) X(POLL) X(CRASH)
+    X(PURGE) X(FLUSH) X(DIE) X(MAINTAIN) X(DISK) X(DISK_FAULT) X(POLL) X(CRASH) X(PIN)      \
+    X(UNPIN) X(PIN_GET)
 
 enum sim_op {
 #define SIM_ENUM(n) SIM_##n,
@@ -39,6 +40,7 @@ struct sim_result {
     uint64_t steps;             /* steps run (up to and including a failing one) */
     uint64_t ops[SIM_OP_N];     /* operations run, by kind */
     uint64_t crashes, acked_durable, bytes_checked, leases_checked;
+    uint64_t pins_checked;      /* pinned runs got after a flood of other operations */
     char failure[512];          /* the first violation ("" when none) */
 };
 

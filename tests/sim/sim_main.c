@@ -80,6 +80,7 @@ int main(int argc, char **argv)
         sum.crashes += r.crashes;
         sum.acked_durable += r.acked_durable;
         sum.bytes_checked += r.bytes_checked;
+        sum.pins_checked += r.pins_checked;
         for (int k = 0; k < SIM_OP_N; k++)
             sum.ops[k] += r.ops[k];
         if (rc < 0) {
@@ -89,9 +90,10 @@ int main(int argc, char **argv)
     }
     el = now_s() - t0;
     printf("sim: %llu seeds, %llu steps in %.1f s (%.0f steps/s): %llu crashes, %llu durable "
-           "acks checked, %.1f GiB of bytes checked\n", runs, (unsigned long long)sum.steps, el,
-           (double)sum.steps / (el > 0 ? el : 1), (unsigned long long)sum.crashes,
-           (unsigned long long)sum.acked_durable, (double)sum.bytes_checked / (1u << 30));
+           "acks checked, %llu pinned runs got, %.1f GiB of bytes checked\n", runs,
+           (unsigned long long)sum.steps, el, (double)sum.steps / (el > 0 ? el : 1),
+           (unsigned long long)sum.crashes, (unsigned long long)sum.acked_durable,
+           (unsigned long long)sum.pins_checked, (double)sum.bytes_checked / (1u << 30));
     printf("sim: operations:");
     for (int k = 0; k < SIM_OP_N; k++)
         printf(" %s %llu", sim_op_name(k), (unsigned long long)sum.ops[k]);
