@@ -351,3 +351,22 @@ def test_offload_restore_past_batch_max(ns_factory):
     np.testing.assert_array_equal(dst[0][:, 8:], src[0][:, :n])
     ns.remove(keys[n - 10:])
     assert ns.restore(keys, kvtier.Layout.from_tensors(dst), range(n)) == n - 10
+
+
+def test_lookup_pin_and_unpin_by_another_client(tierd, ns_factory, client):
+    ns = ns_factory(4096)
+    keys = kvtier.hash_prompt(range(16 * 5), 16)
+    assert ns.put(keys[:3], [bytes([i]) * 4096 for i in range(3)]) == 3
+    base = client.stats()["leases_active"]
+    hits, pin_id, pinned = ns.lookup_pin(keys, hold_ms=5000)
+    assert (hits, pinned) == (3, 3) and pin_id != 0
+    assert client.stats()["leases_active"] == base + 3
+    # the worker's client, not the one that pinned, releases it
+    with kvtier.Client(tierd.sock) as other:
+        other.unpin(pin_id)
+        other.stats()          # after the unpin, on the same connection
+    assert client.stats()["leases_active"] == base
+    client.unpin(pin_id)       # released already: a no-op
+    assert ns.lookup_pin(keys[3:]) == (0, 0, 0)
+    with pytest.raises(kvtier.KvtierError):
+        ns.lookup_pin(keys, hold_ms=kvtier.PIN_MAX_MS + 1)

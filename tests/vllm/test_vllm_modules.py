@@ -289,3 +289,55 @@ def test_tierd_gone_is_a_miss_not_a_failure():
     w.start_load_kv(None)
     w.wait_for_save()
     assert w.get_block_ids_with_load_errors() == {1, 2}
+
+
+def test_a_hit_is_held_until_its_load(tmp_path):
+    """The window between lookup and load (issue 13): the scheduler counts a
+    hit, other requests flood kvtier (four times its warm tier, no disk),
+    and the worker still loads every block it was told of, byte for byte;
+    then the pin is gone. A prompt saved alongside, not looked up, is
+    evicted by the same flood."""
+    from conftest import Tierd
+    d = Tierd("--warm-bytes", "8M", "--no-cold")
+    cfg, kcc = fake_config(d.sock), fake_kv_cache_config()
+    toks, other = prompt(5 * BS + 7, 21), prompt(5 * BS + 7, 22)
+    s = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
+    w = vc.KvtierConnector(cfg, KVConnectorRole.WORKER, kcc)
+    kv_src, kv = cpu_cache(8), cpu_cache(8, fill=0)
+    w.register_kv_caches(kv_src)
+    keys = kvtier.hash_prompt(toks, BS, seed="0")
+    okeys = kvtier.hash_prompt(other, BS, seed="0")
+    w._ns.offload(keys, w._layout, [0, 1, 2, 3, 4])
+    w._ns.offload(okeys, w._layout, [0, 1, 2, 3, 4])
+    req = vllm_request(toks, "pinned")
+    assert s.get_num_new_matched_tokens(req, 0) == (5 * BS, False)
+    leased = s._client.stats()["leases_active"]
+    assert leased == 5, "the hit is pinned"
+    # asked again (not scheduled yet): pinned once, not twice
+    assert s.get_num_new_matched_tokens(req, 0) == (5 * BS, False)
+    assert s._client.stats()["leases_active"] == 5
+    flood = w._ns
+    for i in range(512):          # 16 MiB of other prompts' blocks
+        fk = kvtier.hash_prompt(prompt(BS, 1000 + i), BS, seed="0")
+        flood.put(fk, [bytes(flood.block_bytes)])
+    assert flood.lookup(okeys) < 5, "the flood should evict what is not pinned"
+    ids = [3, 5, 6, 1, 7, 0]
+    s.update_state_after_alloc(req, Blocks(ids), 5 * BS)
+    s._kv_cache_manager = SimpleNamespace(get_block_ids=lambda rid: (ids,))
+    meta = s.build_connector_meta(SimpleNamespace(num_scheduled_tokens={"pinned": 7}))
+    w.register_kv_caches(kv)
+    w.bind_connector_metadata(meta)
+    w.start_load_kv(None)
+    assert w.get_block_ids_with_load_errors() == set()
+    for name in kv:
+        for src, dst in zip([0, 1, 2, 3, 4], ids[:5]):
+            assert torch.equal(kv_src[name][src], kv[name][dst])
+    assert s._client.stats()["leases_active"] == 0, "the worker's load released the pin"
+    # a hit vLLM does not load is released by the scheduler at once
+    req2 = vllm_request(toks, "unloaded")
+    assert s.get_num_new_matched_tokens(req2, 0) == (5 * BS, False)
+    s.update_state_after_alloc(req2, Blocks(ids), 0)
+    assert s._client.stats()["leases_active"] == 0
+    for c in (s, w):
+        c.shutdown()
+    assert d.stop() == 0

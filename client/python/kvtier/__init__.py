@@ -31,6 +31,7 @@ BATCH_MAX = 1024
 TIER_NONE, TIER_HOT, TIER_WARM, TIER_COLD = 0, 1, 2, 3
 TIER_NAMES = ("none", "hot", "warm", "cold")
 LOOKUP_PREFETCH = 0x1
+PIN_MAX_MS = 60000  # KVT_PIN_MAX_MS: the longest hold a pin may ask
 COMMIT_DURABLE = 0x1
 MISS_CAUSES = ("never", "dropped", "evicted", "checksum", "io_error", "removed",
                "aborted", "writing", "broken")
@@ -71,6 +72,10 @@ class _Model(ctypes.Structure):
 
 class _Lease(ctypes.Structure):
     _fields_ = [("id", ctypes.c_uint64), ("n", ctypes.c_uint32)]
+
+
+class _Pin(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_uint64), ("n", ctypes.c_uint32), ("hold_ms", ctypes.c_uint32)]
 
 
 class _Layout(ctypes.Structure):
@@ -182,6 +187,9 @@ _ns_open = _proto("kvt_ns_open", _c_int, _vp, _P(_Model), _P(_vp))
 _ns_block_bytes = _proto("kvt_ns_block_bytes", ctypes.c_uint64, _vp)
 _ns_set_deadline = _proto("kvt_ns_set_deadline", None, _vp, ctypes.c_uint32)
 _lookup = _proto("kvt_lookup", _c_int, _vp, _KP, _sz, _c_uint, _P(ctypes.c_uint8))
+_lookup_pin = _proto("kvt_lookup_pin", _c_int, _vp, _KP, _sz, ctypes.c_uint32, _P(_Pin),
+                     _P(ctypes.c_uint8))
+_unpin = _proto("kvt_unpin", _c_int, _vp, _P(_Pin))
 _reserve = _proto("kvt_put_reserve", _c_int, _vp, _KP, _KP, _sz, _P(_vp))
 _commit_flags = _proto("kvt_put_commit_flags", _c_int, _vp, _KP, _sz, _c_uint)
 _abort = _proto("kvt_put_abort", _c_int, _vp, _KP, _sz)
@@ -480,6 +488,14 @@ class Client:
                    "kvt_ns_open(%s)" % model_id)
         return Namespace(self, h)
 
+    def unpin(self, pin_id):
+        """Release a pin (kvt_unpin) that Namespace.lookup_pin returned, to this
+        client or another of the tenant; an expired or released one (or 0) is
+        a no-op."""
+        pin = _Pin(int(pin_id))
+        with self.lock:
+            _check(_unpin(self._handle(), ctypes.byref(pin)), "kvt_unpin")
+
     def stats(self):
         """tierd's counters as a dict; 'tier' is a dict of per-tier dicts."""
         s = _Stats()
@@ -613,6 +629,17 @@ class Namespace:
             hit = _check(_lookup(self._handle(), arr, n, LOOKUP_PREFETCH if prefetch else 0, t),
                          "kvt_lookup")
         return (hit, list(t)[:n]) if tiers else hit
+
+    def lookup_pin(self, keys, hold_ms=0):
+        """Pinning lookup (kvt_lookup_pin): (hits, pin_id, pinned), the first
+        `pinned` hits held for hold_ms (0: 10 s) until Client.unpin(pin_id),
+        by this client or another of the tenant (pin_id 0: nothing held)."""
+        arr, n = _keys(keys)
+        pin = _Pin()
+        with self.client.lock:
+            hit = _check(_lookup_pin(self._handle(), arr, n, hold_ms, ctypes.byref(pin), None),
+                         "kvt_lookup_pin")
+        return hit, pin.id, pin.n
 
     def reserve(self, keys, parent=None):
         """Reserve slots for keys (kvt_put_reserve): a Reservation whose views

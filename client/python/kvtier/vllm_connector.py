@@ -13,16 +13,20 @@ Load it with vLLM's standard option:
 How vLLM's calls map onto kvtier:
   - keys: vLLM's own block hashes (request.block_hashes, sha256_cbor) are the
     kvtier keys, byte for byte; kvtier computes nothing.
-  - scheduler side: get_num_new_matched_tokens is a kvt_lookup of the
-    request's hashes (the shortest hit over every tensor-parallel rank's
-    namespace); update_state_after_alloc records which new engine blocks
-    receive the hit; build_connector_meta hands the worker that load plan and
+  - scheduler side: get_num_new_matched_tokens is a pinning lookup
+    (kvt_lookup_pin) of the request's hashes in every tensor-parallel rank's
+    namespace, and the hit is the shortest run held: what vLLM is told it
+    will find stays in kvtier, whatever else is put, until the worker loads
+    it (the pins expire after pin_ms if it never does); update_state_after_alloc
+    records which new engine blocks receive the hit and hands the pins to
+    the load (or releases them when vLLM loads nothing); build_connector_meta hands the worker that load plan and
     the blocks that become full and computed during the step (to save);
     request_finished forgets the request (saves are synchronous, so its
     blocks may be freed at once).
   - worker side: register_kv_caches describes vLLM's per-layer KV tensors as
     a kvk_layout (data pointers and strides); start_load_kv restores every
-    planned block by kvt_restore (lease + scatter, all layers at once);
+    planned block by kvt_restore (lease + scatter, all layers at once),
+    then releases its namespace's pin;
     save_kv_layer has nothing to do per layer, wait_for_save offloads the
     step's new full blocks by kvt_offload (gather + put) before the step
     ends; get_finished has nothing pending to report, and blocks a restore
@@ -70,6 +74,8 @@ class _Load:
     req_id: str
     keys: list          # 32-byte keys, in chain order
     block_ids: list     # engine blocks that receive them
+    pins: list = field(default_factory=list)  # the lookup's pin per namespace
+    #                     (stage-major, then rank; 0: none): each worker unpins its own
 
 
 @dataclass
@@ -96,6 +102,7 @@ class _ReqState:
     hit_blocks: int = 0       # blocks kvtier holds, from the last query
     saved_blocks: int = 0     # leading blocks handed to the workers to save
     pending_load: _Load | None = None   # planned by update_state_after_alloc
+    pins: list = field(default_factory=list)  # the last lookup's pins, until a load takes them
 
 
 def check_vllm_config(vllm_config):
@@ -311,6 +318,12 @@ class KvtierConnector(KVConnectorBase_V1):
             raise KvtierConfigError("kvtier: needs vLLM's kv_cache_config")
         extra = getattr(self._kv_transfer_config, "kv_connector_extra_config", None) or {}
         self._socket = extra.get("socket") or None      # None: $KVTIER_SOCKET / default
+        # how long a hit stays pinned for its load: a request vLLM cannot
+        # schedule now is looked up (and pinned) again at its next try
+        self._pin_ms = int(extra.get("pin_ms", 10000))
+        if not 0 < self._pin_ms <= kvtier.PIN_MAX_MS:
+            raise KvtierConfigError("kvtier: pin_ms must be 1..%d, not %d"
+                                    % (kvtier.PIN_MAX_MS, self._pin_ms))
         self._client = kvtier.Client(self._socket)
         self._vllm = vllm_config
         tp_size = vllm_config.parallel_config.tensor_parallel_size
@@ -328,6 +341,7 @@ class KvtierConnector(KVConnectorBase_V1):
             self._reqs = {}
         else:
             rank, stage = _worker_ranks()
+            self._pin_at = stage * tp_size + rank   # this worker's pin in a load's list
             self._desc = namespace_desc(vllm_config, kv_cache_config, rank, stage)
             expect = stage_layers(vllm_config, group, stage, pp_size)
             if len(self._layer_names) != expect:
@@ -349,21 +363,39 @@ class KvtierConnector(KVConnectorBase_V1):
 
     # ---- scheduler side --------------------------------------------------
 
+    def _unpin(self, pins):
+        for pin_id in pins:
+            if pin_id:
+                try:
+                    self._client.unpin(pin_id)
+                except kvtier.KvtierError as e:
+                    log.warning("kvtier: unpin failed (the pin expires): %s", e)
+
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         keys = list(request.block_hashes)
         # vLLM computes at least the prompt's last token itself
         usable = min(len(keys), (request.num_tokens - 1) // self._block_size)
         hit = usable
+        pins = []
         try:
             for ns in self._ns:
                 if hit == 0:
                     break
-                hit = min(hit, ns.lookup(keys[:hit]))
+                found, pin_id, pinned = ns.lookup_pin(keys[:hit], self._pin_ms)
+                pins.append(pin_id)
+                # only what is held counts: it is there when the worker loads
+                hit = min(hit, found, pinned)
         except kvtier.KvtierError as e:
             # tierd gone or refusing: no hit, never a failed request
             log.warning("kvtier: lookup failed, counted as a miss: %s", e)
             hit = 0
         st = self._reqs.setdefault(request.request_id, _ReqState(request))
+        # asked again (vLLM could not schedule it): the new pins replace the old
+        self._unpin(st.pins)
+        if hit == 0:
+            self._unpin(pins)
+            pins = []
+        st.pins = pins + [0] * (len(self._ns) - len(pins)) if pins else []
         st.request = request
         st.local_tokens = num_computed_tokens
         st.hit_blocks = hit
@@ -374,12 +406,15 @@ class KvtierConnector(KVConnectorBase_V1):
         st = self._reqs.setdefault(request.request_id, _ReqState(request))
         st.request = request
         if num_external_tokens <= 0:
+            self._unpin(st.pins)   # vLLM loads nothing of it
+            st.pins = []
             return
         first = st.local_tokens // self._block_size
         n = num_external_tokens // self._block_size
         ids = blocks.get_block_ids()[0]
         load = _Load(request.request_id, list(request.block_hashes[first:first + n]),
-                     list(ids[first:first + n]))
+                     list(ids[first:first + n]), st.pins)
+        st.pins = []               # the workers release them once loaded
         st.pending_load = load
         # what is loaded is in kvtier already: no need to save it again
         st.saved_blocks = max(st.saved_blocks, first + n)
@@ -416,7 +451,11 @@ class KvtierConnector(KVConnectorBase_V1):
         return list(mgr.get_block_ids(req_id)[0])
 
     def request_finished(self, request, block_ids):
-        self._reqs.pop(request.request_id, None)
+        st = self._reqs.pop(request.request_id, None)
+        if st is not None:
+            self._unpin(st.pins)
+            if st.pending_load is not None:   # planned, never sent to the workers
+                self._unpin(st.pending_load.pins)
         return False, None
 
     # ---- worker side ------------------------------------------------------
@@ -464,8 +503,10 @@ class KvtierConnector(KVConnectorBase_V1):
             except kvtier.KvtierError as e:
                 log.warning("kvtier: request %s: restore failed: %s", ld.req_id, e)
                 got = 0
+            if self._pin_at < len(ld.pins):
+                self._unpin(ld.pins[self._pin_at:self._pin_at + 1])   # loaded: let it go
             if got < len(ld.keys):
-                # evicted since the lookup: vLLM recomputes these blocks
+                # not held (tierd restarted, a disk error): vLLM recomputes these blocks
                 self._load_errors.update(ld.block_ids[got:])
                 log.warning("kvtier: request %s: %d of %d blocks restored", ld.req_id, got,
                             len(ld.keys))
