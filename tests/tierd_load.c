@@ -7,7 +7,11 @@
  * bounded time, reconnect after the restart, and every acknowledged durable
  * block is there, byte-identical); and resource limits: clients over
  * --max-clients, tierd out of file descriptors, a memlock limit that
- * refuses the pool, a cold tier too small for the load.
+ * refuses the pool, a cold tier too small for the load. And the store's
+ * oracle through tierd: hot reserves and leases in place, every lease
+ * checked again before release, prefetching lookups, durable commits
+ * racing hot's mover, tierd killed and every durable block checked after
+ * each restart.
  *
  * Under KVT_TEST_VALGRIND the runs are shorter and fewer processes, and the
  * short run's kvload runs under memcheck too.
@@ -531,4 +535,96 @@ Test(load, full_cold_tier_costs_durable_puts_not_the_daemon)
     assert_serves(c, 4);
     kvt_close(c);
     t_tierd_stop(&d);
+}
+
+/* kvload's "--tierd BIN --" and the start of TIERD-ARGS, into argv: BIN is
+ * tierd, or under KVT_TEST_VALGRIND valgrind with its options and tierd
+ * (kvload puts --socket and --data last, so they reach tierd). The caller
+ * adds tierd's own options. Returns the count written. */
+static int tierd_argv(const char **argv, char *bin, size_t cap, char *supp, size_t scap)
+{
+    const char *vg[8];
+    int n = 0, nvg = t_memcheck_argv(vg, supp, scap);
+
+    t_bin("tierd", bin, cap);
+    argv[n++] = "--tierd";
+    argv[n++] = nvg ? vg[0] : bin;
+    argv[n++] = "--";
+    for (int i = 1; i < nvg; i++)
+        argv[n++] = vg[i];
+    if (nvg)
+        argv[n++] = bin;
+    return n;
+}
+
+/* (e) The store's oracle through tierd (kvload --hot --prefetch
+ * --kill-tierd): blocks reserved in hot and leased in place there, each
+ * lease checked again right before release (nothing may change under a
+ * lease), prefetching lookups followed by gets, durable commits of keys
+ * that lie in other clients' hot blocks (racing hot's mover), and tierd
+ * killed twice under load: each time restarted on its data with the
+ * clients stopped, and every block acknowledged durable so far checked.
+ * Warm is small, so blocks keep moving between hot, warm and disk. */
+Test(load, oracle_through_tierd_hot_prefetch_and_tierd_kills)
+{
+    /* 256 prompts x 8 blocks of 64 KiB: 128 MiB, 8 times warm, so blocks
+     * keep moving between hot, warm and disk; all of it fits the cold tier,
+     * so no durable block is evicted before a check. No removes: a durable
+     * block removed later would be rightly gone. */
+    static const char *const kv[] = { "--prefixes", "256", "--chain", "8", "--hot",
+                                      "--prefetch", "--durable-every", "3", "--kill-tierd", "2",
+                                      "--mix", "35,35,30,0", "--json", NULL };
+    static const char *const targs[] = { "--warm-bytes", "16M", "--hot-bytes", "8M",
+                                         "--cold-bytes", "256M", NULL };
+    char dir[] = "/tmp/kvt-oracle-XXXXXX", out[64], dlog[64], bin[512], supp[600], cmd[96];
+    const char *args[48];
+    json_t *j;
+    int n = 0, rc;
+
+    cr_assert_not_null(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
+    snprintf(out, sizeof(out), "%s/kvload.json", dir);
+    snprintf(dlog, sizeof(dlog), "%s/durable.log", dir);
+    args[n++] = "--clients";
+    args[n++] = under_valgrind() ? "3" : "8";
+    args[n++] = "--seconds";
+    args[n++] = under_valgrind() ? "6" : "10";
+    args[n++] = "--durable-log";
+    args[n++] = dlog;
+    for (int i = 0; kv[i]; i++)
+        args[n++] = kv[i];
+    n += tierd_argv(args + n, bin, sizeof(bin), supp, sizeof(supp));
+    for (int i = 0; targs[i]; i++)
+        args[n++] = targs[i];
+    args[n] = NULL;
+    rc = kvload_run(out, args, true);
+    j = load_json(out);
+    assert_clean(j);
+    cr_assert_gt(jint(j, "hot_gets"), 0, "no get asked for hot blocks in place");
+    cr_assert_gt(jint(j, "hot_blocks"), 0, "no block was leased in place in hot");
+    cr_assert_gt(jint(j, "hot_reserves"), 0, "no put reserved in hot");
+    cr_assert_gt(jint(j, "durable_hot_keys"), 0, "no durable put met a block in hot");
+    cr_assert_gt(jint(j, "prefetch_lookups"), 0, "no prefetching lookup");
+    cr_assert_gt(jint(j, "rechecked_leases"), 0, "no lease was checked again before release");
+    cr_assert_eq(jint(j, "changed_under_lease"), 0, "%lld blocks changed under their lease",
+                 jint(j, "changed_under_lease"));
+    cr_assert_eq(jint(j, "tierd_kills"), 2, "expected 2 tierd kills, got %lld",
+                 jint(j, "tierd_kills"));
+    cr_assert_eq(jint(j, "tierd_failed"), 0, "tierd did not come back after a kill");
+    cr_assert_gt(jint(j, "durable_checked"), 0, "no durable block was checked after a kill");
+    cr_assert_eq(jint(j, "durable_missing") + jint(j, "durable_wrong"), 0,
+                 "after the restarts, of %lld durable blocks, %lld missing and %lld wrong",
+                 jint(j, "durable_checked"), jint(j, "durable_missing"),
+                 jint(j, "durable_wrong"));
+    cr_assert_gt(jint(j, "reconnects"), 0, "no client reconnected after a kill");
+    cr_assert_eq(jint(j, "left_held"), 0, "%lld blocks still leased or reserved after the run",
+                 jint(j, "left_held"));
+    cr_assert_eq(jint(j, "tierd_exit"), 0, "tierd's stop: status %lld", jint(j, "tierd_exit"));
+    cr_assert_eq(rc, 0, "kvload exit status %d (1: correctness errors; see its stderr)", rc);
+    cr_log_info("oracle: %lld ops, %.0f ops/s, %lld blocks verified (%lld in hot in place), "
+                "%lld durable blocks checked after 2 tierd kills",
+                jint(j, "ops"), json_real_value(json_object_get(j, "ops_per_s")),
+                jint(j, "verified"), jint(j, "hot_blocks"), jint(j, "durable_checked"));
+    json_decref(j);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
 }
