@@ -3,7 +3,8 @@
 #   make          build tierd, libkvtier (.a/.so), tierctl     -> build/
 #   make run      build and start tierd in the foreground (Ctrl-C stops it)
 #   make test     unit + integration tests: plain, under ASan/UBSan, under valgrind
-#   make bench    tools/tierbench: every figure beside its target; tools/kvload: 64 clients
+#   make bench    tools/tierbench: every figure beside its target; tools/kvload: 64 clients,
+#                 then the oracle run (60 s, tierd killed 6 times)
 #   make kernels  compile kernels/*.cu with nvcc (when nvcc exists)
 #   V=1           show full commands
 
@@ -164,11 +165,21 @@ build/tierbench: build/obj/tools/tierbench.o build/libkvtier.a build/libstore.a
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS_REL) -o $@ $^ -lhiredis $(STORE_LIBS) $(CUDA_LIBS) $(LIBS)
 
+# The oracle run: the store simulation's checks through tierd (README, Reliability):
+# hot reserves and in-place leases checked again before release, prefetching
+# lookups, durable commits racing hot's mover, tierd killed 6 times and every
+# durable block checked after each restart.
+ORACLE_ARGS := --clients 8 --prefixes 256 --chain 8 --hot --prefetch --durable-every 3 \
+               --kill-tierd 6 --mix 35,35,30,0
+ORACLE_TIERD := --warm-bytes 16M --hot-bytes 8M --cold-bytes 256M
+
 bench: $(REL_BINS) build/tierbench
 	@mk/deps.sh bench
 	KVT_TEST_BIN=$(CURDIR)/build build/tierbench
 	build/kvload --tierd build/tierd --clients 64 --seconds 60 --prefixes 128 --durable-every 8 \
 		--bench -- --warm-bytes 128M --cold-bytes 1G
+	d=$$(mktemp -d) && build/kvload --tierd build/tierd --seconds 60 $(ORACLE_ARGS) \
+		--durable-log $$d/durable.log --bench -- $(ORACLE_TIERD); rc=$$?; rm -rf $$d; exit $$rc
 
 # CUDA kernels: compiled for Hopper and Ampere when nvcc is present.
 KERNEL_CU := $(wildcard kernels/*.cu)
