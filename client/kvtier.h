@@ -209,10 +209,11 @@ typedef struct kvt_pin {
  * are read into warm at once (as with KVT_LOOKUP_PREFETCH), so a get of
  * them finds them all, whatever else is put meanwhile. An engine's
  * scheduler pins what it counts as a hit; the worker that loads it (any
- * client of the same tenant) unpins it after the get. Pins count against
- * the client's quota (blocks of a quarter of its tenant's warm tier):
- * beyond it pin->n is less than the hits. -EBUSY: this client holds 256
- * pins. Returns the hit count; pin->n of those are pinned. */
+ * client of the same tenant) unpins it after the get. The pins of all of
+ * a tenant's clients hold at most a quarter of its warm tier: beyond that
+ * pin->n is less than the hits (the rest may be evicted before the get, as
+ * without a pin). -EBUSY: this client holds 4096 pins. Returns the hit
+ * count; pin->n of those are pinned. */
 int kvt_lookup_pin(kvt_ns *ns, const kvt_key *keys, size_t n, uint32_t hold_ms, kvt_pin *pin,
                    uint8_t *tiers);
 
@@ -312,8 +313,9 @@ int kvt_hot_attach(kvt_client *c, kvt_hot_info *info);
 #define KVT_RESERVE_HOT 0x1u /* slots in the hot pool (after kvt_hot_attach); -ENOSPC
                                 when hot has no room now: reserve in warm instead */
 
-/* kvt_put_reserve with flags. Commit as usual (KVT_COMMIT_DURABLE is refused
- * for hot blocks: -EOPNOTSUPP; they reach disk through warm). */
+/* kvt_put_reserve with flags. Commit as usual; with KVT_COMMIT_DURABLE, hot
+ * blocks are copied down to warm and written from there (the ack waits for
+ * both; -EAGAIN when warm has no room for the copy now). */
 int kvt_put_reserve_flags(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
                           void **slots, unsigned flags);
 

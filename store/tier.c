@@ -1930,10 +1930,11 @@ static int reserve_one(struct tier *t, uint32_t ns, int cls, bool hot, uint32_t 
          * a sliding window's are, it keeps the link it had) */
         uint32_t old = idx_at(t->idx, id)->parent;
 
-        idx_at(t->idx, id)->parent = TIER_NONE;
+        /* linked under p first: a ghost p above old must not go with
+         * old's chain (it would be freed, and id hang under a free entry) */
+        set_parent(t, id, p);
         if (old != TIER_NONE)
             child_gone(t, old, false);
-        set_parent(t, id, p);
     }
     e = idx_at(t->idx, id);
     e->state = IDX_RESERVED;

@@ -211,3 +211,41 @@ Test(tier_invariants, a_ghost_put_under_its_parent_hangs_under_it)
     }
     tier_destroy(t);
 }
+
+/* Found by review: re-linking a reused ghost under a new parent p that was
+ * itself a ghost above the ghost's old parent freed p (the old chain's
+ * ghosts went, p with them), and the block hung under a free entry; a key
+ * inserted there later made a cycle, and the orphan sweep ran past its
+ * buffer (a client of any tenant could crash tierd). */
+Test(tier_invariants, a_ghost_relinked_above_its_old_chain_keeps_its_parent, .timeout = 20)
+{
+    struct tier_cfg cfg = { .warm_bytes = 8u << 20 };
+    struct tier *t = NULL;
+    struct tier_key k[6]; /* B, Z, G0, G1, N0, N1 */
+    uint32_t ids[2];
+    uint64_t offs[2];
+    char why[256];
+
+    cr_assert_eq(tier_create(&cfg, &t), 0);
+    t_keys((kvt_key *)k, 6, 77);
+    /* Z under an absent B (a ghost); then B under G0 and G0 under G1, each
+     * aborted: ghosts G1 <- G0 <- B <- Z */
+    cr_assert_eq(tier_reserve(t, 1, 65536, 1, &k[0], &k[1], 1, ids, offs), 1);
+    cr_assert_eq(tier_commit(t, 1, 65536, 1, &k[1], 1), 1);
+    cr_assert_eq(tier_reserve(t, 1, 65536, 2, &k[2], &k[0], 1, ids, offs), 1);
+    cr_assert_eq(tier_abort(t, 1, 2, &k[0], 1), 1);
+    cr_assert_eq(tier_reserve(t, 1, 65536, 2, &k[3], &k[2], 1, ids, offs), 1);
+    cr_assert_eq(tier_abort(t, 1, 2, &k[2], 1), 1);
+    cr_assert_eq(tier_check(t, why, sizeof(why)), 0, "%s", why);
+    /* B straight under G1: G0 goes, G1 must stay (B hangs under it) */
+    cr_assert_eq(tier_reserve(t, 1, 65536, 2, &k[3], &k[0], 1, ids, offs), 1);
+    cr_assert_eq(tier_check(t, why, sizeof(why)), 0, "%s", why);
+    cr_assert_eq(tier_commit(t, 1, 65536, 2, &k[0], 1), 1);
+    /* new keys take whatever entries were freed */
+    cr_assert_eq(tier_reserve(t, 1, 65536, 3, &k[0], &k[4], 2, ids, offs), 2);
+    cr_assert_eq(tier_commit(t, 1, 65536, 3, &k[4], 2), 2);
+    cr_assert_eq(tier_check(t, why, sizeof(why)), 0, "%s", why);
+    tier_maintain(t);
+    cr_assert_eq(tier_check(t, why, sizeof(why)), 0, "%s", why);
+    tier_destroy(t);
+}

@@ -140,11 +140,13 @@ Test(tierd_pin, a_pin_expires_and_a_gone_client_s_pins_go, .timeout = 60)
     t_tierd_stop(&d);
 }
 
-Test(tierd_pin, pins_stay_within_the_client_s_quota_and_count, .timeout = 60)
+/* The pins of all of a tenant's clients hold a quarter of its warm tier at
+ * most: four schedulers cannot pin all of warm between them. */
+Test(tierd_pin, pins_stay_within_the_tenant_s_budget, .timeout = 60)
 {
     struct t_tierd d;
-    kvt_client *c;
-    kvt_ns *ns;
+    kvt_client *c, *c2;
+    kvt_ns *ns, *ns2;
     kvt_key a[RUN], b[RUN], x[RUN];
     kvt_pin pa, pb, px;
 
@@ -157,24 +159,30 @@ Test(tierd_pin, pins_stay_within_the_client_s_quota_and_count, .timeout = 60)
     put_run(ns, a, RUN, 400);
     put_run(ns, b, RUN, 500);
     put_run(ns, x, RUN, 600);
-    /* 32 blocks of quota: a and b take it all, x is a hit but not held */
+    c2 = t_connect(&d);
+    ns2 = t_ns(c2, BLK);
+    /* a budget of 32 blocks: a and b (two clients) take it all, x is a hit
+     * but not held, for either */
     cr_assert_eq(kvt_lookup_pin(ns, a, RUN, 0, &pa, NULL), RUN);
-    cr_assert_eq(kvt_lookup_pin(ns, b, RUN, 0, &pb, NULL), RUN);
-    cr_assert_eq(kvt_lookup_pin(ns, x, RUN, 0, &px, NULL), RUN);
-    cr_assert_eq(px.n, 0, "over the quota nothing more is pinned");
+    cr_assert_eq(kvt_lookup_pin(ns2, b, RUN, 0, &pb, NULL), RUN);
+    cr_assert_eq(kvt_lookup_pin(ns2, x, RUN, 0, &px, NULL), RUN);
+    cr_assert_eq(px.n, 0, "over the tenant's budget nothing more is pinned");
     cr_assert_eq(px.id, 0);
+    cr_assert_eq(kvt_lookup_pin(ns, x, RUN, 0, &px, NULL), RUN);
+    cr_assert_eq(px.n, 0, "the budget is the tenant's, not the client's");
     cr_assert_eq(kvt_unpin(c, &pa), 0);
     cr_assert_eq(kvt_lookup_pin(ns, x, 4, 0, &px, NULL), 4);
     cr_assert_eq(px.n, 4, "room again once a pin is released");
     cr_assert_eq(kvt_unpin(c, &pb), 0);
     cr_assert_eq(kvt_unpin(c, &px), 0);
     leased_becomes(c, 0, "every pin released");
+    kvt_close(c2);
     kvt_close(c);
     t_tierd_stop(&d);
 }
 
 /* A prompt longer than one batch (KVT_BATCH_MAX keys): one pin, extended
- * batch by batch, holds it all. And a client holds 256 pins at most,
+ * batch by batch, holds it all. And a client holds 4096 pins at most,
  * however small. */
 Test(tierd_pin, a_long_chain_is_pinned_whole_and_pins_are_counted, .timeout = 60)
 {
@@ -184,7 +192,8 @@ Test(tierd_pin, a_long_chain_is_pinned_whole_and_pins_are_counted, .timeout = 60
     kvt_client *c;
     kvt_ns *ns;
     kvt_key *k = calloc(N, sizeof(*k));
-    kvt_pin pin, many[256];
+    static kvt_pin many[4096];
+    kvt_pin pin;
     int i, rc = 1;
 
     cr_assert_not_null(k);
@@ -202,13 +211,13 @@ Test(tierd_pin, a_long_chain_is_pinned_whole_and_pins_are_counted, .timeout = 60
     cr_assert_eq(leased(c), N);
     cr_assert_eq(kvt_unpin(c, &pin), 0);
     leased_becomes(c, 0, "one unpin for the whole chain");
-    for (i = 0; i < 256 && rc == 1; i++) {
+    for (i = 0; i < 4096 && rc == 1; i++) {
         rc = kvt_lookup_pin(ns, k, 1, 0, &many[i], NULL);
         cr_assert_eq(many[i].n, 1);
     }
     cr_assert_eq(rc, 1, "pin %d: %s", i, kvt_strerror(rc));
     cr_assert_eq(kvt_lookup_pin(ns, k, 1, 0, &pin, NULL), -EBUSY);
-    for (i = 0; i < 256; i++)
+    for (i = 0; i < 4096; i++)
         cr_assert_eq(kvt_unpin(c, &many[i]), 0);
     leased_becomes(c, 0, "every pin released");
     kvt_close(c);

@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <sys/uio.h>
@@ -42,14 +43,16 @@ struct lease {
 struct pin {
     uint64_t id;        /* the owner's session id << 32 | a count: found from the id */
     uint64_t expire_ms; /* CLOCK_MONOTONIC ms */
-    uint64_t bytes;     /* counted in the owner's pin quota */
+    uint64_t bytes;     /* counted in its tenant's pin budget */
     uint32_t n, cap;
     uint32_t *ids;      /* store entry ids, owned */
 };
 
-/* Pins a client may hold at once; their blocks at most a quarter of its
- * tenant's warm tier, so pins never crowd out the puts they wait for. */
-#define SESS_PINS_MAX 256
+/* Pins a client may hold at once (an engine's scheduler: one per request
+ * and rank in flight). The blocks of all the pins of a tenant's clients
+ * hold at most a quarter of its warm tier, so pins never crowd out the puts
+ * they wait for. */
+#define SESS_PINS_MAX 4096
 #define PIN_QUOTA_SHARE 4
 
 /* A get waiting for blocks on their way from disk, or a durable commit
@@ -98,8 +101,8 @@ struct sess {
     size_t nlease, lease_cap;
     struct pin *pins;          /* pinning lookups' holds; linear search, few per client */
     size_t npin, pin_cap;
-    uint64_t pinned_bytes;     /* the pins' blocks, against the quota */
-    uint32_t pin_seq;
+    uint32_t pin_seq;          /* from a random start: a pin id from before a
+                                  restart names no pin of the new tierd */
     struct pending pend;       /* a get waiting for the disk (or the remote tier) */
     bool remote_tried;         /* re-running a request the remote tier answered */
     bool flush_wait;           /* a FLUSH waits for the store's flush to end */
@@ -197,6 +200,7 @@ static void sess_close(struct sess *s)
     }
     for (size_t i = 0; i < s->npin; i++) {
         tier_release(store, s->pins[i].ids, s->pins[i].n, true);
+        s->t->pinned_bytes -= s->pins[i].bytes;
         back += s->pins[i].n;
         free(s->pins[i].ids);
     }
@@ -583,7 +587,7 @@ static void pin_drop(struct sess *s, size_t i)
     struct pin *p = &s->pins[i];
 
     tier_release(s->t->store, p->ids, p->n, false);
-    s->pinned_bytes -= p->bytes;
+    s->t->pinned_bytes -= p->bytes;
     free(p->ids);
     *p = s->pins[--s->npin];
 }
@@ -948,7 +952,8 @@ static int pin_run(struct sess *s, const struct kreq *k, uint32_t local,
                    struct kvt_wire_pin_rep *out)
 {
     uint64_t quota = s->t->warm_bytes / PIN_QUOTA_SHARE, hold = k->deadline_ms;
-    uint64_t room = quota > s->pinned_bytes ? (quota - s->pinned_bytes) / k->block_bytes : 0;
+    uint64_t used = s->t->pinned_bytes;
+    uint64_t room = quota > used ? (quota - used) / k->block_bytes : 0;
     size_t at = s->npin;
     struct pin *p;
     uint32_t want = local < room ? local : (uint32_t)room, got;
@@ -989,7 +994,7 @@ static int pin_run(struct sess *s, const struct kreq *k, uint32_t local,
                              p->ids + p->n);
     p->n += got;
     p->bytes += (uint64_t)got * k->block_bytes;
-    s->pinned_bytes += (uint64_t)got * k->block_bytes;
+    s->t->pinned_bytes += (uint64_t)got * k->block_bytes;
     p->expire_ms = tierd_now_ms() + hold;
     if (at == s->npin && p->n == 0) {
         free(p->ids); /* nothing held: no pin */
@@ -1067,7 +1072,8 @@ static int remote_wait(struct sess *s, const struct kvt_wire_hdr *h, const uint8
     p->ns_id = k->ns_id;
     memcpy(p->body, body, h->body_len);
     memcpy(p->tiers, tiers_buf, k->n);
-    if (k->deadline_ms && k->deadline_ms < wait_ms)
+    /* (a pinning lookup's deadline_ms is how long its pin holds) */
+    if (k->deadline_ms && k->deadline_ms < wait_ms && !(k->flags & KVT_WIRE_KF_PIN))
         wait_ms = k->deadline_ms;
     p->deadline_ms = tierd_now_ms() + wait_ms;
     arm_timer(p->deadline_ms);
@@ -1449,6 +1455,8 @@ void sess_on_accept(struct ev_loop *l, int lfd, uint32_t events, void *ctx)
         s->d = d;
         s->fd = fd;
         s->id = d->next_sess++;
+        if (getrandom(&s->pin_seq, sizeof(s->pin_seq), GRND_NONBLOCK) != sizeof(s->pin_seq))
+            s->pin_seq = (uint32_t)tierd_now_ms(); /* (no entropy yet at boot) */
         s->uid = cr.uid;
         s->pid = cr.pid;
         s->refuse = refuse;

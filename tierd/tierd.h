@@ -62,6 +62,7 @@ struct tenant {
                                  cold index not opened in this run) */
     uint32_t nns, ns_cap;     /* open namespaces; entries in ns */
     uint32_t clients;         /* its sessions open */
+    uint64_t pinned_bytes;    /* blocks its sessions' pins hold, against the pin budget */
     struct tierd *d;
 };
 

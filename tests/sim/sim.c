@@ -54,7 +54,7 @@
 #define WARM_BYTES (8u << 20)
 #define HOT_BYTES (4u << 20)
 #define COLD_BYTES (12u << 20)
-#define ORPHAN_STEPS 1000/* an unleased orphan must be gone within this many steps */
+#define ORPHAN_STEPS 250 /* an unleased orphan must be gone within this many steps */
 #define TRACE 48         /* steps kept for a failure's report */
 
 static const uint64_t ns_blk[NNS] = { 32u << 10, 48u << 10 };

@@ -15,9 +15,10 @@ How vLLM's calls map onto kvtier:
     kvtier keys, byte for byte; kvtier computes nothing.
   - scheduler side: get_num_new_matched_tokens is a pinning lookup
     (kvt_lookup_pin) of the request's hashes in every tensor-parallel rank's
-    namespace, and the hit is the shortest run held: what vLLM is told it
-    will find stays in kvtier, whatever else is put, until the worker loads
-    it (the pins expire after pin_ms if it never does); update_state_after_alloc
+    namespace, and the hit is the shortest run found: the pins hold it in
+    kvtier, whatever else is put, until the worker loads it (they expire
+    after pin_ms if it never does; beyond the tenant's pin budget, a quarter
+    of its warm tier, a hit is unheld and may be evicted, as without pins); update_state_after_alloc
     records which new engine blocks receive the hit and hands the pins to
     the load (or releases them when vLLM loads nothing); build_connector_meta hands the worker that load plan and
     the blocks that become full and computed during the step (to save);
@@ -41,6 +42,7 @@ How vLLM's calls map onto kvtier:
     format (layer, K/V, token, head, dim) does not depend on the engine's
     paged layout, so a CPU and a GPU instance of the same model share too.
 """
+import errno
 import hashlib
 import os
 from dataclasses import dataclass, field
@@ -377,21 +379,30 @@ class KvtierConnector(KVConnectorBase_V1):
         usable = min(len(keys), (request.num_tokens - 1) // self._block_size)
         hit = usable
         pins = []
+        st = self._reqs.setdefault(request.request_id, _ReqState(request))
+        # asked again (vLLM could not schedule it): the new pins replace the
+        # old, which go first so that both never count against the budget
+        self._unpin(st.pins)
+        st.pins = []
         try:
             for ns in self._ns:
                 if hit == 0:
                     break
-                found, pin_id, pinned = ns.lookup_pin(keys[:hit], self._pin_ms)
+                try:
+                    found, pin_id, _ = ns.lookup_pin(keys[:hit], self._pin_ms)
+                except kvtier.KvtierError as e:
+                    if e.code != -errno.EBUSY:
+                        raise
+                    found, pin_id = ns.lookup(keys[:hit]), 0   # out of pins: unheld
                 pins.append(pin_id)
-                # only what is held counts: it is there when the worker loads
-                hit = min(hit, found, pinned)
+                # the hit is what every rank has; what the tenant's pin budget
+                # did not hold may be evicted before the load, and is then
+                # reported and recomputed as without pins
+                hit = min(hit, found)
         except kvtier.KvtierError as e:
             # tierd gone or refusing: no hit, never a failed request
             log.warning("kvtier: lookup failed, counted as a miss: %s", e)
             hit = 0
-        st = self._reqs.setdefault(request.request_id, _ReqState(request))
-        # asked again (vLLM could not schedule it): the new pins replace the old
-        self._unpin(st.pins)
         if hit == 0:
             self._unpin(pins)
             pins = []
