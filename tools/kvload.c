@@ -83,6 +83,9 @@ static const char *const op_name[OP_N] = { "lookup", "put", "get", "remove" };
     X(durable_hot_keys, "keys of durable puts that lay in hot just before")                \
     X(prefetch_lookups, "lookups with KVT_LOOKUP_PREFETCH")                                \
     X(prefetch_gets, "gets of the same keys right after one")                              \
+    X(pin_lookups, "pinning lookups (--prefetch), each followed by a get and an unpin")    \
+    X(pinned_blocks, "blocks they held")                                                   \
+    X(pin_short, "gets of a pin with fewer blocks than it held in memory (also unexpected)") \
     X(rechecked_leases, "leases checked again right before release")                       \
     X(rechecked_blocks, "their blocks")                                                    \
     X(changed_under_lease, "blocks right when leased, wrong at release (also in wrong)")
@@ -447,17 +450,25 @@ static void log_durable(int p, int s, int l)
         perror("kvload: durable log");
 }
 
-static void op_get(struct cl *k, int p, int l);
+static int op_get(struct cl *k, int p, int l, int flags);
+static void op_pin(struct cl *k, int p, int l);
 
-/* A lookup of keys [0, l) of prompt p. With --prefetch half of them
- * prefetch, and three in four of those are followed at once by a get of the
- * same keys, as an engine does between scheduling a request and loading it. */
+/* A lookup of keys [0, l) of prompt p. With --prefetch half of them are an
+ * engine's: a third pin (op_pin), the rest prefetch, and three in four of
+ * those are followed at once by a get of the same keys. */
 static void op_lookup(struct cl *k, int p, int l)
 {
     bool pf = opt.prefetch && rnd(&k->rng) % 2 == 0;
-    uint64_t t0 = now_ns();
-    int rc = kvt_lookup(k->ns, key_at(p, 0), (size_t)l, pf ? KVT_LOOKUP_PREFETCH : 0, NULL);
-    uint64_t dt = now_ns() - t0;
+    uint64_t t0, dt;
+    int rc;
+
+    if (pf && rnd(&k->rng) % 3 == 0) {
+        op_pin(k, p, l);
+        return;
+    }
+    t0 = now_ns();
+    rc = kvt_lookup(k->ns, key_at(p, 0), (size_t)l, pf ? KVT_LOOKUP_PREFETCH : 0, NULL);
+    dt = now_ns() - t0;
 
     if (rc < 0) {
         failed(k, OP_LOOKUP, rc, dt, false);
@@ -469,7 +480,7 @@ static void op_lookup(struct cl *k, int p, int l)
     k->cs->prefetch_lookups++;
     if (rnd(&k->rng) % 4 != 0) {
         k->cs->prefetch_gets++;
-        op_get(k, p, l);
+        op_get(k, p, l, -1);
     }
 }
 
@@ -640,15 +651,16 @@ static void recheck(struct cl *k, const void *const *slots, const uint8_t *tiers
     }
 }
 
-/* Lease the leading cached run of keys [0, l) of prompt p, check every
- * byte of every block, hold (--hold-us), check again with --hold-us or
- * --hot, release. */
-static void op_get(struct cl *k, int p, int l)
+/* Lease the leading cached run of keys [0, l) of prompt p (flags: the get's,
+ * -1: chosen at random), check every byte of every block, hold (--hold-us),
+ * check again with --hold-us or --hot, release. Returns the blocks got, or
+ * -1 when the get failed. */
+static int op_get(struct cl *k, int p, int l, int flags_or_any)
 {
     const void *slots[MAX_CHAIN];
     uint8_t tiers[MAX_CHAIN];
     bool ok[MAX_CHAIN];
-    unsigned flags = get_flags(k);
+    unsigned flags = flags_or_any < 0 ? get_flags(k) : (unsigned)flags_or_any;
     kvt_lease lease;
     uint64_t t0 = now_ns(), dt;
     int rc, hits;
@@ -660,7 +672,7 @@ static void op_get(struct cl *k, int p, int l)
     dt = now_ns() - t0;
     if (rc < 0) {
         failed(k, OP_GET, rc, dt, false);
-        return;
+        return -1;
     }
     record(k->cs, OP_GET, dt);
     hits = rc;
@@ -679,7 +691,46 @@ static void op_get(struct cl *k, int p, int l)
     rc = kvt_release(k->ns, &lease);
     if (rc < 0)
         failed(k, OP_GET, rc, 0, false);
+    return hits;
 }
+
+/* A scheduler's pinning lookup, the wait until its load (--hold-us), the
+ * load, the unpin: every pinned block that was in memory at the lookup is
+ * got, whatever the other clients put meanwhile (a disk block pinned but
+ * not read ahead for want of room may still miss its read). */
+static void op_pin(struct cl *k, int p, int l)
+{
+    uint8_t tiers[MAX_CHAIN];
+    uint64_t t0 = now_ns(), dt;
+    kvt_pin pin;
+    int rc = kvt_lookup_pin(k->ns, key_at(p, 0), (size_t)l, 2000, &pin, tiers), mem = 0, got;
+
+    dt = now_ns() - t0;
+    if (rc < 0) {
+        failed(k, OP_LOOKUP, rc, dt, false);
+        return;
+    }
+    record(k->cs, OP_LOOKUP, dt);
+    k->cs->pin_lookups++;
+    k->cs->pinned_blocks += pin.n;
+    while (mem < (int)pin.n && (tiers[mem] == KVT_TIER_HOT || tiers[mem] == KVT_TIER_WARM))
+        mem++;
+    if (opt.hold_us)
+        sleep_us(opt.hold_us);
+    /* hot blocks in place: a plain get would need warm room to copy them */
+    got = op_get(k, p, l, opt.hot ? KVT_GET_HOT : 0);
+    if (got >= 0 && got < mem) {
+        k->cs->pin_short++;
+        k->cs->unexpected++;
+        k->cs->last_unexpected = -ENODATA;
+        k->cs->unexpected_op = OP_GET;
+        fprintf(stderr, "kvload: pid %d: a get of prompt %d found %d blocks, %d were pinned "
+                        "in memory\n", (int)getpid(), p, got, mem);
+    }
+    if (k->c)
+        kvt_unpin(k->c, &pin); /* (gone with the connection after an outage) */
+}
+
 
 static void op_remove(struct cl *k, int p, int l)
 {
@@ -740,7 +791,7 @@ static int client_main(int slot, uint64_t gen)
         else if ((r -= opt.mix[OP_PUT]) < 0)
             op_put(&k, p, l);
         else if ((r -= opt.mix[OP_GET]) < 0)
-            op_get(&k, p, l);
+            op_get(&k, p, l, -1);
         else
             op_remove(&k, p, l);
     }
@@ -1381,11 +1432,13 @@ static void print_oracle_text(const struct totals *t)
         printf("  oracle: hot gets %" PRIu64 " (%" PRIu64 " blocks in place), promoting gets %"
                PRIu64 ", hot reserves %" PRIu64 " (%" PRIu64 " more fell back to warm), "
                "durable keys found in hot %" PRIu64 ", prefetching lookups %" PRIu64 " (%"
-               PRIu64 " gets after), leases checked again before release %" PRIu64 " (%"
+               PRIu64 " gets after), pinning lookups %" PRIu64 " (%" PRIu64 " blocks held, %"
+               PRIu64 " gets short), leases checked again before release %" PRIu64 " (%"
                PRIu64 " blocks), changed under a lease %" PRIu64 "\n",
                s->hot_gets, s->hot_blocks, s->promote_gets, s->hot_reserves, s->hot_full,
-               s->durable_hot_keys, s->prefetch_lookups, s->prefetch_gets,
-               s->rechecked_leases, s->rechecked_blocks, s->changed_under_lease);
+               s->durable_hot_keys, s->prefetch_lookups, s->prefetch_gets, s->pin_lookups,
+               s->pinned_blocks, s->pin_short, s->rechecked_leases, s->rechecked_blocks,
+               s->changed_under_lease);
     if (opt.kill_tierd)
         printf("  tierd kills %" PRIu64 ", durable blocks checked after each (%s); missing %"
                PRIu64 ", wrong %" PRIu64 ", tierd errors %" PRIu64 " (must all be 0)\n",

@@ -90,6 +90,7 @@ struct pin {        /* a pinning lookup's hold (tier_pin) */
     bool excused;       /* removed, purged or a disk fault since: may be gone */
     int ns, c, n;       /* positions 0..n-1 of chain c */
     uint32_t ids[LEN];
+    bool mem[LEN];      /* in memory (hot or warm) when pinned: stays there */
 };
 
 struct client {
@@ -600,6 +601,11 @@ static void check_pins(struct world *w)
                      s.event_level);
                 return;
             }
+            if (pn->mem[p] && s.level == TIER_L_COLD) {
+                fail(w, "block %d/%d/%d left memory for the disk while client %u pins it",
+                     pn->ns, pn->c, p, w->cl[ci].owner);
+                return;
+            }
         }
     }
 }
@@ -1032,6 +1038,12 @@ static void op_pin(struct world *w, struct client *cl)
     pn->n = (int)tier_pin(w->t, (uint32_t)ns_id(pn->ns), ns_blk[pn->ns], k, LEN,
                           chance(w, 30) ? TIER_GET_PROMOTE : 0, pn->ids);
     pn->on = pn->n > 0;
+    for (int p = 0; p < pn->n; p++) {
+        struct tier_story s;
+
+        story(w, pn->ns, pn->c, p, &s);
+        pn->mem[p] = s.level == TIER_L_HOT || s.level == TIER_L_WARM;
+    }
     note(w, "client %u pin %d/%d -> %d", cl->owner, pn->ns, pn->c, pn->n);
 }
 
