@@ -717,18 +717,24 @@ int kvt_lookup_pin(kvt_ns *ns, const kvt_key *keys, size_t n, uint32_t hold_ms, 
     return rc;
 }
 
+/* A request of one id (a lease's, a pin's) that wants no reply. */
+static int send_id(kvt_client *c, uint16_t op, uint64_t id)
+{
+    struct iovec iov[2] = { { 0 }, { &id, sizeof(id) } };
+
+    return send_req(c, op, KVT_WIRE_F_NOREPLY, iov, 2);
+}
+
 int kvt_unpin(kvt_client *c, kvt_pin *pin)
 {
-    struct kvt_wire_unpin_req r;
-    struct iovec iov[2] = { { 0 }, { &r, sizeof(r) } };
     int rc;
 
     if (!c || !pin)
         return -EINVAL;
     if (pin->id == 0)
         return 0;
-    r.pin_id = pin->id;
-    rc = send_req(c, KVT_OP_UNPIN, KVT_WIRE_F_NOREPLY, iov, 2);
+    _Static_assert(sizeof(struct kvt_wire_unpin_req) == sizeof(pin->id), "unpin_req is an id");
+    rc = send_id(c, KVT_OP_UNPIN, pin->id);
     *pin = (kvt_pin){ 0 };
     return rc;
 }
@@ -899,16 +905,15 @@ int kvt_get_lease_flags(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flag
 
 int kvt_release(kvt_ns *ns, kvt_lease *lease)
 {
-    struct kvt_wire_release_req r;
-    struct iovec iov[2] = { { 0 }, { &r, sizeof(r) } };
     int rc;
 
     if (!ns || !lease)
         return -EINVAL;
     if (lease->id == 0)
         return 0;
-    r.lease_id = lease->id;
-    rc = send_req(ns->c, KVT_OP_RELEASE, KVT_WIRE_F_NOREPLY, iov, 2);
+    _Static_assert(sizeof(struct kvt_wire_release_req) == sizeof(lease->id),
+                   "release_req is an id");
+    rc = send_id(ns->c, KVT_OP_RELEASE, lease->id);
     *lease = (kvt_lease){ 0 };
     return rc;
 }

@@ -250,8 +250,10 @@ int kvt_put_commit(kvt_ns *ns, const kvt_key *keys, size_t n);
  * batch is not stored (deduplicated at reserve against another client's put
  * that was aborted, or a block evicted, since: put it again), -EAGAIN when a
  * block in hot could not be copied down (warm full of blocks on their way
- * to disk: retry). A key another client is still writing is waited for; a
- * block in hot is copied down and written. */
+ * to disk: retry), or when the commit still waited after tierd's
+ * --durable-wait-ms (10 s by default: a key another client reserved and has
+ * not finished; the blocks stay committed, retry). A key another client is
+ * still writing is waited for; a block in hot is copied down and written. */
 int kvt_put_commit_flags(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags);
 
 /* Give back reservations among keys[0..n) without publishing them. */

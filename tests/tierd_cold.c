@@ -494,3 +494,36 @@ Test(tierd_cold, a_hot_tier_is_reported_and_the_rest_works_around_it)
     kvt_close(c);
     t_tierd_stop(&d);
 }
+
+/* A durable commit of a key another client reserved and never finishes was
+ * held for ever (and its client with it): after --durable-wait-ms it is
+ * answered -EAGAIN, serves on, and the retry after the other's commit is
+ * durable. */
+Test(tierd_cold, a_durable_commit_waits_for_another_writer_a_bounded_time, .timeout = 60)
+{
+    static const char *const args[] = { "--durable-wait-ms", "300", NULL };
+    struct t_tierd d;
+    kvt_client *a, *b;
+    kvt_ns *na, *nb;
+    kvt_key k;
+    void *slot;
+    kvt_stats st;
+
+    t_tierd_start(&d, args);
+    a = t_connect(&d);
+    b = t_connect(&d);
+    na = t_ns(a, BLK);
+    nb = t_ns(b, BLK);
+    t_keys(&k, 1, 4242);
+    cr_assert_eq(kvt_put_reserve(na, NULL, &k, 1, &slot), 1); /* a writes, slowly */
+    t_fill(slot, BLK, 4242);
+    cr_assert_eq(kvt_put_reserve(nb, NULL, &k, 1, &slot), 0, "b deduplicates against a");
+    cr_assert_eq(kvt_put_commit_flags(nb, &k, 1, KVT_COMMIT_DURABLE), -EAGAIN,
+                 "b's durable commit waits for a, and not for ever");
+    cr_assert_eq(kvt_stats_get(b, &st), 0, "b is served after the bound");
+    cr_assert_eq(kvt_put_commit(na, &k, 1), 1);
+    cr_assert_eq(kvt_put_commit_flags(nb, &k, 1, KVT_COMMIT_DURABLE), 0, "the retry is durable");
+    kvt_close(b);
+    kvt_close(a);
+    t_tierd_stop(&d);
+}

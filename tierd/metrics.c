@@ -424,6 +424,9 @@ static void page(struct buf *b, const struct metrics *m)
     one(b, "kvtier_get_deadline_misses_total", "counter",
         "Gets answered short because their deadline passed while reading the disk.",
         d->get_deadline_misses);
+    one(b, "kvtier_durable_wait_timeouts_total", "counter",
+        "Durable commits answered -EAGAIN after --durable-wait-ms (a block never finished).",
+        d->durable_wait_timeouts);
     one(b, "kvtier_pins_expired_total", "counter",
         "Pinning lookups' holds that expired before an unpin released them.", d->pins_expired);
     family(b, "kvtier_tenant_clients_connected", "gauge", "Client sessions open per tenant.");

@@ -630,7 +630,15 @@ static void expire(uint64_t now)
         }
         if (!s->pend.active || !s->pend.deadline_ms)
             continue;
-        if (s->pend.deadline_ms <= now && s->pend.remote) {
+        if (s->pend.deadline_ms <= now && s->pend.commit) {
+            /* the writes go on (and stay durable); this commit is told to
+             * retry, and waits for them no more */
+            tier_forget_waiter(s->t->store, s);
+            s->pend.err = -EAGAIN;
+            s->d->durable_wait_timeouts++;
+            if (finish_commit(s) < 0)
+                sess_close(s);
+        } else if (s->pend.deadline_ms <= now && s->pend.remote) {
             /* the remote tier is late: answer from the local tiers (what it
              * reads still lands in warm, for next time) */
             if (finish_remote(s, 0) < 0)
@@ -927,7 +935,8 @@ static int commit_durable(struct sess *s, const struct kvt_wire_hdr *h, const st
      * waits for completions, and writes of this very batch may land (and be
      * reported here) before it returns */
     *p = (struct pending){ .active = true, .commit = true, .hdr = *h, .ids = p->ids,
-                           .offs = p->offs, .ready = p->ready, .tiers = p->tiers };
+                           .offs = p->offs, .ready = p->ready, .tiers = p->tiers,
+                           .body = p->body };
     memset(p->ready, 0, KVT_BATCH_MAX);
     rc = tier_commit_durable(s->t->store, k->ns_id, k->block_bytes, s->id, k->keys, k->n, s,
                              p->ids, &p->n);
@@ -942,6 +951,12 @@ static int commit_durable(struct sess *s, const struct kvt_wire_hdr *h, const st
     p->armed = true;
     if (p->waiting == 0)
         return finish_commit(s);
+    /* bounded: a key another client reserved and never finishes would hold
+     * this commit (and its client) for ever */
+    if (s->d->durable_wait_ms) {
+        p->deadline_ms = tierd_now_ms() + s->d->durable_wait_ms;
+        arm_timer(p->deadline_ms);
+    }
     return 0;
 }
 

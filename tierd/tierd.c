@@ -56,6 +56,7 @@ struct opts {
     /* the remote tier: given on the command line (these win over [remote]) */
     const char *remote_seeds, *remote_ns;
     uint32_t remote_timeout_ms; /* 0: not given */
+    uint32_t durable_wait_ms;
     int remote_policy;          /* -1: not given */
 };
 
@@ -74,6 +75,9 @@ static void usage(FILE *f)
             "  --no-mlock         do not pin the warm pool\n"
             "  --no-hugepages     do not try huge pages\n"
             "  --max-clients N    refuse connections beyond N (default 1024)\n"
+            "  --durable-wait-ms N  a durable commit still waiting after N ms (another\n"
+            "                     client never finishing a block of it) is answered\n"
+            "                     -EAGAIN (default 10000)\n"
             "  --busy-poll-us N   poll without sleeping N us after activity (default 200; 0: off)\n"
             "  --cold-bytes SIZE  cold tier file in the data folder, preallocated (default 4G)\n"
             "  --cold-qd N        io_uring queue depth of the cold tier (default 32)\n"
@@ -116,6 +120,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         { "no-mlock", no_argument, NULL, 'M' },
         { "no-hugepages", no_argument, NULL, 'P' },
         { "max-clients", required_argument, NULL, 'c' },
+        { "durable-wait-ms", required_argument, NULL, 'u' },
         { "busy-poll-us", required_argument, NULL, 'b' },
         { "cold-bytes", required_argument, NULL, 'C' },
         { "cold-qd", required_argument, NULL, 'Q' },
@@ -139,7 +144,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     *o = (struct opts){
         .socket = getenv("KVTIER_SOCKET"), .data = getenv("KVTIER_DATA"),
         .warm_bytes = 1ull << 30, .high_wm = 0.95, .low_wm = 0.85, .max_clients = 1024,
-        .busy_poll_us = 200, .cold_bytes = 4ull << 30, .cold_qd = 32,
+        .busy_poll_us = 200, .cold_bytes = 4ull << 30, .cold_qd = 32, .durable_wait_ms = 10000,
         .metrics_addr = "127.0.0.1", .remote_policy = -1,
     };
     if (!o->socket || !*o->socket)
@@ -276,6 +281,18 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                 return -1;
             }
             o->remote_timeout_ms = (uint32_t)v;
+            break;
+        }
+        case 'u': {
+            char *end;
+            unsigned long v = strtoul(optarg, &end, 10);
+
+            if (*end || end == optarg || v < 1 || v > 3600000) {
+                fprintf(stderr, "tierd: --durable-wait-ms: want 1..3600000, got '%s'\n",
+                        optarg);
+                return -1;
+            }
+            o->durable_wait_ms = (uint32_t)v;
             break;
         }
         case 'v': o->verbose = true; break;
@@ -580,6 +597,7 @@ int main(int argc, char **argv)
         return EX_USAGE;
     d.uid = geteuid();
     d.max_clients = o.max_clients;
+    d.durable_wait_ms = o.durable_wait_ms;
     d.verbose = o.verbose;
     d.start_ms = tierd_now_ms();
     signal(SIGPIPE, SIG_IGN);

@@ -87,11 +87,13 @@ struct tierd {
     uint32_t next_sess;       /* next session id (owner id in the store) */
     uint32_t clients;         /* sessions open */
     uint32_t max_clients;
+    uint32_t durable_wait_ms; /* a durable commit waits this long at most (0: for ever) */
     uint64_t next_lease;      /* next lease id, never 0 */
     uint64_t start_ms;        /* CLOCK_MONOTONIC at start */
     uint64_t proto_errors;    /* malformed messages seen */
     uint64_t get_deadline_misses; /* gets answered short at their deadline */
     uint64_t pins_expired;    /* pins released at their deadline, not by a client */
+    uint64_t durable_wait_timeouts; /* durable commits answered -EAGAIN at their bound */
     uint32_t refused;         /* connections refused: no tenant admits the peer */
     gid_t socket_gid;         /* config's socket_group ((gid_t)-1: none) */
     struct tierd_remote remote; /* every tenant's remote tier (each its own connections) */
