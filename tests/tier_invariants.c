@@ -217,7 +217,7 @@ Test(tier_invariants, a_ghost_put_under_its_parent_hangs_under_it)
  * ghosts went, p with them), and the block hung under a free entry; a key
  * inserted there later made a cycle, and the orphan sweep ran past its
  * buffer (a client of any tenant could crash tierd). */
-Test(tier_invariants, a_ghost_relinked_above_its_old_chain_keeps_its_parent, .timeout = 20)
+Test(tier_invariants, a_ghost_relinked_above_its_old_chain_keeps_its_parent)
 {
     struct tier_cfg cfg = { .warm_bytes = 8u << 20 };
     struct tier *t = NULL;

@@ -499,7 +499,7 @@ Test(tierd_cold, a_hot_tier_is_reported_and_the_rest_works_around_it)
  * held for ever (and its client with it): after --durable-wait-ms it is
  * answered -EAGAIN, serves on, and the retry after the other's commit is
  * durable. */
-Test(tierd_cold, a_durable_commit_waits_for_another_writer_a_bounded_time, .timeout = 60)
+Test(tierd_cold, a_durable_commit_waits_for_another_writer_a_bounded_time)
 {
     static const char *const args[] = { "--durable-wait-ms", "300", NULL };
     struct t_tierd d;
