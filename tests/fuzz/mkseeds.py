@@ -160,6 +160,11 @@ def proto_seeds():
         req(14, b"") + req(15, struct.pack("<II", 1, 0)),
         "prefetch_lookup": req(3, keys_req(1, 2, blk, flags=1 << 8)),
         "bad_frame": rec(0, b"KVT1\x01\x00\x03\x00"),
+        # a put, a pinning lookup of it (a new pin: id 0 before the keys), a get, an unpin
+        "pin": req(4, keys_req(1, 2, blk)) + req(5, keys_req(1, 2, blk)) +
+        req(3, struct.pack("<IIQII", 1, 2, blk, 0x10, 500) + bytes(8) +
+            b"".join(bytes([i + 1]) * 32 for i in range(2))) +
+        req(7, keys_req(1, 2, blk)) + req(16, struct.pack("<Q", 1 << 32 | 1)),
         # a put whose absent parent is also its first key, twice: the store
         # deleted the reserved entry with the parent's ghost (found by the fuzzer)
         "regress_key_is_its_parent": req(4, struct.pack("<IIQII", 1, 2, blk, 1, 0) +
