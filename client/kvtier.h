@@ -250,9 +250,10 @@ int kvt_put_commit(kvt_ns *ns, const kvt_key *keys, size_t n);
  * batch is not stored (deduplicated at reserve against another client's put
  * that was aborted, or a block evicted, since: put it again), -EAGAIN when a
  * block in hot could not be copied down (warm full of blocks on their way
- * to disk: retry), or when the commit still waited after tierd's
+ * to disk: retry), or when the commit was not done after tierd's
  * --durable-wait-ms (10 s by default: a key another client reserved and has
- * not finished; the blocks stay committed, retry). A key another client is
+ * not finished, a slow disk; the blocks stay committed and their writes go
+ * on, retry). A key another client is
  * still writing is waited for; a block in hot is copied down and written. */
 int kvt_put_commit_flags(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags);
 

@@ -708,10 +708,10 @@ static void wait_del(struct waiters *ws, void *w)
 static void move_done(struct tier *t, struct move *m, int rc)
 {
     for (uint32_t i = 0; i < m->ws.n; i++)
-        if (t->cfg.ready)
+        if (t->cfg.ready && m->ws.w[i])
             t->cfg.ready(t->cfg.ready_ctx, m->ws.w[i], m->id, rc);
-    for (uint32_t i = 0; i < m->dws.n; i++)
-        if (t->cfg.ready)
+    for (uint32_t i = 0; i < m->dws.n; i++) /* (NULL: a detached durable commit's) */
+        if (t->cfg.ready && m->dws.w[i])
             t->cfg.ready(t->cfg.ready_ctx, m->dws.w[i], m->id, rc);
     free(m->ws.w);
     free(m->dws.w);
@@ -1509,6 +1509,22 @@ void tier_forget_waiter(struct tier *t, void *waiter)
             o->waiter = NULL;
 }
 
+void tier_detach_waiter(struct tier *t, void *waiter)
+{
+    for (struct move *m = t->moves; m; m = m->next) {
+        wait_del(&m->ws, waiter); /* the write, or read, goes on regardless */
+        for (uint32_t i = 0; i < m->dws.n; i++)
+            if (m->dws.w[i] == waiter)
+                m->dws.w[i] = NULL; /* the write after the copy down still starts */
+    }
+    for (struct dwait *d = t->dwaits; d; d = d->next)
+        if (d->waiter == waiter)
+            d->waiter = NULL; /* still retried, and started once its block is committed */
+    for (struct rop *o = t->rops; o; o = o->next)
+        if (o->waiter == waiter)
+            o->waiter = NULL;
+}
+
 size_t tier_prefetch(struct tier *t, uint32_t ns, uint64_t block_bytes,
                      const struct tier_key *keys, size_t n, unsigned flags)
 {
@@ -2136,7 +2152,7 @@ static int dwait_add(struct tier *t, uint32_t id, void *waiter)
 
 static void ready_cb(struct tier *t, void *waiter, uint32_t id, int rc)
 {
-    if (t->cfg.ready)
+    if (t->cfg.ready && waiter) /* NULL: a detached commit's write, told to nobody */
         t->cfg.ready(t->cfg.ready_ctx, waiter, id, rc);
 }
 

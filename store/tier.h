@@ -304,6 +304,11 @@ bool tier_ready(const struct tier *t, uint32_t h);
 /* The waiter is gone (its client died): no ready (or remote_done) callback
  * will name it. */
 void tier_forget_waiter(struct tier *t, void *waiter);
+/* Stop telling waiter of anything, as tier_forget_waiter, but what it
+ * started goes on: writes a durable commit queued (behind a copy from hot,
+ * or for a full disk queue) still start, told to nobody. For a commit that
+ * stops waiting while its client stays. */
+void tier_detach_waiter(struct tier *t, void *waiter);
 
 /* The cold tier's event fd for an epoll loop (-1 without a cold tier), and
  * the call that delivers its completions (demotions land, promotions call

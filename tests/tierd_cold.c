@@ -527,3 +527,73 @@ Test(tierd_cold, a_durable_commit_waits_for_another_writer_a_bounded_time)
     kvt_close(a);
     t_tierd_stop(&d);
 }
+
+/* Found by review: a durable commit answered -EAGAIN at its bound also
+ * cancelled the writes it had queued (behind copies from hot, or for the
+ * disk's full queue), though the answer says they go on: blocks of hot
+ * stayed off the disk. With a bound of 1 ms and a queue of 4, every block
+ * must still reach the disk. */
+Test(tierd_cold, writes_a_timed_out_durable_commit_queued_still_reach_the_disk)
+{
+    static const char *const args[] = { "--hot-bytes", "64M", "--cold-qd", "4",
+                                        "--durable-wait-ms", "1", NULL };
+    enum { N = 16 };
+    struct t_tierd d;
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_key k[N];
+    void *slots[N];
+    kvt_key_story st[4];
+    int rc, disk = 0;
+
+    t_tierd_start(&d, args);
+    c = t_connect(&d);
+    ns = t_ns(c, BLK);
+    cr_assert_eq(kvt_hot_attach(c, NULL), 0);
+    t_keys(k, N, 31);
+    cr_assert_eq(kvt_put_reserve_flags(ns, NULL, k, N, slots, KVT_RESERVE_HOT), N);
+    for (int i = 0; i < N; i++)
+        t_fill(slots[i], BLK, 31 + (uint64_t)i);
+    rc = kvt_put_commit_flags(ns, k, N, KVT_COMMIT_DURABLE);
+    cr_assert(rc == N || rc == -EAGAIN, "durable commit: %d", rc);
+    for (int tries = 0; tries < 500 && disk < N; tries++) { /* 5 s at most */
+        usleep(10000);
+        disk = 0;
+        for (int i = 0; i < N; i++) {
+            cr_assert_eq(kvt_admin_why(c, &k[i], st, 4), 1);
+            disk += st[0].on_disk;
+        }
+    }
+    cr_assert_eq(disk, N, "answered %d, and only %d of %d blocks reached the disk", rc, disk, N);
+    kvt_close(c);
+    t_tierd_stop(&d);
+}
+
+/* Found by review: at its bound a durable commit that had a truer error
+ * already (a key deduplicated against a put since aborted: not stored) was
+ * told -EAGAIN, "the blocks stay committed". */
+Test(tierd_cold, a_timed_out_durable_commit_keeps_its_truer_error)
+{
+    static const char *const args[] = { "--durable-wait-ms", "300", NULL };
+    struct t_tierd d;
+    kvt_client *a, *b;
+    kvt_ns *na, *nb;
+    kvt_key k[2];
+    void *slot;
+
+    t_tierd_start(&d, args);
+    a = t_connect(&d);
+    b = t_connect(&d);
+    na = t_ns(a, BLK);
+    nb = t_ns(b, BLK);
+    t_keys(k, 2, 777);
+    cr_assert_eq(kvt_put_reserve(na, NULL, &k[0], 1, &slot), 1);
+    cr_assert_eq(kvt_put_reserve(nb, NULL, &k[0], 1, &slot), 0);
+    cr_assert_eq(kvt_put_abort(na, &k[0], 1), 1);              /* k0: not stored */
+    cr_assert_eq(kvt_put_reserve(na, NULL, &k[1], 1, &slot), 1); /* k1: a never finishes */
+    cr_assert_eq(kvt_put_reserve(nb, NULL, &k[1], 1, &slot), 0);
+    cr_assert_eq(kvt_put_commit_flags(nb, k, 2, KVT_COMMIT_DURABLE), -ENODATA);
+    kvt_close(b);
+    kvt_close(a);
+    t_tierd_stop(&d);
+}

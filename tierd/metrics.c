@@ -425,7 +425,7 @@ static void page(struct buf *b, const struct metrics *m)
         "Gets answered short because their deadline passed while reading the disk.",
         d->get_deadline_misses);
     one(b, "kvtier_durable_wait_timeouts_total", "counter",
-        "Durable commits answered -EAGAIN after --durable-wait-ms (a block never finished).",
+        "Durable commits answered -EAGAIN after --durable-wait-ms (writes going on).",
         d->durable_wait_timeouts);
     one(b, "kvtier_pins_expired_total", "counter",
         "Pinning lookups' holds that expired before an unpin released them.", d->pins_expired);

@@ -631,10 +631,11 @@ static void expire(uint64_t now)
         if (!s->pend.active || !s->pend.deadline_ms)
             continue;
         if (s->pend.deadline_ms <= now && s->pend.commit) {
-            /* the writes go on (and stay durable); this commit is told to
-             * retry, and waits for them no more */
-            tier_forget_waiter(s->t->store, s);
-            s->pend.err = -EAGAIN;
+            /* the writes go on (queued ones too); this commit is told to
+             * retry, unless it already has a truer error, and waits no more */
+            tier_detach_waiter(s->t->store, s);
+            if (!s->pend.err)
+                s->pend.err = -EAGAIN;
             s->d->durable_wait_timeouts++;
             if (finish_commit(s) < 0)
                 sess_close(s);

@@ -75,9 +75,10 @@ static void usage(FILE *f)
             "  --no-mlock         do not pin the warm pool\n"
             "  --no-hugepages     do not try huge pages\n"
             "  --max-clients N    refuse connections beyond N (default 1024)\n"
-            "  --durable-wait-ms N  a durable commit still waiting after N ms (another\n"
-            "                     client never finishing a block of it) is answered\n"
-            "                     -EAGAIN (default 10000)\n"
+            "  --durable-wait-ms N  a durable commit not done after N ms (a block another\n"
+            "                     client never finishes, a disk slower than that) is\n"
+            "                     answered -EAGAIN, its writes going on (default 10000;\n"
+            "                     0: no bound)\n"
             "  --busy-poll-us N   poll without sleeping N us after activity (default 200; 0: off)\n"
             "  --cold-bytes SIZE  cold tier file in the data folder, preallocated (default 4G)\n"
             "  --cold-qd N        io_uring queue depth of the cold tier (default 32)\n"
@@ -287,8 +288,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             char *end;
             unsigned long v = strtoul(optarg, &end, 10);
 
-            if (*end || end == optarg || v < 1 || v > 3600000) {
-                fprintf(stderr, "tierd: --durable-wait-ms: want 1..3600000, got '%s'\n",
+            if (*end || end == optarg || *optarg < '0' || *optarg > '9' || v > 3600000) {
+                fprintf(stderr, "tierd: --durable-wait-ms: want 0..3600000, got '%s'\n",
                         optarg);
                 return -1;
             }
