@@ -961,8 +961,8 @@ static int commit_durable(struct sess *s, const struct kvt_wire_hdr *h, const st
     return 0;
 }
 
-/* Pin the first `local` keys of a pinning lookup, as far as the client's
- * quota goes: a new pin, or k->pin_id extended (a longer chain's next
+/* Pin the first `local` keys of a pinning lookup, as far as the tenant's
+ * pin budget goes: a new pin, or k->pin_id extended (a longer chain's next
  * batch), held k->deadline_ms from now. 0 and *out, or the error. */
 static int pin_run(struct sess *s, const struct kreq *k, uint32_t local,
                    struct kvt_wire_pin_rep *out)
