@@ -212,15 +212,17 @@ static const uint8_t *body(const kvt_client *c)
     return c->rbuf + sizeof(struct kvt_wire_hdr);
 }
 
-/* A keys request: header, kvt_wire_keys_req, optional parent, keys. */
+/* A keys request: header, kvt_wire_keys_req, optional parent, optional pin
+ * id (a pinning lookup's, held hold_ms), keys. */
 static int keys_rpc(kvt_ns *ns, uint16_t op, uint32_t flags, const kvt_key *parent,
-                    const kvt_key *keys, size_t n, uint32_t *blen)
+                    const uint64_t *pin_id, uint32_t hold_ms, const kvt_key *keys, size_t n,
+                    uint32_t *blen)
 {
     struct kvt_wire_keys_req r = {
         .ns_id = ns->id, .n = (uint32_t)n, .block_bytes = ns->block_bytes, .flags = flags,
-        .deadline_ms = op == KVT_OP_GET ? ns->deadline_ms : 0,
+        .deadline_ms = op == KVT_OP_GET ? ns->deadline_ms : pin_id ? hold_ms : 0,
     };
-    struct iovec iov[4];
+    struct iovec iov[5];
     int niov = 0, rc;
 
     if (n > KVT_BATCH_MAX)
@@ -232,6 +234,10 @@ static int keys_rpc(kvt_ns *ns, uint16_t op, uint32_t flags, const kvt_key *pare
     if (parent) {
         r.flags |= KVT_WIRE_KF_PARENT;
         iov[niov++] = (struct iovec){ (void *)parent, KVT_KEY_BYTES };
+    }
+    if (pin_id) {
+        r.flags |= KVT_WIRE_KF_PIN;
+        iov[niov++] = (struct iovec){ (void *)pin_id, sizeof(*pin_id) };
     }
     iov[niov++] = (struct iovec){ (void *)keys, n * KVT_KEY_BYTES };
     rc = send_req(ns->c, op, 0, iov, niov);
@@ -617,24 +623,14 @@ int kvt_ns_set_hot(kvt_ns *ns, unsigned flags)
 static int lookup_batch(kvt_ns *ns, const kvt_key *keys, size_t k, uint32_t wf, kvt_pin *pin,
                         uint32_t hold_ms, uint8_t *tiers, uint32_t *hits, uint32_t *pinned)
 {
-    struct kvt_wire_keys_req r = { .ns_id = ns->id, .n = (uint32_t)k,
-                                   .block_bytes = ns->block_bytes, .flags = wf };
     struct kvt_wire_lookup_rep rep;
     struct kvt_wire_pin_rep pr = { 0 };
-    struct iovec iov[4] = { { 0 }, { &r, sizeof(r) } };
-    size_t head = sizeof(rep);
+    size_t head = sizeof(rep) + (pin ? sizeof(pr) : 0);
     uint32_t blen;
-    int niov = 2, rc;
+    int rc = keys_rpc(ns, KVT_OP_LOOKUP, wf, NULL, pin ? &pin->id : NULL, hold_ms, keys, k,
+                      &blen);
 
-    if (pin) {
-        r.flags |= KVT_WIRE_KF_PIN;
-        r.deadline_ms = hold_ms;
-        iov[niov++] = (struct iovec){ &pin->id, sizeof(pin->id) };
-        head += sizeof(pr);
-    }
-    iov[niov++] = (struct iovec){ (void *)keys, k * KVT_KEY_BYTES };
-    rc = send_req(ns->c, KVT_OP_LOOKUP, 0, iov, niov);
-    if (rc < 0 || (rc = recv_rep(ns->c, KVT_OP_LOOKUP, &blen, NULL)) < 0)
+    if (rc < 0)
         return rc;
     if (blen != head + k)
         return fail(ns->c, KVT_EPROTO);
@@ -762,8 +758,8 @@ int kvt_put_reserve_flags(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys
      * making room; waiting milliseconds for it beats losing the block, so
      * the wait is here, bounded (KVT_PUT_WAIT_MS), with tierd serving others */
     for (unsigned waited_us = 0, step_us = 200;; waited_us += step_us, step_us *= 2) {
-        rc = keys_rpc(ns, KVT_OP_PUT_RESERVE, hot ? KVT_WIRE_KF_HOT : 0, parent, keys, n,
-                      &blen);
+        rc = keys_rpc(ns, KVT_OP_PUT_RESERVE, hot ? KVT_WIRE_KF_HOT : 0, parent, NULL, 0, keys,
+                      n, &blen);
         if (rc != -EAGAIN || waited_us >= KVT_PUT_WAIT_MS * 1000u)
             break;
         if (step_us > 20000)
@@ -796,7 +792,7 @@ static int count_rpc(kvt_ns *ns, uint16_t op, const kvt_key *keys, size_t n, uin
 
     if (!ns)
         return -EINVAL;
-    rc = keys_rpc(ns, op, flags, NULL, keys, n, &blen);
+    rc = keys_rpc(ns, op, flags, NULL, NULL, 0, keys, n, &blen);
     if (rc < 0)
         return rc;
     if (blen != sizeof(rep))
@@ -870,7 +866,7 @@ int kvt_get_lease_flags(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flag
     if (flags && !ns->c->hot_kind)
         return -EOPNOTSUPP; /* kvt_hot_attach first */
     wf = (hot ? KVT_WIRE_KF_HOT : 0) | (flags & KVT_GET_PROMOTE ? KVT_WIRE_KF_PROMOTE : 0);
-    rc = keys_rpc(ns, KVT_OP_GET, wf, NULL, keys, n, &blen);
+    rc = keys_rpc(ns, KVT_OP_GET, wf, NULL, NULL, 0, keys, n, &blen);
     if (rc < 0)
         return rc;
     memcpy(&rep, body(ns->c), sizeof(rep) <= blen ? sizeof(rep) : 0);
