@@ -474,6 +474,20 @@ static void forget(struct tier *t, uint32_t id, bool at_tail)
     child_gone(t, p, at_tail);
 }
 
+/* A ghost nothing names any more (no child, no lease) goes, and may free
+ * its parent in turn. Returns whether id went. */
+static bool drop_idle_ghost(struct tier *t, uint32_t id)
+{
+    struct idx_entry *e = idx_at(t->idx, id);
+    uint32_t p = e->parent;
+
+    if (e->state != IDX_GHOST || e->leases > 0 || e->nchild > 0)
+        return false;
+    idx_delete(t->idx, id);
+    child_gone(t, p, false);
+    return true;
+}
+
 /* ---- writes to the remote tier ---------------------------------------- */
 
 static void maybe_hot_up(struct tier *t, uint32_t id);
@@ -488,12 +502,7 @@ static void on_remote_put(void *ctx, int rc)
     t->remote_pins--;
     t->remote_pinned -= p->bytes;
     e->leases--;
-    if (e->state == IDX_GHOST && e->leases == 0 && e->nchild == 0) {
-        uint32_t up = e->parent;
-
-        idx_delete(t->idx, p->id);
-        child_gone(t, up, false);
-    } else {
+    if (!drop_idle_ghost(t, p->id)) {
         settle(t, p->id, p->at_tail);
         maybe_hot_up(t, p->id);
     }
@@ -1488,41 +1497,44 @@ bool tier_ready(const struct tier *t, uint32_t h)
     return e->state == IDX_COMMITTED && e->level == TIER_L_WARM;
 }
 
-void tier_forget_waiter(struct tier *t, void *waiter)
+/* No callback names waiter any more. keep: the writes its durable commit
+ * queued (behind a copy from hot, or for a full disk queue) still start,
+ * for nobody (a NULL waiter); else they are dropped with it. */
+static void waiter_leaves(struct tier *t, void *waiter, bool keep)
 {
     for (struct move *m = t->moves; m; m = m->next) {
-        wait_del(&m->ws, waiter);
-        wait_del(&m->dws, waiter);
+        wait_del(&m->ws, waiter); /* the move itself goes on regardless */
+        if (!keep)
+            wait_del(&m->dws, waiter);
+        for (uint32_t i = 0; i < m->dws.n; i++)
+            if (m->dws.w[i] == waiter)
+                m->dws.w[i] = NULL;
     }
     for (struct dwait **pp = &t->dwaits; *pp;) {
         struct dwait *d = *pp;
 
-        if (d->waiter == waiter) {
+        if (d->waiter == waiter && !keep) {
             *pp = d->next;
             free(d);
-        } else {
-            pp = &d->next;
+            continue;
         }
+        if (d->waiter == waiter)
+            d->waiter = NULL;
+        pp = &d->next;
     }
     for (struct rop *o = t->rops; o; o = o->next)
         if (o->waiter == waiter)
             o->waiter = NULL;
 }
 
+void tier_forget_waiter(struct tier *t, void *waiter)
+{
+    waiter_leaves(t, waiter, false);
+}
+
 void tier_detach_waiter(struct tier *t, void *waiter)
 {
-    for (struct move *m = t->moves; m; m = m->next) {
-        wait_del(&m->ws, waiter); /* the write, or read, goes on regardless */
-        for (uint32_t i = 0; i < m->dws.n; i++)
-            if (m->dws.w[i] == waiter)
-                m->dws.w[i] = NULL; /* the write after the copy down still starts */
-    }
-    for (struct dwait *d = t->dwaits; d; d = d->next)
-        if (d->waiter == waiter)
-            d->waiter = NULL; /* still retried, and started once its block is committed */
-    for (struct rop *o = t->rops; o; o = o->next)
-        if (o->waiter == waiter)
-            o->waiter = NULL;
+    waiter_leaves(t, waiter, true);
 }
 
 size_t tier_prefetch(struct tier *t, uint32_t ns, uint64_t block_bytes,
@@ -2025,16 +2037,14 @@ static int reserve_in(struct tier *t, bool hot, uint32_t ns, uint64_t block_byte
                 ids[i] = TIER_NONE;
                 offs[i] = UINT64_MAX;
             }
-        if (ghost_parent != TIER_NONE && idx_at(t->idx, ghost_parent)->state == IDX_GHOST &&
-            idx_at(t->idx, ghost_parent)->nchild == 0)
-            idx_delete(t->idx, ghost_parent);
+        if (ghost_parent != TIER_NONE)
+            drop_idle_ghost(t, ghost_parent); /* (freed already if it was a key too) */
         return rc;
     }
-    /* nothing hangs under it (all deduplicated); still a ghost, since a key
-     * equal to the parent is reserved in the ghost made for it */
-    if (ghost_parent != TIER_NONE && idx_at(t->idx, ghost_parent)->state == IDX_GHOST &&
-        idx_at(t->idx, ghost_parent)->nchild == 0)
-        idx_delete(t->idx, ghost_parent);
+    /* nothing hangs under it (all deduplicated); a key equal to the parent
+     * is reserved in the ghost made for it, which is then no ghost */
+    if (ghost_parent != TIER_NONE)
+        drop_idle_ghost(t, ghost_parent);
     t->st.puts++;
     t->st.dedup_blocks += dedup;
     return (int)count;
@@ -2458,14 +2468,8 @@ void tier_release(struct tier *t, const uint32_t *ids, size_t n, bool reclaimed)
                 e->flags &= (uint16_t)~IDX_F_HOTKEPT;
             }
         }
-        if (e->state == IDX_GHOST && e->leases == 0 && e->nchild == 0) {
-            /* a block lost while leased (a failed promotion) goes now */
-            uint32_t p = e->parent;
-
-            idx_delete(t->idx, id);
-            child_gone(t, p, false);
-            continue;
-        }
+        if (drop_idle_ghost(t, id))
+            continue; /* a block lost while leased (a failed promotion) goes now */
         settle(t, id, false);
         orphan_check(t, id);
         maybe_hot_up(t, id);
