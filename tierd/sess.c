@@ -1005,9 +1005,11 @@ static int pin_run(struct sess *s, const struct kreq *k, uint32_t local,
         p->ids = ids;
         p->cap = p->n + want;
     }
-    got = (uint32_t)tier_pin(s->t->store, k->ns_id, k->block_bytes, k->keys, want,
-                             k->flags & KVT_WIRE_KF_PROMOTE ? TIER_GET_PROMOTE : 0,
-                             p->ids + p->n);
+    /* (nothing to pin: a new pin has no ids array yet) */
+    got = !want ? 0
+                : (uint32_t)tier_pin(s->t->store, k->ns_id, k->block_bytes, k->keys, want,
+                                     k->flags & KVT_WIRE_KF_PROMOTE ? TIER_GET_PROMOTE : 0,
+                                     p->ids + p->n);
     p->n += got;
     p->bytes += (uint64_t)got * k->block_bytes;
     s->t->pinned_bytes += (uint64_t)got * k->block_bytes;
