@@ -53,6 +53,33 @@ static void make_key(uint8_t out[KEY_BYTES], uint32_t ns, const struct tier_key 
     memcpy(out + 4, key->b, TIER_KEY_BYTES);
 }
 
+/* LMDB opens its files by name: the folder and the files in it must be
+ * what they seem, not symbolic links planted to make us write elsewhere
+ * (-ELOOP). */
+static int no_links(const char *dir)
+{
+    static const char *const files[] = { "data.mdb", "lock.mdb" };
+    char path[4096];
+    struct stat st;
+
+    if (lstat(dir, &st) < 0)
+        return -errno;
+    if (!S_ISDIR(st.st_mode))
+        return -ELOOP;
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        if (snprintf(path, sizeof(path), "%s/%s", dir, files[i]) >= (int)sizeof(path))
+            return -ENAMETOOLONG;
+        if (lstat(path, &st) < 0) {
+            if (errno == ENOENT)
+                continue;
+            return -errno;
+        }
+        if (!S_ISREG(st.st_mode))
+            return -ELOOP;
+    }
+    return 0;
+}
+
 int idx_cold_open(const char *dir, uint64_t map_bytes, void (*log)(void *, const char *),
                   void *log_ctx, struct idx_cold **out)
 {
@@ -68,6 +95,9 @@ int idx_cold_open(const char *dir, uint64_t map_bytes, void (*log)(void *, const
         rc = -errno;
         goto out_free;
     }
+    rc = no_links(dir);
+    if (rc < 0)
+        goto out_free;
     rc = mdb_env_create(&x->env);
     if (rc)
         goto out_lmdb;

@@ -1565,6 +1565,19 @@ size_t tier_prefetch(struct tier *t, uint32_t ns, uint64_t block_bytes,
     return started;
 }
 
+/* Whether entry id (TIER_NONE: none) is committed and can take one more
+ * lease: a count that would wrap would free a block still leased, so the
+ * key is a miss instead. */
+static bool leasable(const struct tier *t, uint32_t id)
+{
+    const struct idx_entry *e;
+
+    if (id == TIER_NONE)
+        return false;
+    e = idx_at(t->idx, id);
+    return e->state == IDX_COMMITTED && e->leases < UINT32_MAX;
+}
+
 size_t tier_pin(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
                 size_t n, unsigned flags, uint32_t *ids)
 {
@@ -1575,7 +1588,7 @@ size_t tier_pin(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct 
         uint32_t id = idx_find(t->idx, ns, &keys[i]);
         struct idx_entry *e;
 
-        if (id == TIER_NONE || idx_at(t->idx, id)->state != IDX_COMMITTED)
+        if (!leasable(t, id))
             break;
         e = idx_at(t->idx, id);
         if ((flags & TIER_GET_PROMOTE) && t->hot && e->level != TIER_L_HOT)
@@ -2363,7 +2376,7 @@ int tier_get_ex(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct 
         struct idx_entry *e;
         struct move *m;
 
-        if (id == TIER_NONE || idx_at(t->idx, id)->state != IDX_COMMITTED)
+        if (!leasable(t, id))
             break;
         e = idx_at(t->idx, id);
         if (tiers)

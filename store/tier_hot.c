@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "tier_hot_int.h"
+#include "tier_ram.h"
 
 struct tier_hot {
     enum tier_hot_kind kind;
@@ -93,9 +94,9 @@ int tier_hot_open(const struct tier_hot_cfg *cfg, struct tier_hot **out)
     h->kind = TIER_HOT_EMU;
     /* a memfd, not anonymous memory: clients map it as they would open a
      * CUDA pool's IPC handle, so hot slots are shared in the emulation too */
-    h->emu_fd = memfd_create("kvtier-hot", MFD_CLOEXEC);
-    if (h->emu_fd < 0 || ftruncate(h->emu_fd, (off_t)h->bytes) < 0) {
-        rc = -errno;
+    h->emu_fd = tier_ram_memfd("kvtier-hot", false, h->bytes);
+    if (h->emu_fd < 0) {
+        rc = h->emu_fd;
         goto out_memfd;
     }
     h->emu = mmap(NULL, h->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, h->emu_fd, 0);

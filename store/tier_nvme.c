@@ -416,10 +416,12 @@ static int open_file(struct tier_nvme *n, const struct tier_nvme_cfg *cfg, uint6
     struct stat st, st2;
     int fd, dfd, rc;
 
-    fd = open(cfg->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    /* never through a symbolic link: one planted where the file will be
+     * would make us extend and write whatever it names (ELOOP) */
+    fd = open(cfg->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0 && errno == EEXIST) {
         created = false;
-        fd = open(cfg->path, O_RDWR | O_CLOEXEC);
+        fd = open(cfg->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     }
     if (fd < 0)
         return -errno;
@@ -449,7 +451,7 @@ static int open_file(struct tier_nvme *n, const struct tier_nvme_cfg *cfg, uint6
      * O_DIRECT at open time (EINVAL), and the preallocation above must not
      * depend on it. Check it is still the same file before dropping the
      * first descriptor: the path could have been renamed in between. */
-    dfd = open(cfg->path, O_RDWR | O_CLOEXEC | O_DIRECT);
+    dfd = open(cfg->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_DIRECT);
     if (dfd < 0 && errno != EINVAL) {
         rc = -errno;
         goto out_truncate;

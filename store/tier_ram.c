@@ -11,6 +11,7 @@
  * to the others.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,42 +74,57 @@ static uint64_t pick_seg(uint64_t bytes)
     return s;
 }
 
+int tier_ram_memfd(const char *name, bool huge, uint64_t bytes)
+{
+    /* clients map the pool read-write by SCM_RIGHTS: sealed against resizing,
+     * a client's ftruncate cannot make our own accesses fault (SIGBUS), and
+     * F_SEAL_SEAL keeps it from adding seals (FUTURE_WRITE) that would lock
+     * out its tenant's next clients */
+    unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING | (huge ? MFD_HUGETLB : 0);
+    int fd = memfd_create(name, flags), rc;
+
+    if (fd < 0)
+        return -errno;
+    if (ftruncate(fd, (off_t)bytes) < 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
 static int map_pool(struct tier_ram *r, const struct tier_ram_cfg *cfg)
 {
     /* hugetlb pages first: they must be reserved by the admin
      * (vm.nr_hugepages), so failure is normal and quiet */
     if (cfg->huge) {
-        r->fd = memfd_create("kvtier-warm", MFD_CLOEXEC | MFD_HUGETLB);
-        if (r->fd >= 0 && ftruncate(r->fd, (off_t)r->bytes) == 0) {
+        r->fd = tier_ram_memfd("kvtier-warm", true, r->bytes);
+        if (r->fd >= 0) {
             r->base = mmap(NULL, r->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
             if (r->base != MAP_FAILED) {
                 r->huge = true;
                 return 0;
             }
-        }
-        if (r->fd >= 0)
             close(r->fd);
+        }
     }
-    r->fd = memfd_create("kvtier-warm", MFD_CLOEXEC);
+    r->fd = tier_ram_memfd("kvtier-warm", false, r->bytes);
     if (r->fd < 0)
-        return -errno;
-    if (ftruncate(r->fd, (off_t)r->bytes) < 0)
-        goto out_close;
+        return r->fd;
     r->base = mmap(NULL, r->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
-    if (r->base == MAP_FAILED)
-        goto out_close;
+    if (r->base == MAP_FAILED) {
+        int rc = -errno;
+
+        close(r->fd);
+        r->fd = -1;
+        return rc;
+    }
     /* transparent huge pages on shmem work only when the admin enabled
      * them (/sys/kernel/mm/transparent_hugepage/shmem_enabled) */
     if (cfg->huge && madvise(r->base, r->bytes, MADV_HUGEPAGE) == 0)
         r->huge = false; /* advised, not guaranteed: report only real hugetlb */
     return 0;
-out_close: {
-    int rc = -errno;
-
-    close(r->fd);
-    r->fd = -1;
-    return rc;
-}
 }
 
 int tier_ram_open(const struct tier_ram_cfg *cfg, struct tier_ram **out)

@@ -30,6 +30,11 @@ struct tier_ram_cfg {
 };
 
 int tier_ram_open(const struct tier_ram_cfg *cfg, struct tier_ram **out);
+
+/* A memfd of bytes (hugetlb when huge) that clients may map read-write but
+ * neither resize nor seal further (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL):
+ * the fd, or -errno. The warm pool's, and the emulated hot pool's. */
+int tier_ram_memfd(const char *name, bool huge, uint64_t bytes);
 void tier_ram_close(struct tier_ram *r); /* NULL ok */
 
 int tier_ram_fd(const struct tier_ram *r);

@@ -5,10 +5,12 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -158,15 +160,16 @@ static void start_in(struct t_tierd *d, const char *const *args)
     for (int i = 0; args && args[i] && n < 30; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
+    snprintf(d->log, sizeof(d->log), "%s/tierd.log", d->dir);
     d->pid = fork();
     cr_assert(d->pid >= 0, "fork: %s", strerror(errno));
     if (d->pid == 0) {
-        int null = open("/dev/null", O_WRONLY);
+        int log = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 
         /* a test that dies or times out must not leave its daemon behind */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (!getenv("KVT_TEST_VERBOSE") && null >= 0)
-            dup2(null, 2);
+        if (!getenv("KVT_TEST_VERBOSE") && log >= 0)
+            dup2(log, 2);
         execv(argv[0], (char *const *)argv);
         /* here only if exec failed */
         _exit(127);
@@ -334,4 +337,31 @@ struct kvt_model_desc t_model_desc(const char *name)
     snprintf(path, sizeof(path), "%s/data/configs/%s", src ? src : ".", name);
     cr_assert_eq(kvt_model_parse_file(path, &d, err, sizeof(err)), 0, "%s: %s", name, err);
     return d;
+}
+
+const char *t_config(const char *text)
+{
+    static char path[64];
+    int fd;
+
+    snprintf(path, sizeof(path), "/tmp/kvt-tenants-XXXXXX");
+    fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    chmod(path, 0644);
+    return path;
+}
+
+int t_as_user(uid_t uid, int (*fn)(const char *sock, void *arg), const char *sock, void *arg)
+{
+    pid_t pid = fork();
+
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
+            _exit(100);
+        _exit(fn(sock, arg));
+    }
+    return t_wait(pid);
 }

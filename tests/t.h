@@ -20,6 +20,8 @@ struct t_tierd {
     pid_t pid;          /* 0 when attached to an outside daemon */
     char dir[256];      /* temp folder: socket + data */
     char sock[320];
+    char log[320];      /* its stderr (appended across restarts), unless
+                           KVT_TEST_VERBOSE sends it to the test's */
 };
 
 /* Start tierd with extra arguments (NULL-terminated list, may be NULL) and
@@ -77,5 +79,12 @@ void t_store_close(struct tier *t, struct tier_cold *c, struct tier_hot *h, cons
 
 /* Wait for a child and return its exit status (or 128+signal). */
 int t_wait(pid_t pid);
+
+/* A tenants config (tierd --config) of text in a fresh temp file, mode
+ * 0644; returns its path (static: until the next call). */
+const char *t_config(const char *text);
+/* Run fn(sock, arg) in a child as uid (gid = uid, no other groups; the
+ * suite must run as root); its return is the child's exit status. */
+int t_as_user(uid_t uid, int (*fn)(const char *sock, void *arg), const char *sock, void *arg);
 
 #endif /* T_H */

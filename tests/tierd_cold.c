@@ -364,7 +364,7 @@ static bool mount_small(const char *dir, int mib)
 {
     char cmd[1024];
 
-    snprintf(cmd, sizeof(cmd), "mkdir -p '%s' && mount -t tmpfs -o size=%dm tmpfs '%s'", dir,
+    snprintf(cmd, sizeof(cmd), "mkdir -p '%s' && mount -t tmpfs -o size=%dm,mode=0700 tmpfs '%s'", dir,
              mib, dir);
     return geteuid() == 0 && system(cmd) == 0;
 }

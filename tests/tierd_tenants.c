@@ -27,36 +27,6 @@
 #define BOB 40002
 #define STRANGER 40003
 
-/* A config in a fresh temp file; returns its path (static). */
-static const char *write_config(const char *text)
-{
-    static char path[64];
-    int fd;
-
-    snprintf(path, sizeof(path), "/tmp/kvt-tenants-XXXXXX");
-    fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    close(fd);
-    chmod(path, 0644);
-    return path;
-}
-
-/* Run fn as uid (and gid = uid) in a child; its return is the exit status. */
-static int as_user(uid_t uid, int (*fn)(const char *sock, void *arg), const char *sock,
-                   void *arg)
-{
-    pid_t pid = fork();
-
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
-            _exit(100);
-        _exit(fn(sock, arg));
-    }
-    return t_wait(pid);
-}
-
 static const char *const config_two =
     "[tenant.alice]\n"
     "uids = 0, 40001      ; root runs the test itself\n"
@@ -234,20 +204,20 @@ Test(tenants, two_uids_see_and_touch_only_their_own)
 
     if (geteuid() != 0)
         cr_skip_test("needs root to run clients as other uids (CI runs as root)");
-    cfg = write_config(config_two);
+    cfg = t_config(config_two);
     t_tierd_start(&d, (const char *const[]){ "--config", cfg, NULL });
     cr_assert_eq(chmod(d.dir, 0755), 0); /* the other uids must reach the socket */
-    st = as_user(BOB, bob_puts, d.sock, NULL);
+    st = t_as_user(BOB, bob_puts, d.sock, NULL);
     cr_assert_eq(st, 0, "bob: exit %d", st);
-    st = as_user(ALICE, alice_isolated, d.sock, NULL);
+    st = t_as_user(ALICE, alice_isolated, d.sock, NULL);
     cr_assert_eq(st, 0, "alice: exit %d", st);
-    st = as_user(BOB, bob_intact, d.sock, NULL);
+    st = t_as_user(BOB, bob_intact, d.sock, NULL);
     cr_assert_eq(st, 0, "bob after alice: exit %d", st);
-    st = as_user(STRANGER, stranger, d.sock, NULL);
+    st = t_as_user(STRANGER, stranger, d.sock, NULL);
     cr_assert_eq(st, 0, "a uid of no tenant: exit %d", st);
-    st = as_user(ALICE, alice_floods, d.sock, NULL);
+    st = t_as_user(ALICE, alice_floods, d.sock, NULL);
     cr_assert_eq(st, 0, "alice over her quota: exit %d", st);
-    st = as_user(BOB, bob_intact, d.sock, NULL);
+    st = t_as_user(BOB, bob_intact, d.sock, NULL);
     cr_assert_eq(st, 0, "bob after alice's flood: exit %d", st);
     t_tierd_stop(&d);
     unlink(cfg);
@@ -291,7 +261,7 @@ Test(tenants, a_pin_is_released_only_within_its_tenant)
 
     if (geteuid() != 0)
         cr_skip_test("needs root to run clients as other uids (CI runs as root)");
-    cfg = write_config(config_two);
+    cfg = t_config(config_two);
     t_tierd_start(&d, (const char *const[]){ "--config", cfg, NULL });
     cr_assert_eq(chmod(d.dir, 0755), 0);
     c = t_connect(&d); /* root: alice */
@@ -302,7 +272,7 @@ Test(tenants, a_pin_is_released_only_within_its_tenant)
     cr_assert_eq(kvt_put(ns, NULL, k, 4, src), 4);
     cr_assert_eq(kvt_lookup_pin(ns, k, 4, 0, &pin, NULL), 4);
     cr_assert_eq(pin.n, 4);
-    rc = as_user(BOB, bob_unpins, d.sock, &pin);
+    rc = t_as_user(BOB, bob_unpins, d.sock, &pin);
     cr_assert_eq(rc, 0, "bob: exit %d", rc);
     cr_assert_eq(kvt_stats_get(c, &st), 0);
     cr_assert_eq(st.leases_active, 4, "another tenant released alice's pin");
@@ -326,10 +296,10 @@ Test(tenants, each_tenant_has_its_own_disk)
 
     if (geteuid() != 0)
         cr_skip_test("needs root to run clients as other uids (CI runs as root)");
-    cfg = write_config(config_two);
+    cfg = t_config(config_two);
     t_tierd_start(&d, (const char *const[]){ "--config", cfg, NULL });
     cr_assert_eq(chmod(d.dir, 0755), 0);
-    st = as_user(BOB, bob_puts, d.sock, NULL);
+    st = t_as_user(BOB, bob_puts, d.sock, NULL);
     cr_assert_eq(st, 0, "bob: exit %d", st);
     cr_assert_eq(t_tierd_kill(&d, SIGTERM), 0); /* flushes warm to each tenant's disk */
     snprintf(path, sizeof(path), "%s/data/tenants/bob/cold.data", d.dir);
@@ -337,7 +307,7 @@ Test(tenants, each_tenant_has_its_own_disk)
     snprintf(path, sizeof(path), "%s/data/tenants/alice/cold.data", d.dir);
     cr_assert_eq(stat(path, &sb), 0, "no %s", path);
     t_tierd_restart(&d, (const char *const[]){ "--config", cfg, NULL });
-    st = as_user(ALICE, alice_isolated, d.sock, NULL);
+    st = t_as_user(ALICE, alice_isolated, d.sock, NULL);
     cr_assert_eq(st, 0, "alice after restart: exit %d", st);
     t_tierd_stop(&d);
     unlink(cfg);
@@ -387,7 +357,7 @@ Test(tenants, bad_config_files_stop_tierd_with_the_line_and_the_reason)
     char err[4096];
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        const char *cfg = write_config(cases[i].text);
+        const char *cfg = t_config(cases[i].text);
         int st = tierd_with(cfg, err, sizeof(err));
 
         cr_expect_eq(st, cases[i].status, "case %zu: status %d: %s", i, st, err);

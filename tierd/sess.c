@@ -14,6 +14,8 @@
  * the socket either way) both are given back.
  */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +35,7 @@
 #include "tierd.h"
 
 struct lease {
-    uint64_t id;   /* as told to the client */
+    uint64_t id;   /* as told to the client: from the session's random start */
     uint32_t n;    /* blocks */
     uint32_t *ids; /* store entry ids, owned */
 };
@@ -86,7 +88,7 @@ struct sess {
     struct tierd *d;
     struct tenant *t;          /* by SO_PEERCRED; NULL: refused at its first message */
     int fd;
-    uint32_t id;               /* owner id in the store */
+    uint32_t id;               /* owner id in the store: random, unique among sessions */
     uid_t uid;                 /* SO_PEERCRED at accept */
     pid_t pid;
     bool hello;                /* HELLO done: the pool is mapped */
@@ -101,6 +103,11 @@ struct sess {
     size_t nlease, lease_cap;
     struct pin *pins;          /* pinning lookups' holds; linear search, few per client */
     size_t npin, pin_cap;
+    uint64_t lease_seq;        /* lease ids, from a random start: they tell nothing
+                                  of other sessions, and name no lease after a
+                                  restart */
+    uint64_t lease_bytes;      /* what its leases cost, in its tenant's budget */
+    uint64_t hs_deadline_ms;   /* closed if no HELLO came by then (0: HELLO done) */
     uint32_t pin_seq;          /* from a random start: a pin id from before a
                                   restart names no pin of the new tierd */
     struct pending pend;       /* a get waiting for the disk (or the remote tier) */
@@ -119,6 +126,8 @@ static struct sess *all_sessions;
 static int spare_fd = -1;
 static bool listen_paused;
 static int refusing;            /* sessions waiting to be told they are refused */
+static uint64_t refusal_log_ms; /* the last refusal logged ... */
+static uint32_t refusals_quiet; /* ... and those not logged since (one line a second) */
 static int timer_fd = -1;       /* fires at the earliest get deadline */
 static uint64_t timer_at_ms;    /* when it is armed for (0: disarmed) */
 
@@ -198,6 +207,8 @@ static void sess_close(struct sess *s)
         back += s->lease[i].n;
         free(s->lease[i].ids);
     }
+    if (s->t)
+        s->t->lease_bytes -= s->lease_bytes;
     for (size_t i = 0; i < s->npin; i++) {
         tier_release(store, s->pins[i].ids, s->pins[i].n, true);
         s->t->pinned_bytes -= s->pins[i].bytes;
@@ -284,10 +295,19 @@ static int reply(struct sess *s, const struct kvt_wire_hdr *req, int status, con
     return 0;
 }
 
+/* A malformed message: counted for the operator (the metrics page) and for
+ * the tenant's own STATS (never another tenant's). */
+static void count_proto_error(struct sess *s)
+{
+    s->d->proto_errors++;
+    if (s->t)
+        s->t->proto_errors++;
+}
+
 static int reply_err(struct sess *s, const struct kvt_wire_hdr *req, int status)
 {
     if (status == KVT_EPROTO)
-        s->d->proto_errors++; /* every malformed message is counted, once */
+        count_proto_error(s); /* every malformed message is counted, once */
     return reply(s, req, status, NULL, 0, NULL, 0, -1);
 }
 
@@ -349,10 +369,24 @@ static void prune_resv(struct sess *s)
  * gets -EBUSY instead of growing the daemon without bound. */
 #define SESS_LEASES_MAX 4096
 
-static struct lease *new_lease(struct sess *s, const uint32_t *ids, uint32_t n)
+/* What a lease of n blocks costs tierd: its entry, its ids and malloc's
+ * overhead; all of a tenant's leases together stay within its lease_bytes. */
+static uint64_t lease_cost(uint32_t n)
 {
+    return sizeof(struct lease) + (uint64_t)n * sizeof(uint32_t) + 16;
+}
+
+/* A lease for the n blocks of ids, or NULL with *err: -EBUSY (this
+ * session's lease count, or its tenant's lease memory) or -ENOMEM. */
+static struct lease *new_lease(struct sess *s, const uint32_t *ids, uint32_t n, int *err)
+{
+    uint64_t cost = lease_cost(n);
     struct lease *l;
 
+    *err = -EBUSY;
+    if (s->nlease >= SESS_LEASES_MAX || s->t->lease_bytes + cost > s->t->lease_bytes_max)
+        return NULL;
+    *err = -ENOMEM;
     if (s->nlease == s->lease_cap) {
         size_t cap = s->lease_cap ? s->lease_cap * 2 : 8;
 
@@ -368,8 +402,10 @@ static struct lease *new_lease(struct sess *s, const uint32_t *ids, uint32_t n)
         return NULL;
     memcpy(l->ids, ids, (size_t)n * sizeof(uint32_t));
     l->n = n;
-    l->id = s->d->next_lease++;
+    l->id = ++s->lease_seq ? s->lease_seq : ++s->lease_seq; /* never 0 */
     s->nlease++;
+    s->lease_bytes += cost;
+    s->t->lease_bytes += cost;
     return l;
 }
 
@@ -407,10 +443,12 @@ static int finish_get(struct sess *s)
     tier_forget_waiter(s->t->store, s);
     tier_release(s->t->store, p->ids + hits, p->n - hits, false);
     if (hits > 0) {
-        l = new_lease(s, p->ids, hits);
+        int err;
+
+        l = new_lease(s, p->ids, hits, &err);
         if (!l) {
             tier_release(s->t->store, p->ids, hits, false);
-            return reply_err(s, &p->hdr, -ENOMEM);
+            return reply_err(s, &p->hdr, err);
         }
         rep.lease_id = l->id;
     }
@@ -618,6 +656,16 @@ static void expire(uint64_t now)
     timer_at_ms = 0;
     for (s = all_sessions; s; s = nx) {
         nx = s->next;
+        if (s->hs_deadline_ms && s->hs_deadline_ms <= now) {
+            /* no HELLO in time: an idle connection holds no slot for long */
+            if (s->d->verbose && !s->refuse)
+                tierd_log("session %u (pid %d): no HELLO within %u ms, closing", s->id,
+                          (int)s->pid, s->d->handshake_ms);
+            sess_close(s);
+            continue;
+        }
+        if (s->hs_deadline_ms && (!next || s->hs_deadline_ms < next))
+            next = s->hs_deadline_ms;
         for (size_t i = 0; i < s->npin;) {
             if (s->pins[i].expire_ms <= now) {
                 s->d->pins_expired++;
@@ -646,6 +694,7 @@ static void expire(uint64_t now)
                 sess_close(s);
         } else if (s->pend.deadline_ms <= now) {
             s->d->get_deadline_misses++;
+            s->t->deadline_misses++;
             ns_stats(s, s->pend.ns_id)->deadline_misses++;
             if (finish_get(s) < 0)
                 sess_close(s);
@@ -741,6 +790,7 @@ static int do_hello(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t 
         return reply_err(s, h, KVT_EPROTO);
     (void)body;
     s->hello = true;
+    s->hs_deadline_ms = 0;
     return reply(s, h, 0, &rep, sizeof(rep), NULL, 0, tier_pool_fd(s->t->store));
 }
 
@@ -1150,8 +1200,9 @@ static int do_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *
         struct kvt_wire_get_rep rep = { 0 };
         struct lease *l;
 
-        if (s->nlease >= SESS_LEASES_MAX)
-            return reply_err(s, h, -EBUSY);
+        if (s->nlease >= SESS_LEASES_MAX ||
+            s->t->lease_bytes + lease_cost(k.n) > s->t->lease_bytes_max)
+            return reply_err(s, h, -EBUSY); /* refused before anything is read */
         uint32_t pending;
         bool hot = k.flags & KVT_WIRE_KF_HOT;
 
@@ -1170,10 +1221,12 @@ static int do_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *
             return wait_for_disk(s, h, (uint32_t)rc, pending, k.deadline_ms, hot);
         }
         if (rc > 0) {
-            l = new_lease(s, ids_buf, (uint32_t)rc);
+            int err;
+
+            l = new_lease(s, ids_buf, (uint32_t)rc, &err);
             if (!l) {
                 tier_release(t, ids_buf, (size_t)rc, false);
-                return reply_err(s, h, -ENOMEM);
+                return reply_err(s, h, err);
             }
             rep.lease_id = l->id;
         }
@@ -1197,10 +1250,12 @@ static int do_release(struct sess *s, const struct kvt_wire_hdr *h, const uint8_
             continue;
         tier_release(s->t->store, s->lease[i].ids, s->lease[i].n, false);
         free(s->lease[i].ids);
+        s->lease_bytes -= lease_cost(s->lease[i].n);
+        s->t->lease_bytes -= lease_cost(s->lease[i].n);
         s->lease[i] = s->lease[--s->nlease];
         return reply(s, h, 0, NULL, 0, NULL, 0, -1);
     }
-    s->d->proto_errors++; /* a lease that is not ours: counted, even unanswered */
+    count_proto_error(s); /* a lease that is not ours: counted, even unanswered */
     return reply_err(s, h, -ENOENT);
 }
 
@@ -1242,7 +1297,7 @@ static int do_stats(struct sess *s, const struct kvt_wire_hdr *h)
     st.leases_active = ts.leases_active;
     st.reserved = ts.reserved;
     st.reclaimed = ts.reclaimed;
-    st.proto_errors = s->d->proto_errors;
+    st.proto_errors = s->t->proto_errors; /* its own: another's say what it does */
     st.index_entries = ts.index_entries;
     st.index_bytes = ts.index_bytes;
     st.demotions = ts.demotions;
@@ -1251,7 +1306,7 @@ static int do_stats(struct sess *s, const struct kvt_wire_hdr *h)
     st.dropped = ts.dropped;
     st.checksum_errors = ts.checksum_errors;
     st.io_errors = ts.io_errors;
-    st.deadline_misses = s->d->get_deadline_misses;
+    st.deadline_misses = s->t->deadline_misses;
     st.remote_hits = ts.remote_hits;
     st.remote_misses = ts.remote_misses;
     st.remote_puts = ts.remote_puts;
@@ -1293,13 +1348,6 @@ static int handle(struct sess *s, size_t len)
     if (s->refuse) {
         h.flags = 0;
         reply_err(s, &h, s->refuse);
-        return -1;
-    }
-    if (!s->t) {
-        s->d->refused++;
-        tierd_log("refused pid %d, uid %d: no tenant admits it", (int)s->pid, (int)s->uid);
-        h.flags = 0;
-        reply_err(s, &h, -EACCES);
         return -1;
     }
     if (h.op == KVT_OP_HELLO)
@@ -1384,7 +1432,8 @@ static void on_read(struct ev_loop *l, int fd, uint32_t events, void *ctx)
          * over the limit is seen as such even when it fits the buffer */
         if ((m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || r > (ssize_t)KVT_WIRE_MSG_MAX ||
             handle_timed(s, (size_t)r) < 0) {
-            s->d->proto_errors += !s->refuse; /* a refused peer was told why */
+            if (!s->refuse)
+                count_proto_error(s); /* a refused peer was told why */
             if (s->d->verbose && !s->refuse)
                 tierd_log("session %u (pid %d): malformed message, closing", s->id,
                           (int)s->pid);
@@ -1430,6 +1479,73 @@ static void drop(int fd)
         spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
+/* Log a refusal, at most one line a second: a flood of peers must not
+ * flood the log too. */
+static void log_refusal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void log_refusal(const char *fmt, ...)
+{
+    uint64_t now = tierd_now_ms();
+    char msg[256];
+    va_list ap;
+
+    if (refusal_log_ms && now - refusal_log_ms < 1000) {
+        refusals_quiet++;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (refusals_quiet)
+        tierd_log("%s (and %u more refusals not logged)", msg, refusals_quiet);
+    else
+        tierd_log("%s", msg);
+    refusal_log_ms = now;
+    refusals_quiet = 0;
+}
+
+/* A session id: random, so that it tells a client nothing of the sessions
+ * before it; unique among the sessions open, never an id the store keeps
+ * for itself. */
+static uint32_t new_sess_id(void)
+{
+    for (;;) {
+        uint32_t id;
+        struct sess *o = all_sessions;
+
+        if (getrandom(&id, sizeof(id), GRND_NONBLOCK) != sizeof(id))
+            id = (uint32_t)((tierd_now_ms() + (uintptr_t)&id) * 0x9E3779B97F4A7C15ull >> 32);
+        if (id == 0 || id >= TIER_OWNER_REMOTE)
+            continue;
+        while (o && o->id != id)
+            o = o->next;
+        if (!o)
+            return id;
+    }
+}
+
+/* Why a peer with these credentials may not have a session now (0: it
+ * may); t is its tenant (NULL: none admits it). */
+static int admit(struct tierd *d, const struct tenant *t, const struct ucred *cr)
+{
+    if (!t) {
+        d->refused++;
+        log_refusal("refused pid %d, uid %d: no tenant admits it", (int)cr->pid, (int)cr->uid);
+        return -EACCES;
+    }
+    if (d->clients >= d->max_clients) {
+        log_refusal("refused pid %d: %u clients already (--max-clients)", (int)cr->pid,
+                    d->clients);
+        return -EUSERS;
+    }
+    if (t->clients >= t->max_clients) {
+        log_refusal("refused pid %d: tenant %s has %u clients already (its max_clients)",
+                    (int)cr->pid, t->name, t->clients);
+        return -EUSERS;
+    }
+    return 0;
+}
+
 void sess_on_accept(struct ev_loop *l, int lfd, uint32_t events, void *ctx)
 {
     struct tierd *d = ctx;
@@ -1439,6 +1555,7 @@ void sess_on_accept(struct ev_loop *l, int lfd, uint32_t events, void *ctx)
         int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         struct ucred cr;
         socklen_t cl = sizeof(cr);
+        struct tenant *t = NULL;
         struct sess *s;
         int refuse = 0;
 
@@ -1452,14 +1569,16 @@ void sess_on_accept(struct ev_loop *l, int lfd, uint32_t events, void *ctx)
             drop(fd);
             continue;
         }
-        if (!refuse && d->clients >= d->max_clients) {
-            tierd_log("refused pid %d: %u clients already (--max-clients)", (int)cr.pid,
-                      d->clients);
-            refuse = -EUSERS;
+        /* admission at accept (SO_PEERCRED is known now): a peer no tenant
+         * admits, or over a limit, never counts as a client */
+        if (!refuse) {
+            t = tenant_for(d, cr.uid, cr.gid);
+            refuse = admit(d, t, &cr);
         }
         /* a refused peer is told why at its first message (HELLO, sent at
          * once by kvt_connect) rather than seeing a hang-up; a few at a
-         * time, so that refusals cannot pile up */
+         * time and each for the handshake deadline at most, so that
+         * refusals cannot pile up */
         if (refuse && refusing >= 16) {
             drop(fd);
             continue;
@@ -1472,12 +1591,19 @@ void sess_on_accept(struct ev_loop *l, int lfd, uint32_t events, void *ctx)
         }
         s->d = d;
         s->fd = fd;
-        s->id = d->next_sess++;
+        s->id = new_sess_id();
         if (getrandom(&s->pin_seq, sizeof(s->pin_seq), GRND_NONBLOCK) != sizeof(s->pin_seq))
             s->pin_seq = (uint32_t)tierd_now_ms(); /* (no entropy yet at boot) */
+        if (getrandom(&s->lease_seq, sizeof(s->lease_seq), GRND_NONBLOCK) !=
+            sizeof(s->lease_seq))
+            s->lease_seq = tierd_now_ms() << 20; /* (no entropy yet at boot) */
         s->uid = cr.uid;
         s->pid = cr.pid;
         s->refuse = refuse;
+        if (d->handshake_ms) {
+            s->hs_deadline_ms = tierd_now_ms() + d->handshake_ms;
+            arm_timer(s->hs_deadline_ms);
+        }
         s->next = all_sessions;
         if (all_sessions)
             all_sessions->prev = s;
@@ -1486,14 +1612,11 @@ void sess_on_accept(struct ev_loop *l, int lfd, uint32_t events, void *ctx)
             refusing++;
             continue;
         }
-        /* a peer no tenant admits stays until its first message, which is
-         * answered -EACCES: it learns why, rather than seeing a hang-up */
-        s->t = tenant_for(d, cr.uid, cr.gid);
-        if (s->t)
-            s->t->clients++;
+        s->t = t;
+        t->clients++;
         d->clients++;
-        if (d->verbose && s->t)
+        if (d->verbose)
             tierd_log("session %u: pid %d uid %d connected, tenant %s", s->id, (int)cr.pid,
-                      (int)cr.uid, s->t->name);
+                      (int)cr.uid, t->name);
     }
 }

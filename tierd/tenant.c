@@ -210,11 +210,31 @@ static int on_key(void *user, const char *section, const char *key, const char *
             goto bad;
         return 1;
     }
+    if (strcmp(key, "max_clients") == 0) {
+        char *end;
+        unsigned long n = strtoul(val, &end, 10);
+
+        if (*end || end == val || *val < '0' || *val > '9' || n < 1 || n > 1000000) {
+            snprintf(p->err, sizeof(p->err), "max_clients: want 1..1000000, got '%s'", val);
+            goto bad;
+        }
+        t->max_clients = (uint32_t)n;
+        return 1;
+    }
+    if (strcmp(key, "lease_bytes") == 0) {
+        v = size_of(val);
+        if (v < (64 << 10)) {
+            snprintf(p->err, sizeof(p->err), "lease_bytes: bad size '%s' (at least 64K)", val);
+            goto bad;
+        }
+        t->lease_bytes_max = (uint64_t)v;
+        return 1;
+    }
     if (strcmp(key, "warm_bytes") != 0 && strcmp(key, "cold_bytes") != 0 &&
         strcmp(key, "hot_bytes") != 0) {
         snprintf(p->err, sizeof(p->err),
                  "[tenant.%s]: unknown key '%s' (known: uids, gids, warm_bytes, cold_bytes, "
-                 "hot_bytes)", t->name, key);
+                 "hot_bytes, max_clients, lease_bytes)", t->name, key);
         goto bad;
     }
     v = size_of(val);
@@ -266,6 +286,24 @@ static int check_overlap(struct tierd *d, char *err, size_t cap)
     return 0;
 }
 
+/* Limits a tenant's config left unsaid. Clients: an even share of
+ * --max-clients, so that no tenant's connections can lock out another's.
+ * Leases: tierd's memory for them, 1/64 of the warm tier (4 MiB .. 1 GiB),
+ * so that leases taken over and over on a few blocks cannot grow tierd
+ * past what the tenant's quota implies. */
+static void tenant_limits(struct tierd *d)
+{
+    for (uint32_t i = 0; i < d->ntenants; i++) {
+        struct tenant *t = &d->tenants[i];
+        uint64_t lb = t->warm_bytes / 64;
+
+        if (!t->max_clients)
+            t->max_clients = d->max_clients / d->ntenants ? d->max_clients / d->ntenants : 1;
+        if (!t->lease_bytes_max)
+            t->lease_bytes_max = lb < (4u << 20) ? (4u << 20) : lb > (1ull << 30) ? 1ull << 30 : lb;
+    }
+}
+
 int tenant_config(struct tierd *d, const char *path, const struct tenant_defaults *def,
                   char *err, size_t err_cap)
 {
@@ -288,6 +326,7 @@ int tenant_config(struct tierd *d, const char *path, const struct tenant_default
         if (d->uid != 0)
             t->uids[t->nuids++] = 0;
         snprintf(t->dir, sizeof(t->dir), "%s", def->data);
+        tenant_limits(d);
         return 0;
     }
     rc = ini_parse(path, on_key, &p);
@@ -312,6 +351,7 @@ int tenant_config(struct tierd *d, const char *path, const struct tenant_default
     rc = check_overlap(d, err, err_cap);
     if (rc < 0)
         return rc;
+    tenant_limits(d);
     return 0;
 }
 

@@ -21,6 +21,9 @@
  *     warm_bytes = 8G            ; defaults: tierd's --warm-bytes, --cold-bytes,
  *     cold_bytes = 100G          ;   --hot-bytes
  *     hot_bytes = 0
+ *     max_clients = 64           ; default: an even share of --max-clients
+ *     lease_bytes = 16M          ; tierd memory its leases may take (default:
+ *                                ;   1/64 of warm_bytes, 4M .. 1G); then -EBUSY
  */
 #ifndef TENANT_H
 #define TENANT_H

@@ -57,6 +57,7 @@ struct opts {
     const char *remote_seeds, *remote_ns;
     uint32_t remote_timeout_ms; /* 0: not given */
     uint32_t durable_wait_ms;
+    uint32_t handshake_ms;
     int remote_policy;          /* -1: not given */
 };
 
@@ -74,7 +75,10 @@ static void usage(FILE *f)
             "  --low-wm F         ... down to F (default 0.85)\n"
             "  --no-mlock         do not pin the warm pool\n"
             "  --no-hugepages     do not try huge pages\n"
-            "  --max-clients N    refuse connections beyond N (default 1024)\n"
+            "  --max-clients N    refuse connections beyond N (default 1024); each tenant\n"
+            "                     an even share unless its config says max_clients\n"
+            "  --handshake-timeout-ms N  close a connection that sends no HELLO within N ms\n"
+            "                     (default 5000; 0: never)\n"
             "  --durable-wait-ms N  a durable commit not done after N ms (a block another\n"
             "                     client never finishes, a disk slower than that) is\n"
             "                     answered -EAGAIN, its writes going on (default 10000;\n"
@@ -122,6 +126,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         { "no-hugepages", no_argument, NULL, 'P' },
         { "max-clients", required_argument, NULL, 'c' },
         { "durable-wait-ms", required_argument, NULL, 'u' },
+        { "handshake-timeout-ms", required_argument, NULL, 'k' },
         { "busy-poll-us", required_argument, NULL, 'b' },
         { "cold-bytes", required_argument, NULL, 'C' },
         { "cold-qd", required_argument, NULL, 'Q' },
@@ -146,6 +151,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         .socket = getenv("KVTIER_SOCKET"), .data = getenv("KVTIER_DATA"),
         .warm_bytes = 1ull << 30, .high_wm = 0.95, .low_wm = 0.85, .max_clients = 1024,
         .busy_poll_us = 200, .cold_bytes = 4ull << 30, .cold_qd = 32, .durable_wait_ms = 10000,
+        .handshake_ms = 5000,
         .metrics_addr = "127.0.0.1", .remote_policy = -1,
     };
     if (!o->socket || !*o->socket)
@@ -296,6 +302,18 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             o->durable_wait_ms = (uint32_t)v;
             break;
         }
+        case 'k': {
+            char *end;
+            unsigned long v = strtoul(optarg, &end, 10);
+
+            if (*end || end == optarg || *optarg < '0' || *optarg > '9' || v > 3600000) {
+                fprintf(stderr, "tierd: --handshake-timeout-ms: want 0..3600000, got '%s'\n",
+                        optarg);
+                return -1;
+            }
+            o->handshake_ms = (uint32_t)v;
+            break;
+        }
         case 'v': o->verbose = true; break;
         case 'h': usage(stdout); exit(EX_OK);
         default: usage(stderr); return -1;
@@ -335,26 +353,45 @@ static int mkdirs(const char *path, mode_t mode)
     return 0;
 }
 
-/* One daemon per data folder: an exclusive flock held for our lifetime. */
+/* Make folder dir (mkdir -p) and check that tierd may keep files there
+ * (tierd_dir_safe: a folder someone else prepared could lead root's
+ * writes elsewhere by a link). 0, or -1 after saying why. */
+static int safe_folder(const char *dir, const char *what)
+{
+    char why[PATH_MAX + 128];
+    int rc = mkdirs(dir, 0700);
+
+    if (rc < 0) {
+        tierd_log("cannot create %s %s: %s", what, dir, strerror(-rc));
+        return -1;
+    }
+    if (tierd_dir_safe(dir, why, sizeof(why)) < 0) {
+        tierd_log("refusing %s %s: %s", what, dir, why);
+        return -1;
+    }
+    return 0;
+}
+
+/* One daemon per data folder: an exclusive flock held for our lifetime.
+ * The fd, or minus a sysexits code after saying why. */
 static int lock_data(const char *dir)
 {
     char path[PATH_MAX];
-    int fd, rc = mkdirs(dir, 0700);
+    int fd;
 
-    if (rc < 0) {
-        fprintf(stderr, "tierd: cannot create data folder %s: %s\n", dir, strerror(-rc));
-        return -1;
-    }
+    if (safe_folder(dir, "data folder") < 0)
+        return -EX_CANTCREAT;
     snprintf(path, sizeof(path), "%s/tierd.lock", dir);
-    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
-        fprintf(stderr, "tierd: cannot open %s: %s\n", path, strerror(errno));
-        return -1;
+        fprintf(stderr, "tierd: cannot open %s: %s\n", path,
+                errno == ELOOP ? "it is a symbolic link" : strerror(errno));
+        return -EX_CANTCREAT;
     }
     if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
         fprintf(stderr, "tierd: data folder %s is in use by another tierd\n", dir);
         close(fd);
-        return -1;
+        return -EX_TEMPFAIL;
     }
     return fd;
 }
@@ -464,12 +501,14 @@ static int open_tenant(struct tierd *d, struct tenant *t, const struct opts *o)
         struct tier_cold_cfg cc = { .dir = t->dir, .bytes = t->cold_bytes, .qd = o->cold_qd,
                                     .log = store_log };
 
-        rc = mkdirs(t->dir, 0700);
-        if (rc == 0)
-            rc = tier_cold_open(&cc, &t->cold);
+        if (safe_folder(t->dir, "the cold tier's folder") < 0)
+            return EX_CANTCREAT;
+        rc = tier_cold_open(&cc, &t->cold);
         if (rc < 0) {
             tierd_log("tenant %s: cannot open the cold tier in %s (%llu bytes): %s", t->name,
-                      t->dir, (unsigned long long)t->cold_bytes, strerror(-rc));
+                      t->dir, (unsigned long long)t->cold_bytes,
+                      rc == -ELOOP ? "a file of it is a symbolic link or not a regular file"
+                                   : strerror(-rc));
             return rc == -ENOSPC ? EX_CANTCREAT : EX_OSERR;
         }
     }
@@ -586,8 +625,7 @@ static int socket_mode(struct tierd *d, const char *path)
 
 int main(int argc, char **argv)
 {
-    struct tierd d = { .listen_fd = -1, .sig_fd = -1, .lock_fd = -1, .next_sess = 1,
-                       .next_lease = 1 };
+    struct tierd d = { .listen_fd = -1, .sig_fd = -1, .lock_fd = -1 };
     struct opts o;
     struct tenant_defaults def;
     char err[512];
@@ -599,6 +637,7 @@ int main(int argc, char **argv)
     d.uid = geteuid();
     d.max_clients = o.max_clients;
     d.durable_wait_ms = o.durable_wait_ms;
+    d.handshake_ms = o.handshake_ms;
     d.verbose = o.verbose;
     d.start_ms = tierd_now_ms();
     signal(SIGPIPE, SIG_IGN);
@@ -634,7 +673,7 @@ int main(int argc, char **argv)
     }
     d.lock_fd = lock_data(o.data);
     if (d.lock_fd < 0) {
-        ex = EX_TEMPFAIL;
+        ex = -d.lock_fd;
         goto out_tenants;
     }
     if (o.metrics_port) {

@@ -62,7 +62,12 @@ struct tenant {
                                  cold index not opened in this run) */
     uint32_t nns, ns_cap;     /* open namespaces; entries in ns */
     uint32_t clients;         /* its sessions open */
+    uint32_t max_clients;     /* ... at most (config max_clients) */
     uint64_t pinned_bytes;    /* blocks its sessions' pins hold, against the pin budget */
+    uint64_t lease_bytes;     /* tierd's memory its sessions' leases take ... */
+    uint64_t lease_bytes_max; /* ... at most (config lease_bytes): then -EBUSY */
+    uint64_t proto_errors;    /* its malformed messages (its STATS) */
+    uint64_t deadline_misses; /* its gets answered short at their deadline */
     struct tierd *d;
 };
 
@@ -84,14 +89,13 @@ struct tierd {
     int sig_fd;               /* signalfd for SIGINT/SIGTERM */
     int lock_fd;              /* flock on <data>/tierd.lock: one daemon per folder */
     uid_t uid;                /* the daemon's uid: the default tenant */
-    uint32_t next_sess;       /* next session id (owner id in the store) */
     uint32_t clients;         /* sessions open */
     uint32_t max_clients;
+    uint32_t handshake_ms;    /* a connection without HELLO is closed after it (0: never) */
     uint32_t durable_wait_ms; /* a durable commit waits this long at most (0: for ever) */
-    uint64_t next_lease;      /* next lease id, never 0 */
     uint64_t start_ms;        /* CLOCK_MONOTONIC at start */
-    uint64_t proto_errors;    /* malformed messages seen */
-    uint64_t get_deadline_misses; /* gets answered short at their deadline */
+    uint64_t proto_errors;    /* malformed messages seen (every tenant's: the metrics page) */
+    uint64_t get_deadline_misses; /* gets answered short at their deadline (every tenant's) */
     uint64_t pins_expired;    /* pins released at their deadline, not by a client */
     uint64_t durable_wait_timeouts; /* durable commits answered -EAGAIN at their bound */
     uint32_t refused;         /* connections refused: no tenant admits the peer */
@@ -120,5 +124,11 @@ int tierd_parse_policy(const char *s, enum tier_remote_policy *out);
 /* "all" / "*" (every namespace) or a model id prefix into r->ns_prefix:
  * 0, or -EINVAL (too long). */
 int tierd_parse_ns_filter(const char *s, struct tierd_remote *r);
+
+/* Whether tierd may keep its files in folder path: it is a folder (not a
+ * symbolic link), ours, writable by no one else, and no folder above it is
+ * writable by another user (unless sticky, as /tmp). 0, or -errno with
+ * why says what is wrong and how to fix it. */
+int tierd_dir_safe(const char *path, char *why, size_t cap);
 
 #endif /* TIERD_H */

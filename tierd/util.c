@@ -1,14 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * util.c - what every part of tierd uses: the log, the clock, and the
- * parsers shared by the command line and the config file.
+ * util.c - what every part of tierd uses: the log, the clock, the
+ * parsers shared by the command line and the config file, and the check of
+ * the folders it writes in.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "tierd.h"
 
@@ -79,5 +84,82 @@ int tierd_parse_ns_filter(const char *s, struct tierd_remote *r)
     if (strlen(s) >= sizeof(r->ns_prefix))
         return -EINVAL;
     strcpy(r->ns_prefix, s);
+    return 0;
+}
+
+/* One folder on the way to a data folder: another user who may write it
+ * could swap what lies below (a sticky folder, /tmp, lets nobody rename
+ * what is ours). */
+static int ancestor_ok(const char *path, const struct stat *st, char *why, size_t cap)
+{
+    if (st->st_uid != 0 && st->st_uid != geteuid()) {
+        snprintf(why, cap, "%s belongs to uid %u, neither root nor us", path,
+                 (unsigned)st->st_uid);
+        return -EPERM;
+    }
+    if ((st->st_mode & (S_IWGRP | S_IWOTH)) && !(st->st_mode & S_ISVTX)) {
+        snprintf(why, cap, "%s is writable by %s (mode %04o)", path,
+                 st->st_mode & S_IWOTH ? "every user" : "its group",
+                 (unsigned)(st->st_mode & 07777));
+        return -EPERM;
+    }
+    return 0;
+}
+
+int tierd_dir_safe(const char *path, char *why, size_t cap)
+{
+    char real[PATH_MAX], part[PATH_MAX];
+    struct stat st;
+    int fd, rc;
+
+    /* the folder itself, not a link to one: opened without following */
+    fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        rc = -errno;
+        snprintf(why, cap, "%s: %s", path,
+                 rc == -ELOOP || rc == -ENOTDIR ? "not a folder (a symbolic link or a file)"
+                                                : strerror(-rc));
+        return rc;
+    }
+    rc = fstat(fd, &st) < 0 ? -errno : 0;
+    close(fd);
+    if (rc < 0) {
+        snprintf(why, cap, "%s: %s", path, strerror(-rc));
+        return rc;
+    }
+    if (st.st_uid != geteuid()) {
+        snprintf(why, cap, "%s belongs to uid %u, not to us (uid %u): chown it, or use "
+                 "another --data", path, (unsigned)st.st_uid, (unsigned)geteuid());
+        return -EPERM;
+    }
+    if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+        snprintf(why, cap, "%s is writable by %s (mode %04o): chmod go-w it", path,
+                 st.st_mode & S_IWOTH ? "every user" : "its group",
+                 (unsigned)(st.st_mode & 07777));
+        return -EPERM;
+    }
+    /* and every folder above it */
+    if (!realpath(path, real)) {
+        rc = -errno;
+        snprintf(why, cap, "%s: %s", path, strerror(-rc));
+        return rc;
+    }
+    for (char *slash = strrchr(real, '/'); slash; slash = strrchr(real, '/')) {
+        size_t n = slash == real ? 1 : (size_t)(slash - real);
+
+        memcpy(part, real, n);
+        part[n] = 0;
+        if (stat(part, &st) < 0) {
+            rc = -errno;
+            snprintf(why, cap, "%s: %s", part, strerror(-rc));
+            return rc;
+        }
+        rc = ancestor_ok(part, &st, why, cap);
+        if (rc < 0)
+            return rc;
+        if (slash == real)
+            break;
+        *slash = 0;
+    }
     return 0;
 }

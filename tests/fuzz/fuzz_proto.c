@@ -33,7 +33,7 @@
 #include "tier_hot.h"
 #include "tierd.h"
 
-static struct tierd d = { .listen_fd = -1, .next_sess = 1, .next_lease = 1 };
+static struct tierd d = { .listen_fd = -1, .handshake_ms = 1000 };
 static struct tenant *tn;
 static struct sockaddr_un addr = { .sun_family = AF_UNIX };
 static socklen_t addr_len;

@@ -1,0 +1,698 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tierd_security.c - the attacks of a local user who may connect as some
+ * uid, each tried against a real tierd and shown to fail: crashing tierd by
+ * resizing the pools it maps, holding every connection slot (unadmitted or
+ * admitted), growing tierd without bound through leases, learning of other
+ * tenants from STATS and ids, and leading root's writes elsewhere through a
+ * data folder prepared beforehand. Clients of other uids are forked
+ * children that setuid, so most tests need root (CI runs as root).
+ *
+ * The remote tier's namespace identity and the metrics page have their own
+ * tests (tierd_remote.c, tierd_metrics.c).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <sysexits.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvt_wire.h"
+#include "t.h"
+
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+
+#define BLK (64u << 10)
+#define ALICE 40001
+#define BOB 40002
+#define STRANGER 40003
+
+static const char *const config_two =
+    "[tenant.alice]\n"
+    "uids = 0, 40001      ; root runs the test itself\n"
+    "warm_bytes = 16M\n"
+    "[tenant.bob]\n"
+    "uids = 40002\n"
+    "warm_bytes = 16M\n";
+
+static void need_root(void)
+{
+    if (geteuid() != 0)
+        cr_skip_test("needs root to run clients as other uids (CI runs as root)");
+}
+
+/* ---- a hostile client's own socket ------------------------------------ */
+
+static int sock_open(const char *path)
+{
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+    if (fd < 0 || strlen(path) >= sizeof(a.sun_path))
+        return -1;
+    strcpy(a.sun_path, path);
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Send request op with body, wait for its reply (5 s at most): its status
+ * (KVT_EDISCONNECTED when tierd closed), the reply's body into body, a
+ * passed descriptor into *pass_fd (else -1). */
+static int sock_call(int fd, uint16_t op, const void *body, uint32_t len, void *rep, size_t cap,
+                     int *pass_fd)
+{
+    static _Alignas(16) uint8_t buf[KVT_WIRE_MSG_MAX + 64];
+    struct kvt_wire_hdr h = { .magic = KVT_WIRE_MAGIC, .version = KVT_WIRE_VERSION, .op = op,
+                              .req_id = 7, .body_len = len };
+    struct iovec out[2] = { { &h, sizeof(h) }, { (void *)body, len } };
+    struct msghdr m = { .msg_iov = out, .msg_iovlen = 2 };
+    union {
+        char b[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } cm;
+    struct iovec in = { buf, sizeof(buf) };
+    struct pollfd p = { .fd = fd, .events = POLLIN };
+    ssize_t r;
+
+    if (pass_fd)
+        *pass_fd = -1;
+    if (sendmsg(fd, &m, MSG_NOSIGNAL) < 0)
+        return KVT_EDISCONNECTED;
+    if (poll(&p, 1, 5000) != 1)
+        return -ETIMEDOUT;
+    m = (struct msghdr){ .msg_iov = &in, .msg_iovlen = 1, .msg_control = cm.b,
+                         .msg_controllen = sizeof(cm.b) };
+    r = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+    if (r < (ssize_t)sizeof(h))
+        return KVT_EDISCONNECTED;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && pass_fd)
+            memcpy(pass_fd, CMSG_DATA(c), sizeof(int));
+    memcpy(&h, buf, sizeof(h));
+    if (rep)
+        memcpy(rep, buf + sizeof(h), (size_t)r - sizeof(h) < cap ? (size_t)r - sizeof(h) : cap);
+    return h.status;
+}
+
+/* Whether tierd hung up fd within ms (its HELLO deadline, a refusal). */
+static bool hung_up_within(int fd, int ms)
+{
+    struct pollfd p = { .fd = fd, .events = POLLIN };
+    char b[64];
+
+    return poll(&p, 1, ms) == 1 && recv(fd, b, sizeof(b), MSG_DONTWAIT) == 0;
+}
+
+/* ---- the pools: a client cannot resize them under tierd --------------- */
+
+/* What a hostile client tries on a pool it was passed: cut it to nothing,
+ * grow it, seal it against the writable mappings of its tenant's next
+ * clients. Returns how many of the three succeeded. */
+static int attack_pool(int pool, const char *what)
+{
+    struct stat st;
+    int won = 0;
+
+    cr_assert_eq(fstat(pool, &st), 0);
+    if (ftruncate(pool, st.st_size * 2) == 0) {
+        cr_log_error("%s: a client doubled the pool", what);
+        won++;
+    }
+    if (fcntl(pool, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) == 0) {
+        cr_log_error("%s: a client sealed the pool against writers", what);
+        won++;
+    }
+    if (ftruncate(pool, 0) == 0) { /* last: what crashed tierd */
+        cr_log_error("%s: a client cut the pool to 0 bytes", what);
+        won++;
+    } else {
+        cr_expect_eq(errno, EPERM, "%s: ftruncate: %s", what, strerror(errno));
+    }
+    return won;
+}
+
+Test(security, a_client_cannot_resize_or_seal_the_pools_and_tierd_survives_it)
+{
+    static const char *const args[] = { "--warm-bytes", "32M", "--hot-bytes", "8M",
+                                        "--no-mlock", NULL };
+    struct kvt_wire_hello_req hello = { .pid = (uint32_t)getpid() };
+    struct kvt_wire_hello_rep rep;
+    struct t_tierd d;
+    static uint8_t buf[8][BLK];
+    void *slots[8], *dst[8];
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_key k[8];
+    kvt_hot_info hinfo;
+    int fd, warm, hot, won;
+
+    t_tierd_start(&d, args);
+    fd = sock_open(d.sock);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(sock_call(fd, KVT_OP_HELLO, &hello, sizeof(hello), &rep, sizeof(rep), &warm), 0);
+    cr_assert_geq(warm, 0, "HELLO passed no pool");
+    cr_assert_eq(sock_call(fd, KVT_OP_HOT_ATTACH, NULL, 0, NULL, 0, &hot), 0);
+    cr_assert_geq(hot, 0, "HOT_ATTACH passed no (emulated) pool");
+    won = attack_pool(warm, "warm pool") + attack_pool(hot, "hot pool");
+
+    /* what the cut pool would have crashed: a durable commit checksums its
+     * blocks in the warm pool, a hot put copies down from the hot pool */
+    c = t_connect(&d);
+    ns = t_ns(c, BLK);
+    t_keys(k, 8, 1);
+    for (int i = 0; i < 8; i++) {
+        t_fill(buf[i], BLK, 10 + (uint64_t)i);
+        dst[i] = buf[i];
+    }
+    cr_assert_eq(kvt_put_reserve(ns, NULL, k, 4, slots), 4);
+    for (int i = 0; i < 4; i++)
+        memcpy(slots[i], buf[i], BLK);
+    cr_assert_eq(kvt_put_commit_flags(ns, k, 4, KVT_COMMIT_DURABLE), 4);
+    cr_assert_eq(kvt_hot_attach(c, &hinfo), 0);
+    cr_assert_eq(kvt_put_reserve_flags(ns, &k[3], k + 4, 4, slots, KVT_RESERVE_HOT), 4);
+    for (int i = 0; i < 4; i++)
+        memcpy(slots[i], buf[4 + i], BLK);
+    cr_assert_eq(kvt_put_commit_flags(ns, k + 4, 4, KVT_COMMIT_DURABLE), 4);
+    memset(buf, 0, sizeof(buf));
+    cr_assert_eq(kvt_get(ns, k, 8, dst), 8);
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(t_check(buf[i], BLK, 10 + (uint64_t)i), -1, "block %d is wrong", i);
+    kvt_close(c);
+    close(warm);
+    close(hot);
+    close(fd);
+    cr_assert_eq(won, 0, "a client resized or sealed a pool tierd maps (%d attacks won)", won);
+    t_tierd_stop(&d); /* exit status 0: it did not die of SIGBUS */
+}
+
+/* ---- connection slots ------------------------------------------------- */
+
+/* Bob stores 4 blocks and reads them back. */
+static int bob_works(const char *sock, void *arg)
+{
+    static uint8_t buf[4][BLK];
+    const void *src[4];
+    void *dst[4];
+    kvt_key k[4];
+    kvt_client *c;
+    kvt_ns *ns;
+    int rc;
+
+    (void)arg;
+    if ((rc = kvt_connect(sock, &c)) != 0)
+        return rc == -EUSERS ? 9 : 10;
+    ns = t_ns(c, BLK);
+    t_keys(k, 4, 2);
+    for (int i = 0; i < 4; i++) {
+        t_fill(buf[i], BLK, 100 + (uint64_t)i);
+        src[i] = buf[i];
+        dst[i] = buf[i];
+    }
+    if (kvt_put(ns, NULL, k, 4, src) != 4)
+        return 11;
+    memset(buf, 0, sizeof(buf));
+    if (kvt_get(ns, k, 4, dst) != 4)
+        return 12;
+    for (int i = 0; i < 4; i++)
+        if (t_check(buf[i], BLK, 100 + (uint64_t)i) != -1)
+            return 13;
+    kvt_close(c);
+    return 0;
+}
+
+#define FLOOD 200
+
+/* A uid no tenant admits opens FLOOD connections and says nothing on them;
+ * it reports on pipe *arg once they are all open, then how many tierd hung
+ * up within 5 s (it must hang up every one: refused at accept, or at its
+ * HELLO deadline). */
+static int stranger_floods(const char *sock, void *arg)
+{
+    int *pipe_fds = arg, fds[FLOOD], open_n = 0, closed = 0;
+    char go;
+
+    for (int i = 0; i < FLOOD; i++)
+        if ((fds[i] = sock_open(sock)) >= 0)
+            open_n++;
+    if (write(pipe_fds[1], &open_n, sizeof(open_n)) != sizeof(open_n))
+        return 20;
+    if (read(pipe_fds[0], &go, 1) != 1)
+        return 21;
+    for (int i = 0; i < FLOOD; i++)
+        if (fds[i] >= 0 && hung_up_within(fds[i], 5000))
+            closed++;
+    return closed == open_n ? 0 : 22;
+}
+
+Test(security, an_idle_flood_of_unadmitted_peers_leaves_every_tenant_served)
+{
+    const char *cfg;
+    struct t_tierd d;
+    int up[2], down[2], io[2], opened = 0, st, lines = 0;
+    char line[512];
+    pid_t pid;
+    FILE *log;
+
+    need_root();
+    cfg = t_config(config_two);
+    t_tierd_start(&d, (const char *const[]){ "--config", cfg, "--max-clients", "32",
+                                             "--handshake-timeout-ms", "400", NULL });
+    cr_assert_eq(chmod(d.dir, 0755), 0); /* the other uids must reach the socket */
+    cr_assert_eq(pipe(up), 0);
+    cr_assert_eq(pipe(down), 0);
+    pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        io[0] = down[0];
+        io[1] = up[1];
+        if (setgroups(0, NULL) < 0 || setgid(STRANGER) < 0 || setuid(STRANGER) < 0)
+            _exit(100);
+        _exit(stranger_floods(d.sock, io));
+    }
+    cr_assert_eq(read(up[0], &opened, sizeof(opened)), sizeof(opened));
+    cr_assert_gt(opened, 32, "the flood opened only %d connections", opened);
+    /* while the FLOOD idle connections are open: both tenants connect */
+    st = t_as_user(BOB, bob_works, d.sock, NULL);
+    cr_assert_eq(st, 0, "bob during the flood: exit %d%s", st,
+                 st == 9 ? " (-EUSERS: the flood holds the client slots)" : "");
+    {
+        kvt_client *c = t_connect(&d); /* root: alice */
+
+        kvt_close(c);
+    }
+    cr_assert_eq(write(down[1], "g", 1), 1);
+    st = t_wait(pid);
+    cr_assert_eq(st, 0, "the stranger's connections were not all hung up (exit %d)", st);
+    /* and the log did not get a line per refusal */
+    log = fopen(d.log, "r");
+    cr_assert_not_null(log);
+    while (fgets(line, sizeof(line), log))
+        lines += strstr(line, "refused") != NULL;
+    fclose(log);
+    cr_assert_leq(lines, 10, "%d log lines of refusals for %d refused connections", lines, opened);
+    cr_assert_geq(lines, 1, "the refusals were not logged at all");
+    t_tierd_stop(&d);
+    unlink(cfg);
+}
+
+/* Bob opens connections until refused; returns how many he got (exit
+ * status), 200 + errno when the refusal was not -EUSERS. */
+static int bob_connects_all(const char *sock, void *arg)
+{
+    kvt_client *c[16];
+    int n = 0, rc = 0;
+
+    (void)arg;
+    while (n < 16 && (rc = kvt_connect(sock, &c[n])) == 0)
+        n++;
+    if (n < 16 && rc != -EUSERS)
+        return 200 + (-rc & 0x3f);
+    for (int i = 0; i < n; i++)
+        kvt_close(c[i]);
+    return n;
+}
+
+Test(security, a_tenant_has_its_share_of_the_connections_and_no_more)
+{
+    static const char *const conf =
+        "[tenant.alice]\n"
+        "uids = 0, 40001\n"
+        "warm_bytes = 8M\n"
+        "[tenant.bob]\n"
+        "uids = 40002\n"
+        "warm_bytes = 8M\n"
+        "max_clients = 3\n";
+    const char *cfg;
+    struct t_tierd d;
+    kvt_client *c[8];
+    int n = 0, rc = 0, st;
+
+    need_root();
+    cfg = t_config(conf);
+    t_tierd_start(&d, (const char *const[]){ "--config", cfg, "--max-clients", "8", NULL });
+    cr_assert_eq(chmod(d.dir, 0755), 0);
+    /* alice: an even share of --max-clients 8 between two tenants */
+    while (n < 8 && (rc = kvt_connect(d.sock, &c[n])) == 0)
+        n++;
+    cr_assert_eq(n, 4, "alice got %d connections of 8, her share is 4", n);
+    cr_assert_eq(rc, -EUSERS, "her 5th: %d (%s)", rc, kvt_strerror(rc));
+    cr_assert(strstr(kvt_strerror(rc), "max_clients"), "%s", kvt_strerror(rc));
+    /* bob, while alice holds hers: his own max_clients */
+    st = t_as_user(BOB, bob_connects_all, d.sock, NULL);
+    cr_assert_eq(st, 3, "bob got %d connections, his max_clients is 3", st);
+    for (int i = 0; i < n; i++)
+        kvt_close(c[i]);
+    t_tierd_stop(&d);
+    unlink(cfg);
+}
+
+Test(security, an_admitted_peer_that_never_says_hello_is_hung_up)
+{
+    struct t_tierd d;
+    kvt_client *c;
+    kvt_key k[1];
+    int fd;
+
+    t_tierd_start(&d, (const char *const[]){ "--handshake-timeout-ms", "300", NULL });
+    fd = sock_open(d.sock);
+    cr_assert_geq(fd, 0);
+    cr_assert(hung_up_within(fd, 10000), "an idle connection outlived its HELLO deadline");
+    close(fd);
+    c = t_connect(&d); /* one that says HELLO at once is served, and stays */
+    usleep(600 * 1000);
+    t_keys(k, 1, 5);
+    cr_assert_eq(kvt_lookup(t_ns(c, BLK), k, 1, 0, NULL), 0);
+    kvt_close(c);
+    t_tierd_stop(&d);
+}
+
+/* ---- lease memory ----------------------------------------------------- */
+
+static uint64_t rss_kib(pid_t pid)
+{
+    char path[64], line[256];
+    uint64_t kib = 0;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    f = fopen(path, "r");
+    cr_assert_not_null(f);
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmRSS: %lu kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib;
+}
+
+#define LEASERS 6
+#define TINY 4096u
+
+/* One session leases the same 1,024 blocks over and over without releasing
+ * (each get's ids cost tierd 4 KiB) until refused; returns the leases it
+ * got, or -1 when a get failed with something other than -EBUSY. */
+static int lease_until_refused(kvt_client *c, const kvt_key *k)
+{
+    static const void *slots[KVT_BATCH_MAX];
+    kvt_ns *ns = t_ns(c, TINY);
+    kvt_lease l;
+    int n = 0, rc;
+
+    while (n < 4096) {
+        rc = kvt_get_lease(ns, k, KVT_BATCH_MAX, slots, &l);
+        if (rc == -EBUSY)
+            return n;
+        if (rc != KVT_BATCH_MAX)
+            return -1;
+        n++;
+    }
+    return n;
+}
+
+Test(security, leases_taken_over_and_over_are_bounded_by_the_tenant)
+{
+    static kvt_key k[KVT_BATCH_MAX];
+    static uint8_t blk[TINY];
+    static const void *src[KVT_BATCH_MAX];
+    struct t_tierd d;
+    kvt_client *c[LEASERS], *w;
+    uint64_t before, after;
+    int total = 0;
+
+    /* 32 MiB of warm: a tenant's leases may take 4 MiB of tierd (the floor) */
+    t_tierd_start(&d, (const char *const[]){ "--warm-bytes", "32M", "--no-mlock", NULL });
+    w = t_connect(&d);
+    t_keys(k, KVT_BATCH_MAX, 3);
+    for (int i = 0; i < KVT_BATCH_MAX; i++)
+        src[i] = blk;
+    cr_assert_eq(kvt_put(t_ns(w, TINY), NULL, k, KVT_BATCH_MAX, src), KVT_BATCH_MAX);
+    before = rss_kib(d.pid);
+    for (int i = 0; i < LEASERS; i++) {
+        int n;
+
+        c[i] = t_connect(&d);
+        n = lease_until_refused(c[i], k);
+        cr_assert_geq(n, 0, "session %d: a get failed other than -EBUSY", i);
+        total += n;
+    }
+    after = rss_kib(d.pid);
+    /* unbounded, LEASERS x 4096 leases x 4 KiB of ids = 96 MiB */
+    cr_assert_lt(total, 1100, "%d leases of 1,024 blocks: the tenant's 4 MiB are not a bound",
+                 total);
+    cr_assert_lt(after - before, 24u << 10, "tierd grew by %llu KiB for %d leases",
+                 (unsigned long long)(after - before), total);
+    /* given back, they are taken again */
+    kvt_close(c[0]);
+    {
+        kvt_client *again = t_connect(&d);
+
+        cr_assert_gt(lease_until_refused(again, k), 0);
+        kvt_close(again);
+    }
+    for (int i = 1; i < LEASERS; i++)
+        kvt_close(c[i]);
+    kvt_close(w);
+    t_tierd_stop(&d);
+}
+
+/* ---- what one tenant may learn of another ----------------------------- */
+
+/* Bob is busy: sessions, leases, a malformed message. */
+static int bob_busy(const char *sock, void *arg)
+{
+    struct kvt_wire_hello_req hello = { .pid = 1 };
+    uint8_t blk[BLK];
+    const void *src[1] = { blk };
+    void *dst[1] = { blk };
+    kvt_key k[1];
+    int fd;
+
+    (void)arg;
+    for (int i = 0; i < 5; i++) {
+        kvt_client *c;
+        kvt_ns *ns;
+
+        if (kvt_connect(sock, &c))
+            return 30;
+        ns = t_ns(c, BLK);
+        t_keys(k, 1, 40 + (uint64_t)i);
+        memset(blk, i, sizeof(blk));
+        if (kvt_put(ns, NULL, k, 1, src) != 1 || kvt_get(ns, k, 1, dst) != 1)
+            return 31;
+        kvt_close(c);
+    }
+    fd = sock_open(sock);
+    if (fd < 0 || sock_call(fd, KVT_OP_HELLO, &hello, sizeof(hello), NULL, 0, NULL) != 0)
+        return 32;
+    if (sock_call(fd, 999, NULL, 0, NULL, 0, NULL) != KVT_EPROTO)
+        return 33; /* an unknown op: a protocol error */
+    close(fd);
+    return 0;
+}
+
+/* The session id HELLO tells, on a fresh connection. */
+static uint64_t session_id(const char *sock)
+{
+    struct kvt_wire_hello_req hello = { .pid = 1 };
+    struct kvt_wire_hello_rep rep = { 0 };
+    int fd = sock_open(sock), pool;
+
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(sock_call(fd, KVT_OP_HELLO, &hello, sizeof(hello), &rep, sizeof(rep), &pool),
+                 0);
+    close(pool);
+    close(fd);
+    return rep.session_id;
+}
+
+Test(security, stats_and_ids_tell_a_tenant_nothing_of_another)
+{
+    const char *cfg;
+    struct t_tierd d;
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_stats st;
+    kvt_key k[1];
+    kvt_lease l1, l2;
+    const void *slot[1];
+    uint8_t blk[BLK] = { 0 };
+    const void *src[1] = { blk };
+    uint64_t ids[8], id1;
+    int seq = 0, rc;
+
+    need_root();
+    cfg = t_config(config_two);
+    t_tierd_start(&d, (const char *const[]){ "--config", cfg, NULL });
+    cr_assert_eq(chmod(d.dir, 0755), 0);
+    c = t_connect(&d); /* alice */
+    ns = t_ns(c, BLK);
+    t_keys(k, 1, 1);
+    cr_assert_eq(kvt_put(ns, NULL, k, 1, src), 1);
+    cr_assert_eq(kvt_get_lease(ns, k, 1, slot, &l1), 1);
+    id1 = l1.id;
+    cr_assert_eq(kvt_release(ns, &l1), 0);
+    rc = t_as_user(BOB, bob_busy, d.sock, NULL);
+    cr_assert_eq(rc, 0, "bob: exit %d", rc);
+    /* her next lease follows her last, whatever bob leased in between */
+    cr_assert_eq(kvt_get_lease(ns, k, 1, slot, &l2), 1);
+    cr_assert_eq(l2.id, id1 + 1, "alice's lease ids moved by %lld: they count bob's",
+                 (long long)(l2.id - id1));
+    cr_assert_eq(kvt_release(ns, &l2), 0);
+    cr_assert_eq(kvt_stats_get(c, &st), 0);
+    cr_assert_eq(st.proto_errors, 0, "alice's STATS count bob's protocol errors: %llu",
+                 (unsigned long long)st.proto_errors);
+    cr_assert_eq(st.clients, 1);
+    /* session ids are no sequence that counts other sessions */
+    for (int i = 0; i < 8; i++)
+        ids[i] = session_id(d.sock);
+    for (int i = 1; i < 8; i++)
+        seq += ids[i] == ids[i - 1] + 1;
+    cr_assert_lt(seq, 2, "session ids are a sequence (%llu, %llu, ...)",
+                 (unsigned long long)ids[0], (unsigned long long)ids[1]);
+    kvt_close(c);
+    t_tierd_stop(&d);
+    unlink(cfg);
+}
+
+/* ---- a data folder made beforehand ------------------------------------ */
+
+/* Run tierd on data (with args) until it exits, 10 s at most: its exit
+ * status (124: still running, killed), its stderr in err. */
+static int tierd_on(const char *data, const char *const *args, char *err, size_t cap)
+{
+    char dir[64], sock[128], errf[128], bin[512];
+    const char *argv[16];
+    int n = 0, st = 124, fd;
+    pid_t pid;
+    ssize_t r;
+
+    snprintf(dir, sizeof(dir), "/tmp/kvt-sdata-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(sock, sizeof(sock), "%s/s", dir);
+    snprintf(errf, sizeof(errf), "%s/err", dir);
+    argv[n++] = t_bin("tierd", bin, sizeof(bin));
+    argv[n++] = "--socket";
+    argv[n++] = sock;
+    argv[n++] = "--data";
+    argv[n++] = data;
+    argv[n++] = "--cold-bytes";
+    argv[n++] = "16M";
+    argv[n++] = "--warm-bytes";
+    argv[n++] = "8M";
+    for (int i = 0; args && args[i]; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        fd = open(errf, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(fd, 2);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    for (int i = 0; i < 1000; i++) {
+        int ws;
+
+        if (waitpid(pid, &ws, WNOHANG) == pid) {
+            st = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+            pid = 0;
+            break;
+        }
+        usleep(10000);
+    }
+    if (pid) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    fd = open(errf, O_RDONLY);
+    r = fd >= 0 ? read(fd, err, cap - 1) : 0;
+    err[r > 0 ? r : 0] = 0;
+    if (fd >= 0)
+        close(fd);
+    unlink(errf);
+    rmdir(dir);
+    return st;
+}
+
+static void rm_rf(const char *path)
+{
+    char cmd[600];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
+    cr_assert_eq(system(cmd), 0);
+}
+
+Test(security, a_data_folder_another_user_could_have_prepared_is_refused)
+{
+    char base[64], data[128], link[256], victim[128], err[4096];
+    struct stat sb;
+    int st, fd;
+
+    need_root();
+    snprintf(base, sizeof(base), "/tmp/kvt-sec-XXXXXX");
+    cr_assert_not_null(mkdtemp(base));
+    snprintf(data, sizeof(data), "%s/data", base);
+    snprintf(victim, sizeof(victim), "%s/victim", base);
+    fd = open(victim, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    cr_assert_eq(write(fd, "root's", 6), 6);
+    close(fd);
+
+    /* a folder another user made */
+    cr_assert_eq(mkdir(data, 0700), 0);
+    cr_assert_eq(chown(data, STRANGER, STRANGER), 0);
+    st = tierd_on(data, NULL, err, sizeof(err));
+    cr_expect_eq(st, EX_CANTCREAT, "exit %d: %s", st, err);
+    cr_expect(strstr(err, "belongs to uid 40003"), "%s", err);
+
+    /* ours, but anyone may write in it */
+    cr_assert_eq(chown(data, 0, 0), 0);
+    cr_assert_eq(chmod(data, 0777), 0);
+    st = tierd_on(data, NULL, err, sizeof(err));
+    cr_expect_eq(st, EX_CANTCREAT, "exit %d: %s", st, err);
+    cr_expect(strstr(err, "writable by every user"), "%s", err);
+
+    /* ours, but below a folder another user may write in */
+    cr_assert_eq(chmod(data, 0700), 0);
+    cr_assert_eq(chmod(base, 0777), 0);
+    st = tierd_on(data, NULL, err, sizeof(err));
+    cr_expect_eq(st, EX_CANTCREAT, "exit %d: %s", st, err);
+    cr_expect(strstr(err, base) && strstr(err, "writable by every user"), "%s", err);
+    cr_assert_eq(chmod(base, 0700), 0);
+
+    /* links planted where tierd's files will be, before the mode was fixed */
+    static const char *const files[] = { "tierd.lock", "cold.data", "cold.lmdb/data.mdb",
+                                         "cold.lmdb/lock.mdb", "cold.lmdb" };
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        rm_rf(data);
+        cr_assert_eq(mkdir(data, 0700), 0);
+        if (strchr(files[i], '/')) {
+            snprintf(link, sizeof(link), "%s/cold.lmdb", data);
+            cr_assert_eq(mkdir(link, 0700), 0);
+        }
+        snprintf(link, sizeof(link), "%s/%s", data, files[i]);
+        cr_assert_eq(symlink(victim, link), 0);
+        st = tierd_on(data, NULL, err, sizeof(err));
+        cr_expect_neq(st, 0, "%s a link: tierd ran (exit %d)", files[i], st);
+        cr_expect_neq(st, 124, "%s a link: tierd ran", files[i]);
+        cr_expect(strstr(err, "symbolic link"), "%s a link: %s", files[i], err);
+        cr_assert_eq(stat(victim, &sb), 0);
+        cr_expect_eq(sb.st_size, 6, "%s a link: root's file is now %lld bytes", files[i],
+                     (long long)sb.st_size);
+    }
+    rm_rf(base);
+}
