@@ -24,6 +24,15 @@
  * reset, timeout) is closed and marked down for a second: its keys fail at
  * once meanwhile (misses, never a wait), then it is tried again.
  *
+ * Design note: names. A namespace is named on the cluster by a SHA-256 over
+ * its fields (tier_remote_ns_id), never by a fast hash of a string: most of
+ * those fields are a client's text, and a client who could make its name
+ * collide with another tenant's (XXH3-64 falls to chosen input, issue 14)
+ * would read that tenant's blocks and plant its own. The encoding is
+ * length-prefixed so that no two descriptors share one, and a key carries
+ * 128 bits of the digest: finding a descriptor for a given id is a 2^128
+ * search.
+ *
  * Design note: bytes. A put's value is written with sendmsg straight from
  * the caller's buffer (a pinned warm slot, or our copy): the command's
  * head and the 32-byte value header, the payload, CRLF; hiredis's output
@@ -48,6 +57,7 @@
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
+#include <openssl/evp.h>
 #include <xxhash.h>
 
 #include "tier_remote.h"
@@ -86,6 +96,11 @@ struct item {
     char cmd[200];         /* the command; PUT: up to the payload (head + value header) */
 };
 
+/* The longest command head, "*3\r\n$3\r\nSET\r\n$<klen>\r\n<key>\r\n$<20 digits>\r\n"
+ * (under 48 bytes besides the key), and a PUT's value header fit in cmd. */
+_Static_assert(sizeof(((struct item *)0)->cmd) >=
+               48 + TIER_REMOTE_KEY_MAX + TIER_REMOTE_HDR_BYTES, "item.cmd too small");
+
 /* One call (put, get, exists). */
 struct job {
     int op;
@@ -123,6 +138,12 @@ struct jq {
     struct job *head, **tail;
 };
 
+/* A namespace added (tier_remote_ns_add). */
+struct rns {
+    bool on;                     /* added: uses the remote tier */
+    uint8_t id[TIER_REMOTE_NS_ID_BYTES]; /* tier_remote_ns_id of its descriptor */
+};
+
 struct tier_remote {
     struct tier_remote_cfg cfg;
     char seeds[NODES_MAX][72];   /* "host:port" as given */
@@ -136,7 +157,7 @@ struct tier_remote {
     unsigned nw;
     /* caller's thread only */
     unsigned inflight;
-    uint64_t *nsh;               /* ns id -> namespace hash (0: not added) */
+    struct rns *ns;              /* ns id -> its namespace on the cluster */
     uint32_t nscap;
     struct tier_remote_stats st;
     /* counted by workers */
@@ -182,30 +203,76 @@ unsigned tier_remote_slot(const void *key, size_t len)
     return tier_remote_crc16(k, len) % TIER_REMOTE_SLOTS;
 }
 
-uint64_t tier_remote_ns_hash(const char *name)
-{
-    return XXH3_64bits(name, strlen(name));
-}
-
-size_t tier_remote_key(char *out, uint64_t ns_hash, const struct tier_key *key)
-{
-    static const char hex[] = "0123456789abcdef";
-    /* no hash tag: a block's slot comes from its whole key, so a
-     * namespace's blocks spread over every master instead of one slot */
-    int n = snprintf(out, TIER_REMOTE_KEY_MAX, "kvt:%016llx:", (unsigned long long)ns_hash);
-
-    for (int i = 0; i < TIER_KEY_BYTES; i++) {
-        out[n++] = hex[key->b[i] >> 4];
-        out[n++] = hex[key->b[i] & 15];
-    }
-    out[n] = 0;
-    return (size_t)n;
-}
-
 static void put64(uint8_t *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++)
         p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+int tier_remote_ns_id(const struct tier_remote_ns_desc *desc,
+                      uint8_t out[TIER_REMOTE_NS_ID_BYTES])
+{
+    static const char tag[] = "kvtier remote namespace 1";
+    const char *str[] = { tag, desc->tenant, desc->model_id, desc->dtype, desc->layout };
+    uint8_t ints[20], len[4];
+    EVP_MD_CTX *ctx;
+    bool ok;
+
+    for (size_t i = 0; i < sizeof(str) / sizeof(str[0]); i++)
+        if (!str[i] || strlen(str[i]) > UINT32_MAX)
+            return -EINVAL;
+    put32(ints, desc->block_tokens);
+    put64(ints + 4, desc->block_bytes);
+    put32(ints + 12, desc->tp_rank);
+    put32(ints + 16, desc->tp_size);
+    ctx = EVP_MD_CTX_new();
+    if (!ctx)
+        return -ENOMEM;
+    /* OpenSSL fails here only for want of memory */
+    ok = EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1;
+    for (size_t i = 0; ok && i < sizeof(str) / sizeof(str[0]); i++) {
+        put32(len, (uint32_t)strlen(str[i]));
+        ok = EVP_DigestUpdate(ctx, len, sizeof(len)) == 1 &&
+             EVP_DigestUpdate(ctx, str[i], strlen(str[i])) == 1;
+    }
+    ok = ok && EVP_DigestUpdate(ctx, ints, sizeof(ints)) == 1 &&
+         EVP_DigestFinal_ex(ctx, out, NULL) == 1;
+    EVP_MD_CTX_free(ctx);
+    return ok ? 0 : -ENOMEM;
+}
+
+static void hex_of(char *out, const uint8_t *b, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hex[b[i] >> 4];
+        out[2 * i + 1] = hex[b[i] & 15];
+    }
+}
+
+size_t tier_remote_key(char *out, const uint8_t ns_id[TIER_REMOTE_NS_ID_BYTES],
+                       const struct tier_key *key)
+{
+    /* no hash tag: a block's slot comes from its whole key, so a
+     * namespace's blocks spread over every master instead of one slot */
+    size_t n = 0;
+
+    memcpy(out, "kvt:", 4);
+    n += 4;
+    hex_of(out + n, ns_id, TIER_REMOTE_NS_KEY_BYTES);
+    n += 2 * TIER_REMOTE_NS_KEY_BYTES;
+    out[n++] = ':';
+    hex_of(out + n, key->b, TIER_KEY_BYTES);
+    n += 2 * TIER_KEY_BYTES;
+    out[n] = 0;
+    return n;
 }
 
 static uint64_t get64(const uint8_t *p)
@@ -219,7 +286,9 @@ static uint64_t get64(const uint8_t *p)
 
 /* Header: magic u32, version u16, header bytes u16, payload bytes u64,
  * XXH3-64 of the payload, XXH3-64 of the key (a value copied under another
- * key is wrong too). Little-endian, whatever the host. */
+ * key is wrong too). Little-endian, whatever the host. The key's XXH3 checks
+ * against misplacement, not a security boundary (anyone can compute it):
+ * what keeps tenants apart is the SHA-256 namespace id inside the key. */
 void tier_remote_hdr_make(uint8_t hdr[TIER_REMOTE_HDR_BYTES], const char *rkey, size_t klen,
                           const void *payload, uint64_t len)
 {
@@ -833,7 +902,7 @@ void tier_remote_close(struct tier_remote *r)
             break;
     close(r->efd);
     free(r->w);
-    free(r->nsh);
+    free(r->ns);
     pthread_cond_destroy(&r->cond);
     pthread_mutex_destroy(&r->lock);
     free(r);
@@ -842,32 +911,36 @@ void tier_remote_close(struct tier_remote *r)
 int tier_remote_event_fd(const struct tier_remote *r) { return r->efd; }
 unsigned tier_remote_inflight(const struct tier_remote *r) { return r->inflight; }
 
-int tier_remote_ns_add(struct tier_remote *r, uint32_t ns, const char *name)
+int tier_remote_ns_add(struct tier_remote *r, uint32_t ns, const struct tier_remote_ns_desc *desc)
 {
-    uint64_t h = tier_remote_ns_hash(name);
+    uint8_t id[TIER_REMOTE_NS_ID_BYTES];
+    int rc;
 
     if (ns == 0 || ns >= (1u << 24))
         return -EINVAL;
+    if ((rc = tier_remote_ns_id(desc, id)) < 0)
+        return rc;
     if (ns >= r->nscap) {
         uint32_t cap = r->nscap ? r->nscap : 64;
-        uint64_t *p;
+        struct rns *p;
 
         while (cap <= ns)
             cap *= 2;
-        p = realloc(r->nsh, cap * sizeof(*p));
+        p = realloc(r->ns, cap * sizeof(*p));
         if (!p)
             return -ENOMEM;
         memset(p + r->nscap, 0, (cap - r->nscap) * sizeof(*p));
-        r->nsh = p;
+        r->ns = p;
         r->nscap = cap;
     }
-    r->nsh[ns] = h ? h : 1; /* 0 means "not added" */
+    r->ns[ns].on = true;
+    memcpy(r->ns[ns].id, id, sizeof(id));
     return 0;
 }
 
 bool tier_remote_ns_on(const struct tier_remote *r, uint32_t ns)
 {
-    return r && ns < r->nscap && r->nsh[ns];
+    return r && ns < r->nscap && r->ns[ns].on;
 }
 
 static struct job *job_new(struct tier_remote *r, int op, uint32_t ns,
@@ -888,7 +961,7 @@ static struct job *job_new(struct tier_remote *r, int op, uint32_t ns,
 
         it->job = j;
         it->ask = it->tgt = -1;
-        it->klen = (uint8_t)tier_remote_key(it->key, r->nsh[ns], &keys[i]);
+        it->klen = (uint8_t)tier_remote_key(it->key, r->ns[ns].id, &keys[i]);
         it->slot = (uint16_t)tier_remote_slot(it->key, it->klen);
         if (op != OP_PUT) {
             char cmd[sizeof(it->cmd)];

@@ -11,10 +11,11 @@
  * Routing follows the cluster spec: CRC16 key slots, the slot map from
  * CLUSTER SLOTS, MOVED (update the map) and ASK (ASKING, then retry).
  *
- * Keys on the cluster are "kvt:<namespace hash>:<block key>" in hex (no
- * hash tag, so a namespace's blocks spread over every slot); values are a
- * 32-byte header (magic, version, length, XXH3-64 of the payload, XXH3-64
- * of the key) and the payload, verified on every read.
+ * Keys on the cluster are "kvt:<namespace id>:<block key>" in hex, the
+ * namespace id being the first 128 bits of a SHA-256 over the namespace's
+ * fields (tier_remote_ns_id; no hash tag, so a namespace's blocks spread over
+ * every slot); values are a 32-byte header (magic, version, length, XXH3-64
+ * of the payload, XXH3-64 of the key) and the payload, verified on every read.
  *
  * Not thread-safe: one caller thread (tierd's loop) calls everything here;
  * the worker threads only touch what a submitted job hands them.
@@ -81,11 +82,25 @@ int tier_remote_poll(struct tier_remote *r, bool wait);
 /* Calls submitted whose callback has not run yet. */
 unsigned tier_remote_inflight(const struct tier_remote *r);
 
-/* Namespaces: a local namespace id is stored on the cluster under a name
- * that is the same on every node (tierd gives tenant + model descriptor),
- * hashed into the key prefix. Only namespaces added here use the remote
- * tier. 0, -ENOMEM, -EINVAL (ns 0 or above 2^24). */
-int tier_remote_ns_add(struct tier_remote *r, uint32_t ns, const char *name);
+/* What names a namespace on the cluster: the same on every node, and
+ * collision-resistant, since a client chooses most of it. Strings are
+ * borrowed for the call only. */
+struct tier_remote_ns_desc {
+    const char *tenant;    /* its tenant's name: the caller's own config, never a
+                              client's text (what keeps tenants apart) */
+    const char *model_id;  /* the model descriptor, as the client gave it */
+    const char *dtype;
+    const char *layout;
+    uint32_t block_tokens;
+    uint64_t block_bytes;
+    uint32_t tp_rank, tp_size;
+};
+
+/* Namespaces: a local namespace id is stored on the cluster under its
+ * namespace id (tier_remote_ns_id of desc), never under the local id. Only
+ * namespaces added here use the remote tier. 0, -ENOMEM, -EINVAL (ns 0 or
+ * above 2^24, a NULL string in desc). */
+int tier_remote_ns_add(struct tier_remote *r, uint32_t ns, const struct tier_remote_ns_desc *desc);
 bool tier_remote_ns_on(const struct tier_remote *r, uint32_t ns);
 
 /* Write one block (len bytes of buf) under (ns, key), replacing any older
@@ -117,7 +132,9 @@ void tier_remote_stats_get(const struct tier_remote *r, struct tier_remote_stats
 
 #define TIER_REMOTE_SLOTS 16384
 #define TIER_REMOTE_HDR_BYTES 32
-#define TIER_REMOTE_KEY_MAX 96 /* "kvt:" + 16 + ":" + 64 hex digits, NUL included */
+#define TIER_REMOTE_NS_ID_BYTES 32  /* a namespace id: SHA-256 */
+#define TIER_REMOTE_NS_KEY_BYTES 16 /* ... of which a cluster key carries 128 bits */
+#define TIER_REMOTE_KEY_MAX 102     /* "kvt:" + 32 + ":" + 64 hex digits, NUL included */
 
 /* CRC16-CCITT (XMODEM: poly 0x1021, init 0), the cluster spec's key hash:
  * "123456789" -> 0x31C3. */
@@ -125,11 +142,20 @@ uint16_t tier_remote_crc16(const void *buf, size_t len);
 /* A key's slot: CRC16 of the key, or of its hash tag (the bytes between
  * the first '{' and the first '}' after it, when not empty), mod 16384. */
 unsigned tier_remote_slot(const void *key, size_t len);
-/* The hash of a namespace name (XXH3-64). */
-uint64_t tier_remote_ns_hash(const char *name);
-/* The cluster key of (namespace hash, key) into out (TIER_REMOTE_KEY_MAX
- * bytes); returns its length. */
-size_t tier_remote_key(char *out, uint64_t ns_hash, const struct tier_key *key);
+/* The namespace id of desc into out: SHA-256 of, in this order,
+ *   str("kvtier remote namespace 1"), str(tenant), str(model_id), str(dtype),
+ *   str(layout), u32 block_tokens, u64 block_bytes, u32 tp_rank, u32 tp_size
+ * where str(s) is s's length as a u32 then its bytes (no NUL), and every
+ * integer is little-endian: no two descriptors share an encoding. The tag
+ * names the encoding's version (another encoding gets another tag). 0,
+ * -EINVAL (a NULL string, one of 4 GiB), -ENOMEM. */
+int tier_remote_ns_id(const struct tier_remote_ns_desc *desc,
+                      uint8_t out[TIER_REMOTE_NS_ID_BYTES]);
+/* The cluster key of (namespace id, key) into out (TIER_REMOTE_KEY_MAX
+ * bytes): "kvt:", the id's first TIER_REMOTE_NS_KEY_BYTES in hex, ":", the
+ * key in hex; returns its length (TIER_REMOTE_KEY_MAX - 1). */
+size_t tier_remote_key(char *out, const uint8_t ns_id[TIER_REMOTE_NS_ID_BYTES],
+                       const struct tier_key *key);
 /* The value header of payload[0..len) stored under rkey[0..klen). */
 void tier_remote_hdr_make(uint8_t hdr[TIER_REMOTE_HDR_BYTES], const char *rkey, size_t klen,
                           const void *payload, uint64_t len);

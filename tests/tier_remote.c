@@ -12,6 +12,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,18 +56,35 @@ Test(remote_unit, slots_follow_hash_tags)
                  tier_remote_slot("{user1000}.following", 20), "a tag puts keys together");
 }
 
+/* A test descriptor (tenant t, model m) and its namespace id. */
+static struct tier_remote_ns_desc desc_of(const char *tenant, const char *model)
+{
+    return (struct tier_remote_ns_desc){ .tenant = tenant, .model_id = model, .dtype = "bf16",
+                                         .layout = "test", .block_tokens = 16,
+                                         .block_bytes = 65536, .tp_rank = 0, .tp_size = 1 };
+}
+
+static void id_of(const struct tier_remote_ns_desc *d, uint8_t id[TIER_REMOTE_NS_ID_BYTES])
+{
+    cr_assert_eq(tier_remote_ns_id(d, id), 0);
+}
+
 Test(remote_unit, keys_keep_namespaces_apart)
 {
     struct tier_key k;
     char a[TIER_REMOTE_KEY_MAX], b[TIER_REMOTE_KEY_MAX], c[TIER_REMOTE_KEY_MAX];
-    uint64_t h1 = tier_remote_ns_hash("tenant=a model=m"), h2 = tier_remote_ns_hash(
-                                                              "tenant=b model=m");
+    struct tier_remote_ns_desc da = desc_of("a", "m"), db = desc_of("b", "m");
+    uint8_t h1[TIER_REMOTE_NS_ID_BYTES], h2[TIER_REMOTE_NS_ID_BYTES];
     size_t la, lb;
 
+    id_of(&da, h1);
+    id_of(&db, h2);
     t_keys((kvt_key *)&k, 1, 5);
     la = tier_remote_key(a, h1, &k);
     lb = tier_remote_key(b, h2, &k);
-    cr_assert_eq(la, 4 + 16 + 1 + 64, "key length %zu", la);
+    cr_assert_eq(la, 4 + 32 + 1 + 64, "key length %zu", la);
+    cr_assert_eq(la, TIER_REMOTE_KEY_MAX - 1);
+    cr_assert_eq(strlen(a), la);
     cr_assert_eq(la, lb);
     cr_assert_neq(strcmp(a, b), 0, "two tenants share a key");
     cr_assert_eq(strncmp(a, "kvt:", 4), 0);
@@ -76,11 +94,112 @@ Test(remote_unit, keys_keep_namespaces_apart)
     cr_assert_neq(strcmp(a, c), 0);
 }
 
+/* tier_remote.h's encoding, built here by hand: each string a u32 length
+ * then its bytes, each integer fixed-width; all little-endian. */
+static size_t enc_le(uint8_t *p, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+    return (size_t)bytes;
+}
+
+static size_t enc_str(uint8_t *p, const char *s)
+{
+    size_t n = enc_le(p, strlen(s), 4);
+
+    memcpy(p + n, s, strlen(s));
+    return n + strlen(s);
+}
+
+Test(remote_unit, ns_id_is_sha256_of_its_length_prefixed_fields)
+{
+    static const char hex[] = "0123456789abcdef";
+    struct tier_remote_ns_desc d = { .tenant = "alice", .model_id = "meta-llama/Llama-3.1-8B",
+                                     .dtype = "fp8_e4m3", .layout = "nhd#0123", .block_tokens = 16,
+                                     .block_bytes = 0x123456789ull, .tp_rank = 3, .tp_size = 8 };
+    uint8_t enc[512], want[SHA256_DIGEST_LENGTH], got[TIER_REMOTE_NS_ID_BYTES];
+    char rkey[TIER_REMOTE_KEY_MAX], prefix[64];
+    struct tier_key k;
+    size_t n = 0;
+
+    n += enc_str(enc + n, "kvtier remote namespace 1");
+    n += enc_str(enc + n, d.tenant);
+    n += enc_str(enc + n, d.model_id);
+    n += enc_str(enc + n, d.dtype);
+    n += enc_str(enc + n, d.layout);
+    n += enc_le(enc + n, d.block_tokens, 4);
+    n += enc_le(enc + n, d.block_bytes, 8);
+    n += enc_le(enc + n, d.tp_rank, 4);
+    n += enc_le(enc + n, d.tp_size, 4);
+    SHA256(enc, n, want);
+    cr_assert_eq(tier_remote_ns_id(&d, got), 0);
+    cr_assert_arr_eq(got, want, sizeof(want), "not SHA-256 of the documented encoding");
+    /* the cluster key carries the first 128 bits of it */
+    memcpy(prefix, "kvt:", 4);
+    for (int i = 0; i < TIER_REMOTE_NS_KEY_BYTES; i++) {
+        prefix[4 + 2 * i] = hex[want[i] >> 4];
+        prefix[5 + 2 * i] = hex[want[i] & 15];
+    }
+    prefix[4 + 2 * TIER_REMOTE_NS_KEY_BYTES] = ':';
+    prefix[5 + 2 * TIER_REMOTE_NS_KEY_BYTES] = 0;
+    t_keys((kvt_key *)&k, 1, 3);
+    tier_remote_key(rkey, got, &k);
+    cr_assert_eq(strncmp(rkey, prefix, strlen(prefix)), 0, "key %s, want prefix %s", rkey,
+                 prefix);
+    d.dtype = NULL;
+    cr_assert_eq(tier_remote_ns_id(&d, got), -EINVAL);
+}
+
+/* Every field counts, and no two ways of cutting the same text into fields
+ * meet (the name format before issue 14 gave the pairs marked "old" the
+ * very same string). */
+Test(remote_unit, ns_ids_differ_in_each_field_and_at_each_boundary)
+{
+    /* tenant, model id, dtype, layout, block tokens, block bytes, tp rank, tp size */
+    static const struct tier_remote_ns_desc v[] = {
+        { "alice", "m", "bf16", "test", 16, 65536, 0, 1 },
+        { "alicf", "m", "bf16", "test", 16, 65536, 0, 1 },
+        { "alice", "n", "bf16", "test", 16, 65536, 0, 1 },
+        { "alice", "m", "fp16", "test", 16, 65536, 0, 1 },
+        { "alice", "m", "bf16", "hnd", 16, 65536, 0, 1 },
+        { "alice", "m", "bf16", "test", 32, 65536, 0, 1 },
+        { "alice", "m", "bf16", "test", 16, 65537, 0, 1 },
+        { "alice", "m", "bf16", "test", 16, 65536, 1, 2 },
+        { "alice", "m", "bf16", "test", 16, 65536, 0, 2 },
+        /* model "a b" + dtype "c", model "a" + dtype "b c" */
+        { "t", "a b", "c", "test", 16, 65536, 0, 1 },
+        { "t", "a", "b c", "test", 16, 65536, 0, 1 },
+        /* tenant against model: "ab" + "c", "a" + "bc" */
+        { "ab", "c", "bf16", "test", 16, 65536, 0, 1 },
+        { "a", "bc", "bf16", "test", 16, 65536, 0, 1 },
+        /* old: "model=a dtype=b dtype=c" both */
+        { "t", "a dtype=b", "c", "test", 16, 65536, 0, 1 },
+        { "t", "a", "b dtype=c", "test", 16, 65536, 0, 1 },
+        /* an empty field moved: dtype "" + layout "x", dtype "x" + layout "" */
+        { "t", "m", "", "x", 16, 65536, 0, 1 },
+        { "t", "m", "x", "", 16, 65536, 0, 1 },
+    };
+    enum { N = sizeof(v) / sizeof(v[0]) };
+    uint8_t id[N][TIER_REMOTE_NS_ID_BYTES], again[TIER_REMOTE_NS_ID_BYTES];
+    const int n = N;
+
+    for (int i = 0; i < n; i++)
+        id_of(&v[i], id[i]);
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            cr_assert_neq(memcmp(id[i], id[j], sizeof(id[i])), 0,
+                          "descriptors %d and %d share an id", i, j);
+    /* and the same descriptor always gets the same one */
+    id_of(&v[0], again);
+    cr_assert_arr_eq(id[0], again, sizeof(again));
+}
+
 Test(remote_unit, value_header_round_trip_and_rejections)
 {
     enum { LEN = 8192 };
     uint8_t *v = malloc(TIER_REMOTE_HDR_BYTES + LEN);
-    const char *key = "kvt:0123456789abcdef:00", *other = "kvt:0123456789abcdef:01";
+    const char *key = "kvt:0123456789abcdef0123456789abcdef:00";
+    const char *other = "kvt:0123456789abcdef0123456789abcdef:01";
 
     cr_assert_not_null(v);
     t_fill(v + TIER_REMOTE_HDR_BYTES, LEN, 77);
@@ -156,10 +275,11 @@ Test(remote_unit, a_down_cluster_is_a_miss)
     uint64_t offs[4];
     struct tier_remote_cfg rc = { .seeds = seeds, .timeout_ms = 200, .workers = 1 };
     struct tier_cfg cfg = { .warm_bytes = 64 << 20, .remote_done = on_done };
+    struct tier_remote_ns_desc d = desc_of("t", "m");
 
     snprintf(seeds, sizeof(seeds), "127.0.0.1:%d", dead_port());
     cr_assert_eq(tier_remote_open(&rc, &r), 0);
-    cr_assert_eq(tier_remote_ns_add(r, 1, "tenant=t model=m"), 0);
+    cr_assert_eq(tier_remote_ns_add(r, 1, &d), 0);
     cfg.remote = r;
     cr_assert_eq(tier_create(&cfg, &t), 0);
     t_keys((kvt_key *)k, 4, 11);
@@ -273,7 +393,8 @@ static void redirect_mid_batch(bool moved)
     void *dst[RN];
     int owner[RN], res[RN], done = 0, a, b, on_b = 0, slot;
     long calls = 0, rejected = 0, asking = 0;
-    const char *ns_name = "tenant=t model=redirect";
+    struct tier_remote_ns_desc ns_desc = desc_of("t", "redirect");
+    uint8_t ns_id[TIER_REMOTE_NS_ID_BYTES];
     struct tier_remote_cfg rc = { .workers = 1, .timeout_ms = slow() ? 3000 : 500 };
     redisReply *rp;
 
@@ -281,12 +402,13 @@ static void redirect_mid_batch(bool moved)
     rc.seeds = cl.seeds;
     /* one worker: the slot map it reads at its first job is the stale one */
     cr_assert_eq(tier_remote_open(&rc, &r), 0);
-    cr_assert_eq(tier_remote_ns_add(r, 1, ns_name), 0);
+    cr_assert_eq(tier_remote_ns_add(r, 1, &ns_desc), 0);
+    id_of(&ns_desc, ns_id);
     t_keys((kvt_key *)k, RN, 4242);
     for (int i = 0; i < RN; i++) {
         t_fill(in[i], RBLK, 500 + (uint64_t)i);
         cr_assert_eq(tier_remote_put(r, 1, &k[i], in[i], RBLK, false, on_remote, &done), 0);
-        tier_remote_key(rkey[i], tier_remote_ns_hash(ns_name), &k[i]);
+        tier_remote_key(rkey[i], ns_id, &k[i]);
         dst[i] = out[i];
         res[i] = 1;
     }

@@ -5,7 +5,9 @@
  * a prefix put through one is a hit through the other, byte-identical;
  * a master killed during reads turns into misses, never wrong bytes or a
  * stuck daemon; a resharding during reads is followed (MOVED / ASK); a
- * value corrupted behind tierd's back is a counted checksum miss.
+ * value corrupted behind tierd's back is a counted checksum miss; a tenant
+ * whose model id collides with another tenant's namespace under the old
+ * XXH3 naming (issue 14) neither reads nor plants that tenant's blocks.
  * Skipped when redis-server or redis-cli is missing. No per-test .timeout
  * (Criterion 2.4.1 leaks in the runner with mixed ones, see tier_nvme_io.c):
  * every wait here is bounded, and make test's --timeout covers each test.
@@ -17,12 +19,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
+#include "kvt_wire.h"
 #include "t.h"
 #include "t_cluster.h"
+#include "t_xxh3.h"
 
 #define BLK (64u << 10)
 #define CHAIN 4
@@ -38,13 +44,20 @@ static uint64_t ms_now(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static void tierd_on(struct t_tierd *d, struct t_cluster *c, const char *policy)
+/* A tierd on the cluster; with cfg, the tenants of that config file. */
+static void tierd_cfg_on(struct t_tierd *d, struct t_cluster *c, const char *policy,
+                         const char *cfg)
 {
     const char *args[] = { "--warm-bytes", "64M", "--remote-seeds", c->seeds,
                            "--remote-timeout-ms", slow() ? "3000" : "500",
-                           "--remote-policy", policy, NULL };
+                           "--remote-policy", policy, cfg ? "--config" : NULL, cfg, NULL };
 
     t_tierd_start(d, args);
+}
+
+static void tierd_on(struct t_tierd *d, struct t_cluster *c, const char *policy)
+{
+    tierd_cfg_on(d, c, policy, NULL);
 }
 
 static void chain_keys(kvt_key *k, int chain)
@@ -52,7 +65,8 @@ static void chain_keys(kvt_key *k, int chain)
     t_keys(k, CHAIN, 7700 + (uint64_t)chain);
 }
 
-static void put_chain(kvt_ns *ns, int chain)
+/* Put chain's keys with the bytes of chain bytes_of; the count put. */
+static int put_as(kvt_ns *ns, int chain, int bytes_of)
 {
     static uint8_t buf[CHAIN][BLK];
     const void *src[CHAIN];
@@ -60,10 +74,15 @@ static void put_chain(kvt_ns *ns, int chain)
 
     chain_keys(k, chain);
     for (int i = 0; i < CHAIN; i++) {
-        t_fill(buf[i], BLK, (uint64_t)chain * 100 + (uint64_t)i);
+        t_fill(buf[i], BLK, (uint64_t)bytes_of * 100 + (uint64_t)i);
         src[i] = buf[i];
     }
-    cr_assert_eq(kvt_put(ns, NULL, k, CHAIN, src), CHAIN);
+    return kvt_put(ns, NULL, k, CHAIN, src);
+}
+
+static void put_chain(kvt_ns *ns, int chain)
+{
+    cr_assert_eq(put_as(ns, chain, chain), CHAIN);
 }
 
 /* Get chain c; every byte of each hit checked. Returns the hits. */
@@ -87,20 +106,30 @@ static int get_chain(kvt_ns *ns, int chain)
     return hits;
 }
 
+/* Wait (bounded) until tierd has tried to write want blocks to the
+ * cluster, *st its stats then: 0, -ETIMEDOUT, or kvt_stats_get's error.
+ * Asserts nothing: tenants' children call it too. */
+static int puts_settled(kvt_client *c, uint64_t want, kvt_stats *st)
+{
+    uint64_t t0 = ms_now();
+    int rc;
+
+    while ((rc = kvt_stats_get(c, st)) == 0 && st->remote_puts + st->remote_errors < want) {
+        if (ms_now() - t0 > (slow() ? 60000u : 15000u))
+            return -ETIMEDOUT;
+        usleep(20000);
+    }
+    return rc;
+}
+
 /* Wait (bounded) until tierd has written want blocks to the cluster. */
 static void wait_puts(kvt_client *c, uint64_t want)
 {
-    uint64_t t0 = ms_now();
     kvt_stats st;
+    int rc = puts_settled(c, want, &st);
 
-    for (;;) {
-        cr_assert_eq(kvt_stats_get(c, &st), 0);
-        if (st.remote_puts + st.remote_errors >= want)
-            break;
-        cr_assert_lt(ms_now() - t0, slow() ? 60000 : 15000, "remote writes: %llu of %llu",
-                     (unsigned long long)st.remote_puts, (unsigned long long)want);
-        usleep(20000);
-    }
+    cr_assert_eq(rc, 0, "remote writes: %llu of %llu (%s)", (unsigned long long)st.remote_puts,
+                 (unsigned long long)want, kvt_strerror(rc));
     cr_assert_eq(st.remote_puts, want, "remote writes: %llu, errors %llu",
                  (unsigned long long)st.remote_puts, (unsigned long long)st.remote_errors);
 }
@@ -345,5 +374,178 @@ Test(remote, a_corrupted_value_is_a_counted_miss)
     kvt_close(cb);
     t_tierd_stop(&a);
     t_tierd_stop(&b);
+    t_cluster_stop(&cl);
+}
+
+/* ---- issue 14: a tenant's model id that collides with another's name ---- */
+
+#define BOBBY 40002 /* alice is root (this process) */
+#define FORGED 9    /* bobby's forged blocks hold chain 9's bytes */
+#define A_MODEL "meta-llama/Llama-3.1-8B-Instruct"
+
+static const char *const two_tenants =
+    "[tenant.alice]\n"
+    "uids = 0, 40001\n"
+    "warm_bytes = 16M\n"
+    "[tenant.bobby]\n"
+    "uids = 40002\n"
+    "warm_bytes = 16M\n";
+
+static kvt_model attack_model(const char *model_id)
+{
+    kvt_model m = t_model(BLK);
+
+    m.model_id = model_id;
+    return m;
+}
+
+/* The name the remote tier hashed with XXH3-64 into a namespace's key
+ * prefix before issue 14 (tenant.c's format then); its length. */
+static size_t old_name(char *out, size_t cap, const char *tenant, const kvt_model *m)
+{
+    int n = snprintf(out, cap, "tenant=%s model=%s dtype=%s layout=%s block_tokens=%u "
+                     "block_bytes=%llu tp=%u/%u", tenant, m->model_id, m->dtype, m->layout,
+                     m->block_tokens, (unsigned long long)m->block_bytes, m->tp_rank,
+                     m->tp_size);
+
+    cr_assert(n > 0 && (size_t)n < cap);
+    return (size_t)n;
+}
+
+/* Bobby, through the tierd at sock, opens the model id arg and reads
+ * alice's chain 0 keys: 0, or a mask of 1 (the lookup found some), 2 (a get
+ * served alice's bytes), 4 (a get served other bytes); 64+ on a failure. */
+static int bobby_reads(const char *sock, void *arg)
+{
+    static uint8_t buf[CHAIN][BLK];
+    kvt_model m = attack_model(arg);
+    void *dst[CHAIN];
+    kvt_key k[CHAIN];
+    kvt_client *c;
+    kvt_ns *ns;
+    int mask = 0, n;
+
+    if (kvt_connect(sock, &c))
+        return 64;
+    if (kvt_ns_open(c, &m, &ns))
+        return 65;
+    chain_keys(k, 0);
+    n = kvt_lookup(ns, k, CHAIN, 0, NULL);
+    if (n < 0)
+        return 66;
+    mask |= n > 0;
+    for (int i = 0; i < CHAIN; i++)
+        dst[i] = buf[i];
+    n = kvt_get(ns, k, CHAIN, dst);
+    if (n < 0)
+        return 67;
+    for (int i = 0; i < n; i++)
+        mask |= t_check(buf[i], BLK, (uint64_t)i) == -1 ? 2 : 4;
+    kvt_close(c);
+    return mask;
+}
+
+/* Bobby, through the tierd at sock, puts chain FORGED's bytes under
+ * alice's chain 0 keys in the model id arg and waits until they are
+ * written to the cluster: 0, or 64+. */
+static int bobby_forges(const char *sock, void *arg)
+{
+    kvt_model m = attack_model(arg);
+    kvt_client *c;
+    kvt_stats st;
+    kvt_ns *ns;
+
+    if (kvt_connect(sock, &c))
+        return 64;
+    if (kvt_ns_open(c, &m, &ns))
+        return 65;
+    if (put_as(ns, 0, FORGED) != CHAIN)
+        return 66;
+    if (puts_settled(c, CHAIN, &st) != 0 || st.remote_puts != CHAIN)
+        return 67;
+    kvt_close(c);
+    return 0;
+}
+
+/* Issue 14, finding 1: a namespace's key prefix on the cluster was XXH3-64
+ * of a name whose model id the client chooses, and XXH3 is no defence
+ * against chosen input: bobby computes a model id whose old name hashes
+ * like alice's. Two tierds with both tenants share the cluster; alice
+ * writes a chain through the first; bobby, through the second, must not
+ * find or read it, and his blocks put under the same keys through the
+ * first must never be served to alice through the second (whose alice has
+ * nothing local: every read goes to the cluster). */
+Test(remote, a_colliding_model_id_reaches_no_other_tenants_blocks)
+{
+    char a_name[256], b_name[256], b_model[KVT_WIRE_MODEL_ID_MAX];
+    static uint8_t buf[CHAIN][BLK];
+    kvt_model am = attack_model(A_MODEL), bm = attack_model(A_MODEL);
+    struct t_cluster cl;
+    struct t_tierd one, two;
+    const char *cfg;
+    kvt_client *c;
+    kvt_ns *ns;
+    void *dst[CHAIN];
+    kvt_key k[CHAIN];
+    size_t alen, blen, at;
+    int st, hits;
+
+    /* the finder: bobby's old name is alice's with his tenant and the
+     * model id's bytes changed, to the same XXH3-64 (this part documents
+     * the attack, and holds whatever tierd does) */
+    alen = old_name(a_name, sizeof(a_name), "alice", &am);
+    blen = old_name(b_name, sizeof(b_name), "bobby", &bm);
+    at = strlen("tenant=bobby model=");
+    cr_assert_eq(alen, blen);
+    cr_assert_eq(t_xxh3_collide((uint8_t *)b_name, blen, at, at + strlen(A_MODEL),
+                                XXH3_64bits(a_name, alen)), 0, "no collision for '%s'", a_name);
+    memcpy(b_model, b_name + at, strlen(A_MODEL));
+    b_model[strlen(A_MODEL)] = 0;
+    cr_assert_eq(strlen(b_model), strlen(A_MODEL), "a NUL in the crafted model id");
+    cr_assert_neq(strcmp(b_model, A_MODEL), 0);
+    bm.model_id = b_model;
+    cr_assert_eq(old_name(b_name, sizeof(b_name), "bobby", &bm), alen);
+    cr_assert_eq(XXH3_64bits(b_name, blen), XXH3_64bits(a_name, alen),
+                 "the old names of alice's and bobby's namespaces do not collide");
+
+    if (geteuid() != 0)
+        cr_skip_test("needs root to run clients as other uids (CI runs as root)");
+    t_cluster_start(&cl);
+    cfg = t_config_file(two_tenants);
+    tierd_cfg_on(&one, &cl, "write-through", cfg);
+    tierd_cfg_on(&two, &cl, "write-through", cfg);
+    cr_assert_eq(chmod(one.dir, 0755), 0); /* bobby must reach the sockets */
+    cr_assert_eq(chmod(two.dir, 0755), 0);
+
+    c = t_connect(&one); /* root: alice */
+    cr_assert_eq(kvt_ns_open(c, &am, &ns), 0);
+    put_chain(ns, 0);
+    wait_puts(c, CHAIN);
+    kvt_close(c);
+
+    st = t_as_user(BOBBY, bobby_reads, two.sock, b_model);
+    cr_expect_eq(st, 0, "bobby's colliding model id reached alice's blocks: exit %d (1: "
+                 "found, 2: read her bytes, 4: read others)", st);
+    st = t_as_user(BOBBY, bobby_forges, one.sock, b_model);
+    cr_assert_eq(st, 0, "bobby's put: exit %d", st);
+
+    c = t_connect(&two);
+    cr_assert_eq(kvt_ns_open(c, &am, &ns), 0);
+    chain_keys(k, 0);
+    for (int i = 0; i < CHAIN; i++)
+        dst[i] = buf[i];
+    hits = kvt_get(ns, k, CHAIN, dst);
+    cr_assert_geq(hits, 0, "alice's get: %s", kvt_strerror(hits));
+    for (int i = 0; i < hits; i++) {
+        cr_assert_neq(t_check(buf[i], BLK, FORGED * 100 + (uint64_t)i), -1,
+                      "block %d: bobby's forged bytes served to alice", i);
+        cr_assert_eq(t_check(buf[i], BLK, (uint64_t)i), -1, "block %d: wrong bytes", i);
+    }
+    cr_assert_eq(hits, CHAIN, "alice's own chain: %d of %d blocks", hits, CHAIN);
+    kvt_close(c);
+
+    t_tierd_stop(&one);
+    t_tierd_stop(&two);
+    unlink(cfg);
     t_cluster_stop(&cl);
 }

@@ -455,14 +455,17 @@ int tenant_ns_open(struct tenant *t, const struct kvt_wire_ns_req *req, uint32_t
     if (t->remote && strncmp(n.model_id, t->d->remote.ns_prefix,
                              strlen(t->d->remote.ns_prefix)) == 0) {
         /* on the cluster, a namespace is named by what is the same on every
-         * node (tenant and descriptor), never by the local id */
-        char name[1024];
-        int rc;
+         * node (tenant and descriptor), never by the local id; given as
+         * fields, which the store hashes with SHA-256 (tier_remote_ns_id).
+         * The tenant's name is our config's, never the client's text: a
+         * client picks only fields under its own tenant's name. */
+        struct tier_remote_ns_desc rd = {
+            .tenant = t->name, .model_id = n.model_id, .dtype = n.dtype,
+            .layout = n.layout, .block_tokens = n.block_tokens,
+            .block_bytes = n.block_bytes, .tp_rank = n.tp_rank, .tp_size = n.tp_size,
+        };
+        int rc = tier_remote_ns_add(t->remote, *id, &rd);
 
-        snprintf(name, sizeof(name), "tenant=%s model=%s dtype=%s layout=%s block_tokens=%u "
-                 "block_bytes=%llu tp=%u/%u", t->name, n.model_id, n.dtype, n.layout,
-                 n.block_tokens, (unsigned long long)n.block_bytes, n.tp_rank, n.tp_size);
-        rc = tier_remote_ns_add(t->remote, *id, name);
         if (rc < 0)
             tierd_log("tenant %s namespace %u: not on the remote tier: %s", t->name, *id,
                       strerror(-rc));

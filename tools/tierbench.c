@@ -2597,6 +2597,10 @@ static void bench_remote(void)
 {
     enum { N = 192, ROUNDS = 5 };
     const size_t bs = 2 * MIB;
+    const struct tier_remote_ns_desc bench_ns = {
+        .tenant = "tierbench", .model_id = "tierbench/remote", .dtype = "", .layout = "",
+        .block_tokens = 16, .block_bytes = bs, .tp_size = 1,
+    };
     struct rb_cluster c;
     struct tier_remote *r = NULL;
     struct tier_remote_stats st;
@@ -2625,7 +2629,7 @@ static void bench_remote(void)
 
         rc = src && dstmem ? tier_remote_open(&cfg, &r) : -ENOMEM;
     }
-    if (rc < 0 || (rc = tier_remote_ns_add(r, 1, "tierbench remote")) < 0)
+    if (rc < 0 || (rc = tier_remote_ns_add(r, 1, &bench_ns)) < 0)
         goto fail;
     rand_keys(&seed, keys, N);
     for (int i = 0; i < N; i++)
