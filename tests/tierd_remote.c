@@ -511,7 +511,7 @@ Test(remote, a_colliding_model_id_reaches_no_other_tenants_blocks)
     if (geteuid() != 0)
         cr_skip_test("needs root to run clients as other uids (CI runs as root)");
     t_cluster_start(&cl);
-    cfg = t_config_file(two_tenants);
+    cfg = t_config(two_tenants);
     tierd_cfg_on(&one, &cl, "write-through", cfg);
     tierd_cfg_on(&two, &cl, "write-through", cfg);
     cr_assert_eq(chmod(one.dir, 0755), 0); /* bobby must reach the sockets */
