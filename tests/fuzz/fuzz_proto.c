@@ -8,19 +8,25 @@
  * session is made by sess_on_accept, as in tierd), says HELLO and opens a
  * namespace properly, then sends the input's records (fuzz_wire.h: framed
  * requests of any op and body, or raw messages) one by one, each followed by
- * one turn of tierd's event loop; replies are read and dropped (passed
- * descriptors closed). Then it hangs up and the loop turns once more.
+ * one turn of tierd's event loop; replies are read and dropped. The pools
+ * tierd passes (the warm pool at HELLO, the hot pool at HOT_ATTACH) are
+ * kept, and a record's descriptor bits attack them first: cut to nothing
+ * (which must fail: the pools are sealed), grown (likewise), holes punched
+ * in them, or the pool passed back to tierd and closed mid-request. Then it
+ * hangs up and the loop turns once more.
  * Checked after every input: the store's invariants hold (tier_check), the
  * session is gone, and everything it held (leases, reservations) is back.
  * The store lives across inputs, like a daemon serving client after client.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -115,7 +121,12 @@ static void setup(void)
         abort();
 }
 
-/* Read and drop every reply waiting; close descriptors passed with them. */
+/* The pools this input's client was passed: warm (HELLO), hot
+ * (HOT_ATTACH); -1 until then. */
+static int pools[2] = { -1, -1 };
+
+/* Read and drop every reply waiting; the first pool of each kind passed is
+ * kept, other descriptors closed. */
 static void drain(int c)
 {
     static uint8_t buf[KVT_WIRE_MSG_MAX + 64];
@@ -136,8 +147,45 @@ static void drain(int c)
                 int fd;
 
                 memcpy(&fd, CMSG_DATA(h), sizeof(fd));
-                close(fd);
+                if (pools[0] < 0)
+                    pools[0] = fd;
+                else if (pools[1] < 0)
+                    pools[1] = fd;
+                else
+                    close(fd);
             }
+    }
+}
+
+/* What a hostile client does to a pool it holds before a request (the
+ * record's FZ_FD_* bits; its bytes place a hole). The
+ * pool is sealed: resizing must fail, else the daemon could fault on it.
+ * Returns the descriptor to pass along with the request, or -1. */
+static int attack(const struct fz_rec *r)
+{
+    int which = (int)(r->len & 1), fd = pools[which], kind; /* odd length: hot */
+    struct stat st;
+    uint64_t off = 0;
+
+    kind = (int)((r->mode & FZ_M_FD_MASK) >> FZ_M_FD_SHIFT);
+    if (fd < 0 || kind == FZ_FD_NONE || fstat(fd, &st) < 0)
+        return -1;
+    for (size_t i = 1; i < r->len && i < 5; i++)
+        off = off << 8 | r->buf[i];
+    switch (kind) {
+    case FZ_FD_A:
+        if (ftruncate(fd, 0) == 0 || ftruncate(fd, st.st_size + 4096) == 0) {
+            fprintf(stderr, "fuzz_proto: a client resized a pool tierd maps\n");
+            __builtin_trap();
+        }
+        return -1;
+    case FZ_FD_B: /* zeroes what it covers: the tenant's own blocks, nothing more */
+        fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                  (off_t)((off % (uint64_t)st.st_size) & ~4095ull), 65536);
+        return -1;
+    default: /* FZ_FD_C: handed back with the request (tierd hangs up), then closed */
+        pools[which] = -1;
+        return fd;
     }
 }
 
@@ -181,12 +229,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         /* a rotating op when the record names none: every handler gets its turn */
         size_t len = fz_build(&r, (uint16_t)(1 + id % (KVT_OP_MAX_ - 1)), id, msg, sizeof(msg));
 
+        int pass = attack(&r);
+
         id++;
-        fz_send(c, msg, len, -1);
+        fz_send(c, msg, len, pass);
+        if (pass >= 0)
+            close(pass);
         turn();
         drain(c);
     }
     close(c);
+    for (int i = 0; i < 2; i++)
+        if (pools[i] >= 0) {
+            close(pools[i]);
+            pools[i] = -1;
+        }
     turn(); /* the session sees the hang-up and gives everything back */
     if (d.clients != 0)
         __builtin_trap(); /* a session outlived its client */

@@ -181,6 +181,13 @@ def proto_seeds():
             "0101010101010101010101010101010101010101010101010202020202020202"
             "0202020202020202020202020202020202020202020202022110080001000000"
             "01000000"),
+        # a client attacks the pools it was passed (the record's descriptor
+        # bits): cuts the warm pool (must fail: sealed), punches a hole in it,
+        # hands it back with a get; the hot pool (odd bodies) likewise
+        "pool_attacks": req(11, b"") + rec(FRAME | OP | FD_WARM, keys_req(1, 2, blk), op=4) +
+        rec(FRAME | OP | FD_HOT, keys_req(1, 2, blk), op=5) +
+        rec(FRAME | OP | FD_WARM, keys_req(1, 2, blk) + b"\x00", op=3) +
+        rec(FRAME | OP | FD_PIPE, keys_req(1, 2, blk), op=7) + req(10, b""),
         # a put whose absent parent is also its first key, twice: the store
         # deleted the reserved entry with the parent's ghost (found by the fuzzer)
         "regress_key_is_its_parent": req(4, struct.pack("<IIQII", 1, 2, blk, 1, 0) +
