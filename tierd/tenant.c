@@ -368,17 +368,21 @@ struct tenant *tenant_for(struct tierd *d, uid_t uid, gid_t gid)
     return NULL;
 }
 
+bool tenant_foreign(const struct tierd *d, const struct tenant *t)
+{
+    if (t->ngids)
+        return true;
+    for (uint32_t j = 0; j < t->nuids; j++)
+        if (t->uids[j] != d->uid && t->uids[j] != 0)
+            return true;
+    return false;
+}
+
 bool tenant_shared(const struct tierd *d)
 {
-    for (uint32_t i = 0; i < d->ntenants; i++) {
-        const struct tenant *t = &d->tenants[i];
-
-        if (t->ngids)
+    for (uint32_t i = 0; i < d->ntenants; i++)
+        if (tenant_foreign(d, &d->tenants[i]))
             return true;
-        for (uint32_t j = 0; j < t->nuids; j++)
-            if (t->uids[j] != d->uid && t->uids[j] != 0)
-                return true;
-    }
     return false;
 }
 

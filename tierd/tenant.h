@@ -54,8 +54,10 @@ int tenant_config(struct tierd *d, const char *path, const struct tenant_default
  * its uid, else by its gid. */
 struct tenant *tenant_for(struct tierd *d, uid_t uid, gid_t gid);
 
-/* Whether some tenant admits a uid other than ours, or any gid: then the
- * socket must be reachable by others (SO_PEERCRED decides who gets in). */
+/* Whether tenant t admits a uid other than ours and root's, or any gid. */
+bool tenant_foreign(const struct tierd *d, const struct tenant *t);
+/* Whether some tenant does: then the socket must be reachable by others
+ * (SO_PEERCRED decides who gets in). */
 bool tenant_shared(const struct tierd *d);
 
 /* Find or add the namespace for descriptor req in tenant t; *id gets its id

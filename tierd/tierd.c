@@ -491,12 +491,17 @@ static int open_tenant(struct tierd *d, struct tenant *t, const struct opts *o)
 {
     struct tier_cfg tc = {
         .warm_bytes = t->warm_bytes, .high_wm = o->high_wm, .low_wm = o->low_wm,
-        .lock_memory = !o->no_mlock, .huge_pages = !o->no_huge, .log = store_log,
+        .lock_memory = !o->no_mlock, .log = store_log,
         .ready = sess_on_ready, .ready_ctx = d, .write_through = o->write_through,
     };
     struct tier_stats st;
     int rc;
 
+    /* no hugetlb pool for clients of other users: a hole one punches in it
+     * (fallocate, which no seal forbids short of forbidding writes) could
+     * leave no free huge page for our next touch of it, and SIGBUS would
+     * take tierd down for every tenant; a page pool refaults instead */
+    tc.huge_pages = !o->no_huge && !tenant_foreign(d, t);
     if (t->cold_bytes) {
         struct tier_cold_cfg cc = { .dir = t->dir, .bytes = t->cold_bytes, .qd = o->cold_qd,
                                     .log = store_log };
