@@ -365,3 +365,35 @@ int t_as_user(uid_t uid, int (*fn)(const char *sock, void *arg), const char *soc
     }
     return t_wait(pid);
 }
+
+int t_user_puts(const char *sock, void *arg)
+{
+    static uint8_t buf[4][T_USER_BLK];
+    const void *src[4];
+    void *dst[4];
+    kvt_key k[4];
+    kvt_client *c;
+    kvt_ns *ns;
+    int rc;
+
+    (void)arg;
+    if ((rc = kvt_connect(sock, &c)) != 0)
+        return rc == -EUSERS ? 9 : 10;
+    ns = t_ns(c, T_USER_BLK);
+    t_keys(k, 4, 1);
+    for (int i = 0; i < 4; i++) {
+        t_fill(buf[i], T_USER_BLK, 100 + (uint64_t)i);
+        src[i] = buf[i];
+        dst[i] = buf[i];
+    }
+    if (kvt_put(ns, NULL, k, 4, src) != 4)
+        return 11;
+    memset(buf, 0, sizeof(buf));
+    if (kvt_get(ns, k, 4, dst) != 4)
+        return 12;
+    for (int i = 0; i < 4; i++)
+        if (t_check(buf[i], T_USER_BLK, 100 + (uint64_t)i) != -1)
+            return 13;
+    kvt_close(c);
+    return 0;
+}

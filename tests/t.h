@@ -86,5 +86,11 @@ const char *t_config(const char *text);
 /* Run fn(sock, arg) in a child as uid (gid = uid, no other groups; the
  * suite must run as root); its return is the child's exit status. */
 int t_as_user(uid_t uid, int (*fn)(const char *sock, void *arg), const char *sock, void *arg);
+/* A t_as_user function: connect to sock, put 4 blocks of T_USER_BLK (keys
+ * of seed 1, payloads of seeds 100..103) and read them back, every byte
+ * checked. 0, 9 when refused with -EUSERS, else 10..13 for the step that
+ * failed (connect, put, get, check). */
+#define T_USER_BLK (256u << 10)
+int t_user_puts(const char *sock, void *arg);
 
 #endif /* T_H */

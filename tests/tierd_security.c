@@ -203,39 +203,6 @@ Test(security, a_client_cannot_resize_or_seal_the_pools_and_tierd_survives_it)
 
 /* ---- connection slots ------------------------------------------------- */
 
-/* Bob stores 4 blocks and reads them back. */
-static int bob_works(const char *sock, void *arg)
-{
-    static uint8_t buf[4][BLK];
-    const void *src[4];
-    void *dst[4];
-    kvt_key k[4];
-    kvt_client *c;
-    kvt_ns *ns;
-    int rc;
-
-    (void)arg;
-    if ((rc = kvt_connect(sock, &c)) != 0)
-        return rc == -EUSERS ? 9 : 10;
-    ns = t_ns(c, BLK);
-    t_keys(k, 4, 2);
-    for (int i = 0; i < 4; i++) {
-        t_fill(buf[i], BLK, 100 + (uint64_t)i);
-        src[i] = buf[i];
-        dst[i] = buf[i];
-    }
-    if (kvt_put(ns, NULL, k, 4, src) != 4)
-        return 11;
-    memset(buf, 0, sizeof(buf));
-    if (kvt_get(ns, k, 4, dst) != 4)
-        return 12;
-    for (int i = 0; i < 4; i++)
-        if (t_check(buf[i], BLK, 100 + (uint64_t)i) != -1)
-            return 13;
-    kvt_close(c);
-    return 0;
-}
-
 #define FLOOD 200
 
 /* A uid no tenant admits opens FLOOD connections and says nothing on them;
@@ -288,7 +255,7 @@ Test(security, an_idle_flood_of_unadmitted_peers_leaves_every_tenant_served)
     cr_assert_eq(read(up[0], &opened, sizeof(opened)), sizeof(opened));
     cr_assert_gt(opened, 32, "the flood opened only %d connections", opened);
     /* while the FLOOD idle connections are open: both tenants connect */
-    st = t_as_user(BOB, bob_works, d.sock, NULL);
+    st = t_as_user(BOB, t_user_puts, d.sock, NULL);
     cr_assert_eq(st, 0, "bob during the flood: exit %d%s", st,
                  st == 9 ? " (-EUSERS: the flood holds the client slots)" : "");
     {

@@ -35,38 +35,6 @@ static const char *const config_two =
     "uids = 40002\n"
     "warm_bytes = 8M\n";
 
-/* Bob stores 4 blocks of seed 1 and reads them back. */
-static int bob_puts(const char *sock, void *arg)
-{
-    static uint8_t buf[4][BLK];
-    const void *src[4];
-    void *dst[4];
-    kvt_key k[4];
-    kvt_client *c;
-    kvt_ns *ns;
-
-    (void)arg;
-    if (kvt_connect(sock, &c))
-        return 10;
-    ns = t_ns(c, BLK);
-    t_keys(k, 4, 1);
-    for (int i = 0; i < 4; i++) {
-        t_fill(buf[i], BLK, 100 + (uint64_t)i);
-        src[i] = buf[i];
-        dst[i] = buf[i];
-    }
-    if (kvt_put(ns, NULL, k, 4, src) != 4)
-        return 11;
-    memset(buf, 0, sizeof(buf));
-    if (kvt_get(ns, k, 4, dst) != 4)
-        return 12;
-    for (int i = 0; i < 4; i++)
-        if (t_check(buf[i], BLK, 100 + (uint64_t)i) != -1)
-            return 13;
-    kvt_close(c);
-    return 0;
-}
-
 /* Alice sees nothing of bob's: not his keys, not his namespace, not his
  * counters; her own put of the same keys holds her own bytes. */
 static int alice_isolated(const char *sock, void *arg)
@@ -207,7 +175,7 @@ Test(tenants, two_uids_see_and_touch_only_their_own)
     cfg = t_config(config_two);
     t_tierd_start(&d, (const char *const[]){ "--config", cfg, NULL });
     cr_assert_eq(chmod(d.dir, 0755), 0); /* the other uids must reach the socket */
-    st = t_as_user(BOB, bob_puts, d.sock, NULL);
+    st = t_as_user(BOB, t_user_puts, d.sock, NULL);
     cr_assert_eq(st, 0, "bob: exit %d", st);
     st = t_as_user(ALICE, alice_isolated, d.sock, NULL);
     cr_assert_eq(st, 0, "alice: exit %d", st);
@@ -299,7 +267,7 @@ Test(tenants, each_tenant_has_its_own_disk)
     cfg = t_config(config_two);
     t_tierd_start(&d, (const char *const[]){ "--config", cfg, NULL });
     cr_assert_eq(chmod(d.dir, 0755), 0);
-    st = t_as_user(BOB, bob_puts, d.sock, NULL);
+    st = t_as_user(BOB, t_user_puts, d.sock, NULL);
     cr_assert_eq(st, 0, "bob: exit %d", st);
     cr_assert_eq(t_tierd_kill(&d, SIGTERM), 0); /* flushes warm to each tenant's disk */
     snprintf(path, sizeof(path), "%s/data/tenants/bob/cold.data", d.dir);
