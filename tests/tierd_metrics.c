@@ -3,7 +3,7 @@
  * tierd_metrics.c - the Prometheus page (--metrics-port): counters that
  * match the requests made, the page checked by promtool, a real Prometheus
  * server scraping tierd and seeing a counter move, and a port in use.
- * Loopback only; the HTTP client is a few lines over a TCP socket.
+ * Loopback only; the HTTP client is t_metrics.h's few lines over a socket.
  */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "t.h"
+#include "t_metrics.h"
 
 #define BLK (64u << 10)
 #define NS_LABEL "tenant=\"default\",ns=\"test/model/bf16/test/tp0\""
@@ -32,125 +33,9 @@ static bool under_valgrind(void)
     return getenv("KVT_TEST_VALGRIND") != NULL;
 }
 
-/* A loopback TCP socket bound to a port the kernel picked; listening when
- * asked (to hold the port), else closed after reading the number. */
-static int bind_any(uint16_t *port, bool keep)
-{
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t al = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-    cr_assert(fd >= 0, "socket: %s", strerror(errno));
-    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0, "bind: %s", strerror(errno));
-    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &al), 0);
-    *port = ntohs(a.sin_port);
-    if (keep) {
-        cr_assert_eq(listen(fd, 4), 0, "listen: %s", strerror(errno));
-        return fd;
-    }
-    close(fd);
-    return -1;
-}
-
-/* A free port (free when we looked: the kernel hands out ports in a
- * rotating order, so it stays free for the moment a test needs). */
-static uint16_t free_port(void)
-{
-    uint16_t p;
-
-    bind_any(&p, false);
-    return p;
-}
-
-/* GET path from 127.0.0.1:port. Returns the HTTP status (-1: no answer)
- * and the body in *body (malloc'ed, NUL-terminated; NULL on failure). */
-static int http_get(uint16_t port, const char *path, char **body, char *ctype, size_t ctcap)
-{
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    struct timeval tv = { .tv_sec = under_valgrind() ? 60 : 10 };
-    char req[2048], *buf = NULL, *hdr_end, *ct;
-    size_t len = 0, cap = 0;
-    int fd, status = -1;
-
-    *body = NULL;
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
-        goto out;
-    snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: 127.0.0.1:%u\r\n\r\n", path, port);
-    if (write(fd, req, strlen(req)) != (ssize_t)strlen(req))
-        goto out;
-    for (;;) { /* HTTP/1.0: the body ends when the server closes */
-        ssize_t r;
-
-        if (cap - len < 4096) {
-            cap = cap ? cap * 2 : 65536;
-            buf = realloc(buf, cap);
-            cr_assert_not_null(buf);
-        }
-        r = read(fd, buf + len, cap - len - 1);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            goto out;
-        if (r == 0)
-            break;
-        len += (size_t)r;
-    }
-    buf[len] = 0;
-    hdr_end = strstr(buf, "\r\n\r\n");
-    if (!hdr_end || sscanf(buf, "HTTP/1.%*d %d", &status) != 1) {
-        status = -1;
-        goto out;
-    }
-    *hdr_end = 0;
-    if (ctype) {
-        ctype[0] = 0;
-        ct = strcasestr(buf, "\r\nContent-Type: ");
-        if (ct) {
-            size_t k = strcspn(ct + 16, "\r");
-
-            k = k < ctcap ? k : ctcap - 1;
-            memcpy(ctype, ct + 16, k);
-            ctype[k] = 0;
-        }
-    }
-    *body = strdup(hdr_end + 4);
-out:
-    free(buf);
-    close(fd);
-    return status;
-}
-
-/* The value of the sample whose line starts with prefix (a name and the
- * first labels, e.g. `x_total{ns="a"`) followed by ',', '}' or ' ';
- * NAN when there is none. */
-static double sample(const char *page, const char *prefix)
-{
-    size_t n = strlen(prefix);
-
-    for (const char *l = page; *l;) {
-        const char *nl = strchr(l, '\n');
-
-        if (strncmp(l, prefix, n) == 0 && l[n] && strchr(",} ", l[n])) {
-            const char *v = strchr(l + n, ' ');
-
-            return v ? strtod(v + 1, NULL) : NAN;
-        }
-        if (!nl)
-            break;
-        l = nl + 1;
-    }
-    return NAN;
-}
-
 #define expect_sample(page, prefix, want)                                                     \
     do {                                                                                      \
-        double got_ = sample(page, prefix);                                                   \
+        double got_ = t_metrics_sample(page, prefix);                                         \
         cr_expect(got_ == (double)(want), "%s: expected %g, got %g", prefix, (double)(want), \
                   got_);                                                                      \
     } while (0)
@@ -195,14 +80,14 @@ Test(metrics, counters_match_the_requests_and_promtool_accepts_the_page)
     struct t_tierd d;
     char port_s[8], ctype[256], lint[4096];
     const char *args[] = { "--warm-bytes", "64M", "--metrics-port", port_s, NULL };
-    uint16_t port = free_port();
+    uint16_t port = t_metrics_free_port();
     kvt_client *c;
     kvt_ns *ns, *odd;
     kvt_model m = t_model(BLK);
     kvt_key keys[10];
     const void *got[8];
     kvt_lease lease;
-    char *page;
+    char *page, *head;
     int st, hits;
 
     snprintf(port_s, sizeof(port_s), "%u", port);
@@ -222,10 +107,12 @@ Test(metrics, counters_match_the_requests_and_promtool_accepts_the_page)
     cr_assert_eq(hits, 8, "get: expected 8 blocks, got %d", hits);
     cr_assert_eq(kvt_release(ns, &lease), 0);
 
-    st = http_get(port, "/metrics", &page, ctype, sizeof(ctype));
+    st = t_metrics_get(port, "/metrics", NULL, &head, &page);
     cr_assert_eq(st, 200, "GET /metrics: status %d", st);
-    cr_expect(strstr(ctype, "text/plain") && strstr(ctype, "version=0.0.4"),
+    cr_expect(t_metrics_header(head, "Content-Type", ctype, sizeof(ctype)) &&
+              strstr(ctype, "text/plain") && strstr(ctype, "version=0.0.4"),
               "Content-Type: %s", ctype);
+    free(head);
 
     expect_sample(page, "kvtier_namespace_lookups_total{" NS_LABEL, 1);
     expect_sample(page, "kvtier_namespace_lookup_keys_total{" NS_LABEL, 10);
@@ -245,9 +132,11 @@ Test(metrics, counters_match_the_requests_and_promtool_accepts_the_page)
     expect_sample(page, "kvtier_tier_blocks{tenant=\"default\",tier=\"warm\"", 8);
     expect_sample(page, "kvtier_tier_hits_total{tenant=\"default\",tier=\"warm\"", 8);
     expect_sample(page, "kvtier_tier_capacity_bytes{tenant=\"default\",tier=\"cold\"", 64 << 20);
-    cr_expect(sample(page, "kvtier_tier_capacity_bytes{tenant=\"default\",tier=\"warm\"") >= 64 << 20,
+    cr_expect(t_metrics_sample(page, "kvtier_tier_capacity_bytes{tenant=\"default\","
+                                     "tier=\"warm\"") >= 64 << 20,
               "warm capacity below --warm-bytes");
-    cr_expect(isnan(sample(page, "kvtier_tier_blocks{tenant=\"default\",tier=\"hot\"")),
+    cr_expect(isnan(t_metrics_sample(page,
+                                     "kvtier_tier_blocks{tenant=\"default\",tier=\"hot\"")),
               "a hot tier shown without --hot-bytes");
     /* one of each request, timed; every request falls in some bucket */
     expect_sample(page, "kvtier_request_duration_seconds_count{op=\"lookup\"", 1);
@@ -257,16 +146,16 @@ Test(metrics, counters_match_the_requests_and_promtool_accepts_the_page)
     expect_sample(page, "kvtier_request_duration_seconds_count{op=\"ns_open\"", 2);
     expect_sample(page, "kvtier_request_duration_seconds_bucket{op=\"get\",le=\"+Inf\"", 1);
     expect_sample(page, "kvtier_request_duration_seconds_bucket{op=\"get\",le=\"5\"", 1);
-    cr_expect(sample(page, "kvtier_request_duration_seconds_sum{op=\"get\"") > 0,
+    cr_expect(t_metrics_sample(page, "kvtier_request_duration_seconds_sum{op=\"get\"") > 0,
               "get latency sum is 0");
-    cr_expect(sample(page, "kvtier_uptime_seconds") > 0, "uptime 0");
+    cr_expect(t_metrics_sample(page, "kvtier_uptime_seconds") > 0, "uptime 0");
 
     st = promtool(page, lint, sizeof(lint));
     cr_expect_eq(st, 0, "promtool check metrics: exit %d:\n%s", st, lint);
     cr_expect_eq(lint[0], 0, "promtool check metrics has remarks:\n%s", lint);
     free(page);
 
-    st = http_get(port, "/nothing", &page, NULL, 0);
+    st = t_metrics_get(port, "/nothing", NULL, NULL, &page);
     cr_expect_eq(st, 404, "GET /nothing: expected 404, got %d", st);
     free(page);
 
@@ -279,7 +168,7 @@ Test(metrics, disk_waits_are_counted_and_timed_to_their_reply)
     struct t_tierd d;
     char port_s[8];
     const char *args[] = { "--warm-bytes", "64M", "--metrics-port", port_s, NULL };
-    uint16_t port = free_port();
+    uint16_t port = t_metrics_free_port();
     kvt_client *c;
     kvt_ns *ns;
     kvt_key keys[8];
@@ -300,7 +189,7 @@ Test(metrics, disk_waits_are_counted_and_timed_to_their_reply)
     /* a durable commit is answered once the writes land: a deferred reply */
     rc = kvt_put_commit_flags(ns, keys, 8, KVT_COMMIT_DURABLE);
     cr_assert_eq(rc, 8, "durable commit: %d (%s)", rc, kvt_strerror(rc));
-    cr_assert_eq(http_get(port, "/metrics", &page, NULL, 0), 200);
+    cr_assert_eq(t_metrics_get(port, "/metrics", NULL, NULL, &page), 200);
     expect_sample(page, "kvtier_namespace_put_blocks_total{" NS_LABEL, 8);
     expect_sample(page, "kvtier_request_duration_seconds_count{op=\"put_commit\"", 1);
     free(page);
@@ -317,7 +206,7 @@ Test(metrics, disk_waits_are_counted_and_timed_to_their_reply)
     for (int i = 0; i < 8; i++)
         cr_assert_eq(t_check(got[i], BLK, 500 + (uint64_t)i), -1, "block %d", i);
     cr_assert_eq(kvt_release(ns, &lease), 0);
-    cr_assert_eq(http_get(port, "/metrics", &page, NULL, 0), 200);
+    cr_assert_eq(t_metrics_get(port, "/metrics", NULL, NULL, &page), 200);
     expect_sample(page, "kvtier_namespace_get_blocks_total{" NS_LABEL, 8);
     expect_sample(page, "kvtier_namespace_out_bytes_total{" NS_LABEL, 8.0 * BLK);
     expect_sample(page, "kvtier_request_duration_seconds_count{op=\"get\"", 1);
@@ -416,7 +305,7 @@ static double prom_query(uint16_t port, const char *expr)
 
     urlenc(enc, sizeof(enc), expr);
     snprintf(path, sizeof(path), "/api/v1/query?query=%s", enc);
-    st = http_get(port, path, &body, NULL, 0);
+    st = t_metrics_get(port, path, NULL, NULL, &body);
     if (st != 200) {
         free(body);
         return NAN;
@@ -452,7 +341,7 @@ Test(metrics, prometheus_server_scrapes_tierd_and_sees_puts)
     struct t_tierd d;
     char port_s[8];
     const char *args[] = { "--warm-bytes", "64M", "--metrics-port", port_s, NULL };
-    uint16_t port = free_port(), prom_port;
+    uint16_t port = t_metrics_free_port(), prom_port;
     int secs = under_valgrind() ? 120 : 30;
     kvt_client *c;
     kvt_ns *ns;
@@ -468,7 +357,7 @@ Test(metrics, prometheus_server_scrapes_tierd_and_sees_puts)
     c = t_connect(&d);
     ns = t_ns(c, BLK);
     do
-        prom_port = free_port();
+        prom_port = t_metrics_free_port();
     while (prom_port == port);
     prom = prometheus_start(d.dir, port, prom_port);
 
@@ -546,7 +435,7 @@ Test(metrics, port_in_use_is_a_clear_error_and_a_nonzero_exit)
     const char *bad[] = { "--metrics-port", "0", NULL };
     const char *bad_addr[] = { "--metrics-port", "9", "--metrics-addr", "localhost", NULL };
     uint16_t port;
-    int hold = bind_any(&port, true), st;
+    int hold = t_metrics_hold_port(&port), st;
 
     cr_assert_not_null(mkdtemp(dir));
     snprintf(port_s, sizeof(port_s), "%u", port);
