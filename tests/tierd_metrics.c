@@ -4,6 +4,7 @@
  * match the requests made, the page checked by promtool, a real Prometheus
  * server scraping tierd and seeing a counter move, and a port in use.
  * Loopback only; the HTTP client is t_metrics.h's few lines over a socket.
+ * The page's access control and bounds: tierd_metrics_sec.c.
  */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -219,7 +221,10 @@ Test(metrics, disk_waits_are_counted_and_timed_to_their_reply)
 
 /* ---- a real Prometheus ---------------------------------------------------- */
 
-static pid_t prometheus_start(const char *dir, uint16_t target, uint16_t port)
+/* Prometheus scraping 127.0.0.1:target with the bearer token in the file
+ * credentials (the README's scrape config). */
+static pid_t prometheus_start(const char *dir, uint16_t target, uint16_t port,
+                              const char *credentials)
 {
     char cfg[512], data[512], cfg_arg[600], data_arg[600], listen_arg[64];
     FILE *f;
@@ -235,9 +240,11 @@ static pid_t prometheus_start(const char *dir, uint16_t target, uint16_t port)
             "  scrape_timeout: 1s\n"
             "scrape_configs:\n"
             "  - job_name: kvtier\n"
+            "    authorization:\n"
+            "      credentials_file: %s\n"
             "    static_configs:\n"
             "      - targets: ['127.0.0.1:%u']\n",
-            target);
+            credentials, target);
     fclose(f);
     snprintf(cfg_arg, sizeof(cfg_arg), "--config.file=%s", cfg);
     snprintf(data_arg, sizeof(data_arg), "--storage.tsdb.path=%s", data);
@@ -336,30 +343,40 @@ static double prom_wait(uint16_t port, const char *expr, double want, int secs)
     return v;
 }
 
+/* With a bearer token, as the README configures both sides. */
 Test(metrics, prometheus_server_scrapes_tierd_and_sees_puts)
 {
     struct t_tierd d;
-    char port_s[8];
-    const char *args[] = { "--warm-bytes", "64M", "--metrics-port", port_s, NULL };
+    char port_s[8], dir[] = "/tmp/kvt-test-XXXXXX", tok[64], cmd[64];
+    const char *args[] = { "--warm-bytes", "64M", "--metrics-port", port_s,
+                           "--metrics-token-file", tok, NULL };
     uint16_t port = t_metrics_free_port(), prom_port;
     int secs = under_valgrind() ? 120 : 30;
     kvt_client *c;
     kvt_ns *ns;
     kvt_key keys[8];
     pid_t prom;
+    FILE *f;
     double v;
 
     /* `make test` installs it (mk/deps.sh): missing is a failure, not a skip */
     cr_assert_eq(access("/usr/bin/prometheus", X_OK), 0,
                  "no /usr/bin/prometheus (Debian package prometheus)");
     snprintf(port_s, sizeof(port_s), "%u", port);
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(tok, sizeof(tok), "%s/token", dir);
+    f = fopen(tok, "w"); /* the umask may be 022: the mode is set below */
+    cr_assert_not_null(f);
+    fprintf(f, "kvt-prometheus-test-token\n");
+    fclose(f);
+    cr_assert_eq(chmod(tok, 0600), 0);
     t_tierd_start(&d, args);
     c = t_connect(&d);
     ns = t_ns(c, BLK);
     do
         prom_port = t_metrics_free_port();
     while (prom_port == port);
-    prom = prometheus_start(d.dir, port, prom_port);
+    prom = prometheus_start(d.dir, port, prom_port, tok);
 
     v = prom_wait(prom_port, "up{job=\"kvtier\"}", 1, secs);
     cr_assert_eq(v, 1, "Prometheus did not report tierd up within %d s (up = %g)", secs, v);
@@ -377,6 +394,8 @@ Test(metrics, prometheus_server_scrapes_tierd_and_sees_puts)
     cr_expect_eq(prometheus_stop(prom), 0, "Prometheus did not stop cleanly");
     kvt_close(c);
     t_tierd_stop(&d);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
 }
 
 /* ---- bad input ------------------------------------------------------------- */
@@ -434,6 +453,8 @@ Test(metrics, port_in_use_is_a_clear_error_and_a_nonzero_exit)
     const char *args[] = { "--metrics-port", port_s, NULL };
     const char *bad[] = { "--metrics-port", "0", NULL };
     const char *bad_addr[] = { "--metrics-port", "9", "--metrics-addr", "localhost", NULL };
+    const char *bad_max[] = { "--metrics-port", "9", "--metrics-max-namespaces", NULL, NULL };
+    const char *max_values[] = { "-1", "65537", "12x", "" };
     uint16_t port;
     int hold = t_metrics_hold_port(&port), st;
 
@@ -452,6 +473,14 @@ Test(metrics, port_in_use_is_a_clear_error_and_a_nonzero_exit)
     st = run_tierd(dir, bad_addr, err, sizeof(err));
     cr_expect_eq(st, 64, "--metrics-addr localhost: expected exit 64 (EX_USAGE), got %d", st);
     cr_expect(strstr(err, "--metrics-addr"), "stderr: %s", err);
+    for (size_t i = 0; i < sizeof(max_values) / sizeof(max_values[0]); i++) {
+        bad_max[3] = max_values[i];
+        st = run_tierd(dir, bad_max, err, sizeof(err));
+        cr_expect_eq(st, 64, "--metrics-max-namespaces '%s': expected exit 64, got %d",
+                     max_values[i], st);
+        cr_expect(strstr(err, "tierd: --metrics-max-namespaces: want 0..65536"), "stderr: %s",
+                  err);
+    }
 
     close(hold);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);

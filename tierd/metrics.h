@@ -1,33 +1,58 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * metrics.h - the Prometheus page: GET /metrics on a loopback HTTP port
- * (libmicrohttpd, driven from tierd's epoll loop, no thread of its own), and
- * the request latency histograms it shows. It reads the store's counters and
- * the namespaces' on the loop's thread when a scrape comes; it changes
- * nothing. Off unless --metrics-port is given.
+ * (libmicrohttpd in a thread of its own), and the request latency
+ * histograms it shows. The server's thread reads nothing of tierd's: at
+ * each scrape it asks the event loop for a snapshot of the counters, which
+ * the loop copies on its own thread, and prints the page from that copy.
+ * It changes nothing. Off unless --metrics-port is given.
  */
 #ifndef METRICS_H
 #define METRICS_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct tierd;
 struct ev_loop;
 struct metrics;
 
-/* Bind addr:port (an IPv4 address, normally "127.0.0.1") and set up the
- * HTTP server, serving nothing until metrics_attach. d is read at every
- * scrape and must outlive the server. Returns 0, -EADDRINUSE (the port is
- * taken), -EINVAL (addr is not an IPv4 address), -EACCES, -ENOMEM, or the
- * errno of socket/bind/listen; -EIO when libmicrohttpd refuses to start. */
-int metrics_open(struct tierd *d, const char *addr, uint16_t port, struct metrics **out);
+#define METRICS_MAX_NS_DEFAULT 512 /* --metrics-max-namespaces: about 2 MiB of page */
+#define METRICS_MAX_NS_LIMIT 65536
+#define METRICS_TOKEN_MAX 4096     /* bytes of a bearer token */
 
-/* Watch the server's fds on loop l (its epoll fd and a timerfd for its
- * timeouts). 0 or -errno. */
+/* The --metrics-* options. */
+struct metrics_cfg {
+    const char *addr;       /* IPv4 address to bind, normally "127.0.0.1" */
+    uint16_t port;
+    const char *token_file; /* NULL: none; else every request must carry
+                               "Authorization: Bearer <its contents>" */
+    bool no_model_ids;      /* label namespaces "<tenant>/<id>", never by model */
+    uint32_t max_ns;        /* namespaces (over all tenants, in tenant and id order)
+                               with series of their own; each tenant's others are
+                               summed into one. At most METRICS_MAX_NS_LIMIT */
+};
+
+/* Read the token file (a regular file no one but its owner may access,
+ * one line of visible ASCII, a trailing newline dropped), bind
+ * cfg->addr:port and start the HTTP server, which answers 503 until
+ * metrics_attach. d must outlive the server; only the loop's thread reads
+ * it. Returns 0; -EADDRINUSE (the port is taken); -EINVAL (a bad token
+ * file: open to group or others, empty, too long, not one word; or addr is
+ * not an IPv4 address); the errno of open/read of the token file (-ENOENT:
+ * none); -EACCES, -ENOMEM or the errno of socket/bind/listen; -EIO when
+ * libmicrohttpd refuses to start. On failure err (cap bytes) gets a line
+ * naming the option, the file or port, and what is wrong. */
+int metrics_open(struct tierd *d, const struct metrics_cfg *cfg, char *err, size_t cap,
+                 struct metrics **out);
+
+/* Serve snapshots from loop l (an eventfd the server's thread signals when
+ * a scrape comes). Loop thread. 0 or -errno. */
 int metrics_attach(struct metrics *m, struct ev_loop *l);
 
-/* Stop serving: drops open HTTP connections, unwatches and closes every fd.
- * NULL ok. */
+/* Stop serving: drops open HTTP connections, joins the server's thread,
+ * unwatches and closes every fd, forgets the token. Loop thread. NULL ok. */
 void metrics_close(struct metrics *m);
 
 /* Request latency, for kvtier_request_duration_seconds. metrics_req_start

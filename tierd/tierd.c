@@ -5,7 +5,8 @@
  *
  * Usage: tierd [--socket PATH] [--data DIR] [--warm-bytes SIZE] [--high-wm F]
  *              [--low-wm F] [--no-mlock] [--no-hugepages] [--max-clients N]
- *              [--metrics-port N [--metrics-addr A]] [-v]
+ *              [--metrics-port N [--metrics-addr A] [--metrics-token-file F]
+ *               [--metrics-no-model-ids] [--metrics-max-namespaces N]] [-v]
  * Exit codes follow sysexits.h.
  */
 #include <arpa/inet.h>
@@ -53,6 +54,9 @@ struct opts {
     bool no_cold, write_through, no_flush;
     uint16_t metrics_port;    /* 0: no metrics page */
     const char *metrics_addr; /* IPv4 address it binds */
+    const char *metrics_token_file; /* NULL: no bearer token asked for */
+    bool metrics_no_model_ids;
+    uint32_t metrics_max_ns;  /* namespaces with series of their own */
     /* the remote tier: given on the command line (these win over [remote]) */
     const char *remote_seeds, *remote_ns;
     uint32_t remote_timeout_ms; /* 0: not given */
@@ -95,6 +99,11 @@ static void usage(FILE *f)
             "  --metrics-port N   serve Prometheus metrics at http://127.0.0.1:N/metrics\n"
             "                     (default: off)\n"
             "  --metrics-addr A   IPv4 address of the metrics page (default 127.0.0.1)\n"
+            "  --metrics-token-file F  the page answers only requests with the header\n"
+            "                     'Authorization: Bearer <F's one line>' (F: mode 0600)\n"
+            "  --metrics-no-model-ids  label namespaces by tenant and id, never by model\n"
+            "  --metrics-max-namespaces N  namespaces with series of their own (default\n"
+            "                     %d); each tenant's others are summed, ns=\"other\"\n"
             "  --remote-seeds L   remote tier: Redis Cluster nodes host:port[,host:port...]\n"
             "                     shared by the tierd of every node (default: off)\n"
             "  --remote-policy P  write-through (default: every committed block) or\n"
@@ -102,7 +111,7 @@ static void usage(FILE *f)
             "  --remote-timeout-ms N  per network operation (default 100)\n"
             "  --remote-namespaces S  all (default), or the model ids starting with S\n"
             "  -v, --verbose      log sessions and namespaces\n",
-            KVT_DEFAULT_SOCKET, DEFAULT_DATA);
+            KVT_DEFAULT_SOCKET, DEFAULT_DATA, METRICS_MAX_NS_DEFAULT);
 }
 
 static double parse_frac(const char *s)
@@ -137,6 +146,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         { "hot-device", required_argument, NULL, 'D' },
         { "metrics-port", required_argument, NULL, 'm' },
         { "metrics-addr", required_argument, NULL, 'A' },
+        { "metrics-token-file", required_argument, NULL, 'K' },
+        { "metrics-no-model-ids", no_argument, NULL, 'I' },
+        { "metrics-max-namespaces", required_argument, NULL, 'X' },
         { "remote-seeds", required_argument, NULL, 'R' },
         { "remote-policy", required_argument, NULL, 'p' },
         { "remote-timeout-ms", required_argument, NULL, 't' },
@@ -152,7 +164,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         .warm_bytes = 1ull << 30, .high_wm = 0.95, .low_wm = 0.85, .max_clients = 1024,
         .busy_poll_us = 200, .cold_bytes = 4ull << 30, .cold_qd = 32, .durable_wait_ms = 10000,
         .handshake_ms = 5000,
-        .metrics_addr = "127.0.0.1", .remote_policy = -1,
+        .metrics_addr = "127.0.0.1", .metrics_max_ns = METRICS_MAX_NS_DEFAULT,
+        .remote_policy = -1,
     };
     if (!o->socket || !*o->socket)
         o->socket = KVT_DEFAULT_SOCKET;
@@ -263,6 +276,21 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                 return -1;
             }
             o->metrics_addr = optarg;
+            break;
+        }
+        case 'K': o->metrics_token_file = optarg; break;
+        case 'I': o->metrics_no_model_ids = true; break;
+        case 'X': {
+            char *end;
+            unsigned long v = strtoul(optarg, &end, 10);
+
+            if (*end || end == optarg || *optarg < '0' || *optarg > '9' ||
+                v > METRICS_MAX_NS_LIMIT) {
+                fprintf(stderr, "tierd: --metrics-max-namespaces: want 0..%d, got '%s'\n",
+                        METRICS_MAX_NS_LIMIT, optarg);
+                return -1;
+            }
+            o->metrics_max_ns = (uint32_t)v;
             break;
         }
         case 'R': o->remote_seeds = optarg; break;
@@ -682,12 +710,17 @@ int main(int argc, char **argv)
         goto out_tenants;
     }
     if (o.metrics_port) {
+        struct metrics_cfg mc = { .addr = o.metrics_addr, .port = o.metrics_port,
+                                  .token_file = o.metrics_token_file,
+                                  .no_model_ids = o.metrics_no_model_ids,
+                                  .max_ns = o.metrics_max_ns };
+
         /* bound before the tiers open: a port in use stops tierd at once */
-        rc = metrics_open(&d, o.metrics_addr, o.metrics_port, &d.metrics);
+        rc = metrics_open(&d, &mc, err, sizeof(err), &d.metrics);
         if (rc < 0) {
-            tierd_log("--metrics-port %u: %s", o.metrics_port,
-                      rc == -EADDRINUSE ? "address in use" : strerror(-rc));
-            ex = rc == -EADDRINUSE ? EX_TEMPFAIL : EX_OSERR;
+            tierd_log("%s", err);
+            ex = rc == -EADDRINUSE ? EX_TEMPFAIL : rc == -EINVAL ? EX_CONFIG
+                 : rc == -ENOENT ? EX_NOINPUT : EX_OSERR;
             goto out_lock;
         }
     }
