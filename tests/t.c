@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -396,4 +397,69 @@ int t_user_puts(const char *sock, void *arg)
             return 13;
     kvt_close(c);
     return 0;
+}
+
+int t_tierd_exit(const char *dir, const char *const *extra, char *err, size_t cap)
+{
+    char bin[512], sock[300], data[300], supp[600];
+    const char *argv[32];
+    int n, pfd[2], left = getenv("KVT_TEST_VALGRIND") ? 60000 : 10000;
+    size_t len = 0;
+    pid_t pid;
+
+    snprintf(sock, sizeof(sock), "%s/tierd.sock", dir);
+    snprintf(data, sizeof(data), "%s/data", dir);
+    n = t_memcheck_argv(argv, supp, sizeof(supp));
+    argv[n++] = t_bin("tierd", bin, sizeof(bin));
+    argv[n++] = "--socket";
+    argv[n++] = sock;
+    argv[n++] = "--data";
+    argv[n++] = data;
+    argv[n++] = "--cold-bytes";
+    argv[n++] = "64M";
+    for (int i = 0; extra && extra[i] && n < 31; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    cr_assert_eq(pipe(pfd), 0);
+    pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(pfd[1], 2);
+        close(pfd[0]);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(pfd[1]);
+    /* until it closes stderr (it exited), or the bound: then it is killed */
+    for (;;) {
+        struct pollfd p = { .fd = pfd[0], .events = POLLIN };
+        ssize_t r;
+
+        if (poll(&p, 1, left > 100 ? 100 : left) == 0) {
+            if ((left -= 100) > 0)
+                continue;
+            kill(pid, SIGKILL);
+            t_wait(pid);
+            err[len] = 0;
+            close(pfd[0]);
+            return 124;
+        }
+        r = read(pfd[0], err + len, cap - len - 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        len += (size_t)r;
+        if (len + 1 >= cap) {
+            char drop[256];
+
+            while (read(pfd[0], drop, sizeof(drop)) > 0)
+                ;
+            break;
+        }
+    }
+    err[len] = 0;
+    close(pfd[0]);
+    return t_wait(pid);
 }

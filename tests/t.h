@@ -46,6 +46,12 @@ int t_memcheck_argv(const char **argv, char *supp, size_t cap);
  * it could not be run). Fails the test if it cannot fork. */
 int t_run(const char *prog, const char *const *args, int memcheck, char **out, char **err);
 
+/* Run tierd (under memcheck when the suite is) in folder dir (its socket
+ * and data there) with extra args (NULL-terminated; later options win)
+ * until it exits: its exit status, and its stderr into err. One still
+ * running after 10 s (60 s under memcheck) is killed: 124. */
+int t_tierd_exit(const char *dir, const char *const *extra, char *err, size_t cap);
+
 /* Path of a built program (tierd, tierctl) for this flavour. */
 const char *t_bin(const char *name, char *buf, size_t cap);
 

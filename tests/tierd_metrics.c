@@ -400,53 +400,6 @@ Test(metrics, prometheus_server_scrapes_tierd_and_sees_puts)
 
 /* ---- bad input ------------------------------------------------------------- */
 
-/* Run tierd (under valgrind when the suite does) with extra args; return
- * its exit status and what it wrote to stderr. */
-static int run_tierd(const char *dir, const char *const *extra, char *err, size_t cap)
-{
-    char bin[512], sock[300], data[300], supp[600];
-    const char *argv[32];
-    int n = 0, pfd[2];
-    size_t len = 0;
-    ssize_t r;
-    pid_t pid;
-
-    snprintf(sock, sizeof(sock), "%s/tierd.sock", dir);
-    snprintf(data, sizeof(data), "%s/data", dir);
-    n = t_memcheck_argv(argv, supp, sizeof(supp));
-    argv[n++] = t_bin("tierd", bin, sizeof(bin));
-    argv[n++] = "--socket";
-    argv[n++] = sock;
-    argv[n++] = "--data";
-    argv[n++] = data;
-    argv[n++] = "--cold-bytes";
-    argv[n++] = "64M";
-    for (int i = 0; extra[i] && n < 31; i++)
-        argv[n++] = extra[i];
-    argv[n] = NULL;
-    cr_assert_eq(pipe(pfd), 0);
-    pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        dup2(pfd[1], 2);
-        close(pfd[0]);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    close(pfd[1]);
-    while (len + 1 < cap && (r = read(pfd[0], err + len, cap - len - 1)) != 0) {
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            break;
-        len += (size_t)r;
-    }
-    err[len] = 0;
-    close(pfd[0]);
-    return t_wait(pid);
-}
-
 Test(metrics, port_in_use_is_a_clear_error_and_a_nonzero_exit)
 {
     char dir[] = "/tmp/kvt-test-XXXXXX", port_s[8], want[64], err[8192], cmd[64];
@@ -460,22 +413,22 @@ Test(metrics, port_in_use_is_a_clear_error_and_a_nonzero_exit)
 
     cr_assert_not_null(mkdtemp(dir));
     snprintf(port_s, sizeof(port_s), "%u", port);
-    st = run_tierd(dir, args, err, sizeof(err));
+    st = t_tierd_exit(dir, args, err, sizeof(err));
     snprintf(want, sizeof(want), "tierd: --metrics-port %u: address in use", port);
     cr_expect_eq(st, 75, "port in use: expected exit 75 (EX_TEMPFAIL), got %d; stderr:\n%s", st,
                  err);
     cr_expect(strstr(err, want), "stderr lacks '%s':\n%s", want, err);
     cr_expect_null(strstr(err, "listening on"), "tierd started anyway:\n%s", err);
 
-    st = run_tierd(dir, bad, err, sizeof(err));
+    st = t_tierd_exit(dir, bad, err, sizeof(err));
     cr_expect_eq(st, 64, "--metrics-port 0: expected exit 64 (EX_USAGE), got %d", st);
     cr_expect(strstr(err, "--metrics-port"), "stderr: %s", err);
-    st = run_tierd(dir, bad_addr, err, sizeof(err));
+    st = t_tierd_exit(dir, bad_addr, err, sizeof(err));
     cr_expect_eq(st, 64, "--metrics-addr localhost: expected exit 64 (EX_USAGE), got %d", st);
     cr_expect(strstr(err, "--metrics-addr"), "stderr: %s", err);
     for (size_t i = 0; i < sizeof(max_values) / sizeof(max_values[0]); i++) {
         bad_max[3] = max_values[i];
-        st = run_tierd(dir, bad_max, err, sizeof(err));
+        st = t_tierd_exit(dir, bad_max, err, sizeof(err));
         cr_expect_eq(st, 64, "--metrics-max-namespaces '%s': expected exit 64, got %d",
                      max_values[i], st);
         cr_expect(strstr(err, "tierd: --metrics-max-namespaces: want 0..65536"), "stderr: %s",

@@ -538,62 +538,13 @@ Test(security, stats_and_ids_tell_a_tenant_nothing_of_another)
 
 /* ---- a data folder made beforehand ------------------------------------ */
 
-/* Run tierd on data (with args) until it exits, 10 s at most: its exit
- * status (124: still running, killed), its stderr in err. */
-static int tierd_on(const char *data, const char *const *args, char *err, size_t cap)
+/* Run tierd on data until it exits: its exit status (124: it ran), its
+ * stderr in err. */
+static int tierd_on(const char *dir, const char *data, char *err, size_t cap)
 {
-    char dir[64], sock[128], errf[128], bin[512];
-    const char *argv[16];
-    int n = 0, st = 124, fd;
-    pid_t pid;
-    ssize_t r;
-
-    snprintf(dir, sizeof(dir), "/tmp/kvt-sdata-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(sock, sizeof(sock), "%s/s", dir);
-    snprintf(errf, sizeof(errf), "%s/err", dir);
-    argv[n++] = t_bin("tierd", bin, sizeof(bin));
-    argv[n++] = "--socket";
-    argv[n++] = sock;
-    argv[n++] = "--data";
-    argv[n++] = data;
-    argv[n++] = "--cold-bytes";
-    argv[n++] = "16M";
-    argv[n++] = "--warm-bytes";
-    argv[n++] = "8M";
-    for (int i = 0; args && args[i]; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        fd = open(errf, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        dup2(fd, 2);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    for (int i = 0; i < 1000; i++) {
-        int ws;
-
-        if (waitpid(pid, &ws, WNOHANG) == pid) {
-            st = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-            pid = 0;
-            break;
-        }
-        usleep(10000);
-    }
-    if (pid) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-    }
-    fd = open(errf, O_RDONLY);
-    r = fd >= 0 ? read(fd, err, cap - 1) : 0;
-    err[r > 0 ? r : 0] = 0;
-    if (fd >= 0)
-        close(fd);
-    unlink(errf);
-    rmdir(dir);
-    return st;
+    return t_tierd_exit(dir, (const char *const[]){ "--data", data, "--cold-bytes", "16M",
+                                                    "--warm-bytes", "8M", NULL },
+                        err, cap);
 }
 
 static void rm_rf(const char *path)
@@ -606,13 +557,15 @@ static void rm_rf(const char *path)
 
 Test(security, a_data_folder_another_user_could_have_prepared_is_refused)
 {
-    char base[64], data[128], link[256], victim[128], err[4096];
+    char base[64], run[64] = "/tmp/kvt-srun-XXXXXX", data[128], link[256], victim[128];
+    char err[4096];
     struct stat sb;
     int st, fd;
 
     need_root();
     snprintf(base, sizeof(base), "/tmp/kvt-sec-XXXXXX");
     cr_assert_not_null(mkdtemp(base));
+    cr_assert_not_null(mkdtemp(run)); /* its socket */
     snprintf(data, sizeof(data), "%s/data", base);
     snprintf(victim, sizeof(victim), "%s/victim", base);
     fd = open(victim, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -622,21 +575,21 @@ Test(security, a_data_folder_another_user_could_have_prepared_is_refused)
     /* a folder another user made */
     cr_assert_eq(mkdir(data, 0700), 0);
     cr_assert_eq(chown(data, STRANGER, STRANGER), 0);
-    st = tierd_on(data, NULL, err, sizeof(err));
+    st = tierd_on(run, data, err, sizeof(err));
     cr_expect_eq(st, EX_CANTCREAT, "exit %d: %s", st, err);
     cr_expect(strstr(err, "belongs to uid 40003"), "%s", err);
 
     /* ours, but anyone may write in it */
     cr_assert_eq(chown(data, 0, 0), 0);
     cr_assert_eq(chmod(data, 0777), 0);
-    st = tierd_on(data, NULL, err, sizeof(err));
+    st = tierd_on(run, data, err, sizeof(err));
     cr_expect_eq(st, EX_CANTCREAT, "exit %d: %s", st, err);
     cr_expect(strstr(err, "writable by every user"), "%s", err);
 
     /* ours, but below a folder another user may write in */
     cr_assert_eq(chmod(data, 0700), 0);
     cr_assert_eq(chmod(base, 0777), 0);
-    st = tierd_on(data, NULL, err, sizeof(err));
+    st = tierd_on(run, data, err, sizeof(err));
     cr_expect_eq(st, EX_CANTCREAT, "exit %d: %s", st, err);
     cr_expect(strstr(err, base) && strstr(err, "writable by every user"), "%s", err);
     cr_assert_eq(chmod(base, 0700), 0);
@@ -653,7 +606,7 @@ Test(security, a_data_folder_another_user_could_have_prepared_is_refused)
         }
         snprintf(link, sizeof(link), "%s/%s", data, files[i]);
         cr_assert_eq(symlink(victim, link), 0);
-        st = tierd_on(data, NULL, err, sizeof(err));
+        st = tierd_on(run, data, err, sizeof(err));
         cr_expect_neq(st, 0, "%s a link: tierd ran (exit %d)", files[i], st);
         cr_expect_neq(st, 124, "%s a link: tierd ran", files[i]);
         cr_expect(strstr(err, "symbolic link"), "%s a link: %s", files[i], err);
@@ -662,4 +615,5 @@ Test(security, a_data_folder_another_user_could_have_prepared_is_refused)
                      (long long)sb.st_size);
     }
     rm_rf(base);
+    rm_rf(run);
 }
