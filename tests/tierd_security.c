@@ -9,7 +9,7 @@
  * children that setuid, so most tests need root (CI runs as root).
  *
  * The remote tier's namespace identity and the metrics page have their own
- * tests (tierd_remote.c, tierd_metrics.c).
+ * tests (tierd_remote.c, tierd_metrics_sec.c).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
