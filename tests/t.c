@@ -340,6 +340,14 @@ struct kvt_model_desc t_model_desc(const char *name)
     return d;
 }
 
+const char *const t_config_two =
+    "[tenant.alice]\n"
+    "uids = 0, 40001      ; root runs the test itself\n"
+    "warm_bytes = 8M\n"
+    "[tenant.bob]\n"
+    "uids = 40002\n"
+    "warm_bytes = 8M\n";
+
 const char *t_config(const char *text)
 {
     static char path[64];

@@ -86,6 +86,13 @@ void t_store_close(struct tier *t, struct tier_cold *c, struct tier_hot *h, cons
 /* Wait for a child and return its exit status (or 128+signal). */
 int t_wait(pid_t pid);
 
+/* Two tenants of 8 MiB of warm each: alice (root, which runs the tests,
+ * and uid T_ALICE) and bob (T_BOB); T_STRANGER is in neither. */
+#define T_ALICE 40001
+#define T_BOB 40002
+#define T_STRANGER 40003
+extern const char *const t_config_two;
+
 /* A tenants config (tierd --config) of text in a fresh temp file, mode
  * 0644; returns its path (static: until the next call). */
 const char *t_config(const char *text);

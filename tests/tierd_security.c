@@ -36,17 +36,10 @@
 #endif
 
 #define BLK (64u << 10)
-#define ALICE 40001
-#define BOB 40002
-#define STRANGER 40003
-
-static const char *const config_two =
-    "[tenant.alice]\n"
-    "uids = 0, 40001      ; root runs the test itself\n"
-    "warm_bytes = 16M\n"
-    "[tenant.bob]\n"
-    "uids = 40002\n"
-    "warm_bytes = 16M\n";
+#define ALICE T_ALICE
+#define BOB T_BOB
+#define STRANGER T_STRANGER
+#define config_two t_config_two
 
 static void need_root(void)
 {
