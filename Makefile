@@ -265,3 +265,52 @@ test-vllm: deps build/tierd build/libkvtier.so
 	tests/vllm/setup_venv.sh
 	$(PY_TEST_ENV) timeout 1800 build/venv-vllm/bin/python -m pytest tests/vllm -q -s \
 		-p no:cacheprovider -p no:warnings
+
+# ---- the GPU checks' bundle: build/gpu-bundle/, for a bare machine with a GPU -------
+#   make gpu-bundle  run.sh (tests/gpu/run.sh); bin/: gpu_probe, kvk_check,
+#                    kvt_hot_tests (the hot tier's Criterion tests), offload_check
+#                    (linked against the bundle's libkvtier.so, as an engine is) and
+#                    tierd; lib/: libkvtier.so.0 and every library these load but
+#                    glibc's, libstdc++, libgcc_s and the driver's libcuda
+#                    (mk/gpu-bundle.sh). tierd and libkvtier are the release
+#                    flavour's, built with CUDA. At most 40 MiB. On the GPU
+#                    machine: build/gpu-bundle/run.sh (77: no GPU).
+#   make test checks the bundle without a GPU (tests/gpu_bundle.c) wherever the
+#   CUDA toolkit is, so it builds it first.
+GPU_BUNDLE := build/gpu-bundle
+GPU_BINS   := $(addprefix build/gpu/,gpu_probe kvk_check kvt_hot_tests offload_check)
+
+# link one of the bundle's programs: $(1) = the objects and libraries
+define gpu_link
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS_REL) -o $@ $(1)
+endef
+
+build/gpu/gpu_probe: build/obj/tests/gpu/gpu_probe.o
+	$(call gpu_link,$^ $(CUDA_LIBS))
+build/gpu/kvt_hot_tests: build/obj/tests/tier_hot_copy.o build/obj/tests/t.o build/libkvtier.a \
+                         build/libstore.a
+	$(call gpu_link,$^ -lcriterion $(STORE_LIBS) $(CUDA_LIBS) $(LIBS))
+# its own CUDA runtime beside libkvtier.so's (hidden inside it), as in an engine
+build/gpu/offload_check: build/obj/tests/gpu/offload_check.o build/libkvtier.so
+	$(call gpu_link,$< -Lbuild -l:libkvtier.so $(CUDA_LIBS))
+# kvk.cu.o is built for sm_90 and sm_80, and so is its checker
+build/gpu/kvk_check: tests/gpu/kvk_check.cu build/kernels/kvk.cu.o build/obj/kernels/kvk_cpu.o \
+                     kernels/kvk.h kernels/kv_layout.h
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  NVCC    $@")
+	$(Q)$(NVCC) -O2 -std=c++17 -Ikernels -gencode arch=compute_90,code=sm_90 \
+		-gencode arch=compute_80,code=sm_80 -Xcompiler -Wall,-Wextra \
+		$(filter-out %.h,$^) -o $@
+
+.PHONY: gpu-bundle
+ifneq ($(CUDA_CFLAGS),)
+gpu-bundle: test-deps $(GPU_BINS) build/tierd build/libkvtier.so tests/gpu/run.sh mk/gpu-bundle.sh
+	$(Q)mk/gpu-bundle.sh $(GPU_BUNDLE) tests/gpu/run.sh $(GPU_BINS) build/tierd \
+		build/libkvtier.so
+test-plain test-san valgrind: gpu-bundle
+else
+gpu-bundle:
+	@echo "gpu-bundle: needs the CUDA toolkit (nvcc, cuda_runtime.h)"; exit 1
+endif

@@ -1,44 +1,105 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# Checks that need a GPU, for a machine lent with one (see the README):
-#  1. builds everything with nvcc present (the CUDA kernels included);
-#  2. tests/gpu/kvk_check.cu: the CUDA gather/scatter movers against the CPU
-#     reference for every engine layout, then their bandwidth against
-#     cudaMemcpy (device<->device and pinned host<->device), printed as
-#     `bench:` lines;
-#  3. the hot tier's device tests on the CUDA backend instead of the
-#     emulated one;
-#  4. tests/gpu/offload_check.c: kvt_offload / kvt_restore of a device cache
-#     through a private tierd, via the pinned warm pool and via the hot pool
-#     opened by CUDA IPC.
-# Prints what it measured; exits non-zero on any failure (77: no GPU).
-# Takes a few minutes at most on an H200.
-set -eu
-cd "$(dirname "$0")/../.."
-nvidia-smi -L || { echo "gpu: no GPU visible"; exit 77; }
-NVCC=${NVCC:-$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)}
-make -j"$(nproc)" all build/kvt_tests
-make kernels # fails here, not at the link below, when nvcc is missing
+# The GPU checks, run from the GPU bundle (`make gpu-bundle` copies this file
+# to build/gpu-bundle/run.sh; see the README). Runs on a bare GPU machine: it
+# builds nothing and loads only glibc, the driver's libcuda.so.1 and the
+# bundle's own lib/ (LD_LIBRARY_PATH is set to that alone).
+#  0. bin/gpu_probe: no GPU here -> exit 77 at once;
+#  1. bin/kvk_check: the CUDA gather/scatter movers against the CPU reference
+#     for every engine layout and element size, then their bandwidth against
+#     cudaMemcpy;
+#  2. bin/kvt_hot_tests: the hot tier's Criterion tests on the CUDA backend
+#     (KVT_TEST_HOT=cuda) instead of the emulated one;
+#  3. bin/offload_check: kvt_offload / kvt_restore of a device cache through
+#     a private tierd (bin/tierd), via the pinned warm pool and via the hot
+#     pool opened by CUDA IPC, then their bandwidth against cudaMemcpy.
+# Each check runs under its own timeout. Prints what it measured (`bench:`
+# lines, repeated at the end with the targets met or missed; a missed target
+# is reported, not a failure) and writes the whole log to $OUT/gpu.log when
+# OUT is set. Exits 0 when every check passed, 1 when one failed, 77 when
+# there is no GPU. A few minutes on an H200; the timeouts add up to 8.5
+# minutes, under the device tool's 10 a command.
+set -u
+: "${PATH:=/usr/local/bin:/usr/bin:/bin}"
+export PATH
+B=$(cd "$(dirname "$0")" && pwd)
+LD_LIBRARY_PATH="$B/lib"
+export LD_LIBRARY_PATH
 
-# kvk.cu.o is built for sm_90 and sm_80; the checker for the GPU present.
-"$NVCC" -O2 -std=c++17 -Ikernels -gencode arch=compute_90,code=sm_90 \
-    -gencode arch=compute_80,code=sm_80 -Xcompiler -Wall,-Wextra \
-    tests/gpu/kvk_check.cu build/kernels/kvk.cu.o build/obj/kernels/kvk_cpu.o \
-    -o build/kvk_check
+tee_pid=
+if [ -n "${OUT:-}" ]; then
+    mkdir -p "$OUT" || exit 1
+    fifo=$(mktemp -u "${TMPDIR:-/tmp}/kvt-gpu-log.XXXXXX")
+    mkfifo "$fifo" || exit 1
+    tee "$OUT/gpu.log" <"$fifo" &
+    tee_pid=$!
+    exec >"$fifo" 2>&1
+    rm -f "$fifo"
+fi
 
-rc=0
-timeout 240 build/kvk_check || rc=$?
-[ "$rc" -eq 0 ] || echo "gpu: kvk_check failed (exit $rc)"
+# Exit with $1 once tee has written everything.
+finish() {
+    if [ -n "$tee_pid" ]; then
+        exec >&- 2>&-
+        wait "$tee_pid"
+    fi
+    exit "$1"
+}
 
-KVT_TEST_HOT=cuda KVT_TEST_BIN="$PWD/build" KVT_TEST_SRC="$PWD" \
-    build/kvt_tests --filter 'tier_hot/*' --verbose -j1 || rc=$?
+echo "gpu: bundle $B"
+"$B/bin/gpu_probe"
+rc=$?
+case $rc in
+0) ;;
+77) echo "gpu: no GPU visible: skipped (77)"; finish 77 ;;
+1) echo "gpu: FAILED: a GPU driver is there but the CUDA runtime cannot use it"; finish 1 ;;
+*)
+    # most likely the loader refused: a glibc older than the bundle's build
+    echo "gpu: FAILED: bin/gpu_probe could not run (exit $rc); the bundle needs" \
+        "glibc >= $(cat "$B/glibc-min" 2>/dev/null), this machine has" \
+        "$(getconf GNU_LIBC_VERSION 2>/dev/null || echo 'an unknown one')"
+    finish 1
+    ;;
+esac
 
-# kvt_offload / kvt_restore of a device cache on a CUDA stream, through tierd
-CUDA_HOME=$(dirname "$(dirname "$NVCC")")
-cc -std=gnu11 -O2 -D_GNU_SOURCE -I"$CUDA_HOME/include" -Iclient -Ikernels \
-    tests/gpu/offload_check.c build/libkvtier.a -L"$CUDA_HOME/lib64" -lcudart_static \
-    -ldl -lrt -lpthread -lstdc++ -lcrypto -ljansson -o build/offload_check
-tmp=$(mktemp -d)
-timeout 120 build/offload_check "$PWD/build/tierd" "$tmp" || rc=$?
-rm -rf "$tmp"
-exit "$rc"
+work=$(mktemp -d "${TMPDIR:-/tmp}/kvt-gpu.XXXXXX") || finish 1
+failed=
+
+# run NAME SECONDS CMD...: CMD under a timeout, its output shown and kept.
+run() {
+    name=$1 secs=$2
+    shift 2
+    echo "gpu: --- $name (timeout $secs s)"
+    timeout -k 10 "$secs" "$@" >"$work/$name.log" 2>&1
+    st=$?
+    cat "$work/$name.log"
+    if [ "$st" -eq 0 ]; then
+        echo "gpu: $name OK"
+    else
+        [ "$st" -eq 124 ] && echo "gpu: $name timed out after $secs s"
+        echo "gpu: $name FAILED (exit $st)"
+        failed="$failed $name"
+    fi
+}
+
+run kvk_check 240 "$B/bin/kvk_check"
+run hot_tier 90 env KVT_TEST_HOT=cuda KVT_TEST_BIN="$B/bin" \
+    "$B/bin/kvt_hot_tests" --verbose -j1 --timeout 60
+mkdir -p "$work/tierd"
+run offload_check 150 "$B/bin/offload_check" "$B/bin/tierd" "$work/tierd"
+
+echo "gpu: --- figures"
+cat "$work"/*.log | awk '
+    $1 == "bench:" && $5 == "target" {
+        met = ($6 == ">=") ? ($3 + 0 >= $7 + 0) : ($3 + 0 <= $7 + 0)
+        print $0 (met ? "" : "   <- target missed")
+        n++; m += met
+    }
+    END { printf "gpu: %d of %d targets met\n", m, n }'
+rm -rf "$work"
+if [ -n "$failed" ]; then
+    echo "gpu: FAILED:$failed"
+    finish 1
+fi
+echo "gpu: all checks passed"
+finish 0
