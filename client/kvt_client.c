@@ -1063,9 +1063,11 @@ const char *kvt_strerror(int err)
     case KVT_ENONS: return "unknown namespace";
     case KVT_EBLOCKSIZE: return "block size differs from the namespace's";
     case KVT_EDISCONNECTED: return "tierd closed the connection";
-    case -EBUSY: return "too many leases held (by this client, or by its tenant: its "
-                        "lease_bytes): release some first";
-    case -EACCES: return "no tenant of this tierd admits this user (uid/gid)";
+    case -EBUSY: return "busy: too many leases held (by this client, or by its tenant: its "
+                        "lease_bytes), or the same kind of request still running: release "
+                        "some leases, or wait for it";
+    case -EACCES: return "permission denied: the socket's mode or group keeps this user out, "
+                         "or no tenant of tierd admits it (its uid/gid)";
     case -EUSERS: return "tierd has as many clients as it takes (--max-clients, or the "
                          "tenant's max_clients)";
     case -ENOSPC: return "no room: the warm pool is full of leased or reserved blocks";

@@ -1513,13 +1513,17 @@ static void waiter_leaves(struct tier *t, void *waiter, bool keep)
     for (struct dwait **pp = &t->dwaits; *pp;) {
         struct dwait *d = *pp;
 
-        if (d->waiter == waiter && !keep) {
+        /* a wait for a key another client still writes goes with its
+         * waiter, kept or not: that write is the other client's, and a
+         * commit answered at its bound must leave nothing behind that the
+         * next commit of the same keys would add to again */
+        if (d->waiter == waiter && (!keep || idx_at(t->idx, d->id)->state != IDX_COMMITTED)) {
             *pp = d->next;
             free(d);
             continue;
         }
         if (d->waiter == waiter)
-            d->waiter = NULL;
+            d->waiter = NULL; /* a write queued for a full disk: it still starts */
         pp = &d->next;
     }
     for (struct rop *o = t->rops; o; o = o->next)
@@ -2162,9 +2166,13 @@ static int dwait_add(struct tier *t, uint32_t id, void *waiter)
 {
     struct dwait *d;
 
-    for (d = t->dwaits; d; d = d->next)
-        if (d->id == id && d->waiter == waiter)
-            return 0; /* once: one callback per (waiter, id) */
+    /* once per (waiter, id) among this waiter's latest, at the head of the
+     * list (a commit's keys are added in one run): O(batch), not O(every
+     * wait of every client); a duplicate elsewhere costs one callback more,
+     * which finds its positions answered and does nothing */
+    for (d = t->dwaits; d && d->waiter == waiter; d = d->next)
+        if (d->id == id)
+            return 0;
     d = malloc(sizeof(*d));
     if (!d)
         return -ENOMEM;

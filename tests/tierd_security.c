@@ -41,6 +41,8 @@
 #define STRANGER T_STRANGER
 #define config_two t_config_two
 
+static void rm_rf(const char *path);
+
 static void need_root(void)
 {
     if (geteuid() != 0)
@@ -64,6 +66,17 @@ static int sock_open(const char *path)
     return fd;
 }
 
+/* Send request op with body, without waiting for the reply: 0, or -errno. */
+static int sock_send(int fd, uint16_t op, const void *body, uint32_t len)
+{
+    struct kvt_wire_hdr h = { .magic = KVT_WIRE_MAGIC, .version = KVT_WIRE_VERSION, .op = op,
+                              .req_id = 7, .body_len = len };
+    struct iovec out[2] = { { &h, sizeof(h) }, { (void *)body, len } };
+    struct msghdr m = { .msg_iov = out, .msg_iovlen = 2 };
+
+    return sendmsg(fd, &m, MSG_NOSIGNAL) < 0 ? -errno : 0;
+}
+
 /* Send request op with body, wait for its reply (5 s at most): its status
  * (KVT_EDISCONNECTED when tierd closed), the reply's body into body, a
  * passed descriptor into *pass_fd (else -1). */
@@ -71,10 +84,8 @@ static int sock_call(int fd, uint16_t op, const void *body, uint32_t len, void *
                      int *pass_fd)
 {
     static _Alignas(16) uint8_t buf[KVT_WIRE_MSG_MAX + 64];
-    struct kvt_wire_hdr h = { .magic = KVT_WIRE_MAGIC, .version = KVT_WIRE_VERSION, .op = op,
-                              .req_id = 7, .body_len = len };
-    struct iovec out[2] = { { &h, sizeof(h) }, { (void *)body, len } };
-    struct msghdr m = { .msg_iov = out, .msg_iovlen = 2 };
+    struct kvt_wire_hdr h;
+    struct msghdr m;
     union {
         char b[CMSG_SPACE(sizeof(int))];
         struct cmsghdr align;
@@ -85,7 +96,7 @@ static int sock_call(int fd, uint16_t op, const void *body, uint32_t len, void *
 
     if (pass_fd)
         *pass_fd = -1;
-    if (sendmsg(fd, &m, MSG_NOSIGNAL) < 0)
+    if (sock_send(fd, op, body, len) < 0)
         return KVT_EDISCONNECTED;
     if (poll(&p, 1, 5000) != 1)
         return -ETIMEDOUT;
@@ -319,6 +330,18 @@ Test(security, a_tenant_has_its_share_of_the_connections_and_no_more)
     for (int i = 0; i < n; i++)
         kvt_close(c[i]);
     t_tierd_stop(&d);
+    /* fewer clients than tenants: some tenant could never connect */
+    {
+        char dir[] = "/tmp/kvt-test-XXXXXX", err[4096];
+
+        cr_assert_not_null(mkdtemp(dir));
+        st = t_tierd_exit(dir, (const char *const[]){ "--config", cfg, "--max-clients", "1",
+                                                      NULL },
+                          err, sizeof(err));
+        cr_expect_eq(st, EX_CONFIG, "exit %d: %s", st, err);
+        cr_expect(strstr(err, "2 tenants but --max-clients 1"), "%s", err);
+        rm_rf(dir);
+    }
     unlink(cfg);
 }
 
@@ -342,7 +365,158 @@ Test(security, an_admitted_peer_that_never_says_hello_is_hung_up)
     t_tierd_stop(&d);
 }
 
+/* ---- a session closed by another's closing ----------------------------- */
+
+/* A session on a raw socket: HELLO and the namespace of t_ns(BLK-sized
+ * 4 KiB blocks); its namespace id in *ns. */
+static int raw_session(const char *sock, uint32_t *ns)
+{
+    struct kvt_wire_hello_req hello = { .pid = 1 };
+    struct kvt_wire_ns_req r = { .block_bytes = 4096, .block_tokens = 16, .tp_size = 1 };
+    struct kvt_wire_ns_rep rep = { 0 };
+    int fd = sock_open(sock), pool = -1;
+
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(sock_call(fd, KVT_OP_HELLO, &hello, sizeof(hello), NULL, 0, &pool), 0);
+    close(pool);
+    strcpy(r.model_id, "test/model");
+    strcpy(r.dtype, "bf16");
+    strcpy(r.layout, "test");
+    cr_assert_eq(sock_call(fd, KVT_OP_NS_OPEN, &r, sizeof(r), &rep, sizeof(rep), NULL), 0);
+    *ns = rep.ns_id;
+    return fd;
+}
+
+/* A keys request for n keys of seed (t_keys), blocks of 4 KiB, into buf:
+ * its length. */
+static uint32_t keys_req(uint8_t *buf, uint32_t ns, uint32_t flags, uint32_t n, uint64_t seed)
+{
+    struct kvt_wire_keys_req r = { .ns_id = ns, .n = n, .block_bytes = 4096, .flags = flags };
+
+    memcpy(buf, &r, sizeof(r));
+    t_keys((kvt_key *)(buf + sizeof(r)), n, seed);
+    return (uint32_t)(sizeof(r) + n * sizeof(kvt_key));
+}
+
+static uint32_t one_key(uint8_t *buf, uint32_t ns, uint32_t flags, uint64_t seed)
+{
+    return keys_req(buf, ns, flags, 1, seed);
+}
+
+/* A answers its durable commit late (it waits on C's key) and is closed
+ * because it reads nothing; closing gives back A's own reservation, which B's
+ * durable commit waits on; B's reply fails too and B closes from inside A's
+ * close, while the deadline walk holds B as its next (a use after free,
+ * seen under ASan, before sessions were freed only after each turn). */
+Test(security, a_session_closed_inside_another_ones_close_is_not_used_after_it)
+{
+    uint8_t body[256];
+    struct t_tierd d;
+    uint32_t na, nb, nc, len;
+    kvt_client *c;
+    kvt_stats st;
+    int a, b, cc;
+
+    t_tierd_start(&d, (const char *const[]){ "--durable-wait-ms", "300", NULL });
+    cc = raw_session(d.sock, &nc);
+    b = raw_session(d.sock, &nb);
+    a = raw_session(d.sock, &na);
+    len = one_key(body, nc, 0, 2);
+    cr_assert_eq(sock_call(cc, KVT_OP_PUT_RESERVE, body, len, NULL, 0, NULL), 0);
+    len = one_key(body, na, 0, 1);
+    cr_assert_eq(sock_call(a, KVT_OP_PUT_RESERVE, body, len, NULL, 0, NULL), 0);
+    len = one_key(body, na, KVT_WIRE_KF_DURABLE, 2); /* A waits for C */
+    cr_assert_eq(sock_send(a, KVT_OP_PUT_COMMIT, body, len), 0);
+    usleep(50 * 1000);
+    len = one_key(body, nb, KVT_WIRE_KF_DURABLE, 1); /* B waits for A */
+    cr_assert_eq(sock_send(b, KVT_OP_PUT_COMMIT, body, len), 0);
+    usleep(50 * 1000);
+    cr_assert_eq(shutdown(a, SHUT_RD), 0); /* neither reads its reply: tierd gets EPIPE */
+    cr_assert_eq(shutdown(b, SHUT_RD), 0);
+    usleep(1000 * 1000);
+    c = t_connect(&d); /* served, and only C and this one are left */
+    cr_assert_eq(kvt_stats_get(c, &st), 0);
+    cr_assert_eq(st.clients, 2, "%u clients: A and B should be gone", st.clients);
+    kvt_close(c);
+    close(a);
+    close(b);
+    close(cc);
+    t_tierd_stop(&d); /* exit 0: under ASan, no use after free */
+}
+
 /* ---- lease memory ----------------------------------------------------- */
+
+static uint64_t rss_kib(pid_t pid);
+
+/* Y's durable commits of 1,024 keys X reserved and never commits, each
+ * answered -EAGAIN at its bound, over and over: each left 1,024 waits in
+ * the store, which the next walked again (memory without bound, and the
+ * one thread every tenant shares stalled). */
+Test(security, durable_commits_that_time_out_leave_nothing_behind)
+{
+    static _Alignas(8) uint8_t body[KVT_WIRE_MSG_MAX];
+    struct t_tierd d;
+    uint64_t before, after;
+    uint32_t nx, ny, len;
+    int x, y, rc;
+
+    t_tierd_start(&d, (const char *const[]){ "--durable-wait-ms", "1", NULL });
+    x = raw_session(d.sock, &nx);
+    y = raw_session(d.sock, &ny);
+    len = keys_req(body, nx, 0, 1024, 5);
+    cr_assert_eq(sock_call(x, KVT_OP_PUT_RESERVE, body, len, NULL, 0, NULL), 0);
+    len = keys_req(body, ny, KVT_WIRE_KF_DURABLE, 1024, 5);
+    cr_assert_eq(sock_call(y, KVT_OP_PUT_COMMIT, body, len, NULL, 0, NULL), -EAGAIN);
+    before = rss_kib(d.pid);
+    for (int i = 0; i < 400; i++) {
+        rc = sock_call(y, KVT_OP_PUT_COMMIT, body, len, NULL, 0, NULL);
+        cr_assert_eq(rc, -EAGAIN, "commit %d: %d (%s)", i, rc, kvt_strerror(rc));
+    }
+    after = rss_kib(d.pid);
+    /* unbounded: 400 x 1,024 waits of 24 bytes and more, about 10 MiB */
+    cr_assert_lt(after - before, 3u << 10, "tierd grew by %llu KiB over 400 commits",
+                 (unsigned long long)(after - before));
+    close(x);
+    close(y);
+    t_tierd_stop(&d);
+}
+
+/* Pinning lookups of a namespace of 1-byte blocks, 1,024 references to one
+ * block at a time: the pin budget counted block bytes (1 each), so pins
+ * could take 4 bytes of tierd per reference up to the budget in bytes. */
+Test(security, pins_of_tiny_blocks_are_bounded_by_the_slots_they_hold)
+{
+    static kvt_key k[KVT_BATCH_MAX];
+    uint8_t one = 7;
+    const void *src[1] = { &one };
+    struct t_tierd d;
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_pin pin;
+    uint64_t total = 0;
+
+    t_tierd_start(&d, (const char *const[]){ "--warm-bytes", "32M", "--no-mlock", NULL });
+    c = t_connect(&d);
+    ns = t_ns(c, 1);
+    t_keys(k, 1, 9);
+    for (int i = 1; i < KVT_BATCH_MAX; i++)
+        k[i] = k[0];
+    cr_assert_eq(kvt_put(ns, NULL, k, 1, src), 1);
+    for (int i = 0; i < 4096; i++) {
+        int rc = kvt_lookup_pin(ns, k, KVT_BATCH_MAX, 0, &pin, NULL);
+
+        cr_assert_geq(rc, 0, "pinning lookup %d: %s", i, kvt_strerror(rc));
+        if (pin.n == 0)
+            break; /* the budget is spent: a plain lookup */
+        total += pin.n;
+    }
+    /* a quarter of 32 MiB of warm, a 4 KiB page each: 2,048 at most */
+    cr_assert_leq(total, 2048, "%llu pinned references to one 1-byte block",
+                  (unsigned long long)total);
+    cr_assert_gt(total, 0);
+    kvt_close(c);
+    t_tierd_stop(&d);
+}
 
 static uint64_t rss_kib(pid_t pid)
 {
@@ -586,6 +760,34 @@ Test(security, a_data_folder_another_user_could_have_prepared_is_refused)
     cr_expect_eq(st, EX_CANTCREAT, "exit %d: %s", st, err);
     cr_expect(strstr(err, base) && strstr(err, "writable by every user"), "%s", err);
     cr_assert_eq(chmod(base, 0700), 0);
+
+    /* ours, reached through a link in a folder another user owns (who may
+     * point it elsewhere at any time) */
+    snprintf(link, sizeof(link), "%s/evil", base);
+    cr_assert_eq(mkdir(link, 0755), 0);
+    cr_assert_eq(chown(link, STRANGER, STRANGER), 0);
+    snprintf(link, sizeof(link), "%s/evil/to-data", base);
+    cr_assert_eq(symlink(data, link), 0);
+    {
+        char via[300];
+
+        snprintf(via, sizeof(via), "%s/", link); /* a trailing slash follows links too */
+        st = t_tierd_exit(run, (const char *const[]){ "--data", via, "--cold-bytes", "16M",
+                                                      "--warm-bytes", "8M", NULL },
+                          err, sizeof(err));
+    }
+    cr_expect_eq(st, EX_CANTCREAT, "exit %d: %s", st, err);
+    cr_expect(strstr(err, "evil belongs to uid 40003"), "%s", err);
+
+    /* a socket in a folder another user owns: they could put theirs in its
+     * place and serve bytes of their own to every engine */
+    snprintf(link, sizeof(link), "%s/evil/tierd.sock", base);
+    st = t_tierd_exit(run, (const char *const[]){ "--data", data, "--socket", link,
+                                                  "--cold-bytes", "16M", "--warm-bytes", "8M",
+                                                  NULL },
+                      err, sizeof(err));
+    cr_expect_eq(st, EX_CANTCREAT, "exit %d: %s", st, err);
+    cr_expect(strstr(err, "refusing socket") && strstr(err, "belongs to uid 40003"), "%s", err);
 
     /* links planted where tierd's files will be, before the mode was fixed */
     static const char *const files[] = { "tierd.lock", "cold.data", "cold.lmdb/data.mdb",

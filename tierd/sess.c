@@ -115,10 +115,14 @@ struct sess {
     bool flush_wait;           /* a FLUSH waits for the store's flush to end */
     struct kvt_wire_hdr flush_hdr;
     uint64_t flush_t0;         /* its arrival, for the latency metrics */
-    struct sess *prev, *next;  /* all sessions (for shutdown) */
+    struct sess *prev, *next;  /* all sessions (for shutdown); next stays as it was
+                                  when the session closed */
+    bool closed;               /* sess_close() done: nothing more for it */
+    struct sess *dead_next;    /* closed sessions, until sess_reap() */
 };
 
 static struct sess *all_sessions;
+static struct sess *graveyard; /* closed, freed by sess_reap() */
 /* Out of fds, accept() fails and leaves the listening socket readable: the
  * loop would spin. A spare fd (of /dev/null) is given up to accept one more
  * connection, which is told -EMFILE; while that one is out, the listening
@@ -185,35 +189,50 @@ static void pend_done(struct sess *s)
 
 /* ---- lifecycle ------------------------------------------------------- */
 
+/* Close s: give back everything it holds in the store at once, and free
+ * its memory only at the next sess_reap(). Re-entrant: giving back its
+ * reservations can fail another session's durable commit, whose reply can
+ * fail and close that one from inside this call, while a caller up the
+ * stack (expire's walk, on_read) still holds both; closed sessions stay
+ * valid memory, marked closed, their next pointers intact. */
 static void sess_close(struct sess *s)
 {
     struct tierd *d = s->d;
     struct tier *store = s->t ? s->t->store : NULL;
     size_t back = 0;
 
+    if (s->closed)
+        return;
+    s->closed = true;
+    /* off every list first, so that what the give-backs below set off
+     * never reaches it */
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        all_sessions = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    s->dead_next = graveyard;
+    graveyard = s;
+    if (store)
+        tier_forget_waiter(store, s);
     if (s->pend.active && !s->pend.commit) { /* a get's leases */
         tier_release(store, s->pend.ids, s->pend.n, true);
         back += s->pend.n;
     }
-    if (store)
-        tier_forget_waiter(store, s);
-    free(s->pend.ids);
-    free(s->pend.offs);
-    free(s->pend.ready);
-    free(s->pend.tiers);
-    free(s->pend.body);
+    s->pend.active = false;
+    s->flush_wait = false;
     for (size_t i = 0; i < s->nlease; i++) {
         tier_release(store, s->lease[i].ids, s->lease[i].n, true);
         back += s->lease[i].n;
-        free(s->lease[i].ids);
     }
     if (s->t)
         s->t->lease_bytes -= s->lease_bytes;
+    s->lease_bytes = 0;
     for (size_t i = 0; i < s->npin; i++) {
         tier_release(store, s->pins[i].ids, s->pins[i].n, true);
         s->t->pinned_bytes -= s->pins[i].bytes;
         back += s->pins[i].n;
-        free(s->pins[i].ids);
     }
     if (store)
         back += tier_abort_ids(store, s->id, s->resv, s->nresv);
@@ -222,32 +241,46 @@ static void sess_close(struct sess *s)
                   (int)s->pid, back);
     ev_del(d->loop, s->fd);
     close(s->fd);
+    s->fd = -1;
     if (spare_fd < 0)
         spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (listen_paused && ev_add(d->loop, d->listen_fd, sess_on_accept, d) == 0)
         listen_paused = false;
-    if (s->prev)
-        s->prev->next = s->next;
-    else
-        all_sessions = s->next;
-    if (s->next)
-        s->next->prev = s->prev;
     if (s->refuse)
         refusing--;
     else
         d->clients--;
     if (s->t)
         s->t->clients--;
-    free(s->lease);
-    free(s->pins);
-    free(s->resv);
-    free(s);
+}
+
+void sess_reap(void)
+{
+    while (graveyard) {
+        struct sess *s = graveyard;
+
+        graveyard = s->dead_next;
+        free(s->pend.ids);
+        free(s->pend.offs);
+        free(s->pend.ready);
+        free(s->pend.tiers);
+        free(s->pend.body);
+        for (size_t i = 0; i < s->nlease; i++)
+            free(s->lease[i].ids);
+        for (size_t i = 0; i < s->npin; i++)
+            free(s->pins[i].ids);
+        free(s->lease);
+        free(s->pins);
+        free(s->resv);
+        free(s);
+    }
 }
 
 void sess_close_all(struct tierd *d)
 {
     while (all_sessions)
         sess_close(all_sessions);
+    sess_reap();
     if (timer_fd >= 0) {
         ev_del(d->loop, timer_fd);
         close(timer_fd);
@@ -517,7 +550,7 @@ void sess_on_ready(void *ctx, void *waiter, uint32_t id, int rc)
     bool counted = !p->commit || p->armed; /* else counted when the store returns */
     bool hit = false;
 
-    if (!p->active || p->remote)
+    if (s->closed || !p->active || p->remote)
         return; /* answered at its deadline; the block simply landed in warm */
     /* a key may stand more than once in a request: every position waits */
     for (uint32_t i = 0; i < p->n; i++) {
@@ -613,7 +646,7 @@ void sess_on_remote(void *ctx, void *waiter, int count)
     struct sess *s = waiter;
 
     (void)ctx;
-    if (!s->pend.active || !s->pend.remote)
+    if (s->closed || !s->pend.active || !s->pend.remote)
         return; /* answered at its deadline; what was read stays in warm */
     if (finish_remote(s, count) < 0)
         sess_close(s); /* the client stopped reading */
@@ -655,7 +688,9 @@ static void expire(uint64_t now)
 
     timer_at_ms = 0;
     for (s = all_sessions; s; s = nx) {
-        nx = s->next;
+        nx = s->next; /* valid even if closed meanwhile (sess_close) */
+        if (s->closed)
+            continue;
         if (s->hs_deadline_ms && s->hs_deadline_ms <= now) {
             /* no HELLO in time: an idle connection holds no slot for long */
             if (s->d->verbose && !s->refuse)
@@ -666,7 +701,7 @@ static void expire(uint64_t now)
         }
         if (s->hs_deadline_ms && (!next || s->hs_deadline_ms < next))
             next = s->hs_deadline_ms;
-        for (size_t i = 0; i < s->npin;) {
+        for (size_t i = 0; i < s->npin && !s->closed;) {
             if (s->pins[i].expire_ms <= now) {
                 s->d->pins_expired++;
                 pin_drop(s, i); /* the last pin moved into i */
@@ -676,7 +711,7 @@ static void expire(uint64_t now)
                 next = s->pins[i].expire_ms;
             i++;
         }
-        if (!s->pend.active || !s->pend.deadline_ms)
+        if (s->closed || !s->pend.active || !s->pend.deadline_ms)
             continue;
         if (s->pend.deadline_ms <= now && s->pend.commit) {
             /* the writes go on (queued ones too); this commit is told to
@@ -921,8 +956,8 @@ void sess_flush_check(struct tierd *d)
     struct sess *s, *nx;
 
     for (s = all_sessions; s; s = nx) {
-        nx = s->next;
-        if (!s->flush_wait || tier_flush_busy(s->t->store))
+        nx = s->next; /* valid even if closed meanwhile (sess_close) */
+        if (s->closed || !s->flush_wait || tier_flush_busy(s->t->store))
             continue;
         s->flush_wait = false;
         if (s->flush_t0)
@@ -1019,7 +1054,11 @@ static int pin_run(struct sess *s, const struct kreq *k, uint32_t local,
 {
     uint64_t quota = s->t->warm_bytes / PIN_QUOTA_SHARE, hold = k->deadline_ms;
     uint64_t used = s->t->pinned_bytes;
-    uint64_t room = quota > used ? (quota - used) / k->block_bytes : 0;
+    /* a pinned block costs the slot it holds (a page at least), so that
+     * blocks of a byte cannot pin without bound (each pin id is 4 bytes of
+     * tierd's memory) */
+    uint64_t cost = tier_slot_bytes(k->block_bytes);
+    uint64_t room = quota > used ? (quota - used) / cost : 0;
     size_t at = s->npin;
     struct pin *p;
     uint32_t want = local < room ? local : (uint32_t)room, got;
@@ -1061,8 +1100,8 @@ static int pin_run(struct sess *s, const struct kreq *k, uint32_t local,
                                      k->flags & KVT_WIRE_KF_PROMOTE ? TIER_GET_PROMOTE : 0,
                                      p->ids + p->n);
     p->n += got;
-    p->bytes += (uint64_t)got * k->block_bytes;
-    s->t->pinned_bytes += (uint64_t)got * k->block_bytes;
+    p->bytes += (uint64_t)got * cost;
+    s->t->pinned_bytes += (uint64_t)got * cost;
     p->expire_ms = tierd_now_ms() + hold;
     if (at == s->npin && p->n == 0) {
         free(p->ids); /* nothing held: no pin */
@@ -1414,7 +1453,7 @@ static void on_read(struct ev_loop *l, int fd, uint32_t events, void *ctx)
     (void)fd;
     (void)events;
     /* a few messages per wakeup, so one busy client cannot starve others */
-    for (int i = 0; i < 32; i++) {
+    for (int i = 0; i < 32 && !s->closed; i++) {
         struct msghdr m = { 0 };
         struct iovec iov = { rbuf, KVT_WIRE_MSG_MAX + 1 };
         ssize_t r;
@@ -1432,6 +1471,8 @@ static void on_read(struct ev_loop *l, int fd, uint32_t events, void *ctx)
          * over the limit is seen as such even when it fits the buffer */
         if ((m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || r > (ssize_t)KVT_WIRE_MSG_MAX ||
             handle_timed(s, (size_t)r) < 0) {
+            if (s->closed)
+                return; /* closed meanwhile, from a store callback */
             if (!s->refuse)
                 count_proto_error(s); /* a refused peer was told why */
             if (s->d->verbose && !s->refuse)
@@ -1509,12 +1550,14 @@ static void log_refusal(const char *fmt, ...)
  * for itself. */
 static uint32_t new_sess_id(void)
 {
+    static uint64_t fallback; /* before the kernel's pool is ready, at boot */
+
     for (;;) {
         uint32_t id;
         struct sess *o = all_sessions;
 
         if (getrandom(&id, sizeof(id), GRND_NONBLOCK) != sizeof(id))
-            id = (uint32_t)((tierd_now_ms() + (uintptr_t)&id) * 0x9E3779B97F4A7C15ull >> 32);
+            id = (uint32_t)((tierd_now_ms() ^ ++fallback << 20) * 0x9E3779B97F4A7C15ull >> 32);
         if (id == 0 || id >= TIER_OWNER_REMOTE)
             continue;
         while (o && o->id != id)
@@ -1551,7 +1594,10 @@ void sess_on_accept(struct ev_loop *l, int lfd, uint32_t events, void *ctx)
     struct tierd *d = ctx;
 
     (void)events;
-    for (;;) {
+    /* a few at a time, as messages are: a flood of connections must not
+     * keep the loop from the clients it serves (the socket stays readable,
+     * the next turn takes the rest) */
+    for (int round = 0; round < 32; round++) {
         int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         struct ucred cr;
         socklen_t cl = sizeof(cr);

@@ -33,6 +33,10 @@ void sess_expire(void);
  * called after each turn of the mover. */
 void sess_flush_check(struct tierd *d);
 
+/* Free the sessions closed since the last call: after each turn of the
+ * loop, when no handler holds one. */
+void sess_reap(void);
+
 /* Close every session (at shutdown), reclaiming what they hold. */
 void sess_close_all(struct tierd *d);
 

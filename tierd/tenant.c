@@ -224,7 +224,8 @@ static int on_key(void *user, const char *section, const char *key, const char *
     if (strcmp(key, "lease_bytes") == 0) {
         v = size_of(val);
         if (v < (64 << 10)) {
-            snprintf(p->err, sizeof(p->err), "lease_bytes: bad size '%s' (at least 64K)", val);
+            snprintf(p->err, sizeof(p->err), "lease_bytes: %s '%s' (at least 64K)",
+                     v < 0 ? "bad size" : "too small", val);
             goto bad;
         }
         t->lease_bytes_max = (uint64_t)v;
@@ -291,8 +292,15 @@ static int check_overlap(struct tierd *d, char *err, size_t cap)
  * Leases: tierd's memory for them, 1/64 of the warm tier (4 MiB .. 1 GiB),
  * so that leases taken over and over on a few blocks cannot grow tierd
  * past what the tenant's quota implies. */
-static void tenant_limits(struct tierd *d)
+static int tenant_limits(struct tierd *d, char *err, size_t cap)
 {
+    uint64_t sum = 0;
+
+    if (d->ntenants > d->max_clients) {
+        snprintf(err, cap, "%u tenants but --max-clients %u: each tenant needs a client at "
+                 "least", d->ntenants, d->max_clients);
+        return -EINVAL;
+    }
     for (uint32_t i = 0; i < d->ntenants; i++) {
         struct tenant *t = &d->tenants[i];
         uint64_t lb = t->warm_bytes / 64;
@@ -301,7 +309,13 @@ static void tenant_limits(struct tierd *d)
             t->max_clients = d->max_clients / d->ntenants ? d->max_clients / d->ntenants : 1;
         if (!t->lease_bytes_max)
             t->lease_bytes_max = lb < (4u << 20) ? (4u << 20) : lb > (1ull << 30) ? 1ull << 30 : lb;
+        sum += t->max_clients;
     }
+    if (sum > d->max_clients)
+        tierd_log("warning: the tenants' max_clients add up to %llu, over --max-clients %u: "
+                  "some tenants' clients can keep others out", (unsigned long long)sum,
+                  d->max_clients);
+    return 0;
 }
 
 int tenant_config(struct tierd *d, const char *path, const struct tenant_defaults *def,
@@ -326,8 +340,7 @@ int tenant_config(struct tierd *d, const char *path, const struct tenant_default
         if (d->uid != 0)
             t->uids[t->nuids++] = 0;
         snprintf(t->dir, sizeof(t->dir), "%s", def->data);
-        tenant_limits(d);
-        return 0;
+        return tenant_limits(d, err, err_cap);
     }
     rc = ini_parse(path, on_key, &p);
     if (rc == -1) {
@@ -351,8 +364,7 @@ int tenant_config(struct tierd *d, const char *path, const struct tenant_default
     rc = check_overlap(d, err, err_cap);
     if (rc < 0)
         return rc;
-    tenant_limits(d);
-    return 0;
+    return tenant_limits(d, err, err_cap);
 }
 
 struct tenant *tenant_for(struct tierd *d, uid_t uid, gid_t gid)

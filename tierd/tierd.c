@@ -393,7 +393,7 @@ static int safe_folder(const char *dir, const char *what)
         tierd_log("cannot create %s %s: %s", what, dir, strerror(-rc));
         return -1;
     }
-    if (tierd_dir_safe(dir, why, sizeof(why)) < 0) {
+    if (tierd_dir_safe(dir, true, why, sizeof(why)) < 0) {
         tierd_log("refusing %s %s: %s", what, dir, why);
         return -1;
     }
@@ -424,10 +424,12 @@ static int lock_data(const char *dir)
     return fd;
 }
 
+/* The listening socket at path: its fd, -1 on errors (logged), -2 when
+ * its folder cannot be trusted. */
 static int listen_on(const char *path)
 {
     struct sockaddr_un a = { .sun_family = AF_UNIX };
-    char dir[PATH_MAX];
+    char dir[PATH_MAX], why[PATH_MAX + 128];
     char *slash;
     int fd;
 
@@ -442,6 +444,14 @@ static int listen_on(const char *path)
     if (slash && slash != dir) {
         *slash = 0;
         mkdirs(dir, 0755);
+    } else {
+        snprintf(dir, sizeof(dir), "%s", slash ? "/" : ".");
+    }
+    /* a folder another user may write would let them put their own socket
+     * in place of ours, and serve every tenant's engine bytes of their own */
+    if (tierd_dir_safe(dir, false, why, sizeof(why)) < 0) {
+        tierd_log("refusing socket %s: %s", path, why);
+        return -2;
     }
     fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
@@ -504,6 +514,7 @@ static void idle(void *ctx)
     for (uint32_t i = 0; i < d->ntenants; i++)
         tier_maintain(d->tenants[i].store);
     sess_flush_check(d);
+    sess_reap();
 }
 
 static void store_log(void *ctx, const char *msg)
@@ -730,7 +741,7 @@ int main(int argc, char **argv)
         goto out_store;
     d.listen_fd = listen_on(o.socket);
     if (d.listen_fd < 0) {
-        ex = EX_TEMPFAIL;
+        ex = d.listen_fd == -2 ? EX_CANTCREAT : EX_TEMPFAIL;
         goto out_store;
     }
     rc = socket_mode(&d, o.socket);

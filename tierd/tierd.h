@@ -125,10 +125,12 @@ int tierd_parse_policy(const char *s, enum tier_remote_policy *out);
  * 0, or -EINVAL (too long). */
 int tierd_parse_ns_filter(const char *s, struct tierd_remote *r);
 
-/* Whether tierd may keep its files in folder path: it is a folder (not a
- * symbolic link), ours, writable by no one else, and no folder above it is
- * writable by another user (unless sticky, as /tmp). 0, or -errno with
- * why says what is wrong and how to fix it. */
-int tierd_dir_safe(const char *path, char *why, size_t cap);
+/* Whether tierd may trust folder path: every folder on the way to it,
+ * through links too (each followed from a folder already checked), is
+ * root's or ours and writable by no other user unless sticky (as /tmp);
+ * with own, path itself is ours and writable by no one else at all (where
+ * tierd keeps its files). 0, or -errno with why saying what is wrong and
+ * how to fix it. */
+int tierd_dir_safe(const char *path, bool own, char *why, size_t cap);
 
 #endif /* TIERD_H */

@@ -106,60 +106,143 @@ static int ancestor_ok(const char *path, const struct stat *st, char *why, size_
     return 0;
 }
 
-int tierd_dir_safe(const char *path, char *why, size_t cap)
+/* The folder tierd keeps its files in: ours, and no one else may write it. */
+static int own_ok(const char *path, const struct stat *st, char *why, size_t cap)
 {
-    char real[PATH_MAX], part[PATH_MAX];
-    struct stat st;
-    int fd, rc;
-
-    /* the folder itself, not a link to one: opened without following */
-    fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-        rc = -errno;
-        snprintf(why, cap, "%s: %s", path,
-                 rc == -ELOOP || rc == -ENOTDIR ? "not a folder (a symbolic link or a file)"
-                                                : strerror(-rc));
-        return rc;
-    }
-    rc = fstat(fd, &st) < 0 ? -errno : 0;
-    close(fd);
-    if (rc < 0) {
-        snprintf(why, cap, "%s: %s", path, strerror(-rc));
-        return rc;
-    }
-    if (st.st_uid != geteuid()) {
+    if (st->st_uid != geteuid()) {
         snprintf(why, cap, "%s belongs to uid %u, not to us (uid %u): chown it, or use "
-                 "another --data", path, (unsigned)st.st_uid, (unsigned)geteuid());
+                 "another folder", path, (unsigned)st->st_uid, (unsigned)geteuid());
         return -EPERM;
     }
-    if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    if (st->st_mode & (S_IWGRP | S_IWOTH)) {
         snprintf(why, cap, "%s is writable by %s (mode %04o): chmod go-w it", path,
-                 st.st_mode & S_IWOTH ? "every user" : "its group",
-                 (unsigned)(st.st_mode & 07777));
+                 st->st_mode & S_IWOTH ? "every user" : "its group",
+                 (unsigned)(st->st_mode & 07777));
         return -EPERM;
-    }
-    /* and every folder above it */
-    if (!realpath(path, real)) {
-        rc = -errno;
-        snprintf(why, cap, "%s: %s", path, strerror(-rc));
-        return rc;
-    }
-    for (char *slash = strrchr(real, '/'); slash; slash = strrchr(real, '/')) {
-        size_t n = slash == real ? 1 : (size_t)(slash - real);
-
-        memcpy(part, real, n);
-        part[n] = 0;
-        if (stat(part, &st) < 0) {
-            rc = -errno;
-            snprintf(why, cap, "%s: %s", part, strerror(-rc));
-            return rc;
-        }
-        rc = ancestor_ok(part, &st, why, cap);
-        if (rc < 0)
-            return rc;
-        if (slash == real)
-            break;
-        *slash = 0;
     }
     return 0;
+}
+
+/* The walk of tierd_dir_safe: folders held open from "/" down, so that
+ * ".." steps back up the folders actually walked. */
+#define WALK_DEPTH 128
+#define WALK_LINKS 40
+
+int tierd_dir_safe(const char *path, bool own, char *why, size_t cap)
+{
+    char todo[PATH_MAX], next[PATH_MAX], done[PATH_MAX], link[PATH_MAX];
+    int fds[WALK_DEPTH], depth = 0, links = 0, rc = 0;
+    struct stat st;
+
+    if (path[0] != '/') {
+        if (!getcwd(done, sizeof(done)) ||
+            snprintf(todo, sizeof(todo), "%s/%s", done, path) >= (int)sizeof(todo)) {
+            snprintf(why, cap, "%s: path too long", path);
+            return -ENAMETOOLONG;
+        }
+    } else if (snprintf(todo, sizeof(todo), "%s", path) >= (int)sizeof(todo)) {
+        snprintf(why, cap, "%s: path too long", path);
+        return -ENAMETOOLONG;
+    }
+    strcpy(done, "/");
+    fds[depth++] = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fds[0] < 0 || fstat(fds[0], &st) < 0) {
+        rc = -errno;
+        snprintf(why, cap, "/: %s", strerror(-rc));
+        goto out;
+    }
+    rc = ancestor_ok("/", &st, why, cap);
+    /* one component at a time, links never followed blindly: each folder
+     * reached, a link's target included, is checked before anything below
+     * it is looked at, so no one but root and us can change the way */
+    while (rc == 0) {
+        char *c = todo, *rest;
+        size_t n;
+        int fd;
+
+        while (*c == '/')
+            c++;
+        if (!*c)
+            break;
+        rest = strchr(c, '/');
+        n = rest ? (size_t)(rest - c) : strlen(c);
+        c[n] = 0;
+        rest = rest ? c + n + 1 : c + n;
+        if (strcmp(c, ".") == 0 || (strcmp(c, "..") == 0 && depth == 1)) {
+            memmove(todo, rest, strlen(rest) + 1);
+            continue;
+        }
+        if (strcmp(c, "..") == 0) {
+            close(fds[--depth]);
+            *strrchr(done, '/') = 0;
+            if (!done[0])
+                strcpy(done, "/");
+            memmove(todo, rest, strlen(rest) + 1);
+            continue;
+        }
+        if (snprintf(next, sizeof(next), "%s%s%s", done, strcmp(done, "/") ? "/" : "", c) >=
+            (int)sizeof(next)) {
+            rc = -ENAMETOOLONG;
+            snprintf(why, cap, "%s: path too long", path);
+            break;
+        }
+        fd = openat(fds[depth - 1], c, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 || fstat(fd, &st) < 0) {
+            rc = -errno;
+            snprintf(why, cap, "%s: %s", next, strerror(-rc));
+            if (fd >= 0)
+                close(fd);
+            break;
+        }
+        if (S_ISLNK(st.st_mode)) {
+            /* in a folder already checked: follow it, from where it points */
+            ssize_t len = readlinkat(fds[depth - 1], c, link, sizeof(link) - 1);
+
+            close(fd);
+            if (len < 0 || ++links > WALK_LINKS) {
+                rc = len < 0 ? -errno : -ELOOP;
+                snprintf(why, cap, "%s: %s", next, strerror(-rc));
+                break;
+            }
+            link[len] = 0;
+            if (snprintf(next, sizeof(next), "%s/%s", link, rest) >= (int)sizeof(next)) {
+                rc = -ENAMETOOLONG;
+                snprintf(why, cap, "%s: path too long", path);
+                break;
+            }
+            strcpy(todo, next);
+            if (link[0] == '/') {
+                while (depth > 1)
+                    close(fds[--depth]);
+                strcpy(done, "/");
+            }
+            continue;
+        }
+        if (!S_ISDIR(st.st_mode)) {
+            close(fd);
+            rc = -ENOTDIR;
+            snprintf(why, cap, "%s: not a folder", next);
+            break;
+        }
+        memmove(todo, rest, strlen(rest) + 1);
+        while (todo[0] == '/')
+            memmove(todo, todo + 1, strlen(todo));
+        if (depth == WALK_DEPTH) {
+            close(fd);
+            rc = -ENAMETOOLONG;
+            snprintf(why, cap, "%s: too deep", path);
+            break;
+        }
+        fds[depth++] = fd;
+        strcpy(done, next);
+        if (!todo[0] && own)
+            rc = own_ok(done, &st, why, cap); /* the folder itself */
+        else
+            rc = ancestor_ok(done, &st, why, cap);
+    }
+out:
+    while (depth > 0)
+        if (fds[--depth] >= 0)
+            close(fds[depth]);
+    return rc;
 }

@@ -15,7 +15,8 @@
  * in them, or the pool passed back to tierd and closed mid-request. Then it
  * hangs up and the loop turns once more.
  * Checked after every input: the store's invariants hold (tier_check), the
- * session is gone, and everything it held (leases, reservations) is back.
+ * session is gone, and everything it held (leases, reservations, and its
+ * tenant's count of lease and pin bytes) is back.
  * The store lives across inputs, like a daemon serving client after client.
  */
 #include <errno.h>
@@ -74,6 +75,7 @@ static void stop_after_turn(void *ctx)
 
     tier_maintain(tn->store);
     sess_flush_check(x);
+    sess_reap();
     ev_stop(x->loop);
 }
 
@@ -245,8 +247,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             pools[i] = -1;
         }
     turn(); /* the session sees the hang-up and gives everything back */
-    if (d.clients != 0)
+    if (d.clients != 0 || tn->clients != 0)
         __builtin_trap(); /* a session outlived its client */
+    if (tn->lease_bytes || tn->pinned_bytes) {
+        fprintf(stderr, "fuzz_proto: the tenant still counts %llu bytes of leases, %llu of "
+                "pins, for a gone client\n", (unsigned long long)tn->lease_bytes,
+                (unsigned long long)tn->pinned_bytes);
+        __builtin_trap();
+    }
     if (tier_check(tn->store, why, sizeof(why)) != 0) {
         fprintf(stderr, "fuzz_proto: store inconsistent: %s\n", why);
         __builtin_trap();
