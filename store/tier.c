@@ -2266,10 +2266,13 @@ static void dwaits_retry(struct tier *t)
     free(ids);
 }
 
-/* id will never be committed (its reservation is gone): fail its waiters. */
+/* id will never be committed (its reservation is gone): fail its waiters.
+ * They leave the list before any is told: a waiter told may close, and
+ * its close give back reservations that fail waits of this list from
+ * within (no pointer into it may be held across a callback). */
 static void dwaits_fail(struct tier *t, uint32_t id, int rc)
 {
-    struct dwait **pp = &t->dwaits;
+    struct dwait *mine = NULL, **pp = &t->dwaits;
 
     while (*pp) {
         struct dwait *d = *pp;
@@ -2279,6 +2282,13 @@ static void dwaits_fail(struct tier *t, uint32_t id, int rc)
             continue;
         }
         *pp = d->next;
+        d->next = mine;
+        mine = d;
+    }
+    while (mine) {
+        struct dwait *d = mine;
+
+        mine = d->next;
         ready_cb(t, d->waiter, id, rc);
         free(d);
     }

@@ -444,6 +444,41 @@ Test(security, a_session_closed_inside_another_ones_close_is_not_used_after_it)
     t_tierd_stop(&d); /* exit 0: under ASan, no use after free */
 }
 
+/* The same inside the store: S hangs up, which fails W's durable commit
+ * waiting on S's key; W reads nothing, so its reply fails and it closes
+ * from within, failing V's wait on W's key, which the store's loop over its
+ * waits pointed into (a use after free in dwaits_fail, under ASan). */
+Test(security, a_wait_failed_from_within_another_failed_wait_is_not_used_after_it)
+{
+    static _Alignas(8) uint8_t body[256];
+    struct t_tierd d;
+    uint32_t ns_s, ns_w, ns_v, len;
+    int s, w, v;
+
+    t_tierd_start(&d, (const char *const[]){ "--durable-wait-ms", "5000", NULL });
+    s = raw_session(d.sock, &ns_s);
+    w = raw_session(d.sock, &ns_w);
+    v = raw_session(d.sock, &ns_v);
+    len = one_key(body, ns_s, 0, 1); /* S reserves X */
+    cr_assert_eq(sock_call(s, KVT_OP_PUT_RESERVE, body, len, NULL, 0, NULL), 0);
+    len = one_key(body, ns_w, 0, 2); /* W reserves Z */
+    cr_assert_eq(sock_call(w, KVT_OP_PUT_RESERVE, body, len, NULL, 0, NULL), 0);
+    len = one_key(body, ns_w, KVT_WIRE_KF_DURABLE, 1); /* W waits for X */
+    cr_assert_eq(sock_send(w, KVT_OP_PUT_COMMIT, body, len), 0);
+    usleep(50 * 1000);
+    len = one_key(body, ns_v, KVT_WIRE_KF_DURABLE, 2); /* V waits for Z */
+    cr_assert_eq(sock_send(v, KVT_OP_PUT_COMMIT, body, len), 0);
+    usleep(50 * 1000);
+    cr_assert_eq(shutdown(w, SHUT_RD), 0);
+    close(s);
+    /* V is told: Z will never be stored */
+    cr_assert_eq(sock_call(v, KVT_OP_STATS, NULL, 0, NULL, 0, NULL), -ENODATA,
+                 "V's durable commit of a key whose writer went");
+    close(w);
+    close(v);
+    t_tierd_stop(&d); /* exit 0: under ASan, no use after free */
+}
+
 /* ---- lease memory ----------------------------------------------------- */
 
 static uint64_t rss_kib(pid_t pid);
@@ -790,6 +825,34 @@ Test(security, a_data_folder_another_user_could_have_prepared_is_refused)
     }
     cr_expect_eq(st, EX_CANTCREAT, "exit %d: %s", st, err);
     cr_expect(strstr(err, "evil belongs to uid 40003"), "%s", err);
+
+    /* a link another user owns, in a sticky folder anyone may write: theirs
+     * to re-point at any time */
+    snprintf(link, sizeof(link), "%s/sticky", base);
+    cr_assert_eq(mkdir(link, 0755), 0);
+    cr_assert_eq(chmod(link, 01777), 0);
+    snprintf(link, sizeof(link), "%s/sticky/to-data", base);
+    cr_assert_eq(symlink(data, link), 0);
+    cr_assert_eq(lchown(link, STRANGER, STRANGER), 0);
+    st = tierd_on(run, link, err, sizeof(err));
+    cr_expect_eq(st, EX_CANTCREAT, "exit %d: %s", st, err);
+    cr_expect(strstr(err, "symbolic link of uid 40003"), "%s", err);
+    /* the sticky folder itself, named so that the walk ends in it by ".." */
+    snprintf(link, sizeof(link), "%s/sticky/x", base);
+    cr_assert_eq(mkdir(link, 0700), 0);
+    snprintf(link, sizeof(link), "%s/sticky/x/..", base);
+    st = tierd_on(run, link, err, sizeof(err));
+    cr_expect_eq(st, EX_CANTCREAT, "exit %d: %s", st, err);
+    cr_expect(strstr(err, "writable by every user"), "%s", err);
+    /* a socket right in it: anyone could take its name while tierd is down */
+    snprintf(link, sizeof(link), "%s/sticky/tierd.sock", base);
+    st = t_tierd_exit(run, (const char *const[]){ "--data", data, "--socket", link,
+                                                  "--cold-bytes", "16M", "--warm-bytes", "8M",
+                                                  NULL },
+                      err, sizeof(err));
+    cr_expect_eq(st, EX_CANTCREAT, "exit %d: %s", st, err);
+    cr_expect(strstr(err, "refusing socket") && strstr(err, "writable by every user"), "%s",
+              err);
 
     /* a socket in a folder another user owns: they could put theirs in its
      * place and serve bytes of their own to every engine */

@@ -260,6 +260,10 @@ void sess_reap(void)
         struct sess *s = graveyard;
 
         graveyard = s->dead_next;
+        /* a store loop that held a copy of its waiters may have named it
+         * again after its close: no pointer to it outlives it */
+        if (s->t)
+            tier_forget_waiter(s->t->store, s);
         free(s->pend.ids);
         free(s->pend.offs);
         free(s->pend.ready);

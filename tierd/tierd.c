@@ -393,7 +393,7 @@ static int safe_folder(const char *dir, const char *what)
         tierd_log("cannot create %s %s: %s", what, dir, strerror(-rc));
         return -1;
     }
-    if (tierd_dir_safe(dir, true, why, sizeof(why)) < 0) {
+    if (tierd_dir_safe(dir, TIERD_DIR_OURS, why, sizeof(why)) < 0) {
         tierd_log("refusing %s %s: %s", what, dir, why);
         return -1;
     }
@@ -449,7 +449,7 @@ static int listen_on(const char *path)
     }
     /* a folder another user may write would let them put their own socket
      * in place of ours, and serve every tenant's engine bytes of their own */
-    if (tierd_dir_safe(dir, false, why, sizeof(why)) < 0) {
+    if (tierd_dir_safe(dir, TIERD_DIR_TRUSTED, why, sizeof(why)) < 0) {
         tierd_log("refusing socket %s: %s", path, why);
         return -2;
     }

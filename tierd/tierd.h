@@ -125,12 +125,18 @@ int tierd_parse_policy(const char *s, enum tier_remote_policy *out);
  * 0, or -EINVAL (too long). */
 int tierd_parse_ns_filter(const char *s, struct tierd_remote *r);
 
+/* What tierd_dir_safe asks of the folder a path ends in. */
+enum tierd_dir_want {
+    TIERD_DIR_ON_THE_WAY, /* nothing more than of the folders on the way */
+    TIERD_DIR_TRUSTED,    /* root's or ours, writable by no one else (sticky or not) */
+    TIERD_DIR_OURS,       /* ours, writable by no one else: where tierd keeps files */
+};
+
 /* Whether tierd may trust folder path: every folder on the way to it,
- * through links too (each followed from a folder already checked), is
- * root's or ours and writable by no other user unless sticky (as /tmp);
- * with own, path itself is ours and writable by no one else at all (where
- * tierd keeps its files). 0, or -errno with why saying what is wrong and
- * how to fix it. */
-int tierd_dir_safe(const char *path, bool own, char *why, size_t cap);
+ * through links too (each root's or ours, followed from a folder already
+ * checked), is root's or ours and writable by no other user unless sticky
+ * (as /tmp); and the folder it ends in is as want says. 0, or -errno with
+ * why saying what is wrong and how to fix it. */
+int tierd_dir_safe(const char *path, enum tierd_dir_want want, char *why, size_t cap);
 
 #endif /* TIERD_H */

@@ -128,7 +128,7 @@ static int own_ok(const char *path, const struct stat *st, char *why, size_t cap
 #define WALK_DEPTH 128
 #define WALK_LINKS 40
 
-int tierd_dir_safe(const char *path, bool own, char *why, size_t cap)
+int tierd_dir_safe(const char *path, enum tierd_dir_want want, char *why, size_t cap)
 {
     char todo[PATH_MAX], next[PATH_MAX], done[PATH_MAX], link[PATH_MAX];
     int fds[WALK_DEPTH], depth = 0, links = 0, rc = 0;
@@ -195,10 +195,18 @@ int tierd_dir_safe(const char *path, bool own, char *why, size_t cap)
             break;
         }
         if (S_ISLNK(st.st_mode)) {
-            /* in a folder already checked: follow it, from where it points */
+            /* in a folder already checked, and root's or ours (in a sticky
+             * folder, another user's link is theirs to re-point at any
+             * time): follow it, from where it points */
             ssize_t len = readlinkat(fds[depth - 1], c, link, sizeof(link) - 1);
 
             close(fd);
+            if (st.st_uid != 0 && st.st_uid != geteuid()) {
+                rc = -EPERM;
+                snprintf(why, cap, "%s is a symbolic link of uid %u, neither root nor us",
+                         next, (unsigned)st.st_uid);
+                break;
+            }
             if (len < 0 || ++links > WALK_LINKS) {
                 rc = len < 0 ? -errno : -ELOOP;
                 snprintf(why, cap, "%s: %s", next, strerror(-rc));
@@ -235,10 +243,21 @@ int tierd_dir_safe(const char *path, bool own, char *why, size_t cap)
         }
         fds[depth++] = fd;
         strcpy(done, next);
-        if (!todo[0] && own)
-            rc = own_ok(done, &st, why, cap); /* the folder itself */
-        else
-            rc = ancestor_ok(done, &st, why, cap);
+        rc = ancestor_ok(done, &st, why, cap);
+    }
+    /* the folder the walk ended in (after "..", or ".", too) */
+    if (rc == 0 && want != TIERD_DIR_ON_THE_WAY) {
+        if (fstat(fds[depth - 1], &st) < 0) {
+            rc = -errno;
+            snprintf(why, cap, "%s: %s", done, strerror(-rc));
+        } else if (want == TIERD_DIR_OURS) {
+            rc = own_ok(done, &st, why, cap);
+        } else if (rc == 0 && (st.st_mode & (S_IWGRP | S_IWOTH))) {
+            rc = -EPERM; /* even sticky: anyone could take a name in it while we are down */
+            snprintf(why, cap, "%s is writable by %s (mode %04o): chmod go-w it, or use "
+                     "another folder", done, st.st_mode & S_IWOTH ? "every user" : "its group",
+                     (unsigned)(st.st_mode & 07777));
+        }
     }
 out:
     while (depth > 0)
