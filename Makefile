@@ -73,9 +73,10 @@ $(1)/libkvtier.so: $(call obj,$(1),$(CLIENT_SRC) $(KERNEL_SRC)) $(5) client/libk
 	$(Q)$(CC) $(2) -shared -Wl,--version-script=client/libkvtier.map -Wl,-soname,libkvtier.so.0 \
 		-o $$@ $(call obj,$(1),$(CLIENT_SRC) $(KERNEL_SRC)) $(5) $(6) $(LIBS) $(3)
 
+# -lsystemd: sd_notify, readiness under systemd (Type=notify); tierd's alone
 $(1)/tierd: $(call obj,$(1),$(TIERD_SRC)) $(1)/libstore.a
 	@$(if $(Q),echo "  LD      $$@")
-	$(Q)$(CC) $(2) -o $$@ $$^ $(4) -lmicrohttpd -linih $(LIBS) $(3)
+	$(Q)$(CC) $(2) -o $$@ $$^ $(4) -lmicrohttpd -linih -lsystemd $(LIBS) $(3)
 
 $(1)/tierctl: $(1)/obj/tools/tierctl.o $(1)/libkvtier.a
 	@$(if $(Q),echo "  LD      $$@")

@@ -5,8 +5,9 @@
 #        mk/deps.sh fuzz                (build + clang with libFuzzer, for make fuzz)
 set -eu
 level=${1:-build}
-# libhiredis-dev: the store's remote tier (Redis Cluster client)
-pkgs="build-essential pkg-config libssl-dev liburing-dev liblmdb-dev libxxhash-dev libjansson-dev libmicrohttpd-dev libinih-dev libhiredis-dev"
+# libhiredis-dev: the store's remote tier (Redis Cluster client); libsystemd-dev:
+# tierd's sd_notify (readiness under systemd)
+pkgs="build-essential pkg-config libssl-dev liburing-dev liblmdb-dev libxxhash-dev libjansson-dev libmicrohttpd-dev libinih-dev libhiredis-dev libsystemd-dev"
 case "$level" in
 # redis-server + redis-tools (redis-cli): the remote tier's tests start a 3-master cluster
 test|bench) pkgs="$pkgs libcriterion-dev python3 python3-cbor2 python3-pytest python3-numpy python3-venv valgrind prometheus redis-server redis-tools" ;;

@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sysexits.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include "ev.h"
@@ -770,6 +771,7 @@ int main(int argc, char **argv)
     }
     ev_set_spin(d.loop, o.busy_poll_us);
     tierd_log("listening on %s (%u tenant%s)", o.socket, d.ntenants, d.ntenants > 1 ? "s" : "");
+    sd_notify(0, "READY=1"); /* Type=notify under systemd: clients may come (else a no-op) */
     if (d.metrics)
         tierd_log("metrics at http://%s:%u/metrics", o.metrics_addr, o.metrics_port);
     rc = ev_run(d.loop, idle, &d);
