@@ -14,9 +14,19 @@ CC      ?= cc
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 PYTHON  := /usr/bin/python3
 
+# kvtier's version; its first number is libkvtier's soname (libkvtier.so.0), which
+# changes only when the ABI breaks (the rule: client/libkvtier.map). debian/changelog
+# names the same version (make deb checks).
+VERSION  := 0.1.0
+SO_MAJOR := $(firstword $(subst ., ,$(VERSION)))
+SONAME   := libkvtier.so.$(SO_MAJOR)
+
 WARN    := -Wall -Wextra -Werror -Wshadow -Wmissing-prototypes
 BASE    := -std=gnu11 $(WARN) -g -MMD -MP -D_GNU_SOURCE -Iclient -Istore -Ikernels -Itierd -Itests -Itests/sim
-CFLAGS_REL := $(BASE) -O2 -fPIC
+# The release flavour (what make install and make deb ship) takes CPPFLAGS, CFLAGS and
+# LDFLAGS from the command line or the environment after its own: the Debian build
+# passes dpkg-buildflags' hardening that way.
+CFLAGS_REL := $(BASE) -O2 -fPIC $(CPPFLAGS) $(CFLAGS)
 CFLAGS_SAN := $(BASE) -O1 -fPIC -fsanitize=address,undefined -fno-omit-frame-pointer \
               -fno-sanitize-recover=undefined -DKVT_FAULTS
 LIBS    := -lcrypto -ljansson
@@ -34,7 +44,14 @@ CUDA_CFLAGS := -DKVT_HAVE_CUDA -I$(CUDA_HOME)/include
 CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
 # the gather/scatter kernels go into the release libkvtier
 CUDA_OBJS   := $(patsubst kernels/%.cu,build/kernels/%.cu.o,$(wildcard kernels/*.cu))
+# libkvtier.a holds one object: the library with the CUDA runtime inside (see its rule)
+CUDA_AR_OBJ := build/obj/libkvtier-cuda.o
+# ... which needs no more than the C++ runtime and glibc's
+CUDA_AR_LIBS := -lstdc++ -ldl -lrt -lpthread
 endif
+# What a program that links libkvtier.a needs beside it: kvtier.pc's Libs.private
+# (with Requires.private: libcrypto jansson), and what the tools link with.
+KVT_AR_LIBS := $(LIBS) $(CUDA_AR_LIBS)
 
 ifeq ($(V),1)
 Q :=
@@ -53,7 +70,10 @@ obj = $(patsubst %.c,$(1)/obj/%.o,$(2))
 comma := ,
 
 # ---- per-flavour rules: $(1) = build dir, $(2) = CFLAGS, $(3) = LDFLAGS, $(4) = store libs,
-# ---- $(5) = extra objects of libkvtier (CUDA kernels), $(6) = libs libkvtier needs ----
+# ---- $(5) = extra objects of libkvtier.so (CUDA kernels), $(6) = libs libkvtier.so needs,
+# ---- $(7) = libkvtier.a's one object in place of its own (CUDA: the library with its runtime)
+# libkvtier.so is built as libkvtier.so.$(VERSION), with the soname's link and the
+# link for -lkvtier beside it, as installed: a program linked in the tree runs.
 define flavour
 $(1)/obj/%.o: %.c
 	@mkdir -p $$(dir $$@)
@@ -64,35 +84,39 @@ $(1)/libstore.a: $(call obj,$(1),$(STORE_SRC))
 	@$(if $(Q),echo "  AR      $$@")
 	$(Q)rm -f $$@ && ar rcs $$@ $$^
 
-$(1)/libkvtier.a: $(call obj,$(1),$(CLIENT_SRC) $(KERNEL_SRC)) $(5)
+$(1)/libkvtier.a: $(if $(7),$(7),$(call obj,$(1),$(CLIENT_SRC) $(KERNEL_SRC)))
 	@$(if $(Q),echo "  AR      $$@")
 	$(Q)rm -f $$@ && ar rcs $$@ $$^
 
-$(1)/libkvtier.so: $(call obj,$(1),$(CLIENT_SRC) $(KERNEL_SRC)) $(5) client/libkvtier.map
+$(1)/libkvtier.so.$(VERSION): $(call obj,$(1),$(CLIENT_SRC) $(KERNEL_SRC)) $(5) client/libkvtier.map
 	@$(if $(Q),echo "  LD      $$@")
-	$(Q)$(CC) $(2) -shared -Wl,--version-script=client/libkvtier.map -Wl,-soname,libkvtier.so.0 \
+	$(Q)$(CC) $(2) -shared -Wl,--version-script=client/libkvtier.map -Wl,-soname,$(SONAME) \
 		-o $$@ $(call obj,$(1),$(CLIENT_SRC) $(KERNEL_SRC)) $(5) $(6) $(LIBS) $(3)
+
+$(1)/$(SONAME) $(1)/libkvtier.so: $(1)/libkvtier.so.$(VERSION)
+	$(Q)ln -sf libkvtier.so.$(VERSION) $$@
 
 # -lsystemd: sd_notify, readiness under systemd (Type=notify); tierd's alone
 $(1)/tierd: $(call obj,$(1),$(TIERD_SRC)) $(1)/libstore.a
 	@$(if $(Q),echo "  LD      $$@")
 	$(Q)$(CC) $(2) -o $$@ $$^ $(4) -lmicrohttpd -linih -lsystemd $(LIBS) $(3)
 
+# the tools link libkvtier.a as a program outside the tree would (kvtier.pc)
 $(1)/tierctl: $(1)/obj/tools/tierctl.o $(1)/libkvtier.a
 	@$(if $(Q),echo "  LD      $$@")
-	$(Q)$(CC) $(2) -o $$@ $$^ $(6) $(LIBS) $(3)
+	$(Q)$(CC) $(2) -o $$@ $$^ $(KVT_AR_LIBS) $(3)
 
 $(1)/kvload: $(1)/obj/tools/kvload.o $(1)/libkvtier.a
 	@$(if $(Q),echo "  LD      $$@")
-	$(Q)$(CC) $(2) -o $$@ $$^ $(6) -lxxhash $(LIBS) $(3)
+	$(Q)$(CC) $(2) -o $$@ $$^ -lxxhash $(KVT_AR_LIBS) $(3)
 
 $(1)/kvcalc: $(1)/obj/tools/kvcalc.o $(1)/libkvtier.a
 	@$(if $(Q),echo "  LD      $$@")
-	$(Q)$(CC) $(2) -o $$@ $$^ $(6) $(LIBS) $(3)
+	$(Q)$(CC) $(2) -o $$@ $$^ $(KVT_AR_LIBS) $(3)
 
 $(1)/kvreplay: $(call obj,$(1),$(wildcard tools/kvreplay*.c)) $(1)/libkvtier.a $(1)/libstore.a
 	@$(if $(Q),echo "  LD      $$@")
-	$(Q)$(CC) $(2) -o $$@ $$^ $(4) $(6) $(LIBS) -lm $(3)
+	$(Q)$(CC) $(2) -o $$@ $$^ $(4) $(KVT_AR_LIBS) -lm $(3)
 
 $(1)/kvtsim: $(call obj,$(1),$(SIM_SRC)) $(1)/libstore.a
 	@$(if $(Q),echo "  LD      $$@")
@@ -100,13 +124,15 @@ $(1)/kvtsim: $(call obj,$(1),$(SIM_SRC)) $(1)/libstore.a
 
 $(1)/kvt_tests: $(call obj,$(1),$(TEST_SRC)) $(1)/libkvtier.a $(1)/libstore.a
 	@$(if $(Q),echo "  LD      $$@")
-	$(Q)$(CC) $(2) -o $$@ $$^ -lcriterion $(4) $(6) $(LIBS) $(3)
+	$(Q)$(CC) $(2) -o $$@ $$^ -lcriterion $(4) $(KVT_AR_LIBS) $(3)
 endef
 
-$(eval $(call flavour,build,$(CFLAGS_REL) $(CUDA_CFLAGS),,$(STORE_LIBS) $(CUDA_LIBS),$(CUDA_OBJS),$(CUDA_LIBS)))
+$(eval $(call flavour,build,$(CFLAGS_REL) $(CUDA_CFLAGS),$(LDFLAGS),$(STORE_LIBS) $(CUDA_LIBS),\
+                     $(CUDA_OBJS),$(CUDA_LIBS),$(CUDA_AR_OBJ)))
 $(eval $(call flavour,build-san,$(CFLAGS_SAN),-fsanitize=address$(comma)undefined,$(STORE_LIBS)))
 
-BINS     = tierd tierctl kvcalc kvreplay kvload kvtsim libkvtier.a libkvtier.so
+BINS     = tierd tierctl kvcalc kvreplay kvload kvtsim libkvtier.a libkvtier.so.$(VERSION) \
+           $(SONAME) libkvtier.so
 REL_BINS = $(addprefix build/,$(BINS))
 SAN_BINS = $(addprefix build-san/,$(BINS))
 
@@ -191,10 +217,23 @@ build/kernels/%.cu.o: kernels/%.cu
 	$(Q)$(NVCC) -O2 -Ikernels -Iclient -gencode arch=compute_90,code=sm_90 \
 		-gencode arch=compute_80,code=sm_80 -Xcompiler -fPIC,-Wall -c $< -o $@
 
+# libkvtier.a with CUDA: the library and the CUDA runtime it calls, linked into one
+# object (ld -r pulls in only the runtime's members it needs) whose only global
+# symbols are our own (kvt_*, kvk_*). A program then links libkvtier.a with no CUDA
+# toolkit (kvtier.pc's Libs.private), and a CUDA runtime of its own stays apart from
+# ours, as it does beside libkvtier.so (whose version script hides it). The runtime's
+# COMDAT groups go (-R .group): kept, they would make the linker drop a second
+# runtime's copies of those sections in favour of our now local ones.
+$(CUDA_AR_OBJ): $(call obj,build,$(CLIENT_SRC) $(KERNEL_SRC)) $(CUDA_OBJS)
+	@$(if $(Q),echo "  LD -r   $@")
+	$(Q)ld -r -o $@.tmp $^ -L$(CUDA_HOME)/lib64 -l:libcudart_static.a
+	$(Q)objcopy -w --keep-global-symbol='kvt_*' --keep-global-symbol='kvk_*' -R .group \
+		$@.tmp $@ && rm -f $@.tmp
+
 clean:
 	rm -rf build build-san build-fuzz
 
--include $(shell find build build-san -name '*.d' 2>/dev/null)
+-include $(shell find build/obj build-san/obj -name '*.d' 2>/dev/null)
 
 # ---- fuzzing: libFuzzer harnesses (tests/fuzz/), built with clang ---------------
 #   make fuzz [FUZZ_SECONDS=60]  build each harness into build-fuzz/ (its own objects,
