@@ -6,6 +6,8 @@
 #   make bench    tools/tierbench: every figure beside its target; tools/kvload: 64 clients,
 #                 then the oracle run (60 s, tierd killed 6 times)
 #   make kernels  compile kernels/*.cu with nvcc (when nvcc exists)
+#   make install  tierd, the tools, libkvtier, headers, kvtier.pc, man pages, the
+#                 service [PREFIX=/usr/local] [DESTDIR=]; make uninstall removes them
 #   V=1           show full commands
 
 .DEFAULT_GOAL := all
@@ -354,3 +356,96 @@ else
 gpu-bundle:
 	@echo "gpu-bundle: needs the CUDA toolkit (nvcc, cuda_runtime.h)"; exit 1
 endif
+
+# ---- install: what a system gets, where the FHS and systemd look -------------------
+#   make install [PREFIX=/usr/local] [DESTDIR=]  tierd -> sbin/; tierctl, kvcalc, kvreplay
+#     -> bin/; libkvtier.so.$(VERSION) with its links, libkvtier.a; kvtier.h, kv_layout.h;
+#     kvtier.pc; man pages; tierd.service and the sysusers.d line of its user, kvtier;
+#     the sample $(SYSCONFDIR)/kvtier/tierd.conf (never over one that is there).
+#     Any directory below can be set on its own (the Debian build does: debian/rules).
+#   make uninstall [PREFIX=...] [DESTDIR=]  removes those files (the config only while
+#     it is still the sample)
+#   make test installs into build/destdir (test-install) and tests what is there
+#     (install/*: a program built with nothing but pkg-config against the installed tierd,
+#     statically too; systemd-analyze verify of the unit; the files are INSTALLED's).
+PREFIX       ?= /usr/local
+BINDIR       ?= $(PREFIX)/bin
+SBINDIR      ?= $(PREFIX)/sbin
+LIBDIR       ?= $(PREFIX)/lib
+INCLUDEDIR   ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+MANDIR       ?= $(PREFIX)/share/man
+# the sample config where tierd.service reads it, whatever PREFIX
+SYSCONFDIR   ?= /etc
+UNITDIR      ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR  ?= $(PREFIX)/lib/sysusers.d
+
+INSTALL_TOOLS := tierctl kvcalc kvreplay
+INSTALL_LIBS  := libkvtier.so.$(VERSION) $(SONAME) libkvtier.so libkvtier.a
+INSTALL_MAN1  := tierctl.1 kvcalc.1 kvreplay.1
+# every file make install writes, relative to DESTDIR: what make uninstall removes
+INSTALLED = $(SBINDIR)/tierd $(addprefix $(BINDIR)/,$(INSTALL_TOOLS)) \
+            $(addprefix $(LIBDIR)/,$(INSTALL_LIBS)) \
+            $(addprefix $(INCLUDEDIR)/,kvtier.h kv_layout.h) $(PKGCONFIGDIR)/kvtier.pc \
+            $(MANDIR)/man8/tierd.8 $(addprefix $(MANDIR)/man1/,$(INSTALL_MAN1)) \
+            $(UNITDIR)/tierd.service $(SYSUSERSDIR)/kvtier.conf $(SYSCONFDIR)/kvtier/tierd.conf
+
+# kvtier.pc's paths follow ${prefix} where they lie under it (pkg-config
+# --define-variable=prefix=... then moves them all)
+pc_path = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
+SUBST = sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@PREFIX@|$(PREFIX)|g' \
+            -e 's|@LIBDIR@|$(call pc_path,$(LIBDIR))|g' \
+            -e 's|@INCLUDEDIR@|$(call pc_path,$(INCLUDEDIR))|g' \
+            -e 's|@LIBS_PRIVATE@|$(strip $(CUDA_AR_LIBS))|g' \
+            -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g'
+INSTALL_SRC := $(addprefix build/,tierd $(INSTALL_TOOLS) $(INSTALL_LIBS)) \
+               client/kvtier.h kernels/kv_layout.h $(wildcard man/*.[18]) \
+               dist/kvtier.pc.in dist/tierd.service.in dist/kvtier.sysusers dist/tierd.conf
+
+# $(1): the root to install under (DESTDIR, or build/destdir for the tests)
+define install_to
+	@$(if $(Q),echo "  INSTALL $(if $(1),$(1) )$(PREFIX)")
+	$(Q)install -d $(addprefix $(1),$(SBINDIR) $(BINDIR) $(LIBDIR) $(INCLUDEDIR) \
+		$(PKGCONFIGDIR) $(MANDIR)/man1 $(MANDIR)/man8 $(UNITDIR) $(SYSUSERSDIR) \
+		$(SYSCONFDIR)/kvtier)
+	$(Q)install -m 755 build/tierd $(1)$(SBINDIR)/
+	$(Q)install -m 755 $(addprefix build/,$(INSTALL_TOOLS)) $(1)$(BINDIR)/
+	$(Q)install -m 644 build/libkvtier.so.$(VERSION) build/libkvtier.a $(1)$(LIBDIR)/
+	$(Q)ln -sf libkvtier.so.$(VERSION) $(1)$(LIBDIR)/$(SONAME)
+	$(Q)ln -sf $(SONAME) $(1)$(LIBDIR)/libkvtier.so
+	$(Q)install -m 644 client/kvtier.h kernels/kv_layout.h $(1)$(INCLUDEDIR)/
+	$(Q)$(SUBST) dist/kvtier.pc.in >$(1)$(PKGCONFIGDIR)/kvtier.pc
+	$(Q)$(SUBST) man/tierd.8 >$(1)$(MANDIR)/man8/tierd.8
+	$(Q)for m in $(INSTALL_MAN1); do $(SUBST) man/$$m >$(1)$(MANDIR)/man1/$$m || exit; done
+	$(Q)$(SUBST) dist/tierd.service.in >$(1)$(UNITDIR)/tierd.service
+	$(Q)install -m 644 dist/kvtier.sysusers $(1)$(SYSUSERSDIR)/kvtier.conf
+	$(Q)chmod 644 $(addprefix $(1),$(PKGCONFIGDIR)/kvtier.pc $(MANDIR)/man8/tierd.8 \
+		$(addprefix $(MANDIR)/man1/,$(INSTALL_MAN1)) $(UNITDIR)/tierd.service)
+	$(Q)if [ -e $(1)$(SYSCONFDIR)/kvtier/tierd.conf ]; then \
+		echo "install: kept $(1)$(SYSCONFDIR)/kvtier/tierd.conf (the sample: dist/tierd.conf)"; \
+	else install -m 644 dist/tierd.conf $(1)$(SYSCONFDIR)/kvtier/tierd.conf; fi
+endef
+
+.PHONY: install uninstall test-install
+install: $(INSTALL_SRC)
+	$(call install_to,$(DESTDIR))
+	$(Q)if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ]; then ldconfig; fi # the loader's cache
+	@echo "install: done. As a service: systemd-sysusers $(SYSUSERSDIR)/kvtier.conf;" \
+	      "systemctl daemon-reload; systemctl enable --now tierd"
+
+uninstall:
+	$(Q)if cmp -s dist/tierd.conf $(DESTDIR)$(SYSCONFDIR)/kvtier/tierd.conf; then \
+		rm -f $(DESTDIR)$(SYSCONFDIR)/kvtier/tierd.conf; \
+		rmdir $(DESTDIR)$(SYSCONFDIR)/kvtier 2>/dev/null || true; \
+	elif [ -e $(DESTDIR)$(SYSCONFDIR)/kvtier/tierd.conf ]; then \
+		echo "uninstall: kept $(DESTDIR)$(SYSCONFDIR)/kvtier/tierd.conf (changed)"; fi
+	$(Q)rm -f $(addprefix $(DESTDIR),$(filter-out $(SYSCONFDIR)/%,$(INSTALLED)))
+	@echo "uninstall: done (the user kvtier and /var/lib/kvtier stay)"
+
+# The tests' install: build/destdir afresh, and the list of what make install
+# promised (build/destdir.files), which install/* holds it to.
+test-install: $(INSTALL_SRC)
+	$(Q)rm -rf build/destdir
+	$(call install_to,$(CURDIR)/build/destdir)
+	$(Q)printf '%s\n' $(INSTALLED) >build/destdir.files
+test-plain test-san valgrind: test-install

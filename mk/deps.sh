@@ -9,8 +9,10 @@ level=${1:-build}
 # tierd's sd_notify (readiness under systemd)
 pkgs="build-essential pkg-config libssl-dev liburing-dev liblmdb-dev libxxhash-dev libjansson-dev libmicrohttpd-dev libinih-dev libhiredis-dev libsystemd-dev"
 case "$level" in
-# redis-server + redis-tools (redis-cli): the remote tier's tests start a 3-master cluster
-test|bench) pkgs="$pkgs libcriterion-dev python3 python3-cbor2 python3-pytest python3-numpy python3-venv valgrind prometheus redis-server redis-tools" ;;
+# redis-server + redis-tools (redis-cli): the remote tier's tests start a 3-master cluster;
+# systemd (systemd-analyze verify of tierd.service), man-db and groff-base: the install
+# and man page tests
+test|bench) pkgs="$pkgs libcriterion-dev python3 python3-cbor2 python3-pytest python3-numpy python3-venv valgrind prometheus redis-server redis-tools systemd man-db groff-base" ;;
 esac
 case "$level" in
 bench) pkgs="$pkgs fio" ;;

@@ -19,6 +19,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "t.h"
+
 #define MAX_KIB 40960
 
 /* The bundle's absolute path; skips the test where there is no nvcc. */
@@ -35,24 +37,6 @@ static const char *bundle(void)
     return path;
 }
 
-/* Run cmd through sh, stdout and stderr in *out (malloc'd); its exit status. */
-static int sh(const char *cmd, char **out)
-{
-    FILE *p = popen(cmd, "r");
-    size_t len = 0, cap = 4096;
-    char *buf = malloc(cap);
-    int st;
-
-    cr_assert(p && buf, "popen %s", cmd);
-    for (size_t n; (n = fread(buf + len, 1, cap - len - 1, p)) > 0;)
-        if ((len += n) + 1 == cap)
-            cr_assert_not_null(buf = realloc(buf, cap *= 2));
-    buf[len] = '\0';
-    st = pclose(p);
-    *out = buf;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 Test(gpu_bundle, run_sh_exits_77_after_its_no_gpu_check)
 {
     const char *b = bundle();
@@ -61,19 +45,19 @@ Test(gpu_bundle, run_sh_exits_77_after_its_no_gpu_check)
     int rc;
 
     snprintf(cmd, sizeof(cmd), "env -i LD_LIBRARY_PATH='%s/lib' '%s/bin/gpu_probe' 2>&1", b, b);
-    if (sh(cmd, &out) == 0)
+    if (t_sh(cmd, &out) == 0)
         cr_skip_test("a GPU answers here (%s): run %s/run.sh itself", out, b);
     free(out);
     cr_assert_not_null(mkdtemp(out_dir));
     snprintf(cmd, sizeof(cmd), "env -i LD_LIBRARY_PATH='%s/lib' OUT='%s' '%s/run.sh' 2>&1", b,
              out_dir, b);
-    rc = sh(cmd, &out);
+    rc = t_sh(cmd, &out);
     cr_assert_eq(rc, 77, "run.sh: expected exit 77 (no GPU), got %d; it said:\n%s", rc, out);
     cr_assert_not_null(strstr(out, "gpu: no GPU visible"), "run.sh said:\n%s", out);
     /* the log in $OUT holds what it printed */
     snprintf(log, sizeof(log), "%s/gpu.log", out_dir);
     snprintf(cmd, sizeof(cmd), "cat '%s'", log);
-    cr_assert_eq(sh(cmd, &logged), 0, "no %s", log);
+    cr_assert_eq(t_sh(cmd, &logged), 0, "no %s", log);
     cr_assert_str_eq(logged, out, "%s differs from what run.sh printed", log);
     free(logged);
     free(out);
@@ -100,7 +84,7 @@ static void check_ldd(const char *b, const char *path, const char *system_libs)
 
     snprintf(cmd, sizeof(cmd), "env -i LD_LIBRARY_PATH='%s/lib' /usr/bin/ldd '%s' 2>&1", b,
              path);
-    cr_assert_eq(sh(cmd, &out), 0, "ldd %s:\n%s", path, out);
+    cr_assert_eq(t_sh(cmd, &out), 0, "ldd %s:\n%s", path, out);
     for (char *line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         char name[256], to[PATH_MAX];
         const char *base;
@@ -128,7 +112,7 @@ Test(gpu_bundle, every_library_resolves_inside_the_bundle)
     int files = 0;
 
     snprintf(path, sizeof(path), "cat '%s/system-libs'", b);
-    cr_assert_eq(sh(path, &system_libs), 0, "no system-libs in %s", b);
+    cr_assert_eq(t_sh(path, &system_libs), 0, "no system-libs in %s", b);
     for (size_t i = 0; i < 2; i++) {
         struct dirent *e;
         DIR *d;
@@ -156,7 +140,7 @@ Test(gpu_bundle, fits_in_40_MiB)
     long kib;
 
     snprintf(cmd, sizeof(cmd), "du -sk '%s'", b);
-    cr_assert_eq(sh(cmd, &out), 0, "du: %s", out);
+    cr_assert_eq(t_sh(cmd, &out), 0, "du: %s", out);
     kib = strtol(out, NULL, 10);
     cr_log_info("gpu bundle: %ld KiB (%.1f MiB) of %d KiB", kib, kib / 1024.0, MAX_KIB);
     cr_assert(kib > 0 && kib <= MAX_KIB, "the bundle is %ld KiB, over %d", kib, MAX_KIB);
@@ -170,6 +154,6 @@ Test(gpu_bundle, its_run_sh_is_tests_gpu_run_sh)
 
     snprintf(cmd, sizeof(cmd), "cmp '%s/tests/gpu/run.sh' '%s/run.sh' 2>&1", src ? src : ".",
              b);
-    cr_assert_eq(sh(cmd, &out), 0, "a stale bundle (make gpu-bundle): %s", out);
+    cr_assert_eq(t_sh(cmd, &out), 0, "a stale bundle (make gpu-bundle): %s", out);
     free(out);
 }

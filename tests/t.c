@@ -74,6 +74,23 @@ static int tmp_stream(void)
     return fd;
 }
 
+int t_sh(const char *cmd, char **out)
+{
+    FILE *p = popen(cmd, "r");
+    size_t len = 0, cap = 4096;
+    char *buf = malloc(cap);
+    int st;
+
+    cr_assert(p && buf, "popen %s", cmd);
+    for (size_t n; (n = fread(buf + len, 1, cap - len - 1, p)) > 0;)
+        if ((len += n) + 1 == cap)
+            cr_assert_not_null(buf = realloc(buf, cap *= 2));
+    buf[len] = '\0';
+    st = pclose(p);
+    *out = buf;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 int t_run(const char *prog, const char *const *args, int memcheck, char **out, char **err)
 {
     char bin[512], supp[600];

@@ -46,6 +46,10 @@ int t_memcheck_argv(const char **argv, char *supp, size_t cap);
  * it could not be run). Fails the test if it cannot fork. */
 int t_run(const char *prog, const char *const *args, int memcheck, char **out, char **err);
 
+/* Run cmd through sh: its stdout (stderr too where cmd says 2>&1) into *out
+ * (malloc'd, NUL-terminated); its exit status (128+signal). */
+int t_sh(const char *cmd, char **out);
+
 /* Run tierd (under memcheck when the suite is) in folder dir (its socket
  * and data there) with extra args (NULL-terminated; later options win)
  * until it exits: its exit status, and its stderr into err. One still
