@@ -8,6 +8,7 @@
 #   make kernels  compile kernels/*.cu with nvcc (when nvcc exists)
 #   make install  tierd, the tools, libkvtier, headers, kvtier.pc, man pages, the
 #                 service [PREFIX=/usr/local] [DESTDIR=]; make uninstall removes them
+#   make deb      Debian packages (dpkg-buildpackage) -> build/deb/
 #   V=1           show full commands
 
 .DEFAULT_GOAL := all
@@ -449,3 +450,14 @@ test-install: $(INSTALL_SRC)
 	$(call install_to,$(CURDIR)/build/destdir)
 	$(Q)printf '%s\n' $(INSTALLED) >build/destdir.files
 test-plain test-san valgrind: test-install
+
+# ---- Debian packages: make deb -> build/deb/ ---------------------------------------
+#   kvtier (tierd, its unit, the tools), libkvtier0, libkvtier-dev, python3-kvtier, by
+#   dpkg-buildpackage and debhelper (debian/) on a copy of the tree (mk/deb.sh), then
+#   lintian, which must report no error and no warning that debian/ does not explain.
+.PHONY: deb deb-deps
+deb-deps:
+	@mk/deps.sh deb
+
+deb: deb-deps
+	mk/deb.sh $(VERSION) build/deb

@@ -3,6 +3,7 @@
 # Install the Debian packages kvtier builds and tests with, or say how.
 # Usage: mk/deps.sh build|test|bench   (each level includes the ones before)
 #        mk/deps.sh fuzz                (build + clang with libFuzzer, for make fuzz)
+#        mk/deps.sh deb                 (build + Debian's packaging tools, for make deb)
 set -eu
 level=${1:-build}
 # libhiredis-dev: the store's remote tier (Redis Cluster client); libsystemd-dev:
@@ -13,6 +14,10 @@ case "$level" in
 # systemd (systemd-analyze verify of tierd.service), man-db and groff-base: the install
 # and man page tests
 test|bench) pkgs="$pkgs libcriterion-dev python3 python3-cbor2 python3-pytest python3-numpy python3-venv valgrind prometheus redis-server redis-tools systemd man-db groff-base" ;;
+esac
+case "$level" in
+# dpkg-buildpackage, dh, dh_python3, lintian (debian/control's Build-Depends: the build level)
+deb) pkgs="$pkgs dpkg-dev debhelper dh-python python3 lintian" ;;
 esac
 case "$level" in
 bench) pkgs="$pkgs fio" ;;

@@ -92,3 +92,25 @@ Test(abi, every_export_has_the_version_node_and_the_soname_is_the_major)
     cr_expect_str_empty(out, "%s defines global symbols that are not ours:\n%.2000s", ar, out);
     free(out);
 }
+
+Test(abi, the_debian_symbols_file_names_every_export)
+{
+    const char *src = getenv("KVT_TEST_SRC");
+    char cmd[3 * PATH_MAX], lib[PATH_MAX];
+    char *diff;
+    int rc;
+
+    t_bin("libkvtier.so.0", lib, sizeof(lib));
+    /* name@node, as both spell it (the node is a symbol of its own);
+     * '<': exported, not in the symbols file (add it with the version it came in);
+     * '>': in the symbols file, not exported (an ABI break: see libkvtier.map) */
+    snprintf(cmd, sizeof(cmd),
+             "d=$(mktemp -d) && nm -D --defined-only '%s' | awk '$2 == \"A\" { $3 = $3 \"@\" $3 } "
+             "{ sub(/@@/, \"@\", $3); print $3 }' | sort >$d/e && "
+             "sed -n 's/^ \\([^ ]*\\) .*/\\1/p' '%s/debian/libkvtier0.symbols' | sort >$d/s && "
+             "diff $d/e $d/s | grep '^[<>]'; rc=$?; rm -r $d; exit $rc",
+             lib, src ? src : ".");
+    rc = t_sh(cmd, &diff);
+    cr_expect(rc == 1 && !*diff, "%s against debian/libkvtier0.symbols:\n%s", lib, diff);
+    free(diff);
+}
