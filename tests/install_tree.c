@@ -60,16 +60,6 @@ static const char *installed(const char *suffix, char *buf, size_t cap)
     return NULL;
 }
 
-/* Run cmd, which must succeed; its output (malloc'd). */
-static char *must(const char *cmd)
-{
-    char *out;
-    int rc = t_sh(cmd, &out);
-
-    cr_assert_eq(rc, 0, "%s: exit %d:\n%s", cmd, rc, out);
-    return out;
-}
-
 Test(install, the_tree_holds_exactly_the_files_make_install_lists)
 {
     char cmd[3 * PATH_MAX], so[PATH_MAX];
@@ -86,7 +76,7 @@ Test(install, the_tree_holds_exactly_the_files_make_install_lists)
     installed("/libkvtier.so.0", so, sizeof(so));
     snprintf(cmd, sizeof(cmd), "cd '%s%.*s' && readlink libkvtier.so libkvtier.so.0", root(),
              (int)(strrchr(so, '/') - so), so);
-    out = must(cmd);
+    out = t_sh_ok(cmd);
     cr_expect(strncmp(out, "libkvtier.so.0\nlibkvtier.so.0.", 30) == 0,
               "expected libkvtier.so -> libkvtier.so.0 -> libkvtier.so.0.MINOR.PATCH, got\n%s",
               out);
@@ -105,23 +95,23 @@ static void build_put_get(const char *dir, const char *pc_flags, const char *cfl
     installed("/kvtier.pc", pc, sizeof(pc));
     snprintf(pc_dir, sizeof(pc_dir), "%s%.*s", root(), (int)(strrchr(pc, '/') - pc), pc);
     snprintf(cmd, sizeof(cmd), "sed -n 's/^prefix=//p' '%s/kvtier.pc' | tr -d '\\n'", pc_dir);
-    prefix = must(cmd);
+    prefix = t_sh_ok(cmd);
     /* PKG_CONFIG_PATH comes before the system's folders: this kvtier.pc
      * wins over an installed one; libcrypto's and jansson's are the system's */
     snprintf(cmd, sizeof(cmd),
              "PKG_CONFIG_PATH='%s' pkg-config --define-variable=prefix='%s%s' %s --cflags "
              "--libs kvtier 2>&1 | tr -d '\\n'", pc_dir, root(), prefix, pc_flags);
-    flags = must(cmd);
+    flags = t_sh_ok(cmd);
     snprintf(cmd, sizeof(cmd), "PKG_CONFIG_PATH='%s' pkg-config --define-variable=prefix='%s%s' "
              "--variable=libdir kvtier | tr -d '\\n'", pc_dir, root(), prefix);
-    out = must(cmd);
+    out = t_sh_ok(cmd);
     snprintf(libdir, libdir_cap, "%s", out);
     free(out);
     snprintf(prog, cap, "%s/put_get", dir);
     snprintf(cmd, sizeof(cmd),
              "cc -std=c11 -Wall -Wextra -Werror %s -o '%s' '%s/tests/install/put_get.c' %s 2>&1",
              cflags, prog, src(), flags);
-    out = must(cmd);
+    out = t_sh_ok(cmd);
     free(out);
     free(flags);
     free(prefix);
@@ -157,14 +147,14 @@ Test(install, a_program_built_with_pkg_config_puts_and_gets_through_the_installe
     build_put_get(dir, "", "", prog, sizeof(prog), libdir, sizeof(libdir));
     /* the loader finds the installed libkvtier.so.0, by its soname */
     snprintf(cmd, sizeof(cmd), "LD_LIBRARY_PATH='%s' ldd '%s' | grep libkvtier", libdir, prog);
-    out = must(cmd);
+    out = t_sh_ok(cmd);
     cr_expect(strstr(out, "libkvtier.so.0 => ") && strstr(out, libdir),
               "expected libkvtier.so.0 from %s:\n%s", libdir, out);
     free(out);
     snprintf(env, sizeof(env), "LD_LIBRARY_PATH='%s'", libdir);
     run_against_installed_tierd(env, prog, "dynamic");
     snprintf(cmd, sizeof(cmd), "rm -r '%s'", dir);
-    free(must(cmd));
+    free(t_sh_ok(cmd));
 }
 
 Test(install, libkvtier_a_links_statically_with_what_pkg_config_static_prints)
@@ -177,12 +167,12 @@ Test(install, libkvtier_a_links_statically_with_what_pkg_config_static_prints)
     /* -static: libkvtier.a and everything it needs, or the link fails */
     build_put_get(dir, "--static", "-static", prog, sizeof(prog), libdir, sizeof(libdir));
     snprintf(cmd, sizeof(cmd), "readelf -lW '%s' | grep -c INTERP || true", prog);
-    out = must(cmd);
+    out = t_sh_ok(cmd);
     cr_expect_str_eq(out, "0\n", "%s: expected a static program (no INTERP)", prog);
     free(out);
     run_against_installed_tierd("env -u LD_LIBRARY_PATH", prog, "static");
     snprintf(cmd, sizeof(cmd), "rm -r '%s'", dir);
-    free(must(cmd));
+    free(t_sh_ok(cmd));
 }
 
 Test(install, systemd_analyze_verify_accepts_the_unit)
@@ -206,5 +196,5 @@ Test(install, systemd_analyze_verify_accepts_the_unit)
     cr_expect(rc == 0 && !*out, "systemd-analyze verify %s: exit %d:\n%s", unit, rc, out);
     free(out);
     snprintf(cmd, sizeof(cmd), "rm -r '%s'", dir);
-    free(must(cmd));
+    free(t_sh_ok(cmd));
 }

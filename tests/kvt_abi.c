@@ -18,16 +18,6 @@
 
 #define NODE "KVTIER_1"
 
-/* Run cmd, which must succeed; its output (malloc'd). */
-static char *must(const char *cmd)
-{
-    char *out;
-    int rc = t_sh(cmd, &out);
-
-    cr_assert_eq(rc, 0, "%s: exit %d:\n%s", cmd, rc, out);
-    return out;
-}
-
 Test(abi, exports_are_exactly_the_functions_the_headers_declare)
 {
     const char *src = getenv("KVT_TEST_SRC");
@@ -46,14 +36,14 @@ Test(abi, exports_are_exactly_the_functions_the_headers_declare)
              "nm -D --defined-only '%s' | awk '$2 != \"A\" { sub(/@.*/, \"\", $3); print $3 }' "
              "| sort -u >exp && wc -l <decl",
              dir, src ? src : ".", src ? src : ".", lib);
-    n = must(cmd);
+    n = t_sh_ok(cmd);
     cr_assert_gt(atoi(n), 50, "only %d functions found in kvtier.h and kv_layout.h", atoi(n));
     snprintf(cmd, sizeof(cmd), "cd %s && comm -23 decl exp | tr '\\n' ' '", dir);
-    unexported = must(cmd);
+    unexported = t_sh_ok(cmd);
     snprintf(cmd, sizeof(cmd), "cd %s && comm -13 decl exp | tr '\\n' ' '", dir);
-    undeclared = must(cmd);
+    undeclared = t_sh_ok(cmd);
     snprintf(cmd, sizeof(cmd), "rm -r '%s'", dir);
-    free(must(cmd));
+    free(t_sh_ok(cmd));
     cr_expect_str_empty(unexported, "declared in the headers, not exported by %s (add to "
                         "client/libkvtier.map): %s", lib, unexported);
     cr_expect_str_empty(undeclared, "exported by %s, declared in no installed header (keep "
@@ -71,7 +61,7 @@ Test(abi, every_export_has_the_version_node_and_the_soname_is_the_major)
     t_bin("libkvtier.so.0", lib, sizeof(lib));
     snprintf(cmd, sizeof(cmd),
              "readelf -d '%s' | sed -n 's/.*Library soname: \\[\\(.*\\)\\]/\\1/p'", lib);
-    out = must(cmd);
+    out = t_sh_ok(cmd);
     cr_expect_str_eq(out, "libkvtier.so.0\n", "soname of %s: expected libkvtier.so.0, got %s",
                      lib, out);
     free(out);
@@ -82,13 +72,13 @@ Test(abi, every_export_has_the_version_node_and_the_soname_is_the_major)
     snprintf(cmd, sizeof(cmd),
              "nm -D --defined-only '%s' | awk '$2 != \"A\" && $3 !~ /@@" NODE "$/ "
              "{ print $3 }'", lib);
-    out = must(cmd);
+    out = t_sh_ok(cmd);
     cr_expect_str_empty(out, "exports without the node " NODE ":\n%s", out);
     free(out);
     t_bin("libkvtier.a", ar, sizeof(ar));
     snprintf(cmd, sizeof(cmd),
              "nm -g --defined-only '%s' | awk 'NF == 3 && $3 !~ /^kv[tk]_/ { print $3 }'", ar);
-    out = must(cmd);
+    out = t_sh_ok(cmd);
     cr_expect_str_empty(out, "%s defines global symbols that are not ours:\n%.2000s", ar, out);
     free(out);
 }

@@ -91,6 +91,15 @@ int t_sh(const char *cmd, char **out)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+char *t_sh_ok(const char *cmd)
+{
+    char *out;
+    int rc = t_sh(cmd, &out);
+
+    cr_assert_eq(rc, 0, "%s: exit %d:\n%s", cmd, rc, out);
+    return out;
+}
+
 int t_run(const char *prog, const char *const *args, int memcheck, char **out, char **err)
 {
     char bin[512], supp[600];

@@ -49,6 +49,9 @@ int t_run(const char *prog, const char *const *args, int memcheck, char **out, c
 /* Run cmd through sh: its stdout (stderr too where cmd says 2>&1) into *out
  * (malloc'd, NUL-terminated); its exit status (128+signal). */
 int t_sh(const char *cmd, char **out);
+/* t_sh of a command that must succeed (else the test fails, showing its
+ * output): the output (malloc'd). */
+char *t_sh_ok(const char *cmd);
 
 /* Run tierd (under memcheck when the suite is) in folder dir (its socket
  * and data there) with extra args (NULL-terminated; later options win)
