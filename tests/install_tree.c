@@ -85,7 +85,8 @@ Test(install, the_tree_holds_exactly_the_files_make_install_lists)
 
 /* Build put_get.c into dir with `pkg-config [--static] --cflags --libs
  * kvtier` (the installed kvtier.pc, its prefix moved into the root) and
- * cflags; the program's path in prog. Returns the libdir it names. */
+ * cflags: the program's path into prog, the libdir kvtier.pc names into
+ * libdir. */
 static void build_put_get(const char *dir, const char *pc_flags, const char *cflags, char *prog,
                           size_t cap, char *libdir, size_t libdir_cap)
 {
