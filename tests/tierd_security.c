@@ -491,7 +491,7 @@ Test(security, durable_commits_that_time_out_leave_nothing_behind)
 {
     static _Alignas(8) uint8_t body[KVT_WIRE_MSG_MAX];
     struct t_tierd d;
-    uint64_t before, after;
+    uint64_t before, after, bound;
     uint32_t nx, ny, len;
     int x, y, rc;
 
@@ -507,6 +507,8 @@ Test(security, durable_commits_that_time_out_leave_nothing_behind)
         setenv("ASAN_OPTIONS", opts, 1);
     }
 #endif
+    /* memcheck holds freed blocks back too (20 MB of them by default) */
+    setenv("VALGRIND_OPTS", "--freelist-vol=1000000", 1);
     t_tierd_start(&d, (const char *const[]){ "--durable-wait-ms", "1", NULL });
     x = raw_session(d.sock, &nx);
     y = raw_session(d.sock, &ny);
@@ -520,8 +522,11 @@ Test(security, durable_commits_that_time_out_leave_nothing_behind)
         cr_assert_eq(rc, -EAGAIN, "commit %d: %d (%s)", i, rc, kvt_strerror(rc));
     }
     after = rss_kib(d.pid);
-    /* unbounded: 400 x 1,024 waits of 24 bytes and more, about 10 MiB */
-    cr_assert_lt(after - before, 3u << 10, "tierd grew by %llu KiB over 400 commits",
+    /* unbounded: 400 x 1,024 waits of 24 bytes and more, about 13 MiB (and
+     * some 30 MiB under memcheck, whose own bookkeeping grows a little even
+     * with a short freelist) */
+    bound = getenv("KVT_TEST_VALGRIND") ? 12u << 10 : 3u << 10;
+    cr_assert_lt(after - before, bound, "tierd grew by %llu KiB over 400 commits",
                  (unsigned long long)(after - before));
     close(x);
     close(y);
