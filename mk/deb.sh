@@ -7,8 +7,9 @@
 #   tree's build folders stay out of it, and the package build cleans only the copy);
 #   the .deb, .changes and .buildinfo files land in OUTDIR, lintian's report in
 #   OUTDIR/lintian.txt. Fails when debian/changelog's version is not VERSION, when the
-#   build fails, or on any lintian error or warning not overridden with a reason
-#   (debian/*.lintian-overrides).
+#   build fails, when kvtier's postinst does not restart tierd on upgrade or its prerm
+#   does not stop it on removal (OUTDIR/kvtier.control: its control files), or on any
+#   lintian error or warning not overridden with a reason (debian/*.lintian-overrides).
 set -eu
 version=$1 out=$2
 changelog=$(dpkg-parsechangelog -l debian/changelog -S Version)
@@ -37,6 +38,18 @@ fi
     exit 1
 }
 changes=$(ls "$out"/kvtier_"$version"_*.changes)
+# tierd's unit in kvtier's maintainer scripts (debian/rules, override_dh_installsystemd):
+# postinst restarts it on upgrade (deb-systemd-invoke starts no disabled unit), prerm
+# stops it on removal
+ctl="$out/kvtier.control"
+dpkg-deb -e "$out"/kvtier_"$version"_*.deb "$ctl"
+script_has() { # FILE TEXT WHAT
+    grep -qF -- "$2" "$ctl/$1" 2>/dev/null ||
+        { echo "deb: kvtier's $1 does not $3 (no \"$2\" in it)" >&2; exit 1; }
+}
+script_has postinst "_dh_action=restart" "restart tierd on upgrade"
+script_has postinst "deb-systemd-invoke \$_dh_action 'tierd.service'" "start or restart tierd"
+script_has prerm "deb-systemd-invoke stop 'tierd.service'" "stop tierd on removal"
 # every tag shown, info and overridden ones too; only errors and warnings fail
 rc=0
 lintian --info --display-info --show-overrides --fail-on error,warning "$changes" \
