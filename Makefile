@@ -361,8 +361,9 @@ endif
 # ---- install: what a system gets, where the FHS and systemd look -------------------
 #   make install [PREFIX=/usr/local] [DESTDIR=]  tierd -> sbin/; tierctl, kvcalc, kvreplay
 #     -> bin/; libkvtier.so.$(VERSION) with its links, libkvtier.a; kvtier.h, kv_layout.h;
-#     kvtier.pc; man pages; tierd.service and the sysusers.d line of its user, kvtier;
-#     the sample $(SYSCONFDIR)/kvtier/tierd.conf (never over one that is there).
+#     kvtier.pc; man pages; kvreplay's presets (share/kvtier/kvreplay_prices.json);
+#     tierd.service and the sysusers.d line of its user, kvtier; the sample
+#     $(SYSCONFDIR)/kvtier/tierd.conf (never over one that is there).
 #     Any directory below can be set on its own (the Debian build does: debian/rules).
 #   make uninstall [PREFIX=...] [DESTDIR=]  removes those files (the config only while
 #     it is still the sample)
@@ -376,6 +377,9 @@ LIBDIR       ?= $(PREFIX)/lib
 INCLUDEDIR   ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 MANDIR       ?= $(PREFIX)/share/man
+# kvreplay's presets: kvreplay finds them from its own folder (BINDIR/../share/kvtier),
+# so this one follows PREFIX only
+PKGDATADIR   := $(PREFIX)/share/kvtier
 # the sample config where tierd.service reads it, whatever PREFIX
 SYSCONFDIR   ?= /etc
 UNITDIR      ?= $(PREFIX)/lib/systemd/system
@@ -389,7 +393,7 @@ INSTALLED = $(SBINDIR)/tierd $(addprefix $(BINDIR)/,$(INSTALL_TOOLS)) \
             $(addprefix $(LIBDIR)/,$(INSTALL_LIBS)) \
             $(addprefix $(INCLUDEDIR)/,kvtier.h kv_layout.h) $(PKGCONFIGDIR)/kvtier.pc \
             $(MANDIR)/man8/tierd.8 $(addprefix $(MANDIR)/man1/,$(INSTALL_MAN1)) \
-            $(UNITDIR)/tierd.service $(SYSUSERSDIR)/kvtier.conf $(SYSCONFDIR)/kvtier/tierd.conf
+            $(PKGDATADIR)/kvreplay_prices.json $(UNITDIR)/tierd.service $(SYSUSERSDIR)/kvtier.conf $(SYSCONFDIR)/kvtier/tierd.conf
 
 # kvtier.pc's paths follow ${prefix} where they lie under it (pkg-config
 # --define-variable=prefix=... then moves them all)
@@ -398,17 +402,19 @@ SUBST = sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@PREFIX@|$(PREFIX)|g' \
             -e 's|@LIBDIR@|$(call pc_path,$(LIBDIR))|g' \
             -e 's|@INCLUDEDIR@|$(call pc_path,$(INCLUDEDIR))|g' \
             -e 's|@LIBS_PRIVATE@|$(strip $(CUDA_AR_LIBS))|g' \
-            -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g'
+            -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+            -e 's|@PKGDATADIR@|$(PKGDATADIR)|g'
 INSTALL_SRC := $(addprefix build/,tierd $(INSTALL_TOOLS) $(INSTALL_LIBS)) \
                client/kvtier.h kernels/kv_layout.h $(wildcard man/*.[18]) \
-               dist/kvtier.pc.in dist/tierd.service.in dist/kvtier.sysusers dist/tierd.conf
+               tools/kvreplay_prices.json dist/kvtier.pc.in dist/tierd.service.in \
+               dist/kvtier.sysusers dist/tierd.conf
 
 # $(1): the root to install under (DESTDIR, or build/destdir for the tests)
 define install_to
 	@$(if $(Q),echo "  INSTALL $(if $(1),$(1) )$(PREFIX)")
 	$(Q)install -d $(addprefix $(1),$(SBINDIR) $(BINDIR) $(LIBDIR) $(INCLUDEDIR) \
-		$(PKGCONFIGDIR) $(MANDIR)/man1 $(MANDIR)/man8 $(UNITDIR) $(SYSUSERSDIR) \
-		$(SYSCONFDIR)/kvtier)
+		$(PKGCONFIGDIR) $(MANDIR)/man1 $(MANDIR)/man8 $(PKGDATADIR) $(UNITDIR) \
+		$(SYSUSERSDIR) $(SYSCONFDIR)/kvtier)
 	$(Q)install -m 755 build/tierd $(1)$(SBINDIR)/
 	$(Q)install -m 755 $(addprefix build/,$(INSTALL_TOOLS)) $(1)$(BINDIR)/
 	$(Q)install -m 644 build/libkvtier.so.$(VERSION) build/libkvtier.a $(1)$(LIBDIR)/
@@ -418,6 +424,7 @@ define install_to
 	$(Q)$(SUBST) dist/kvtier.pc.in >$(1)$(PKGCONFIGDIR)/kvtier.pc
 	$(Q)$(SUBST) man/tierd.8 >$(1)$(MANDIR)/man8/tierd.8
 	$(Q)for m in $(INSTALL_MAN1); do $(SUBST) man/$$m >$(1)$(MANDIR)/man1/$$m || exit; done
+	$(Q)install -m 644 tools/kvreplay_prices.json $(1)$(PKGDATADIR)/
 	$(Q)$(SUBST) dist/tierd.service.in >$(1)$(UNITDIR)/tierd.service
 	$(Q)install -m 644 dist/kvtier.sysusers $(1)$(SYSUSERSDIR)/kvtier.conf
 	$(Q)chmod 644 $(addprefix $(1),$(PKGCONFIGDIR)/kvtier.pc $(MANDIR)/man8/tierd.8 \

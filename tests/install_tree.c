@@ -6,7 +6,8 @@
  * built outside the tree with nothing but pkg-config's flags for kvtier
  * (tests/install/put_get.c) puts and gets through the installed tierd,
  * every byte checked, linked to libkvtier.so and, with --static, to
- * libkvtier.a; and systemd-analyze verify accepts the installed unit.
+ * libkvtier.a; the installed kvreplay finds its presets; and
+ * systemd-analyze verify accepts the installed unit.
  */
 #include <criterion/criterion.h>
 #include <limits.h>
@@ -174,6 +175,22 @@ Test(install, libkvtier_a_links_statically_with_what_pkg_config_static_prints)
     run_against_installed_tierd("env -u LD_LIBRARY_PATH", prog, "static");
     snprintf(cmd, sizeof(cmd), "rm -r '%s'", dir);
     free(t_sh_ok(cmd));
+}
+
+/* kvreplay --preset without --prices reads the presets make install put
+ * beside it (share/kvtier/, from bin/), not the tree's. */
+Test(install, the_installed_kvreplay_reads_its_presets)
+{
+    char bin[PATH_MAX], cmd[2 * PATH_MAX];
+    char *out;
+    int rc;
+
+    installed("/bin/kvreplay", bin, sizeof(bin));
+    snprintf(cmd, sizeof(cmd), "'%s%s' --hits 1e9 --misses 3e9 --preset api-1-10 2>&1", root(),
+             bin);
+    rc = t_sh(cmd, &out);
+    cr_expect(rc == 0 && strstr(out, "prices (api-1-10)"), "%s: exit %d:\n%s", cmd, rc, out);
+    free(out);
 }
 
 Test(install, systemd_analyze_verify_accepts_the_unit)

@@ -316,10 +316,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
 
 /* ---- prices ------------------------------------------------------------------ */
 
-/* The bundled presets beside the binary (build/kvreplay ->
- * tools/kvreplay_prices.json), for --preset without --prices. */
+/* The bundled presets, for --preset without --prices, found from the
+ * binary's folder: the tree's (build/kvreplay -> tools/), else the installed
+ * one (bin/kvreplay -> share/kvtier/, as make install and the package put it). */
 static const char *bundled_prices(char *buf, size_t cap)
 {
+    static const char *const rel[] = { "tools", "share/kvtier" };
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     char *slash;
@@ -330,7 +332,11 @@ static const char *bundled_prices(char *buf, size_t cap)
     slash = strrchr(exe, '/');
     if (slash)
         *slash = '\0';
-    snprintf(buf, cap, "%s/../tools/kvreplay_prices.json", exe);
+    for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+        snprintf(buf, cap, "%s/../%s/kvreplay_prices.json", exe, rel[i]);
+        if (access(buf, F_OK) == 0)
+            break;
+    }
     return buf;
 }
 
