@@ -409,8 +409,19 @@ INSTALL_SRC := $(addprefix build/,tierd $(INSTALL_TOOLS) $(INSTALL_LIBS)) \
                tools/kvreplay_prices.json dist/kvtier.pc.in dist/tierd.service.in \
                dist/kvtier.sysusers dist/tierd.conf
 
+# make splits its lists at whitespace, so a blank in PREFIX, a folder or the root
+# (DESTDIR) would make install write, and uninstall remove, paths outside them:
+# both stop first. $(1): the root.
+INSTALL_DIR_VARS := PREFIX BINDIR SBINDIR LIBDIR INCLUDEDIR PKGCONFIGDIR MANDIR SYSCONFDIR \
+                    UNITDIR SYSUSERSDIR
+no_blank = $(if $(subst $(strip $(2)),,$(2))$(word 2,$(2)),$(error $(1)='$(2)' holds \
+           whitespace: make install and uninstall take no such path))
+check_paths = $(foreach v,$(INSTALL_DIR_VARS),$(call no_blank,$(v),$($(v))))$(call \
+              no_blank,DESTDIR (the root),$(1))
+
 # $(1): the root to install under (DESTDIR, or build/destdir for the tests)
 define install_to
+	$(call check_paths,$(1))
 	@$(if $(Q),echo "  INSTALL $(if $(1),$(1) )$(PREFIX)")
 	$(Q)install -d $(addprefix $(1),$(SBINDIR) $(BINDIR) $(LIBDIR) $(INCLUDEDIR) \
 		$(PKGCONFIGDIR) $(MANDIR)/man1 $(MANDIR)/man8 $(PKGDATADIR) $(UNITDIR) \
@@ -442,6 +453,7 @@ install: $(INSTALL_SRC)
 	      "systemctl daemon-reload; systemctl enable --now tierd"
 
 uninstall:
+	$(call check_paths,$(DESTDIR))
 	$(Q)if cmp -s dist/tierd.conf $(DESTDIR)$(SYSCONFDIR)/kvtier/tierd.conf; then \
 		rm -f $(DESTDIR)$(SYSCONFDIR)/kvtier/tierd.conf; \
 		rmdir $(DESTDIR)$(SYSCONFDIR)/kvtier 2>/dev/null || true; \

@@ -25,6 +25,17 @@ static const char *src(void)
     return s && *s ? s : ".";
 }
 
+/* Run make in the checkout with args (-s: only what goes wrong), as from a
+ * shell (none of the make that runs the tests' flags); its output into out. */
+static int make_in_tree(const char *args, char **out)
+{
+    char cmd[4 * PATH_MAX];
+
+    snprintf(cmd, sizeof(cmd),
+             "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C '%s' %s 2>&1", src(), args);
+    return t_sh(cmd, out);
+}
+
 /* The install root: build/destdir of the checkout. */
 static const char *root(void)
 {
@@ -173,6 +184,36 @@ Test(install, libkvtier_a_links_statically_with_what_pkg_config_static_prints)
     cr_expect_str_eq(out, "0\n", "%s: expected a static program (no INTERP)", prog);
     free(out);
     run_against_installed_tierd("env -u LD_LIBRARY_PATH", prog, "static");
+    snprintf(cmd, sizeof(cmd), "rm -r '%s'", dir);
+    free(t_sh_ok(cmd));
+}
+
+/* A blank in DESTDIR or PREFIX would split each path make install writes
+ * (and make uninstall removes) in two: both refuse, and touch nothing. */
+Test(install, install_and_uninstall_refuse_a_path_with_whitespace)
+{
+    static const char *const cases[] = {
+        "install DESTDIR='%1$s/a %1$s/b'",
+        "install DESTDIR='%1$s/d' PREFIX='/usr %1$s/b'",
+        "uninstall DESTDIR='%1$s/a %1$s/b'",
+    };
+    char dir[] = "/tmp/kvt-blank-XXXXXX", args[PATH_MAX * 3], cmd[PATH_MAX + 64];
+    char *out, *left;
+
+    cr_assert_not_null(mkdtemp(dir));
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        /* a/: a file that must stay (uninstall would remove it) */
+        snprintf(cmd, sizeof(cmd), "cd '%s' && echo keep >a", dir);
+        free(t_sh_ok(cmd));
+        snprintf(args, sizeof(args), cases[i], dir);
+        cr_expect_neq(make_in_tree(args, &out), 0, "make %s: succeeded:\n%s", args, out);
+        cr_expect(strstr(out, "holds whitespace"), "make %s said:\n%s", args, out);
+        free(out);
+        snprintf(cmd, sizeof(cmd), "cd '%s' && find . -mindepth 1 ! -name a; cat a", dir);
+        left = t_sh_ok(cmd);
+        cr_expect_str_eq(left, "keep\n", "make %s: wrote or removed in %s:\n%s", args, dir, left);
+        free(left);
+    }
     snprintf(cmd, sizeof(cmd), "rm -r '%s'", dir);
     free(t_sh_ok(cmd));
 }
