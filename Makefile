@@ -380,8 +380,10 @@ MANDIR       ?= $(PREFIX)/share/man
 # kvreplay's presets: kvreplay finds them from its own folder (BINDIR/../share/kvtier),
 # so this one follows PREFIX only
 PKGDATADIR   := $(PREFIX)/share/kvtier
-# the sample config where tierd.service reads it, whatever PREFIX
-SYSCONFDIR   ?= /etc
+# the sample config, which tierd.service reads: $(PREFIX)/etc, but /etc for PREFIX=/usr
+# (a distribution's, as in the packages). Why: all that make install writes then lies
+# under PREFIX (PREFIX=~/.local needs no root), as autoconf's sysconfdir does.
+SYSCONFDIR   ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
 UNITDIR      ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR  ?= $(PREFIX)/lib/sysusers.d
 

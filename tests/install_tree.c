@@ -218,6 +218,32 @@ Test(install, install_and_uninstall_refuse_a_path_with_whitespace)
     free(t_sh_ok(cmd));
 }
 
+/* With a PREFIX of one's own (not /usr), make install writes nothing outside
+ * it, the sample config (SYSCONFDIR) included, and the unit reads that config. */
+Test(install, all_that_make_install_writes_lies_under_prefix)
+{
+    char dir[] = "/tmp/kvt-prefix-XXXXXX", args[2 * PATH_MAX], cmd[3 * PATH_MAX];
+    char *out;
+
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(args, sizeof(args), "install DESTDIR='%s' PREFIX=/opt/kvt", dir);
+    cr_assert_eq(make_in_tree(args, &out), 0, "make %s:\n%s", args, out);
+    free(out);
+    snprintf(cmd, sizeof(cmd), "cd '%s' && find . -mindepth 1 | grep -v -e '^\\./opt$' "
+             "-e '^\\./opt/kvt$' -e '^\\./opt/kvt/' || true", dir);
+    out = t_sh_ok(cmd);
+    cr_expect_str_empty(out, "make %s wrote outside PREFIX:\n%s", args, out);
+    free(out);
+    snprintf(cmd, sizeof(cmd), "cd '%s/opt/kvt' && test -f etc/kvtier/tierd.conf && "
+             "grep '^ExecStart=' lib/systemd/system/tierd.service", dir);
+    out = t_sh_ok(cmd);
+    cr_expect_str_eq(out, "ExecStart=/opt/kvt/sbin/tierd --config /opt/kvt/etc/kvtier/tierd.conf\n",
+                     "the unit of make %s:\n%s", args, out);
+    free(out);
+    snprintf(cmd, sizeof(cmd), "rm -r '%s'", dir);
+    free(t_sh_ok(cmd));
+}
+
 /* kvreplay --preset without --prices reads the presets make install put
  * beside it (share/kvtier/, from bin/), not the tree's. */
 Test(install, the_installed_kvreplay_reads_its_presets)
