@@ -3,7 +3,7 @@
  * man_pages.c - the man pages (man/) stay true to the programs: every long
  * option a page names is one the program's --help lists, and every option
  * --help lists has its page entry; and groff formats each page without a
- * warning.
+ * warning; and where --help lists exit codes, they are the page's.
  */
 #include <criterion/criterion.h>
 #include <limits.h>
@@ -33,10 +33,24 @@ static void check_page(const char *prog, const char *page)
     cr_expect(rc == 1 && !*diff,
               "%s --help and man/%s differ ('<': only in --help, '>': only in the page):\n%s",
               prog, page, diff);
+    free(diff);
+    /* the exit codes --help lists (after "exit status:", where it has one) and
+     * those of the page's EXIT STATUS section */
+    snprintf(cmd, sizeof(cmd),
+             "codes() { { grep -oE '\\<[0-9]+\\>' || true; } | sort -un; }; "
+             "d=$(mktemp -d) && { '%s' --help 2>&1 || true; } | sed -n '/^exit status:/,$p' | "
+             "codes >$d/h && sed -n '/^\\.SH EXIT STATUS/,/^\\.SH /{/^\\.SH/!p}' '%s' | "
+             "codes >$d/m && if [ -s $d/h ]; then diff $d/h $d/m | grep '^[<>]'; else false; fi; "
+             "rc=$?; rm -r $d; exit $rc",
+             bin, path);
+    rc = t_sh(cmd, &diff);
+    cr_expect(rc == 1 && !*diff,
+              "the exit codes of %s --help and of man/%s differ ('<': only in --help, '>': only "
+              "in the page):\n%s", prog, page, diff);
+    free(diff);
     snprintf(cmd, sizeof(cmd), "groff -man -ww -z -Tutf8 '%s' 2>&1", path);
     cr_assert_eq(t_sh(cmd, &warn), 0, "groff: %s", warn);
     cr_expect_str_empty(warn, "groff warns about man/%s:\n%s", page, warn);
-    free(diff);
     free(warn);
 }
 

@@ -116,6 +116,8 @@ Test(tierctl, dead_socket_and_bad_usage_get_clear_errors)
                      EX_UNAVAILABLE, "%s: %s", cmds[i], out);
         cr_assert(strstr(out, "cannot reach tierd at /nonexistent/tierd.sock"), "%s", out);
         cr_assert(strstr(out, "is tierd running?"), "%s", out);
+        /* how to start it, installed and in the tree */
+        cr_assert(strstr(out, "systemctl start tierd") && strstr(out, "make run"), "%s", out);
     }
     cr_assert_eq(tierctl(out, sizeof(out), (const char *[]){ "top", "--interval", "0", NULL }),
                  EX_USAGE);

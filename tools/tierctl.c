@@ -57,8 +57,9 @@ static const char usage_text[] =
     "      disk, e.g. after a model's weights changed under the same name.\n"
     "\n"
     "exit status: 0 ok, 64 usage, 65 bad input (token ids, key, namespace),\n"
-    "69 tierd unreachable, 70 request refused, 74 i/o error, 75 busy (retry),\n"
-    "76 protocol error.\n";
+    "69 tierd unreachable, 70 request refused, 71 out of memory, 74 i/o error,\n"
+    "75 busy (retry), 76 protocol error, 77 tierd does not admit this user (no\n"
+    "tenant of its config names the uid or primary gid).\n";
 
 static int usage(void)
 {
@@ -400,8 +401,9 @@ static int unreachable(const char *path, int err)
         return EX_PROTOCOL;
     if (err == -EACCES || err == -EPERM)
         return EX_NOPERM;
-    fprintf(stderr, "tierctl: is tierd running? Start it with `make run` (socket "
-                    "var/tierd.sock) or `tierd --socket %s`\n", path);
+    fprintf(stderr, "tierctl: is tierd running? Start it with `systemctl start tierd` "
+                    "(installed), `make run` (in the tree: socket var/tierd.sock) or "
+                    "`tierd --socket %s`\n", path);
     return EX_UNAVAILABLE;
 }
 
