@@ -366,7 +366,7 @@ endif
 #     $(SYSCONFDIR)/kvtier/tierd.conf (never over one that is there).
 #     Any directory below can be set on its own (the Debian build does: debian/rules).
 #   make uninstall [PREFIX=...] [DESTDIR=]  removes those files (the config only while
-#     it is still the sample)
+#     it is still the sample), then the folders make install made (DIRS_MADE) once empty
 #   make test installs into build/destdir (test-install) and tests what is there
 #     (install/*: a program built with nothing but pkg-config against the installed tierd,
 #     statically too; systemd-analyze verify of the unit; the files are INSTALLED's).
@@ -395,7 +395,15 @@ INSTALLED = $(SBINDIR)/tierd $(addprefix $(BINDIR)/,$(INSTALL_TOOLS)) \
             $(addprefix $(LIBDIR)/,$(INSTALL_LIBS)) \
             $(addprefix $(INCLUDEDIR)/,kvtier.h kv_layout.h) $(PKGCONFIGDIR)/kvtier.pc \
             $(MANDIR)/man8/tierd.8 $(addprefix $(MANDIR)/man1/,$(INSTALL_MAN1)) \
-            $(PKGDATADIR)/kvreplay_prices.json $(UNITDIR)/tierd.service $(SYSUSERSDIR)/kvtier.conf $(SYSCONFDIR)/kvtier/tierd.conf
+            $(PKGDATADIR)/kvreplay_prices.json $(DIRS_MADE) $(UNITDIR)/tierd.service \
+            $(SYSUSERSDIR)/kvtier.conf $(SYSCONFDIR)/kvtier/tierd.conf
+# the folders make install puts files in; and the list of those of them, and of their
+# parents, that were not there before some make install made them (below the root, one a
+# line), which make uninstall removes when they are empty: a folder that was there, as
+# /usr/lib is, stays (the Debian build leaves the list out: debian/not-installed)
+INSTALL_DIRS = $(SBINDIR) $(BINDIR) $(LIBDIR) $(INCLUDEDIR) $(PKGCONFIGDIR) $(MANDIR)/man1 \
+               $(MANDIR)/man8 $(PKGDATADIR) $(UNITDIR) $(SYSUSERSDIR) $(SYSCONFDIR)/kvtier
+DIRS_MADE    = $(PKGDATADIR)/dirs-made-by-install
 
 # kvtier.pc's paths follow ${prefix} where they lie under it (pkg-config
 # --define-variable=prefix=... then moves them all)
@@ -425,9 +433,13 @@ check_paths = $(foreach v,$(INSTALL_DIR_VARS),$(call no_blank,$(v),$($(v))))$(ca
 define install_to
 	$(call check_paths,$(1))
 	@$(if $(Q),echo "  INSTALL $(if $(1),$(1) )$(PREFIX)")
-	$(Q)install -d $(addprefix $(1),$(SBINDIR) $(BINDIR) $(LIBDIR) $(INCLUDEDIR) \
-		$(PKGCONFIGDIR) $(MANDIR)/man1 $(MANDIR)/man8 $(PKGDATADIR) $(UNITDIR) \
-		$(SYSUSERSDIR) $(SYSCONFDIR)/kvtier)
+	$(Q)made=; for d in $(INSTALL_DIRS); do \
+		while [ -n "$$d" ] && [ ! -d "$(1)$$d" ]; do made="$$made $$d"; d=$${d%/*}; done; \
+	done; \
+	install -d $(addprefix $(1),$(INSTALL_DIRS)) && \
+	{ cat $(1)$(DIRS_MADE) 2>/dev/null; for d in $$made; do echo "$$d"; done; } | \
+		LC_ALL=C sort -u >$(1)$(DIRS_MADE).new && chmod 644 $(1)$(DIRS_MADE).new && \
+	mv $(1)$(DIRS_MADE).new $(1)$(DIRS_MADE)
 	$(Q)install -m 755 build/tierd $(1)$(SBINDIR)/
 	$(Q)install -m 755 $(addprefix build/,$(INSTALL_TOOLS)) $(1)$(BINDIR)/
 	$(Q)install -m 644 build/libkvtier.so.$(VERSION) build/libkvtier.a $(1)$(LIBDIR)/
@@ -458,10 +470,13 @@ uninstall:
 	$(call check_paths,$(DESTDIR))
 	$(Q)if cmp -s dist/tierd.conf $(DESTDIR)$(SYSCONFDIR)/kvtier/tierd.conf; then \
 		rm -f $(DESTDIR)$(SYSCONFDIR)/kvtier/tierd.conf; \
-		rmdir $(DESTDIR)$(SYSCONFDIR)/kvtier 2>/dev/null || true; \
 	elif [ -e $(DESTDIR)$(SYSCONFDIR)/kvtier/tierd.conf ]; then \
 		echo "uninstall: kept $(DESTDIR)$(SYSCONFDIR)/kvtier/tierd.conf (changed)"; fi
-	$(Q)rm -f $(addprefix $(DESTDIR),$(filter-out $(SYSCONFDIR)/%,$(INSTALLED)))
+	$(Q)made=$$(cat $(DESTDIR)$(DIRS_MADE) 2>/dev/null); \
+	rm -f $(addprefix $(DESTDIR),$(filter-out $(SYSCONFDIR)/%,$(INSTALLED))) && \
+	for d in $$(printf '%s\n' $$made $(SYSCONFDIR)/kvtier $(PKGDATADIR) | LC_ALL=C sort -ru); do \
+		[ ! -d $(DESTDIR)$$d ] || rmdir --ignore-fail-on-non-empty $(DESTDIR)$$d || exit; \
+	done
 	@echo "uninstall: done (the user kvtier and /var/lib/kvtier stay)"
 
 # The tests' install: build/destdir afresh, and the list of what make install

@@ -244,6 +244,47 @@ Test(install, all_that_make_install_writes_lies_under_prefix)
     free(t_sh_ok(cmd));
 }
 
+/* make uninstall removes what make install wrote, then the folders it made
+ * once they are empty: those that were there (here usr/local/lib and
+ * usr/local/share/man, as a system has them) stay, and so do the folders of
+ * a config that was changed. */
+Test(install, uninstall_leaves_only_the_folders_that_were_there)
+{
+    char dir[] = "/tmp/kvt-uninst-XXXXXX", args[2 * PATH_MAX], cmd[3 * PATH_MAX];
+    char *out;
+
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof(cmd), "mkdir -p '%s/usr/local/lib' '%s/usr/local/share/man'", dir, dir);
+    free(t_sh_ok(cmd));
+    for (int changed = 0; changed < 2; changed++) {
+        snprintf(args, sizeof(args), "install DESTDIR='%s'", dir);
+        cr_assert_eq(make_in_tree(args, &out), 0, "make %s:\n%s", args, out);
+        free(out);
+        if (changed) {
+            snprintf(cmd, sizeof(cmd), "echo '; mine' >>'%s/usr/local/etc/kvtier/tierd.conf'",
+                     dir);
+            free(t_sh_ok(cmd));
+        }
+        snprintf(args, sizeof(args), "uninstall DESTDIR='%s'", dir);
+        cr_assert_eq(make_in_tree(args, &out), 0, "make %s:\n%s", args, out);
+        free(out);
+        snprintf(cmd, sizeof(cmd), "cd '%s' && find . -mindepth 1 | LC_ALL=C sort | tr '\\n' ' '",
+                 dir);
+        out = t_sh_ok(cmd);
+        cr_expect_str_eq(out,
+                         changed ? "./usr ./usr/local ./usr/local/etc ./usr/local/etc/kvtier "
+                                   "./usr/local/etc/kvtier/tierd.conf ./usr/local/lib "
+                                   "./usr/local/share ./usr/local/share/man "
+                                 : "./usr ./usr/local ./usr/local/lib ./usr/local/share "
+                                   "./usr/local/share/man ",
+                         "after make install and uninstall%s, %s holds: %s",
+                         changed ? " (the config changed)" : "", dir, out);
+        free(out);
+    }
+    snprintf(cmd, sizeof(cmd), "rm -r '%s'", dir);
+    free(t_sh_ok(cmd));
+}
+
 /* kvreplay --preset without --prices reads the presets make install put
  * beside it (share/kvtier/, from bin/), not the tree's. */
 Test(install, the_installed_kvreplay_reads_its_presets)
