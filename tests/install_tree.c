@@ -11,6 +11,7 @@
  */
 #include <criterion/criterion.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,40 @@ static int make_in_tree(const char *args, char **out)
     snprintf(cmd, sizeof(cmd),
              "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C '%s' %s 2>&1", src(), args);
     return t_sh(cmd, out);
+}
+
+/* make_in_tree with the arguments fmt formats, which must succeed. */
+__attribute__((format(printf, 1, 2))) static void make_in_tree_ok(const char *fmt, ...)
+{
+    char args[3 * PATH_MAX];
+    char *out;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof(args), fmt, ap);
+    va_end(ap);
+    cr_assert_eq(make_in_tree(args, &out), 0, "make %s:\n%s", args, out);
+    free(out);
+}
+
+/* Remove the temporary folder dir and all below it. */
+static void rm_tree(const char *dir)
+{
+    free(t_sh_okf("rm -r '%s'", dir));
+}
+
+/* The temporary folder of a test that has one (.init = tmp_make, .fini =
+ * tmp_remove): made before it, removed after it, passed or failed. */
+static char tmp[] = "/tmp/kvt-install-XXXXXX";
+
+static void tmp_make(void)
+{
+    cr_assert_not_null(mkdtemp(tmp), "mkdtemp %s", tmp);
+}
+
+static void tmp_remove(void)
+{
+    rm_tree(tmp);
 }
 
 /* The install root: build/destdir of the checkout. */
@@ -166,8 +201,7 @@ Test(install, a_program_built_with_pkg_config_puts_and_gets_through_the_installe
     free(out);
     snprintf(env, sizeof(env), "LD_LIBRARY_PATH='%s'", libdir);
     run_against_installed_tierd(env, prog, "dynamic");
-    snprintf(cmd, sizeof(cmd), "rm -r '%s'", dir);
-    free(t_sh_ok(cmd));
+    rm_tree(dir);
 }
 
 Test(install, libkvtier_a_links_statically_with_what_pkg_config_static_prints)
@@ -184,93 +218,73 @@ Test(install, libkvtier_a_links_statically_with_what_pkg_config_static_prints)
     cr_expect_str_eq(out, "0\n", "%s: expected a static program (no INTERP)", prog);
     free(out);
     run_against_installed_tierd("env -u LD_LIBRARY_PATH", prog, "static");
-    snprintf(cmd, sizeof(cmd), "rm -r '%s'", dir);
-    free(t_sh_ok(cmd));
+    rm_tree(dir);
 }
 
 /* A blank in DESTDIR or PREFIX would split each path make install writes
  * (and make uninstall removes) in two: both refuse, and touch nothing. */
-Test(install, install_and_uninstall_refuse_a_path_with_whitespace)
+Test(install, install_and_uninstall_refuse_a_path_with_whitespace, .init = tmp_make,
+     .fini = tmp_remove)
 {
     static const char *const cases[] = {
         "install DESTDIR='%1$s/a %1$s/b'",
         "install DESTDIR='%1$s/d' PREFIX='/usr %1$s/b'",
         "uninstall DESTDIR='%1$s/a %1$s/b'",
     };
-    char dir[] = "/tmp/kvt-blank-XXXXXX", args[PATH_MAX * 3], cmd[PATH_MAX + 64];
+    const char *dir = tmp;
+    char args[PATH_MAX * 3];
     char *out, *left;
 
-    cr_assert_not_null(mkdtemp(dir));
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         /* a/: a file that must stay (uninstall would remove it) */
-        snprintf(cmd, sizeof(cmd), "cd '%s' && echo keep >a", dir);
-        free(t_sh_ok(cmd));
+        free(t_sh_okf("cd '%s' && echo keep >a", dir));
         snprintf(args, sizeof(args), cases[i], dir);
         cr_expect_neq(make_in_tree(args, &out), 0, "make %s: succeeded:\n%s", args, out);
         cr_expect(strstr(out, "holds whitespace"), "make %s said:\n%s", args, out);
         free(out);
-        snprintf(cmd, sizeof(cmd), "cd '%s' && find . -mindepth 1 ! -name a; cat a", dir);
-        left = t_sh_ok(cmd);
+        left = t_sh_okf("cd '%s' && find . -mindepth 1 ! -name a; cat a", dir);
         cr_expect_str_eq(left, "keep\n", "make %s: wrote or removed in %s:\n%s", args, dir, left);
         free(left);
     }
-    snprintf(cmd, sizeof(cmd), "rm -r '%s'", dir);
-    free(t_sh_ok(cmd));
 }
 
 /* With a PREFIX of one's own (not /usr), make install writes nothing outside
  * it, the sample config (SYSCONFDIR) included, and the unit reads that config. */
-Test(install, all_that_make_install_writes_lies_under_prefix)
+Test(install, all_that_make_install_writes_lies_under_prefix, .init = tmp_make,
+     .fini = tmp_remove)
 {
-    char dir[] = "/tmp/kvt-prefix-XXXXXX", args[2 * PATH_MAX], cmd[3 * PATH_MAX];
+    const char *dir = tmp;
     char *out;
 
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(args, sizeof(args), "install DESTDIR='%s' PREFIX=/opt/kvt", dir);
-    cr_assert_eq(make_in_tree(args, &out), 0, "make %s:\n%s", args, out);
+    make_in_tree_ok("install DESTDIR='%s' PREFIX=/opt/kvt", dir);
+    out = t_sh_okf("cd '%s' && find . -mindepth 1 | grep -v -e '^\\./opt$' -e '^\\./opt/kvt$' "
+                   "-e '^\\./opt/kvt/' || true", dir);
+    cr_expect_str_empty(out, "make install PREFIX=/opt/kvt wrote outside PREFIX:\n%s", out);
     free(out);
-    snprintf(cmd, sizeof(cmd), "cd '%s' && find . -mindepth 1 | grep -v -e '^\\./opt$' "
-             "-e '^\\./opt/kvt$' -e '^\\./opt/kvt/' || true", dir);
-    out = t_sh_ok(cmd);
-    cr_expect_str_empty(out, "make %s wrote outside PREFIX:\n%s", args, out);
-    free(out);
-    snprintf(cmd, sizeof(cmd), "cd '%s/opt/kvt' && test -f etc/kvtier/tierd.conf && "
-             "grep '^ExecStart=' lib/systemd/system/tierd.service", dir);
-    out = t_sh_ok(cmd);
+    out = t_sh_okf("cd '%s/opt/kvt' && test -f etc/kvtier/tierd.conf && "
+                   "grep '^ExecStart=' lib/systemd/system/tierd.service", dir);
     cr_expect_str_eq(out, "ExecStart=/opt/kvt/sbin/tierd --config /opt/kvt/etc/kvtier/tierd.conf\n",
-                     "the unit of make %s:\n%s", args, out);
+                     "the unit of make install PREFIX=/opt/kvt:\n%s", out);
     free(out);
-    snprintf(cmd, sizeof(cmd), "rm -r '%s'", dir);
-    free(t_sh_ok(cmd));
 }
 
 /* make uninstall removes what make install wrote, then the folders it made
  * once they are empty: those that were there (here usr/local/lib and
  * usr/local/share/man, as a system has them) stay, and so do the folders of
  * a config that was changed. */
-Test(install, uninstall_leaves_only_the_folders_that_were_there)
+Test(install, uninstall_leaves_only_the_folders_that_were_there, .init = tmp_make,
+     .fini = tmp_remove)
 {
-    char dir[] = "/tmp/kvt-uninst-XXXXXX", args[2 * PATH_MAX], cmd[3 * PATH_MAX];
+    const char *dir = tmp;
     char *out;
 
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(cmd, sizeof(cmd), "mkdir -p '%s/usr/local/lib' '%s/usr/local/share/man'", dir, dir);
-    free(t_sh_ok(cmd));
+    free(t_sh_okf("mkdir -p '%s/usr/local/lib' '%s/usr/local/share/man'", dir, dir));
     for (int changed = 0; changed < 2; changed++) {
-        snprintf(args, sizeof(args), "install DESTDIR='%s'", dir);
-        cr_assert_eq(make_in_tree(args, &out), 0, "make %s:\n%s", args, out);
-        free(out);
-        if (changed) {
-            snprintf(cmd, sizeof(cmd), "echo '; mine' >>'%s/usr/local/etc/kvtier/tierd.conf'",
-                     dir);
-            free(t_sh_ok(cmd));
-        }
-        snprintf(args, sizeof(args), "uninstall DESTDIR='%s'", dir);
-        cr_assert_eq(make_in_tree(args, &out), 0, "make %s:\n%s", args, out);
-        free(out);
-        snprintf(cmd, sizeof(cmd), "cd '%s' && find . -mindepth 1 | LC_ALL=C sort | tr '\\n' ' '",
-                 dir);
-        out = t_sh_ok(cmd);
+        make_in_tree_ok("install DESTDIR='%s'", dir);
+        if (changed)
+            free(t_sh_okf("echo '; mine' >>'%s/usr/local/etc/kvtier/tierd.conf'", dir));
+        make_in_tree_ok("uninstall DESTDIR='%s'", dir);
+        out = t_sh_okf("cd '%s' && find . -mindepth 1 | LC_ALL=C sort | tr '\\n' ' '", dir);
         cr_expect_str_eq(out,
                          changed ? "./usr ./usr/local ./usr/local/etc ./usr/local/etc/kvtier "
                                    "./usr/local/etc/kvtier/tierd.conf ./usr/local/lib "
@@ -281,8 +295,6 @@ Test(install, uninstall_leaves_only_the_folders_that_were_there)
                          changed ? " (the config changed)" : "", dir, out);
         free(out);
     }
-    snprintf(cmd, sizeof(cmd), "rm -r '%s'", dir);
-    free(t_sh_ok(cmd));
 }
 
 /* kvreplay --preset without --prices reads the presets make install put
@@ -321,6 +333,5 @@ Test(install, systemd_analyze_verify_accepts_the_unit)
     rc = t_sh(cmd, &out);
     cr_expect(rc == 0 && !*out, "systemd-analyze verify %s: exit %d:\n%s", unit, rc, out);
     free(out);
-    snprintf(cmd, sizeof(cmd), "rm -r '%s'", dir);
-    free(t_sh_ok(cmd));
+    rm_tree(dir);
 }

@@ -27,18 +27,13 @@
  * how many. */
 static int declared(const char *dir, const char *incs)
 {
-    char cmd[4 * PATH_MAX];
-    char *n;
-    int count;
+    char *n = t_sh_okf("cd '%s' && printf '#include <kvtier.h>\\n#include <kv_layout.h>\\n' >h.c "
+                       "&& cc -std=gnu11 %s -fsyntax-only -aux-info h.aux h.c && "
+                       "sed -n -E 's@^/\\* [^ ]*/(kvtier|kv_layout)\\.h:[0-9]+:NC \\*/ .*[ *]"
+                       "([A-Za-z_0-9]+) \\(.*@\\2@p' h.aux | LC_ALL=C sort -u >decl && "
+                       "wc -l <decl", dir, incs);
+    int count = atoi(n);
 
-    snprintf(cmd, sizeof(cmd),
-             "cd '%s' && printf '#include <kvtier.h>\\n#include <kv_layout.h>\\n' >h.c && "
-             "cc -std=gnu11 %s -fsyntax-only -aux-info h.aux h.c && "
-             "sed -n -E 's@^/\\* [^ ]*/(kvtier|kv_layout)\\.h:[0-9]+:NC \\*/ .*[ *]"
-             "([A-Za-z_0-9]+) \\(.*@\\2@p' h.aux | LC_ALL=C sort -u >decl && wc -l <decl",
-             dir, incs);
-    n = t_sh_ok(cmd);
-    count = atoi(n);
     free(n);
     return count;
 }

@@ -12,42 +12,48 @@
 
 #include "t.h"
 
-/* Compare the long options of prog's --help with those of man/page. */
+/* Compare what pick (a shell pipeline from its input to a sorted list)
+ * finds in bin's --help, from where help_cut (a pipeline) starts it, and in
+ * the page at path through page_cut; where optional, only when --help has
+ * some. what: what they are, for the message. */
+static void expect_same(const char *bin, const char *path, const char *pick,
+                        const char *help_cut, const char *page_cut, int optional,
+                        const char *what)
+{
+    char cmd[4 * PATH_MAX];
+    char *diff;
+    int rc;
+
+    /* '<' lines: in --help only; '>' lines: in the page only */
+    snprintf(cmd, sizeof(cmd),
+             "pick() { %s; }; d=$(mktemp -d) && { '%s' --help 2>&1 || true; } | %s | pick >$d/h "
+             "&& %s '%s' | pick >$d/m && if [ %d = 0 ] || [ -s $d/h ]; then diff $d/h $d/m | "
+             "grep '^[<>]'; else false; fi; rc=$?; rm -r $d; exit $rc",
+             pick, bin, help_cut, page_cut, path, optional);
+    rc = t_sh(cmd, &diff);
+    cr_expect(rc == 1 && !*diff,
+              "%s of %s --help and of %s differ ('<': only in --help, '>': only in the "
+              "page):\n%s", what, bin, path, diff);
+    free(diff);
+}
+
+/* Compare the long options and the exit codes of prog's --help with those
+ * of man/page; groff formats the page without a warning. */
 static void check_page(const char *prog, const char *page)
 {
     const char *src = getenv("KVT_TEST_SRC");
-    char cmd[4 * PATH_MAX], bin[PATH_MAX], path[PATH_MAX];
-    char *diff, *warn;
-    int rc;
+    char cmd[2 * PATH_MAX], bin[PATH_MAX], path[PATH_MAX];
+    char *warn;
 
     snprintf(path, sizeof(path), "%s/man/%s", src ? src : ".", page);
     t_bin(prog, bin, sizeof(bin));
-    /* '<' lines: in --help only; '>' lines: in the page only (roff writes \-\-) */
-    snprintf(cmd, sizeof(cmd),
-             "opts() { grep -oE -- '--[a-z][a-z0-9-]*' | grep -vx -- --help | sort -u; }; "
-             "d=$(mktemp -d) && { '%s' --help 2>&1 || true; } | opts >$d/h && "
-             "sed 's/\\\\-/-/g' '%s' | opts >$d/m && diff $d/h $d/m | grep '^[<>]'; "
-             "rc=$?; rm -r $d; exit $rc",
-             bin, path);
-    rc = t_sh(cmd, &diff);
-    cr_expect(rc == 1 && !*diff,
-              "%s --help and man/%s differ ('<': only in --help, '>': only in the page):\n%s",
-              prog, page, diff);
-    free(diff);
-    /* the exit codes --help lists (after "exit status:", where it has one) and
-     * those of the page's EXIT STATUS section */
-    snprintf(cmd, sizeof(cmd),
-             "codes() { { grep -oE '\\<[0-9]+\\>' || true; } | sort -un; }; "
-             "d=$(mktemp -d) && { '%s' --help 2>&1 || true; } | sed -n '/^exit status:/,$p' | "
-             "codes >$d/h && sed -n '/^\\.SH EXIT STATUS/,/^\\.SH /{/^\\.SH/!p}' '%s' | "
-             "codes >$d/m && if [ -s $d/h ]; then diff $d/h $d/m | grep '^[<>]'; else false; fi; "
-             "rc=$?; rm -r $d; exit $rc",
-             bin, path);
-    rc = t_sh(cmd, &diff);
-    cr_expect(rc == 1 && !*diff,
-              "the exit codes of %s --help and of man/%s differ ('<': only in --help, '>': only "
-              "in the page):\n%s", prog, page, diff);
-    free(diff);
+    /* roff writes \-\- */
+    expect_same(bin, path, "grep -oE -- '--[a-z][a-z0-9-]*' | grep -vx -- --help | sort -u",
+                "cat", "sed 's/\\\\-/-/g'", 0, "the long options");
+    /* those after "exit status:", where --help has it, and the EXIT STATUS section's */
+    expect_same(bin, path, "{ grep -oE '\\<[0-9]+\\>' || true; } | sort -un",
+                "sed -n '/^exit status:/,$p'",
+                "sed -n '/^\\.SH EXIT STATUS/,/^\\.SH /{/^\\.SH/!p}'", 1, "the exit codes");
     snprintf(cmd, sizeof(cmd), "groff -man -ww -z -Tutf8 '%s' 2>&1", path);
     cr_assert_eq(t_sh(cmd, &warn), 0, "groff: %s", warn);
     cr_expect_str_empty(warn, "groff warns about man/%s:\n%s", page, warn);

@@ -8,6 +8,7 @@
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +98,21 @@ char *t_sh_ok(const char *cmd)
     int rc = t_sh(cmd, &out);
 
     cr_assert_eq(rc, 0, "%s: exit %d:\n%s", cmd, rc, out);
+    return out;
+}
+
+char *t_sh_okf(const char *fmt, ...)
+{
+    char *cmd, *out;
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vasprintf(&cmd, fmt, ap);
+    va_end(ap);
+    cr_assert_geq(n, 0, "vasprintf: %s", strerror(errno));
+    out = t_sh_ok(cmd);
+    free(cmd);
     return out;
 }
 

@@ -52,6 +52,8 @@ int t_sh(const char *cmd, char **out);
 /* t_sh of a command that must succeed (else the test fails, showing its
  * output): the output (malloc'd). */
 char *t_sh_ok(const char *cmd);
+/* t_sh_ok of the command fmt formats (printf). */
+__attribute__((format(printf, 1, 2))) char *t_sh_okf(const char *fmt, ...);
 
 /* Run tierd (under memcheck when the suite is) in folder dir (its socket
  * and data there) with extra args (NULL-terminated; later options win)
