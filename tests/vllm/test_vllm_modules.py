@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 """kvtier against vLLM's own modules, without a forward pass: vLLM's block
-hashes as kvtier keys, the connector's start checks, its scheduler side on
-vLLM Request objects and its worker side on a KV cache shaped as vLLM's CPU
-backend makes it."""
+hashes as kvtier keys (under PYTHONHASHSEED and under vLLM's default seed),
+the connector's start checks, its scheduler side on vLLM Request objects
+and its worker side on a KV cache shaped as vLLM's CPU backend makes it."""
+import logging
 import random
 from types import SimpleNamespace
 
@@ -104,14 +105,74 @@ def fake_kv_cache_config(layers=2, heads=2, head=32, dtype=torch.float32):
     return SimpleNamespace(kv_cache_groups=[group])
 
 
-def test_refuses_other_hash_algo_and_missing_seed(tierd, monkeypatch):
+def test_refuses_other_hash_algo_and_a_random_seed(tierd, monkeypatch):
     kcc = fake_kv_cache_config()
     with pytest.raises(vc.KvtierConfigError, match="sha256_cbor"):
         vc.KvtierConnector(fake_config(tierd.sock, algo="sha256"), KVConnectorRole.SCHEDULER,
                            kcc)
+    # a vLLM without a default seed (before 0.32) hashes with a random one
+    # when PYTHONHASHSEED is unset
     monkeypatch.delenv("PYTHONHASHSEED")
+    monkeypatch.delattr(kcu, "DEFAULT_NONE_HASH_SEED")
     with pytest.raises(vc.KvtierConfigError, match="PYTHONHASHSEED"):
         vc.KvtierConnector(fake_config(tierd.sock), KVConnectorRole.SCHEDULER, kcc)
+
+
+@pytest.fixture
+def kvtier_log():
+    """The connector's log messages (its logger is vLLM's "vllm.kvtier")."""
+    lines = []
+    h = logging.Handler()
+    h.emit = lambda rec: lines.append(rec.getMessage())
+    lg = logging.getLogger("vllm.kvtier")
+    level = lg.level
+    lg.setLevel(logging.INFO)     # what vLLM shows; under pytest "vllm" may be quieter
+    lg.addHandler(h)
+    yield lines
+    lg.removeHandler(h)
+    lg.setLevel(level)
+
+
+@pytest.fixture
+def default_seed():
+    """vLLM as it runs without PYTHONHASHSEED: NONE_HASH from its default seed."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("PYTHONHASHSEED")
+        kcu.init_none_hash(sha256_cbor)
+        yield mp
+    kcu.init_none_hash(sha256_cbor)      # PYTHONHASHSEED=0 again
+
+
+def test_default_seed_without_pythonhashseed(tierd, default_seed, kvtier_log):
+    """PYTHONHASHSEED unset (issue 16): vLLM 0.32 seeds NONE_HASH with
+    "vllm-none-hash"; the connector starts, logs that seed, and vLLM's block
+    hashes are kvt_hash_prompt's keys under it."""
+    assert kcu.DEFAULT_NONE_HASH_SEED == "vllm-none-hash"
+    assert bytes(kcu.NONE_HASH) == kvtier.none_hash("vllm-none-hash")
+    cfg, kcc = fake_config(tierd.sock), fake_kv_cache_config()
+    s = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
+    w = vc.KvtierConnector(cfg, KVConnectorRole.WORKER, kcc)
+    said = [m for m in kvtier_log if "seeded with 'vllm-none-hash' (vLLM's default)" in m]
+    assert len(said) == 2, "each side logs its seed; the log was %r" % kvtier_log
+    toks = prompt(3 * BS + 5, 31)
+    req = vllm_request(toks, "default-seed")
+    keys = [bytes(h) for h in req.block_hashes]
+    assert keys == kvtier.hash_prompt(toks, BS, seed="vllm-none-hash")
+    assert keys[0] != kvtier.hash_prompt(toks, BS, seed="0")[0]
+    # blocks a C engine put under that seed are vLLM's hits
+    w.register_kv_caches(cpu_cache(4))
+    w._ns.offload(kvtier.hash_prompt(toks, BS, seed="vllm-none-hash"), w._layout,
+                  [0, 1, 2])
+    assert s.get_num_new_matched_tokens(req, 0) == (3 * BS, False)
+    assert not [m for m in kvtier_log if "NONE_HASH" in m]
+    # a PYTHONHASHSEED that this vLLM did not hash with is said at the first lookup
+    default_seed.setenv("PYTHONHASHSEED", "1")
+    s1 = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
+    assert any("seeded with '1' (PYTHONHASHSEED)" in m for m in kvtier_log)
+    s1.get_num_new_matched_tokens(vllm_request(toks, "seed-1"), 0)
+    assert any("NONE_HASH is not that of seed '1'" in m for m in kvtier_log)
+    for c in (s, w, s1):
+        c.shutdown()
 
 
 def test_refuses_hybrid_models(tierd):

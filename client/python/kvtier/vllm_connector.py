@@ -8,7 +8,9 @@ Load it with vLLM's standard option:
         "kv_connector_extra_config": {"socket": "/run/kvtier/tierd.sock"}}'
 
 (the socket may instead come from $KVTIER_SOCKET), with
---prefix-caching-hash-algo sha256_cbor and PYTHONHASHSEED set.
+--prefix-caching-hash-algo sha256_cbor. Block hashes are seeded with
+$PYTHONHASHSEED, or without it with vLLM's fixed default ("vllm-none-hash",
+vLLM 0.32 and later); the connector logs the seed it found.
 
 How vLLM's calls map onto kvtier:
   - keys: vLLM's own block hashes (request.block_hashes, sha256_cbor) are the
@@ -107,19 +109,46 @@ class _ReqState:
     pins: list = field(default_factory=list)  # the last lookup's pins, until a load takes them
 
 
+def hash_seed():
+    """The seed vLLM derives NONE_HASH (the parent of every prompt's first
+    block) from under sha256_cbor, which is kvt_hash_prompt's seed for its
+    keys, and where it came from: $PYTHONHASHSEED when set (even empty, as
+    vLLM reads it), else vLLM's fixed default ("vllm-none-hash" since vLLM
+    0.32). Earlier vLLM drew a random NONE_HASH per process then, which no
+    other instance shares: KvtierConfigError."""
+    seed = os.environ.get("PYTHONHASHSEED")
+    if seed is not None:
+        return seed, "PYTHONHASHSEED"
+    try:
+        from vllm.v1.core.kv_cache_utils import DEFAULT_NONE_HASH_SEED
+    except ImportError:
+        raise KvtierConfigError(
+            "kvtier: set PYTHONHASHSEED (e.g. PYTHONHASHSEED=0) in vLLM's environment: "
+            "without it this vLLM seeds the first block's hash at random, so no other "
+            "instance would find its blocks") from None
+    return DEFAULT_NONE_HASH_SEED, "vLLM's default"
+
+
 def check_vllm_config(vllm_config):
     """Refuse a configuration in which vLLM's block hashes are not kvtier keys
-    shared across processes. Raises KvtierConfigError with what to change."""
+    shared across processes. Returns hash_seed()'s (seed, origin); raises
+    KvtierConfigError with what to change."""
     algo = vllm_config.cache_config.prefix_caching_hash_algo
     if algo != "sha256_cbor":
         raise KvtierConfigError(
             "kvtier: vLLM's block hashes are kvtier keys only with "
             "--prefix-caching-hash-algo sha256_cbor (it is %r)" % algo)
-    if not os.environ.get("PYTHONHASHSEED"):
-        raise KvtierConfigError(
-            "kvtier: set PYTHONHASHSEED (e.g. PYTHONHASHSEED=0) in vLLM's environment: "
-            "it seeds the first block's hash, and every instance that shares kvtier "
-            "blocks (and tierctl hash --seed) must use the same value")
+    return hash_seed()
+
+
+def _vllm_none_hash():
+    """vLLM's NONE_HASH in this process (bytes), None before init_none_hash
+    has run or where vLLM keeps it elsewhere."""
+    try:
+        from vllm.v1.core import kv_cache_utils
+        return bytes(kv_cache_utils.NONE_HASH)
+    except (ImportError, AttributeError):
+        return None
 
 
 def _model_id(model_config):
@@ -315,7 +344,7 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
-        check_vllm_config(vllm_config)
+        self._seed, origin = check_vllm_config(vllm_config)
         if kv_cache_config is None:
             raise KvtierConfigError("kvtier: needs vLLM's kv_cache_config")
         extra = getattr(self._kv_transfer_config, "kv_connector_extra_config", None) or {}
@@ -341,6 +370,7 @@ class KvtierConnector(KVConnectorBase_V1):
             self._ns = [self._open(namespace_desc(vllm_config, kv_cache_config, r, p))
                         for p in range(pp_size) for r in range(tp_size)]
             self._reqs = {}
+            self._seed_checked = False
         else:
             rank, stage = _worker_ranks()
             self._pin_at = stage * tp_size + rank   # this worker's pin in a load's list
@@ -355,8 +385,9 @@ class KvtierConnector(KVConnectorBase_V1):
             self._layout = None
             self._stream_dev = None
             self._load_errors = set()
-        log.info("kvtier: %s connector on %s", role.name.lower(), self._socket
-                 or kvtier.default_socket())
+        log.info("kvtier: %s connector on %s; block hashes seeded with %r (%s)",
+                 role.name.lower(), self._socket or kvtier.default_socket(), self._seed,
+                 origin)
 
     def _open(self, d):
         return self._client.ns_open(d["model_id"], d["dtype"], d["layout"], d["block_tokens"],
@@ -373,7 +404,20 @@ class KvtierConnector(KVConnectorBase_V1):
                 except kvtier.KvtierError as e:
                     log.warning("kvtier: unpin failed (the pin expires): %s", e)
 
+    def _check_seed(self):
+        """Once, at the first lookup (vLLM sets NONE_HASH after making its
+        scheduler): say so if vLLM's NONE_HASH is not the seed's."""
+        self._seed_checked = True
+        nh = _vllm_none_hash()
+        if nh is not None and nh != kvtier.none_hash(self._seed):
+            log.warning("kvtier: vLLM's NONE_HASH is not that of seed %r: its block hashes "
+                        "are still the keys, but kvt_hash_prompt (tierctl hash) with that "
+                        "seed gives others, and other instances share these blocks only if "
+                        "they hash alike", self._seed)
+
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        if not self._seed_checked:
+            self._check_seed()
         keys = list(request.block_hashes)
         # vLLM computes at least the prompt's last token itself
         usable = min(len(keys), (request.num_tokens - 1) // self._block_size)
