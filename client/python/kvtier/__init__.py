@@ -1,29 +1,38 @@
 # SPDX-License-Identifier: MIT
 """kvtier from Python: a thin ctypes layer over libkvtier.so.
 
-No compiled extension: the library is found through $KVTIER_LIB, else the
-build/ folder of the checkout this package sits in, else the loader's search
-path (libkvtier.so.0). Every call maps one C call of client/kvtier.h; errors
-become KvtierError (a negative code and kvt_strerror's text). Data views are
-zero copy: put reservations and get leases hand out memoryviews straight
-into tierd's shared warm pool, valid until commit / abort / release, and
-never past Client.close(), which releases them (a use then raises).
+No compiled extension. The library is, in this order: $KVTIER_LIB (a path;
+one that does not load is an ImportError naming it), else an installed
+libkvtier.so.0 on the loader's search path (LD_LIBRARY_PATH, ld.so.cache:
+make install, the libkvtier0 package), else, run from a checkout, the
+build/ folder of the checkout this package sits in (make); lib_path says
+which was loaded. `pip install ./client/python` installs the package.
+
+Every call maps one C call of client/kvtier.h; errors become KvtierError (a
+negative code and kvt_strerror's text). Data views are zero copy: put
+reservations and get leases hand out memoryviews straight into tierd's
+shared warm pool, valid until commit / abort / release, and never past
+Client.close(), which releases them (a use then raises).
 
 Threads: libkvtier asks that one thread at a time use a client and its
 namespaces; here each Client holds a lock that every call through it takes,
 so a Client may be shared between threads (calls are then serialised).
 """
 import ctypes
-import ctypes.util
 import gc
 import os
 import threading
 import weakref
 
+# libkvtier's version (the Makefile's VERSION); its first number is the
+# library's soname, libkvtier.so.0. pyproject.toml reads it from here.
+__version__ = "0.1.0"
+
 __all__ = [
     "KEY_BYTES", "BATCH_MAX", "KvtierError", "Client", "Namespace", "Reservation",
     "Lease", "Layout", "ModelDesc", "hash_prompt", "none_hash", "default_socket",
     "model_from_config", "strerror", "TIER_NONE", "TIER_HOT", "TIER_WARM", "TIER_COLD",
+    "lib_path",
 ]
 
 KEY_BYTES = 32
@@ -151,19 +160,33 @@ class _ModelDesc(ctypes.Structure):
 
 # ---- the library ------------------------------------------------------------
 
-def _find_lib():
+SONAME = "libkvtier.so.%s" % __version__.split(".")[0]
+
+
+def _load_lib():
+    """(the loaded libkvtier, the path or name it was loaded by)."""
     env = os.environ.get("KVTIER_LIB")
     if env:
-        return env
+        try:
+            return ctypes.CDLL(env), env
+        except OSError as e:
+            raise ImportError("kvtier: KVTIER_LIB=%s does not load: %s" % (env, e)) from None
+    tried = []
+    try:
+        return ctypes.CDLL(SONAME), SONAME     # installed: the loader's search path
+    except OSError as e:
+        tried.append(str(e))
+    # client/python/kvtier/ in a checkout -> its build/
     here = os.path.dirname(os.path.abspath(__file__))
-    # client/python/kvtier/ -> the checkout's build/
-    built = os.path.join(here, "..", "..", "..", "build", "libkvtier.so")
+    built = os.path.normpath(os.path.join(here, "..", "..", "..", "build", SONAME))
     if os.path.exists(built):
-        return os.path.normpath(built)
-    return ctypes.util.find_library("kvtier") or "libkvtier.so.0"
+        return ctypes.CDLL(built), built
+    raise ImportError("kvtier: libkvtier not found: set KVTIER_LIB to its path, install it "
+                      "(make install; the libkvtier0 package) or build it (make) in this "
+                      "checkout (%s: %s; %s: no such file)" % (SONAME, tried[0], built))
 
 
-_lib = ctypes.CDLL(_find_lib())
+_lib, lib_path = _load_lib()
 _P = ctypes.POINTER
 _c_int, _c_uint, _sz, _vp = ctypes.c_int, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p
 _KP = _P(_Key)
