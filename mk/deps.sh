@@ -12,8 +12,8 @@ pkgs="build-essential pkg-config libssl-dev liburing-dev liblmdb-dev libxxhash-d
 case "$level" in
 # redis-server + redis-tools (redis-cli): the remote tier's tests start a 3-master cluster;
 # systemd (systemd-analyze verify of tierd.service), man-db and groff-base: the install
-# and man page tests
-test|bench) pkgs="$pkgs libcriterion-dev python3 python3-cbor2 python3-pytest python3-numpy python3-venv valgrind prometheus redis-server redis-tools systemd man-db groff-base" ;;
+# and man page tests; python3-pip (with setuptools and wheel): tests/python's pip install
+test|bench) pkgs="$pkgs libcriterion-dev python3 python3-cbor2 python3-pytest python3-numpy python3-venv python3-pip valgrind prometheus redis-server redis-tools systemd man-db groff-base" ;;
 esac
 case "$level" in
 # dpkg-buildpackage, dh, dh_python3, lintian (debian/control's Build-Depends: the build level)
