@@ -6,6 +6,7 @@ checkout's build/); KVT_TEST_ATTACH=<socket> uses a tierd already running.
 """
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -51,16 +52,23 @@ class Tierd:
         self.proc.kill()
         raise RuntimeError("tierd did not accept connections within 10 s")
 
-    def stop(self):
+    def kill(self, sig=signal.SIGTERM):
+        """Stop tierd by sig (SIGTERM: a clean stop), keeping its data folder
+        for start() to run it on again. Returns its exit status (-sig when
+        the signal killed it)."""
         if self.proc is None:
             return 0
-        self.proc.terminate()
+        self.proc.send_signal(sig)
         try:
             rc = self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             rc = self.proc.wait()
         self.proc = None
+        return rc
+
+    def stop(self):
+        rc = self.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
         return rc
 

@@ -5,15 +5,63 @@ JSON: the generated token ids and vLLM's own prefix-cache counters.
 
 usage: run_llm.py MODEL_DIR REQUEST_JSON OUT_JSON
 REQUEST_JSON: {"prompt": [ids], "max_tokens": N, "connector": bool,
-               "cache_salt": str|null, "block_size": N}
+               "cache_salt": str|null, "block_size": N}, and optionally
+  "connector_class", "connector_module": another connector (a test's
+      subclass of KvtierConnector), "extra_config": its
+      kv_connector_extra_config;
+  "steps": [[ids], ...] and "pause_dir": several prompts in turn instead of
+      "prompt", with a pause after each: step I's results (as for one
+      prompt, counters counted over the step) go to PAUSE_DIR/stepI.json,
+      then the run waits for PAUSE_DIR/goI (the test acts on tierd
+      meanwhile) and empties vLLM's own prefix cache, so that only kvtier
+      can supply the next prompt's prefix. OUT_JSON then has "steps".
 """
 import json
+import os
 import sys
 import time
+
+PAUSE_MAX_S = 600
 
 
 def counter(metrics, name):
     return sum(getattr(m, "value", 0) for m in metrics if m.name == name)
+
+
+COUNTERS = ("external_prefix_cache_queries", "external_prefix_cache_hits",
+            "prefix_cache_hits")
+
+
+def counters(llm):
+    m = llm.get_metrics()
+    return {c: counter(m, "vllm:" + c) for c in COUNTERS}
+
+
+def generate(llm, sp, tokens, salt):
+    prompt = {"prompt_token_ids": tokens}
+    if salt:
+        prompt["cache_salt"] = salt
+    before = counters(llm)
+    t0 = time.monotonic()
+    outs = llm.generate([prompt], sp)
+    res = {c: v - before[c] for c, v in counters(llm).items()}
+    res.update(tokens=list(outs[0].outputs[0].token_ids),
+               num_cached_tokens=outs[0].num_cached_tokens,
+               generate_s=round(time.monotonic() - t0, 2))
+    return res
+
+
+def pause(pause_dir, i, res):
+    path = os.path.join(pause_dir, "step%d.json" % i)
+    with open(path + ".tmp", "w") as f:
+        json.dump(res, f)
+    os.rename(path + ".tmp", path)         # whole, when the test sees it
+    go = os.path.join(pause_dir, "go%d" % i)
+    deadline = time.monotonic() + PAUSE_MAX_S
+    while not os.path.exists(go):
+        if time.monotonic() > deadline:
+            sys.exit("run_llm: no %s within %d s" % (go, PAUSE_MAX_S))
+        time.sleep(0.05)
 
 
 def main():
@@ -25,34 +73,29 @@ def main():
     kw = {}
     if req["connector"]:
         kw["kv_transfer_config"] = KVTransferConfig(
-            kv_connector="KvtierConnector",
-            kv_connector_module_path="kvtier.vllm_connector",
-            kv_role="kv_both")
+            kv_connector=req.get("connector_class", "KvtierConnector"),
+            kv_connector_module_path=req.get("connector_module", "kvtier.vllm_connector"),
+            kv_role="kv_both", kv_connector_extra_config=req.get("extra_config", {}))
     t0 = time.monotonic()
     llm = LLM(model=model, skip_tokenizer_init=True, dtype="float32",
               block_size=req["block_size"], max_model_len=2048, max_num_seqs=4,
               enforce_eager=True, enable_prefix_caching=True,
               prefix_caching_hash_algo="sha256_cbor", disable_log_stats=False, seed=0,
               **kw)
-    t1 = time.monotonic()
-    prompt = {"prompt_token_ids": req["prompt"]}
-    if req.get("cache_salt"):
-        prompt["cache_salt"] = req["cache_salt"]
+    startup = round(time.monotonic() - t0, 1)
     sp = SamplingParams(temperature=0.0, max_tokens=req["max_tokens"], ignore_eos=True,
                         detokenize=False)
-    outs = llm.generate([prompt], sp)
-    t2 = time.monotonic()
-    m = llm.get_metrics()
-    res = {
-        "tokens": list(outs[0].outputs[0].token_ids),
-        "num_cached_tokens": outs[0].num_cached_tokens,
-        "external_prefix_cache_queries": counter(m, "vllm:external_prefix_cache_queries"),
-        "external_prefix_cache_hits": counter(m, "vllm:external_prefix_cache_hits"),
-        "prefix_cache_hits": counter(m, "vllm:prefix_cache_hits"),
-        "startup_s": round(t1 - t0, 1),
-        "generate_s": round(t2 - t1, 2),
-    }
-    json.dump(res, open(out_path, "w"))
+    if "steps" not in req:
+        res = generate(llm, sp, req["prompt"], req.get("cache_salt"))
+        res["startup_s"] = startup
+        json.dump(res, open(out_path, "w"))
+        return
+    steps = []
+    for i, tokens in enumerate(req["steps"]):
+        steps.append(generate(llm, sp, tokens, req.get("cache_salt")))
+        pause(req["pause_dir"], i, steps[-1])
+        llm.reset_prefix_cache()
+    json.dump({"steps": steps, "startup_s": startup}, open(out_path, "w"))
 
 
 if __name__ == "__main__":

@@ -8,12 +8,17 @@ private tierd. Each run is a new vLLM instance in a process of its own
   run 2     connector, P + S                       -> vLLM counts 512 external
                                                       prefix-cache hits; tokens == T
   run 3     connector, P + S, another cache_salt   -> no hits; tokens == T
+
+and one instance through tierd's failures (test_tierd_failures).
 """
 import json
 import os
 import random
+import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -34,26 +39,52 @@ def model(tmp_path_factory):
     return str(d)
 
 
-def run_vllm(tmp, name, model, tierd, tokens, connector, salt=None):
-    req = {"prompt": tokens, "max_tokens": MAX_TOKENS, "connector": connector,
-           "cache_salt": salt, "block_size": BS}
-    rq, out, logf = (os.path.join(tmp, name + ext) for ext in (".req.json", ".out.json", ".log"))
-    json.dump(req, open(rq, "w"))
+def vllm_env(tierd, **env_set):
+    """The environment of a vLLM run: PYTHONHASHSEED=0 unless env_set says
+    otherwise (None: unset)."""
     env = dict(os.environ)
     env.update({
         "PYTHONHASHSEED": "0",
         "KVTIER_SOCKET": tierd.sock,
-        "PYTHONPATH": os.path.join(SRC, "client", "python") + os.pathsep +
-        env.get("PYTHONPATH", ""),
+        "PYTHONPATH": os.pathsep.join([os.path.join(SRC, "client", "python"), HERE,
+                                       env.get("PYTHONPATH", "")]),
         "VLLM_TARGET_DEVICE": "cpu",
         "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "1"),
     })
+    for k, v in env_set.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+def start_vllm(tmp, name, model, req, env):
+    """run_llm.py on req, in the background: (process, out path, log path)."""
+    rq, out, logf = (os.path.join(tmp, name + ext) for ext in (".req.json", ".out.json", ".log"))
+    json.dump(req, open(rq, "w"))
     with open(logf, "w") as lf:
-        p = subprocess.run([sys.executable, os.path.join(HERE, "run_llm.py"), model, rq, out],
-                           env=env, stdout=lf, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT)
+        p = subprocess.Popen([sys.executable, os.path.join(HERE, "run_llm.py"), model, rq, out],
+                             env=env, stdout=lf, stderr=subprocess.STDOUT)
+    return p, out, logf
+
+
+def vllm_failed(name, p, logf):
+    tail = open(logf).read()[-6000:]
+    pytest.fail("vLLM run %s exited %s; log %s ends:\n%s" % (name, p.returncode, logf, tail))
+
+
+def run_vllm(tmp, name, model, tierd, tokens, connector, salt=None):
+    req = {"prompt": tokens, "max_tokens": MAX_TOKENS, "connector": connector,
+           "cache_salt": salt, "block_size": BS}
+    p, out, logf = start_vllm(tmp, name, model, req, vllm_env(tierd))
+    try:
+        p.wait(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
     if p.returncode != 0:
-        tail = open(logf).read()[-6000:]
-        pytest.fail("vLLM run %s exited %d; log %s ends:\n%s" % (name, p.returncode, logf, tail))
+        vllm_failed(name, p, logf)
     res = json.load(open(out))
     print("  %-9s connector=%-5s salt=%-8s prompt=%d tokens: external hits %d of %d queried, "
           "local hits %d, startup %.0f s; generated %s"
@@ -63,6 +94,20 @@ def run_vllm(tmp, name, model, tierd, tokens, connector, salt=None):
     return res
 
 
+@pytest.fixture(scope="module")
+def baseline(tierd, model, tmp_path_factory):
+    """Prompt P (512 tokens), suffix S (10) and the tokens vLLM generates for
+    P + S without kvtier."""
+    rng = random.Random(7)
+    prompt = [rng.randrange(3, 1024) for _ in range(512)]
+    suffix = [rng.randrange(3, 1024) for _ in range(10)]
+    print()
+    base = run_vllm(str(tmp_path_factory.mktemp("baseline")), "baseline", model, tierd,
+                    prompt + suffix, connector=False)
+    assert len(base["tokens"]) == MAX_TOKENS
+    return prompt, suffix, base["tokens"]
+
+
 def ns_info(tierd, model):
     with kvtier.Client(tierd.sock) as c:
         mine = [n for n in c.namespaces() if n["model_id"] == model]
@@ -70,15 +115,9 @@ def ns_info(tierd, model):
     return mine[0]
 
 
-def test_prefix_blocks_shared_across_vllm_instances(tierd, model, tmp_path):
-    rng = random.Random(7)
-    prompt = [rng.randrange(3, 1024) for _ in range(512)]
-    suffix = [rng.randrange(3, 1024) for _ in range(10)]
+def test_prefix_blocks_shared_across_vllm_instances(tierd, model, baseline, tmp_path):
+    prompt, suffix, base_tokens = baseline
     tmp = str(tmp_path)
-    print()
-
-    base = run_vllm(tmp, "baseline", model, tierd, prompt + suffix, connector=False)
-    assert len(base["tokens"]) == MAX_TOKENS
 
     r1 = run_vllm(tmp, "run1", model, tierd, prompt, connector=True)
     assert r1["external_prefix_cache_hits"] == 0
@@ -96,13 +135,166 @@ def test_prefix_blocks_shared_across_vllm_instances(tierd, model, tmp_path):
     r2 = run_vllm(tmp, "run2", model, tierd, prompt + suffix, connector=True)
     assert r2["external_prefix_cache_hits"] == 512, "vLLM counted %d external hits" \
         % r2["external_prefix_cache_hits"]
-    assert r2["tokens"] == base["tokens"], "tokens differ from the run without kvtier"
+    assert r2["tokens"] == base_tokens, "tokens differ from the run without kvtier"
     ns2 = ns_info(tierd, model)
     assert ns2["get_blocks"] - ns["get_blocks"] == 512 // BS    # restored through kvtier
 
     r3 = run_vllm(tmp, "run3", model, tierd, prompt + suffix, connector=True, salt="other")
     assert r3["external_prefix_cache_queries"] > 0
     assert r3["external_prefix_cache_hits"] == 0
-    assert r3["tokens"] == base["tokens"]
+    assert r3["tokens"] == base_tokens
     print("  PASS: run 2 restored %d tokens from kvtier and generated the baseline's tokens; "
           "run 3 (other salt) had no hits" % r2["external_prefix_cache_hits"])
+
+
+class Steps:
+    """A vLLM instance going through prompts one at a time (run_llm.py's
+    "steps"), the test acting on tierd between them."""
+
+    def __init__(self, tmp, name, model, req, env):
+        self.tmp, self.name, self.i, self._seen = tmp, name, 0, 0
+        self.p, self.out, self.logf = start_vllm(tmp, name, model, req, env)
+
+    def next(self):
+        """The results of the step now pausing."""
+        path = os.path.join(self.tmp, "step%d.json" % self.i)
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while not os.path.exists(path):
+            if self.p.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                vllm_failed(self.name, self.p, self.logf)
+            time.sleep(0.1)
+        return json.load(open(path))
+
+    def log(self):
+        """vLLM's log since the last call."""
+        with open(self.logf) as f:
+            f.seek(self._seen)
+            text = f.read()
+        self._seen += len(text.encode())
+        return text
+
+    def go(self):
+        open(os.path.join(self.tmp, "go%d" % self.i), "w").close()
+        self.i += 1
+
+    def finish(self):
+        try:
+            self.p.wait(timeout=RUN_TIMEOUT)
+        finally:
+            self.stop()
+        if self.p.returncode != 0:
+            vllm_failed(self.name, self.p, self.logf)
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+
+
+def flip_cold_byte(tierd, at):
+    """Flip one byte of tierd's cold.data (stopped), as tests/tierd_cold.c does."""
+    with open(os.path.join(tierd.dir, "data", "cold.data"), "r+b") as f:
+        f.seek(at)
+        b = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([b ^ 0x80]))
+
+
+def test_tierd_failures(model, baseline, tmp_path):
+    """One vLLM instance through tierd's failures (issue 16), run as vLLM
+    runs by default, without PYTHONHASHSEED; every step generates the
+    baseline's tokens for P + S:
+      step 0  P                        -> 16 blocks, keyed under vLLM's default seed
+      step 1  P + S; tierd killed between the lookup and the load (a test
+              subclass of the connector kills it)
+                                       -> the load fails; vLLM recomputes
+      step 2  P + S; tierd away        -> queried, no hit
+      step 3  P + S; tierd started again on its data folder
+                                       -> 512 hits, from disk
+      step 4  P + S; a byte flipped in cold.data after a clean stop
+                                       -> that block is a checksum miss, counted;
+                                          vLLM recomputes it, and it is saved again
+    """
+    from conftest import Tierd
+    prompt, suffix, base_tokens = baseline
+    tmp = str(tmp_path)
+    n = len(prompt) // BS
+    keys = kvtier.hash_prompt(prompt, BS, seed="vllm-none-hash")
+    arm = os.path.join(tmp, "kill-before-load")
+    d = Tierd("--warm-bytes", "256M")
+    req = {"steps": [prompt] + [prompt + suffix] * 4, "pause_dir": tmp,
+           "max_tokens": MAX_TOKENS, "connector": True, "block_size": BS,
+           "connector_class": "FaultyKvtierConnector", "connector_module": "kvt_fault_connector",
+           "extra_config": {"reconnect_ms": 100}}
+    run = Steps(tmp, "failures", model, req,
+                vllm_env(d, PYTHONHASHSEED=None, KVT_TEST_FAULT_DIR=tmp))
+
+    def step(what, want=base_tokens):
+        r = run.next()
+        print("  step %d (%s): external hits %d of %d queried, %.1f s; tokens %s"
+              % (run.i, what, r["external_prefix_cache_hits"],
+                 r["external_prefix_cache_queries"], r["generate_s"],
+                 "== baseline" if r["tokens"] == base_tokens else r["tokens"]))
+        assert want is None or r["tokens"] == want, \
+            "step %d: tokens differ from the run without kvtier" % run.i
+        return r, run.log()
+
+    print()
+    try:
+        r, log = step("P, PYTHONHASHSEED unset", want=None)
+        assert "seeded with 'vllm-none-hash' (vLLM's default)" in log
+        ns = ns_info(d, model)
+        with kvtier.Client(d.sock) as c:
+            h = c.ns_open(model, ns["dtype"], ns["layout"], BS, ns["block_bytes"])
+            assert h.lookup(keys) == n, "vLLM's keys are kvt_hash_prompt's, seed vllm-none-hash"
+            c.flush()                          # on disk, for step 3
+        with open(arm, "w") as f:
+            f.write(str(d.proc.pid))
+        run.go()
+
+        r, log = step("tierd killed before the load")
+        assert not os.path.exists(arm), "the fault did not fire"
+        assert r["external_prefix_cache_hits"] == n * BS     # counted at the lookup
+        assert "0 of %d blocks restored" % n in log
+        assert "Recovered from KV load failure" in log, "vLLM did not recompute"
+        assert d.kill(signal.SIGKILL) == -signal.SIGKILL     # reaps it
+        run.go()
+
+        r, log = step("tierd away")
+        assert r["external_prefix_cache_queries"] > 0 and r["external_prefix_cache_hits"] == 0
+        assert "tierd on %s is away" % d.sock in log     # the scheduler's lookup found out
+        d.start()
+        time.sleep(0.3)                        # past reconnect_ms
+        run.go()
+
+        r, log = step("tierd started again")
+        assert r["external_prefix_cache_hits"] == n * BS
+        assert "connected to tierd on %s again" % d.sock in log
+        with kvtier.Client(d.sock) as c:
+            cold_hits = c.stats()["tier"]["cold"]["hits"]
+        assert cold_hits >= n, "%d cold hits: the blocks should come from disk" % cold_hits
+        assert d.kill(signal.SIGTERM) == 0
+        flip_cold_byte(d, 4321 + (n // 2) * ns["block_bytes"])
+        d.start()
+        time.sleep(0.3)
+        run.go()
+
+        r, log = step("a block corrupted on disk")
+        with kvtier.Client(d.sock) as c:
+            st = c.stats()
+            h = c.ns_open(model, ns["dtype"], ns["layout"], BS, ns["block_bytes"])
+            again = h.lookup(keys)
+        print("  tierd after step 4: %d checksum error(s); %d of %d blocks held again"
+              % (st["checksum_errors"], again, n))
+        assert st["checksum_errors"] >= 1
+        restored = re.search(r"(\d+) of %d blocks restored" % n, log)
+        assert restored and int(restored.group(1)) < n, "the corrupt block was loaded"
+        assert "Recovered from KV load failure" in log, "vLLM did not recompute"
+        assert again == n, "the recomputed blocks should be saved again"
+        run.go()
+        run.finish()
+    finally:
+        run.stop()
+        d.stop()
+    print("  PASS: tierd killed, away, restarted and corrupted: the tokens never changed")

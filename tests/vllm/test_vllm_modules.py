@@ -1,10 +1,13 @@
 # SPDX-License-Identifier: MIT
 """kvtier against vLLM's own modules, without a forward pass: vLLM's block
 hashes as kvtier keys (under PYTHONHASHSEED and under vLLM's default seed),
-the connector's start checks, its scheduler side on vLLM Request objects
-and its worker side on a KV cache shaped as vLLM's CPU backend makes it."""
+the connector's start checks, its scheduler side on vLLM Request objects,
+its worker side on a KV cache shaped as vLLM's CPU backend makes it, and
+both with tierd killed and restarted."""
 import logging
 import random
+import signal
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -84,7 +87,7 @@ def test_lora_hashes_are_kvtier_keys():
                                       lora_path="/adapters/sql")
 
 
-def fake_config(socket, algo="sha256_cbor", tp=1, block=BS, cache_dtype="auto"):
+def fake_config(socket, algo="sha256_cbor", tp=1, block=BS, cache_dtype="auto", **extra):
     cache = CacheConfig(block_size=block, prefix_caching_hash_algo=algo,
                         cache_dtype=cache_dtype)
     return SimpleNamespace(
@@ -92,7 +95,8 @@ def fake_config(socket, algo="sha256_cbor", tp=1, block=BS, cache_dtype="auto"):
         kv_transfer_config=KVTransferConfig(kv_connector="KvtierConnector",
                                             kv_connector_module_path="kvtier.vllm_connector",
                                             kv_role="kv_both",
-                                            kv_connector_extra_config={"socket": socket}),
+                                            kv_connector_extra_config=dict(socket=socket,
+                                                                           **extra)),
         model_config=SimpleNamespace(model="test/tiny-llama", revision=None),
         parallel_config=SimpleNamespace(tensor_parallel_size=tp,
                                         decode_context_parallel_size=1))
@@ -161,8 +165,8 @@ def test_default_seed_without_pythonhashseed(tierd, default_seed, kvtier_log):
     assert keys[0] != kvtier.hash_prompt(toks, BS, seed="0")[0]
     # blocks a C engine put under that seed are vLLM's hits
     w.register_kv_caches(cpu_cache(4))
-    w._ns.offload(kvtier.hash_prompt(toks, BS, seed="vllm-none-hash"), w._layout,
-                  [0, 1, 2])
+    w._tierd.ns[0].offload(kvtier.hash_prompt(toks, BS, seed="vllm-none-hash"), w._layout,
+                           [0, 1, 2])
     assert s.get_num_new_matched_tokens(req, 0) == (3 * BS, False)
     assert not [m for m in kvtier_log if "NONE_HASH" in m]
     # a PYTHONHASHSEED that this vLLM did not hash with is said at the first lookup
@@ -173,6 +177,23 @@ def test_default_seed_without_pythonhashseed(tierd, default_seed, kvtier_log):
     assert any("NONE_HASH is not that of seed '1'" in m for m in kvtier_log)
     for c in (s, w, s1):
         c.shutdown()
+
+
+def test_failed_loads_are_recomputed_not_failed(tierd):
+    """vLLM fails a request whose load fails unless its kv_load_failure_policy
+    is "recompute": the connector sets that, as kvtier's blocks can always
+    be computed again, unless told "fail"."""
+    kcc = fake_kv_cache_config()
+    cfg = fake_config(tierd.sock)
+    assert cfg.kv_transfer_config.kv_load_failure_policy == "fail"    # vLLM's default
+    vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc).shutdown()
+    assert cfg.kv_transfer_config.kv_load_failure_policy == "recompute"
+    cfg = fake_config(tierd.sock, load_failure_policy="fail")
+    vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc).shutdown()
+    assert cfg.kv_transfer_config.kv_load_failure_policy == "fail"
+    with pytest.raises(vc.KvtierConfigError, match="load_failure_policy"):
+        vc.KvtierConnector(fake_config(tierd.sock, load_failure_policy="retry"),
+                           KVConnectorRole.SCHEDULER, kcc)
 
 
 def test_refuses_hybrid_models(tierd):
@@ -324,7 +345,7 @@ def test_evicted_between_lookup_and_load_is_reported(tierd):
     kv = cpu_cache(8)
     w.register_kv_caches(kv)
     keys = kvtier.hash_prompt(toks, BS, seed="0")
-    w._ns.offload(keys[:2], w._layout, [0, 1])
+    w._tierd.ns[0].offload(keys[:2], w._layout, [0, 1])
     meta = vc.KvtierConnectorMetadata(loads=[vc._Load("x", keys, [4, 5, 6])])
     w.bind_connector_metadata(meta)
     w.start_load_kv(None)
@@ -350,6 +371,108 @@ def test_tierd_gone_is_a_miss_not_a_failure():
     w.start_load_kv(None)
     w.wait_for_save()
     assert w.get_block_ids_with_load_errors() == {1, 2}
+    # a connector may start while no tierd runs: vLLM serves without kvtier
+    s2 = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
+    assert s2.get_num_new_matched_tokens(req, 0) == (0, False)
+    for c in (s, w, s2):
+        c.shutdown()
+
+
+def load_step(s, w, req, ids, n_sched):
+    """One step of request req on connectors s (scheduler) and w (worker):
+    the lookup, the allocation of engine blocks ids, the worker's load and
+    save. Returns (tokens vLLM is told of, the blocks that failed to load)."""
+    ext, _ = s.get_num_new_matched_tokens(req, 0)
+    s.update_state_after_alloc(req, Blocks(ids), ext)
+    s._kv_cache_manager = SimpleNamespace(get_block_ids=lambda rid: (ids,))
+    meta = s.build_connector_meta(SimpleNamespace(num_scheduled_tokens={
+        req.request_id: n_sched}))
+    w.bind_connector_metadata(meta)
+    w.start_load_kv(None)
+    w.wait_for_save()
+    w.clear_connector_metadata()
+    return ext, w.get_block_ids_with_load_errors()
+
+
+def test_tierd_killed_and_restarted():
+    """tierd killed between a lookup and its load: the load fails (reported,
+    vLLM recomputes), later lookups are misses while it is away; started
+    again on its data folder: the connectors connect again and the blocks
+    come back from disk, byte for byte. Restarted between two calls: the
+    next lookup reconnects at once, without a miss."""
+    from conftest import Tierd
+    d = Tierd()
+    cfg, kcc = fake_config(d.sock, reconnect_ms=50), fake_kv_cache_config()
+    s = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
+    w = vc.KvtierConnector(cfg, KVConnectorRole.WORKER, kcc)
+    kv = cpu_cache(8)
+    w.register_kv_caches(kv)
+    toks = prompt(4 * BS + 1, 41)
+    keys = kvtier.hash_prompt(toks, BS, seed="0")
+    w._tierd.ns[0].offload(keys, w._layout, [0, 1, 2, 3])
+    w._tierd.client.flush()               # on disk, to survive the kill
+    req = vllm_request(toks, "k1")
+    assert s.get_num_new_matched_tokens(req, 0) == (4 * BS, False)
+    assert d.kill(signal.SIGKILL) == -signal.SIGKILL
+    s.update_state_after_alloc(req, Blocks([4, 5, 6, 7, 0]), 4 * BS)
+    meta = s.build_connector_meta(SimpleNamespace(num_scheduled_tokens={"k1": 1}))
+    w.bind_connector_metadata(meta)
+    w.start_load_kv(None)
+    assert w.get_block_ids_with_load_errors() == {4, 5, 6, 7}
+    assert w._tierd.client is None and s._tierd.client is not None  # s has not noticed
+    s.request_finished(req, [])
+    ext, errs = load_step(s, w, vllm_request(toks, "k2"), [4, 5, 6, 7, 0], 4 * BS + 1)
+    assert (ext, errs) == (0, set()), "tierd away: a miss, nothing to load"
+    assert s._tierd.client is None
+
+    d.start()
+    time.sleep(0.1)                       # past reconnect_ms
+    kv2 = cpu_cache(8, fill=0)
+    w.register_kv_caches(kv2)
+    ext, errs = load_step(s, w, vllm_request(toks, "k3"), [4, 5, 6, 7, 0], 1)
+    assert (ext, errs) == (4 * BS, set())
+    for name in kv:
+        for src, dst in zip([0, 1, 2, 3], [4, 5, 6, 7]):
+            assert torch.equal(kv[name][src], kv2[name][dst])
+    st = s._tierd.client.stats()
+    assert st["tier"]["cold"]["hits"] >= 4, "the blocks came back from disk: %r" % st["tier"]
+
+    assert d.kill(signal.SIGTERM) == 0    # and again, with no call while it is away
+    d.start()
+    ext, errs = load_step(s, w, vllm_request(toks, "k4"), [4, 5, 6, 7, 0], 1)
+    assert (ext, errs) == (4 * BS, set())
+    for c in (s, w):
+        c.shutdown()
+    assert d.stop() == 0
+
+
+def test_a_block_that_failed_to_load_is_saved_again(tierd):
+    """vLLM recomputes from the first block that failed to load (it resets
+    the request's computed tokens there); the connector then saves those
+    blocks again as they become full, so that kvtier holds them again."""
+    cfg, kcc = fake_config(tierd.sock), fake_kv_cache_config()
+    s = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
+    w = vc.KvtierConnector(cfg, KVConnectorRole.WORKER, kcc)
+    w.register_kv_caches(cpu_cache(8))
+    toks = prompt(4 * BS + 1, 51)
+    keys = kvtier.hash_prompt(toks, BS, seed="0")
+    w._tierd.ns[0].offload(keys, w._layout, [0, 1, 2, 3])
+    req = vllm_request(toks, "again")
+    ids = [4, 5, 6, 7, 0]
+    assert s.get_num_new_matched_tokens(req, 0) == (4 * BS, False)
+    s.update_state_after_alloc(req, Blocks(ids), 4 * BS)
+    s._kv_cache_manager = SimpleNamespace(get_block_ids=lambda rid: (ids,))
+    meta = s.build_connector_meta(SimpleNamespace(num_scheduled_tokens={"again": 1}))
+    assert len(meta.loads) == 1 and meta.saves == []
+    # block 6 (the third) failed: vLLM computes from token 2 * BS again
+    s.update_connector_output(SimpleNamespace(invalid_block_ids={6}))
+    req.num_computed_tokens = 2 * BS
+    meta = s.build_connector_meta(SimpleNamespace(num_scheduled_tokens={"again": 2 * BS + 1}))
+    assert meta.loads == [] and len(meta.saves) == 1
+    sv = meta.saves[0]
+    assert (sv.parent, sv.keys, sv.block_ids) == (keys[1], keys[2:4], [6, 7])
+    for c in (s, w):
+        c.shutdown()
 
 
 def test_a_hit_is_held_until_its_load(tmp_path):
@@ -368,16 +491,16 @@ def test_a_hit_is_held_until_its_load(tmp_path):
     w.register_kv_caches(kv_src)
     keys = kvtier.hash_prompt(toks, BS, seed="0")
     okeys = kvtier.hash_prompt(other, BS, seed="0")
-    w._ns.offload(keys, w._layout, [0, 1, 2, 3, 4])
-    w._ns.offload(okeys, w._layout, [0, 1, 2, 3, 4])
+    w._tierd.ns[0].offload(keys, w._layout, [0, 1, 2, 3, 4])
+    w._tierd.ns[0].offload(okeys, w._layout, [0, 1, 2, 3, 4])
     req = vllm_request(toks, "pinned")
     assert s.get_num_new_matched_tokens(req, 0) == (5 * BS, False)
-    leased = s._client.stats()["leases_active"]
+    leased = s._tierd.client.stats()["leases_active"]
     assert leased == 5, "the hit is pinned"
     # asked again (not scheduled yet): pinned once, not twice
     assert s.get_num_new_matched_tokens(req, 0) == (5 * BS, False)
-    assert s._client.stats()["leases_active"] == 5
-    flood = w._ns
+    assert s._tierd.client.stats()["leases_active"] == 5
+    flood = w._tierd.ns[0]
     for i in range(512):          # 16 MiB of other prompts' blocks
         fk = kvtier.hash_prompt(prompt(BS, 1000 + i), BS, seed="0")
         flood.put(fk, [bytes(flood.block_bytes)])
@@ -393,12 +516,12 @@ def test_a_hit_is_held_until_its_load(tmp_path):
     for name in kv:
         for src, dst in zip([0, 1, 2, 3, 4], ids[:5]):
             assert torch.equal(kv_src[name][src], kv[name][dst])
-    assert s._client.stats()["leases_active"] == 0, "the worker's load released the pin"
+    assert s._tierd.client.stats()["leases_active"] == 0, "the worker's load released the pin"
     # a hit vLLM does not load is released by the scheduler at once
     req2 = vllm_request(toks, "unloaded")
     assert s.get_num_new_matched_tokens(req2, 0) == (5 * BS, False)
     s.update_state_after_alloc(req2, Blocks(ids), 0)
-    assert s._client.stats()["leases_active"] == 0
+    assert s._tierd.client.stats()["leases_active"] == 0
     for c in (s, w):
         c.shutdown()
     assert d.stop() == 0

@@ -32,7 +32,7 @@ __all__ = [
     "KEY_BYTES", "BATCH_MAX", "KvtierError", "Client", "Namespace", "Reservation",
     "Lease", "Layout", "ModelDesc", "hash_prompt", "none_hash", "default_socket",
     "model_from_config", "strerror", "TIER_NONE", "TIER_HOT", "TIER_WARM", "TIER_COLD",
-    "lib_path",
+    "lib_path", "EDISCONNECTED",
 ]
 
 KEY_BYTES = 32
@@ -42,6 +42,7 @@ TIER_NAMES = ("none", "hot", "warm", "cold")
 LOOKUP_PREFETCH = 0x1
 PIN_MAX_MS = 60000  # KVT_PIN_MAX_MS: the longest hold a pin may ask
 COMMIT_DURABLE = 0x1
+EDISCONNECTED = -4101  # KVT_EDISCONNECTED: tierd closed the connection or died (sticky)
 MISS_CAUSES = ("never", "dropped", "evicted", "checksum", "io_error", "removed",
                "aborted", "writing", "broken")
 LAYER_KINDS = ("full", "mla", "indexer", "sliding", "state", "none")

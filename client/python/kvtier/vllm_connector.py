@@ -20,12 +20,14 @@ How vLLM's calls map onto kvtier:
     namespace, and the hit is the shortest run found: the pins hold it in
     kvtier, whatever else is put, until the worker loads it (they expire
     after pin_ms if it never does; beyond the tenant's pin budget, a quarter
-    of its warm tier, a hit is unheld and may be evicted, as without pins); update_state_after_alloc
-    records which new engine blocks receive the hit and hands the pins to
-    the load (or releases them when vLLM loads nothing); build_connector_meta hands the worker that load plan and
-    the blocks that become full and computed during the step (to save);
-    request_finished forgets the request (saves are synchronous, so its
-    blocks may be freed at once).
+    of its warm tier, a hit is unheld and may be evicted, as without pins);
+    update_state_after_alloc records which new engine blocks receive the hit
+    and hands the pins to the load (or releases them when vLLM loads
+    nothing); build_connector_meta hands the worker that load plan and the
+    blocks that become full and computed during the step (to save);
+    update_connector_output has blocks that failed to load saved again once
+    recomputed; request_finished forgets the request (saves are
+    synchronous, so its blocks may be freed at once).
   - worker side: register_kv_caches describes vLLM's per-layer KV tensors as
     a kvk_layout (data pointers and strides); start_load_kv restores every
     planned block by kvt_restore (lease + scatter, all layers at once),
@@ -43,10 +45,18 @@ How vLLM's calls map onto kvtier:
     blocks and anything that stores other bytes never does. The tier block
     format (layer, K/V, token, head, dim) does not depend on the engine's
     paged layout, so a CPU and a GPU instance of the same model share too.
+  - failures: kvtier is a cache, so nothing it does fails a request. While
+    tierd is away (killed, not yet started) lookups are misses, loads are
+    reported failed and saves skipped; the connection is opened again once
+    it is back (_Tierd). A block that fails to load (tierd gone between
+    lookup and load, a checksum or disk error) goes to vLLM's failed-load
+    path, which recomputes it (the connector sets kv_load_failure_policy to
+    "recompute"), and is saved again once recomputed.
 """
 import errno
 import hashlib
 import os
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -107,6 +117,7 @@ class _ReqState:
     saved_blocks: int = 0     # leading blocks handed to the workers to save
     pending_load: _Load | None = None   # planned by update_state_after_alloc
     pins: list = field(default_factory=list)  # the last lookup's pins, until a load takes them
+    loaded: tuple | None = None  # the last load: (first block index, engine block ids)
 
 
 def hash_seed():
@@ -149,6 +160,25 @@ def _vllm_none_hash():
         return bytes(kv_cache_utils.NONE_HASH)
     except (ImportError, AttributeError):
         return None
+
+
+def load_failure_policy(vllm_config, extra):
+    """Make vLLM recompute a block that fails to load (its kv_load_failure_policy
+    "recompute"; vLLM's default "fails" the request), unless the connector's
+    "load_failure_policy" in kv_connector_extra_config says "fail": a kvtier
+    block is a copy of what vLLM can always compute again. vLLM's scheduler
+    reads its policy after making its connector, so setting it here holds.
+    Returns the policy."""
+    want = extra.get("load_failure_policy", "recompute")
+    if want not in ("recompute", "fail"):
+        raise KvtierConfigError("kvtier: load_failure_policy is \"recompute\" or \"fail\", "
+                                "not %r" % (want,))
+    ktc = vllm_config.kv_transfer_config
+    if getattr(ktc, "kv_load_failure_policy", want) != want:
+        log.info("kvtier: vLLM's kv_load_failure_policy %r set to %r (the connector's "
+                 "load_failure_policy)", ktc.kv_load_failure_policy, want)
+        ktc.kv_load_failure_policy = want
+    return want
 
 
 def _model_id(model_config):
@@ -338,6 +368,130 @@ def scaled_layers(vllm_config, layer_names):
             != (1.0, 1.0)]
 
 
+# libkvtier's connection is dead for good after these (tierd closed it or
+# stopped answering) ...
+_DEAD = (kvtier.EDISCONNECTED, -errno.ETIMEDOUT)
+# ... and kvt_connect gives these too where no tierd listens (yet)
+_AWAY = _DEAD + (-errno.ENOENT, -errno.ECONNREFUSED)
+
+
+class _Tierd:
+    """The connection to tierd and one side's namespaces on it (descs: the
+    namespace_desc() dicts), opened again after tierd went away.
+
+    Design note. Once tierd is killed or stops answering, libkvtier's
+    connection is dead for good (KVT_EDISCONNECTED, -ETIMEDOUT): it is closed
+    here and a new one, with its namespaces, opened at a later use, trying
+    at most every retry_s (a connect where nothing listens fails at once,
+    but a hung tierd holds each try for KVTIER_TIMEOUT_MS). Meanwhile
+    spaces() is None and the connector counts lookups as misses, loads as
+    failed (vLLM recomputes them) and saves as skipped: vLLM goes on serving
+    without kvtier. Pins taken on a lost connection died with its tierd; a
+    new tierd may reuse their ids, so an unpin sent there is at worst an
+    early release (the hit may then be evicted, reported and recomputed)."""
+
+    def __init__(self, socket, descs, retry_s):
+        self.socket, self._descs, self._retry_s = socket, list(descs), retry_s
+        self.client = None     # kvtier.Client, None while tierd is away
+        self.ns = None         # the namespaces of descs, in order, with client
+        self._next_try = 0.0   # time.monotonic() of the next connect, while away
+        self._away = False     # said so in the log (once, until it is back)
+        try:
+            self._open()
+        except kvtier.KvtierError as e:
+            if e.code not in _AWAY:
+                raise          # a namespace tierd refuses: vLLM's configuration
+            self._not_there(e)
+
+    def _where(self):
+        return self.socket or kvtier.default_socket()
+
+    def _open(self):
+        c = kvtier.Client(self.socket)
+        try:
+            self.ns = [c.ns_open(d["model_id"], d["dtype"], d["layout"], d["block_tokens"],
+                                 d["block_bytes"], d["tp_rank"], d["tp_size"], d["pp_rank"],
+                                 d["pp_size"], d["variant"]) for d in self._descs]
+        except BaseException:
+            c.close()
+            raise
+        self.client = c
+
+    def _not_there(self, e):
+        """A connect failed: try again in retry_s."""
+        self._next_try = time.monotonic() + self._retry_s
+        if not self._away:
+            log.warning("kvtier: tierd on %s is away (%s): lookups are misses, loads are "
+                        "recomputed and saves skipped until it is back", self._where(), e)
+        self._away = True
+
+    def _drop(self):
+        c, self.client, self.ns = self.client, None, None
+        try:
+            c.close()
+        except Exception:      # only a view still held could refuse: none is
+            pass
+
+    def spaces(self, now=False):
+        """The namespaces (a list, in descs' order), after connecting again if
+        the connection was lost and the next try is due (now: at once); None
+        while tierd is away."""
+        if self.client is not None:
+            return self.ns
+        if not now and time.monotonic() < self._next_try:
+            return None
+        try:
+            self._open()
+        except kvtier.KvtierError as e:
+            self._not_there(e)
+            return None
+        log.info("kvtier: connected to tierd on %s again", self._where())
+        self._away = False
+        return self.ns
+
+    def call(self, what, fn):
+        """fn(namespaces), which calls tierd: (True, its result), or (False,
+        None) when tierd is away or fn raised a KvtierError (logged; a dead
+        connection dropped). A connection tierd closed (it may have restarted
+        since the last call) is replaced at once and fn run once more; one
+        that timed out is not (a hung tierd would hold the second try as
+        long)."""
+        for again in (False, True):
+            spaces = self.spaces(now=again)
+            if spaces is None:
+                return False, None
+            try:
+                return True, fn(spaces)
+            except kvtier.KvtierError as e:
+                self.failed(e, what)
+                if again or e.code != kvtier.EDISCONNECTED:
+                    return False, None
+        return False, None
+
+    def failed(self, e, what):
+        """A call through the connection raised e (a KvtierError): log it, and
+        drop the connection when e says it is dead."""
+        log.warning("kvtier: %s: %s", what, e)
+        if e.code in _DEAD:
+            self._drop()
+
+    def unpin(self, pins):
+        """Release the pins a lookup took (0s skipped); those of a lost
+        connection died with it, and a failed unpin leaves one to expire."""
+        for pin_id in pins:
+            if not pin_id or self.client is None:
+                continue
+            try:
+                self.client.unpin(pin_id)
+            except kvtier.KvtierError as e:
+                self.failed(e, "unpin (the pin expires)")
+
+    def close(self):
+        if self.client is not None:
+            self.client.close()
+        self.client, self.ns = None, None
+
+
 class KvtierConnector(KVConnectorBase_V1):
     """vLLM KV connector over kvtier: prefix blocks saved to and restored from
     tierd by vLLM's own block hashes. Loads and saves are synchronous."""
@@ -348,14 +502,19 @@ class KvtierConnector(KVConnectorBase_V1):
         if kv_cache_config is None:
             raise KvtierConfigError("kvtier: needs vLLM's kv_cache_config")
         extra = getattr(self._kv_transfer_config, "kv_connector_extra_config", None) or {}
-        self._socket = extra.get("socket") or None      # None: $KVTIER_SOCKET / default
+        socket = extra.get("socket") or None      # None: $KVTIER_SOCKET / default
         # how long a hit stays pinned for its load: a request vLLM cannot
         # schedule now is looked up (and pinned) again at its next try
         self._pin_ms = int(extra.get("pin_ms", 10000))
         if not 0 < self._pin_ms <= kvtier.PIN_MAX_MS:
             raise KvtierConfigError("kvtier: pin_ms must be 1..%d, not %d"
                                     % (kvtier.PIN_MAX_MS, self._pin_ms))
-        self._client = kvtier.Client(self._socket)
+        # how often a tierd that went away is looked for again
+        retry_ms = int(extra.get("reconnect_ms", 1000))
+        if retry_ms < 0:
+            raise KvtierConfigError("kvtier: reconnect_ms must be 0 or more, not %d"
+                                    % retry_ms)
+        policy = load_failure_policy(vllm_config, extra)
         self._vllm = vllm_config
         tp_size = vllm_config.parallel_config.tensor_parallel_size
         pp_size = getattr(vllm_config.parallel_config, "pipeline_parallel_size", 1)
@@ -367,8 +526,8 @@ class KvtierConnector(KVConnectorBase_V1):
         if role == KVConnectorRole.SCHEDULER:
             # one scheduler serves every rank of every stage: a hit counts
             # only where all have it
-            self._ns = [self._open(namespace_desc(vllm_config, kv_cache_config, r, p))
-                        for p in range(pp_size) for r in range(tp_size)]
+            descs = [namespace_desc(vllm_config, kv_cache_config, r, p)
+                     for p in range(pp_size) for r in range(tp_size)]
             self._reqs = {}
             self._seed_checked = False
         else:
@@ -381,28 +540,16 @@ class KvtierConnector(KVConnectorBase_V1):
                     "kvtier: pipeline stage %d holds %d KV layers, not the %d of vLLM's "
                     "partition: the scheduler would look its blocks up in another "
                     "namespace" % (stage, len(self._layer_names), expect))
-            self._ns = self._open(self._desc)
+            descs = [self._desc]
             self._layout = None
             self._stream_dev = None
             self._load_errors = set()
-        log.info("kvtier: %s connector on %s; block hashes seeded with %r (%s)",
-                 role.name.lower(), self._socket or kvtier.default_socket(), self._seed,
-                 origin)
-
-    def _open(self, d):
-        return self._client.ns_open(d["model_id"], d["dtype"], d["layout"], d["block_tokens"],
-                                    d["block_bytes"], d["tp_rank"], d["tp_size"],
-                                    d["pp_rank"], d["pp_size"], d["variant"])
+        self._tierd = _Tierd(socket, descs, retry_ms / 1000.0)
+        log.info("kvtier: %s connector on %s; block hashes seeded with %r (%s); failed "
+                 "loads: %s", role.name.lower(), socket or kvtier.default_socket(),
+                 self._seed, origin, policy)
 
     # ---- scheduler side --------------------------------------------------
-
-    def _unpin(self, pins):
-        for pin_id in pins:
-            if pin_id:
-                try:
-                    self._client.unpin(pin_id)
-                except kvtier.KvtierError as e:
-                    log.warning("kvtier: unpin failed (the pin expires): %s", e)
 
     def _check_seed(self):
         """Once, at the first lookup (vLLM sets NONE_HASH after making its
@@ -421,15 +568,18 @@ class KvtierConnector(KVConnectorBase_V1):
         keys = list(request.block_hashes)
         # vLLM computes at least the prompt's last token itself
         usable = min(len(keys), (request.num_tokens - 1) // self._block_size)
-        hit = usable
-        pins = []
         st = self._reqs.setdefault(request.request_id, _ReqState(request))
         # asked again (vLLM could not schedule it): the new pins replace the
         # old, which go first so that both never count against the budget
-        self._unpin(st.pins)
+        self._tierd.unpin(st.pins)
         st.pins = []
-        try:
-            for ns in self._ns:
+        pins = []
+
+        def look(spaces):
+            # the leading run every rank's namespace holds, pinned
+            hit = usable
+            pins.clear()           # a first try's died with its connection
+            for ns in spaces:
                 if hit == 0:
                     break
                 try:
@@ -439,18 +589,18 @@ class KvtierConnector(KVConnectorBase_V1):
                         raise
                     found, pin_id = ns.lookup(keys[:hit]), 0   # out of pins: unheld
                 pins.append(pin_id)
-                # the hit is what every rank has; what the tenant's pin budget
-                # did not hold may be evicted before the load, and is then
-                # reported and recomputed as without pins
+                # what the tenant's pin budget did not hold may be evicted
+                # before the load, and is then reported and recomputed as
+                # without pins
                 hit = min(hit, found)
-        except kvtier.KvtierError as e:
-            # tierd gone or refusing: no hit, never a failed request
-            log.warning("kvtier: lookup failed, counted as a miss: %s", e)
-            hit = 0
-        if hit == 0:
-            self._unpin(pins)
-            pins = []
-        st.pins = pins + [0] * (len(self._ns) - len(pins)) if pins else []
+            return hit
+
+        # tierd away or refusing: a miss, never a failed request
+        ok, hit = self._tierd.call("lookup", look) if usable else (False, 0)
+        if not ok or hit == 0:
+            self._tierd.unpin(pins)
+            pins, hit = [], 0
+        st.pins = pins + [0] * (len(self._tierd.ns) - len(pins)) if pins else []
         st.request = request
         st.local_tokens = num_computed_tokens
         st.hit_blocks = hit
@@ -461,7 +611,7 @@ class KvtierConnector(KVConnectorBase_V1):
         st = self._reqs.setdefault(request.request_id, _ReqState(request))
         st.request = request
         if num_external_tokens <= 0:
-            self._unpin(st.pins)   # vLLM loads nothing of it
+            self._tierd.unpin(st.pins)   # vLLM loads nothing of it
             st.pins = []
             return
         first = st.local_tokens // self._block_size
@@ -471,8 +621,27 @@ class KvtierConnector(KVConnectorBase_V1):
                      list(ids[first:first + n]), st.pins)
         st.pins = []               # the workers release them once loaded
         st.pending_load = load
+        st.loaded = (first, load.block_ids)
         # what is loaded is in kvtier already: no need to save it again
         st.saved_blocks = max(st.saved_blocks, first + n)
+
+    def update_connector_output(self, connector_output):
+        # blocks that failed to load: vLLM recomputes them (and what follows),
+        # and they are saved again as they become full, so that kvtier holds
+        # them again (a block that failed its checksum is gone from it). A
+        # stale match (a preempted request's block loaded into by another)
+        # costs a save of blocks kvtier mostly holds already
+        bad = getattr(connector_output, "invalid_block_ids", None)
+        if not bad:
+            return
+        for st in self._reqs.values():
+            if st.loaded is None:
+                continue
+            first, ids = st.loaded
+            at = next((i for i, b in enumerate(ids) if b in bad), None)
+            if at is not None:
+                st.saved_blocks = min(st.saved_blocks, first + at)
+                st.loaded = None
 
     def build_connector_meta(self, scheduler_output):
         meta = KvtierConnectorMetadata()
@@ -508,9 +677,9 @@ class KvtierConnector(KVConnectorBase_V1):
     def request_finished(self, request, block_ids):
         st = self._reqs.pop(request.request_id, None)
         if st is not None:
-            self._unpin(st.pins)
+            self._tierd.unpin(st.pins)
             if st.pending_load is not None:   # planned, never sent to the workers
-                self._unpin(st.pending_load.pins)
+                self._tierd.unpin(st.pending_load.pins)
         return False, None
 
     # ---- worker side ------------------------------------------------------
@@ -522,9 +691,9 @@ class KvtierConnector(KVConnectorBase_V1):
         tensors = [kv_caches[n] for n in self._layer_names]
         self._layout = layout_for_tensors(tensors, self._block_size, self._kv_heads,
                                           self._head_size)
-        if self._layout.block_bytes != self._ns.block_bytes:
+        if self._layout.block_bytes != self._desc["block_bytes"]:
             raise KvtierConfigError("kvtier: KV tensors give %d-byte blocks, the namespace %d"
-                                    % (self._layout.block_bytes, self._ns.block_bytes))
+                                    % (self._layout.block_bytes, self._desc["block_bytes"]))
         # the namespace named the scales from the config (kv_variant); scales
         # it did not account for would share other bytes under one name
         odd = scaled_layers(self._vllm, self._layer_names)
@@ -552,16 +721,16 @@ class KvtierConnector(KVConnectorBase_V1):
             return
         meta = self._get_connector_metadata()
         for ld in meta.loads:
-            try:
-                got = self._ns.restore(ld.keys, self._layout, ld.block_ids,
-                                       stream=self._stream())
-            except kvtier.KvtierError as e:
-                log.warning("kvtier: request %s: restore failed: %s", ld.req_id, e)
-                got = 0
+            ok, got = self._tierd.call(
+                "request %s: restore" % ld.req_id,
+                lambda spaces: spaces[0].restore(ld.keys, self._layout, ld.block_ids,
+                                                 stream=self._stream()))
+            got = got if ok else 0
             if self._pin_at < len(ld.pins):
-                self._unpin(ld.pins[self._pin_at:self._pin_at + 1])   # loaded: let it go
+                self._tierd.unpin(ld.pins[self._pin_at:self._pin_at + 1])   # loaded: let go
             if got < len(ld.keys):
-                # not held (tierd restarted, a disk error): vLLM recomputes these blocks
+                # not held (tierd away or restarted, a checksum or disk error):
+                # vLLM recomputes these blocks (the restore wrote none of them)
                 self._load_errors.update(ld.block_ids[got:])
                 log.warning("kvtier: request %s: %d of %d blocks restored", ld.req_id, got,
                             len(ld.keys))
@@ -577,13 +746,12 @@ class KvtierConnector(KVConnectorBase_V1):
             return
         meta = self._get_connector_metadata()
         for sv in meta.saves:
-            try:
-                self._ns.offload(sv.keys, self._layout, sv.block_ids, parent=sv.parent,
-                                 stream=self._stream())
-            except kvtier.KvtierError as e:
-                # a lost save is a future miss, never a wrong answer
-                log.warning("kvtier: request %s: offload of %d blocks failed: %s",
-                            sv.req_id, len(sv.keys), e)
+            # a save lost (tierd away, a failure) is a future miss, never a
+            # wrong answer
+            self._tierd.call(
+                "request %s: offload of %d blocks" % (sv.req_id, len(sv.keys)),
+                lambda spaces: spaces[0].offload(sv.keys, self._layout, sv.block_ids,
+                                                 parent=sv.parent, stream=self._stream()))
 
     def get_finished(self, finished_req_ids):
         return None, None   # loads and saves complete within their step
@@ -593,4 +761,4 @@ class KvtierConnector(KVConnectorBase_V1):
         return errs
 
     def shutdown(self):
-        self._client.close()
+        self._tierd.close()
