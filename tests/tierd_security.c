@@ -403,6 +403,26 @@ static uint32_t one_key(uint8_t *buf, uint32_t ns, uint32_t flags, uint64_t seed
     return keys_req(buf, ns, flags, 1, seed);
 }
 
+/* fd's session reserves the key of seed. */
+static void reserve_key(int fd, uint32_t ns, uint64_t seed)
+{
+    uint8_t body[256];
+    uint32_t len = one_key(body, ns, 0, seed);
+
+    cr_assert_eq(sock_call(fd, KVT_OP_PUT_RESERVE, body, len, NULL, 0, NULL), 0);
+}
+
+/* fd's session asks for a durable commit of the key of seed, which another
+ * session reserved: it waits (its reply is not read here). */
+static void commit_key_waiting(int fd, uint32_t ns, uint64_t seed)
+{
+    uint8_t body[256];
+    uint32_t len = one_key(body, ns, KVT_WIRE_KF_DURABLE, seed);
+
+    cr_assert_eq(sock_send(fd, KVT_OP_PUT_COMMIT, body, len), 0);
+    usleep(50 * 1000);
+}
+
 /* A answers its durable commit late (it waits on C's key) and is closed
  * because it reads nothing; closing gives back A's own reservation, which B's
  * durable commit waits on; B's reply fails too and B closes from inside A's
@@ -410,9 +430,8 @@ static uint32_t one_key(uint8_t *buf, uint32_t ns, uint32_t flags, uint64_t seed
  * seen under ASan, before sessions were freed only after each turn). */
 Test(security, a_session_closed_inside_another_ones_close_is_not_used_after_it)
 {
-    uint8_t body[256];
     struct t_tierd d;
-    uint32_t na, nb, nc, len;
+    uint32_t na, nb, nc;
     kvt_client *c;
     kvt_stats st;
     int a, b, cc;
@@ -421,16 +440,10 @@ Test(security, a_session_closed_inside_another_ones_close_is_not_used_after_it)
     cc = raw_session(d.sock, &nc);
     b = raw_session(d.sock, &nb);
     a = raw_session(d.sock, &na);
-    len = one_key(body, nc, 0, 2);
-    cr_assert_eq(sock_call(cc, KVT_OP_PUT_RESERVE, body, len, NULL, 0, NULL), 0);
-    len = one_key(body, na, 0, 1);
-    cr_assert_eq(sock_call(a, KVT_OP_PUT_RESERVE, body, len, NULL, 0, NULL), 0);
-    len = one_key(body, na, KVT_WIRE_KF_DURABLE, 2); /* A waits for C */
-    cr_assert_eq(sock_send(a, KVT_OP_PUT_COMMIT, body, len), 0);
-    usleep(50 * 1000);
-    len = one_key(body, nb, KVT_WIRE_KF_DURABLE, 1); /* B waits for A */
-    cr_assert_eq(sock_send(b, KVT_OP_PUT_COMMIT, body, len), 0);
-    usleep(50 * 1000);
+    reserve_key(cc, nc, 2);
+    reserve_key(a, na, 1);
+    commit_key_waiting(a, na, 2); /* A waits for C */
+    commit_key_waiting(b, nb, 1); /* B waits for A */
     cr_assert_eq(shutdown(a, SHUT_RD), 0); /* neither reads its reply: tierd gets EPIPE */
     cr_assert_eq(shutdown(b, SHUT_RD), 0);
     usleep(1000 * 1000);
@@ -450,25 +463,18 @@ Test(security, a_session_closed_inside_another_ones_close_is_not_used_after_it)
  * waits pointed into (a use after free in dwaits_fail, under ASan). */
 Test(security, a_wait_failed_from_within_another_failed_wait_is_not_used_after_it)
 {
-    static _Alignas(8) uint8_t body[256];
     struct t_tierd d;
-    uint32_t ns_s, ns_w, ns_v, len;
+    uint32_t ns_s, ns_w, ns_v;
     int s, w, v;
 
     t_tierd_start(&d, (const char *const[]){ "--durable-wait-ms", "5000", NULL });
     s = raw_session(d.sock, &ns_s);
     w = raw_session(d.sock, &ns_w);
     v = raw_session(d.sock, &ns_v);
-    len = one_key(body, ns_s, 0, 1); /* S reserves X */
-    cr_assert_eq(sock_call(s, KVT_OP_PUT_RESERVE, body, len, NULL, 0, NULL), 0);
-    len = one_key(body, ns_w, 0, 2); /* W reserves Z */
-    cr_assert_eq(sock_call(w, KVT_OP_PUT_RESERVE, body, len, NULL, 0, NULL), 0);
-    len = one_key(body, ns_w, KVT_WIRE_KF_DURABLE, 1); /* W waits for X */
-    cr_assert_eq(sock_send(w, KVT_OP_PUT_COMMIT, body, len), 0);
-    usleep(50 * 1000);
-    len = one_key(body, ns_v, KVT_WIRE_KF_DURABLE, 2); /* V waits for Z */
-    cr_assert_eq(sock_send(v, KVT_OP_PUT_COMMIT, body, len), 0);
-    usleep(50 * 1000);
+    reserve_key(s, ns_s, 1);        /* S reserves X */
+    reserve_key(w, ns_w, 2);        /* W reserves Z */
+    commit_key_waiting(w, ns_w, 1); /* W waits for X */
+    commit_key_waiting(v, ns_v, 2); /* V waits for Z */
     cr_assert_eq(shutdown(w, SHUT_RD), 0);
     close(s);
     /* V is told: Z will never be stored */
