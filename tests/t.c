@@ -151,6 +151,28 @@ int t_run(const char *prog, const char *const *args, int memcheck, char **out, c
 
 static void start_in(struct t_tierd *d, const char *const *args);
 
+/* The argv of a test's tierd into argv[32]: under memcheck with
+ * KVT_TEST_VALGRIND=1 (any error or leak makes it exit 9), on sock and
+ * data, a small cold tier unless extra says otherwise (a later option
+ * wins), then extra (NULL-terminated, may be NULL). bin and supp hold
+ * strings argv points at. */
+static void tierd_argv(const char **argv, char *bin, size_t bin_cap, char *supp, size_t supp_cap,
+                       const char *sock, const char *data, const char *const *extra)
+{
+    int n = t_memcheck_argv(argv, supp, supp_cap);
+
+    argv[n++] = t_bin("tierd", bin, bin_cap);
+    argv[n++] = "--socket";
+    argv[n++] = sock;
+    argv[n++] = "--data";
+    argv[n++] = data;
+    argv[n++] = "--cold-bytes";
+    argv[n++] = "64M";
+    for (int i = 0; extra && extra[i] && n < 31; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+}
+
 void t_tierd_start(struct t_tierd *d, const char *const *args)
 {
     const char *attach = getenv("KVT_TEST_ATTACH");
@@ -185,24 +207,10 @@ static void start_in(struct t_tierd *d, const char *const *args)
 {
     char bin[512], data[300], supp[600];
     const char *argv[32];
-    int n;
 
     snprintf(d->sock, sizeof(d->sock), "%s/tierd.sock", d->dir);
     snprintf(data, sizeof(data), "%s/data", d->dir);
-    /* KVT_TEST_VALGRIND=1: the daemon runs under memcheck; any error or
-     * leak makes it exit 9, which t_tierd_stop reports */
-    n = t_memcheck_argv(argv, supp, sizeof(supp));
-    argv[n++] = t_bin("tierd", bin, sizeof(bin));
-    argv[n++] = "--socket";
-    argv[n++] = d->sock;
-    argv[n++] = "--data";
-    argv[n++] = data;
-    /* a small cold tier unless the test asks otherwise (a later option wins) */
-    argv[n++] = "--cold-bytes";
-    argv[n++] = "64M";
-    for (int i = 0; args && args[i] && n < 30; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
+    tierd_argv(argv, bin, sizeof(bin), supp, sizeof(supp), d->sock, data, args);
     snprintf(d->log, sizeof(d->log), "%s/tierd.log", d->dir);
     d->pid = fork();
     cr_assert(d->pid >= 0, "fork: %s", strerror(errno));
@@ -453,23 +461,13 @@ int t_tierd_exit(const char *dir, const char *const *extra, char *err, size_t ca
 {
     char bin[512], sock[300], data[300], supp[600];
     const char *argv[32];
-    int n, pfd[2], left = getenv("KVT_TEST_VALGRIND") ? 60000 : 10000;
+    int pfd[2], left = getenv("KVT_TEST_VALGRIND") ? 60000 : 10000;
     size_t len = 0;
     pid_t pid;
 
     snprintf(sock, sizeof(sock), "%s/tierd.sock", dir);
     snprintf(data, sizeof(data), "%s/data", dir);
-    n = t_memcheck_argv(argv, supp, sizeof(supp));
-    argv[n++] = t_bin("tierd", bin, sizeof(bin));
-    argv[n++] = "--socket";
-    argv[n++] = sock;
-    argv[n++] = "--data";
-    argv[n++] = data;
-    argv[n++] = "--cold-bytes";
-    argv[n++] = "64M";
-    for (int i = 0; extra && extra[i] && n < 31; i++)
-        argv[n++] = extra[i];
-    argv[n] = NULL;
+    tierd_argv(argv, bin, sizeof(bin), supp, sizeof(supp), sock, data, extra);
     cr_assert_eq(pipe(pfd), 0);
     pid = fork();
     cr_assert(pid >= 0);

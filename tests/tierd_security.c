@@ -772,6 +772,20 @@ static int tierd_on(const char *dir, const char *data, char *err, size_t cap)
                         err, cap);
 }
 
+/* tierd on data, with its socket at sock, stops at start (exit 73) saying
+ * it refuses the socket, and why. */
+static void socket_refused(const char *dir, const char *data, const char *sock, const char *why)
+{
+    char err[4096];
+    int st = t_tierd_exit(dir, (const char *const[]){ "--data", data, "--socket", sock,
+                                                      "--cold-bytes", "16M", "--warm-bytes",
+                                                      "8M", NULL },
+                          err, sizeof(err));
+
+    cr_expect_eq(st, EX_CANTCREAT, "socket %s: exit %d: %s", sock, st, err);
+    cr_expect(strstr(err, "refusing socket") && strstr(err, why), "socket %s: %s", sock, err);
+}
+
 static void rm_rf(const char *path)
 {
     char cmd[600];
@@ -857,23 +871,11 @@ Test(security, a_data_folder_another_user_could_have_prepared_is_refused)
     cr_expect(strstr(err, "writable by every user"), "%s", err);
     /* a socket right in it: anyone could take its name while tierd is down */
     snprintf(link, sizeof(link), "%s/sticky/tierd.sock", base);
-    st = t_tierd_exit(run, (const char *const[]){ "--data", data, "--socket", link,
-                                                  "--cold-bytes", "16M", "--warm-bytes", "8M",
-                                                  NULL },
-                      err, sizeof(err));
-    cr_expect_eq(st, EX_CANTCREAT, "exit %d: %s", st, err);
-    cr_expect(strstr(err, "refusing socket") && strstr(err, "writable by every user"), "%s",
-              err);
-
+    socket_refused(run, data, link, "writable by every user");
     /* a socket in a folder another user owns: they could put theirs in its
      * place and serve bytes of their own to every engine */
     snprintf(link, sizeof(link), "%s/evil/tierd.sock", base);
-    st = t_tierd_exit(run, (const char *const[]){ "--data", data, "--socket", link,
-                                                  "--cold-bytes", "16M", "--warm-bytes", "8M",
-                                                  NULL },
-                      err, sizeof(err));
-    cr_expect_eq(st, EX_CANTCREAT, "exit %d: %s", st, err);
-    cr_expect(strstr(err, "refusing socket") && strstr(err, "belongs to uid 40003"), "%s", err);
+    socket_refused(run, data, link, "belongs to uid 40003");
 
     /* links planted where tierd's files will be, before the mode was fixed */
     static const char *const files[] = { "tierd.lock", "cold.data", "cold.lmdb/data.mdb",

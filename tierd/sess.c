@@ -106,7 +106,6 @@ struct sess {
     uint64_t lease_seq;        /* lease ids, from a random start: they tell nothing
                                   of other sessions, and name no lease after a
                                   restart */
-    uint64_t lease_bytes;      /* what its leases cost, in its tenant's budget */
     uint64_t hs_deadline_ms;   /* closed if no HELLO came by then (0: HELLO done) */
     uint32_t pin_seq;          /* from a random start: a pin id from before a
                                   restart names no pin of the new tierd */
@@ -189,6 +188,13 @@ static void pend_done(struct sess *s)
 
 /* ---- lifecycle ------------------------------------------------------- */
 
+/* What a lease of n blocks costs tierd: its entry, its ids and malloc's
+ * overhead; all of a tenant's leases together stay within its lease_bytes. */
+static uint64_t lease_cost(uint32_t n)
+{
+    return sizeof(struct lease) + (uint64_t)n * sizeof(uint32_t) + 16;
+}
+
 /* Close s: give back everything it holds in the store at once, and free
  * its memory only at the next sess_reap(). Re-entrant: giving back its
  * reservations can fail another session's durable commit, whose reply can
@@ -225,10 +231,8 @@ static void sess_close(struct sess *s)
     for (size_t i = 0; i < s->nlease; i++) {
         tier_release(store, s->lease[i].ids, s->lease[i].n, true);
         back += s->lease[i].n;
+        s->t->lease_bytes -= lease_cost(s->lease[i].n); /* (leases only in a tenant) */
     }
-    if (s->t)
-        s->t->lease_bytes -= s->lease_bytes;
-    s->lease_bytes = 0;
     for (size_t i = 0; i < s->npin; i++) {
         tier_release(store, s->pins[i].ids, s->pins[i].n, true);
         s->t->pinned_bytes -= s->pins[i].bytes;
@@ -406,12 +410,6 @@ static void prune_resv(struct sess *s)
  * gets -EBUSY instead of growing the daemon without bound. */
 #define SESS_LEASES_MAX 4096
 
-/* What a lease of n blocks costs tierd: its entry, its ids and malloc's
- * overhead; all of a tenant's leases together stay within its lease_bytes. */
-static uint64_t lease_cost(uint32_t n)
-{
-    return sizeof(struct lease) + (uint64_t)n * sizeof(uint32_t) + 16;
-}
 
 /* A lease for the n blocks of ids, or NULL with *err: -EBUSY (this
  * session's lease count, or its tenant's lease memory) or -ENOMEM. */
@@ -441,7 +439,6 @@ static struct lease *new_lease(struct sess *s, const uint32_t *ids, uint32_t n, 
     l->n = n;
     l->id = ++s->lease_seq ? s->lease_seq : ++s->lease_seq; /* never 0 */
     s->nlease++;
-    s->lease_bytes += cost;
     s->t->lease_bytes += cost;
     return l;
 }
@@ -1293,7 +1290,6 @@ static int do_release(struct sess *s, const struct kvt_wire_hdr *h, const uint8_
             continue;
         tier_release(s->t->store, s->lease[i].ids, s->lease[i].n, false);
         free(s->lease[i].ids);
-        s->lease_bytes -= lease_cost(s->lease[i].n);
         s->t->lease_bytes -= lease_cost(s->lease[i].n);
         s->lease[i] = s->lease[--s->nlease];
         return reply(s, h, 0, NULL, 0, NULL, 0, -1);

@@ -123,6 +123,21 @@ static double parse_frac(const char *s)
     return (*end || end == s || v <= 0 || v > 1) ? -1 : v;
 }
 
+/* A bound in ms, 0 (none) to an hour, for option opt: 0, or -1 after
+ * saying what is wrong. */
+static int parse_ms(const char *opt, const char *s, uint32_t *out)
+{
+    char *end;
+    unsigned long v = strtoul(s, &end, 10);
+
+    if (*end || end == s || *s < '0' || *s > '9' || v > 3600000) {
+        fprintf(stderr, "tierd: %s: want 0..3600000, got '%s'\n", opt, s);
+        return -1;
+    }
+    *out = (uint32_t)v;
+    return 0;
+}
+
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
     static const struct option lo[] = {
@@ -319,30 +334,14 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             o->remote_timeout_ms = (uint32_t)v;
             break;
         }
-        case 'u': {
-            char *end;
-            unsigned long v = strtoul(optarg, &end, 10);
-
-            if (*end || end == optarg || *optarg < '0' || *optarg > '9' || v > 3600000) {
-                fprintf(stderr, "tierd: --durable-wait-ms: want 0..3600000, got '%s'\n",
-                        optarg);
+        case 'u':
+            if (parse_ms("--durable-wait-ms", optarg, &o->durable_wait_ms) < 0)
                 return -1;
-            }
-            o->durable_wait_ms = (uint32_t)v;
             break;
-        }
-        case 'k': {
-            char *end;
-            unsigned long v = strtoul(optarg, &end, 10);
-
-            if (*end || end == optarg || *optarg < '0' || *optarg > '9' || v > 3600000) {
-                fprintf(stderr, "tierd: --handshake-timeout-ms: want 0..3600000, got '%s'\n",
-                        optarg);
+        case 'k':
+            if (parse_ms("--handshake-timeout-ms", optarg, &o->handshake_ms) < 0)
                 return -1;
-            }
-            o->handshake_ms = (uint32_t)v;
             break;
-        }
         case 'v': o->verbose = true; break;
         case 'h': usage(stdout); exit(EX_OK);
         default: usage(stderr); return -1;
