@@ -87,7 +87,12 @@ def test_lora_hashes_are_kvtier_keys():
                                       lora_path="/adapters/sql")
 
 
-def fake_config(socket, algo="sha256_cbor", tp=1, block=BS, cache_dtype="auto", **extra):
+def fake_config(socket, algo="sha256_cbor", tp=1, block=BS, cache_dtype="auto",
+                asynchronous=False, **extra):
+    """A vLLM config as the connector reads it; synchronous unless asked
+    (these tests call the worker's steps by hand; test_vllm_async.py drives
+    the asynchronous mode)."""
+    extra["async"] = asynchronous
     cache = CacheConfig(block_size=block, prefix_caching_hash_algo=algo,
                         cache_dtype=cache_dtype)
     return SimpleNamespace(

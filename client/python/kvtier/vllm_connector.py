@@ -12,6 +12,9 @@ Load it with vLLM's standard option:
 $PYTHONHASHSEED, or without it with vLLM's fixed default ("vllm-none-hash",
 vLLM 0.32 and later); the connector logs the seed it found.
 
+Loads and saves are asynchronous by default ("async": true in
+kv_connector_extra_config); "async": false does both inside the step.
+
 How vLLM's calls map onto kvtier:
   - keys: vLLM's own block hashes (request.block_hashes, sha256_cbor) are the
     kvtier keys, byte for byte; kvtier computes nothing.
@@ -21,22 +24,29 @@ How vLLM's calls map onto kvtier:
     kvtier, whatever else is put, until the worker loads it (they expire
     after pin_ms if it never does; beyond the tenant's pin budget, a quarter
     of its warm tier, a hit is unheld and may be evicted, as without pins);
-    update_state_after_alloc records which new engine blocks receive the hit
-    and hands the pins to the load (or releases them when vLLM loads
-    nothing); build_connector_meta hands the worker that load plan and the
-    blocks that become full and computed during the step (to save);
+    asynchronous, the request then waits for its KV (vLLM's
+    WAITING_FOR_REMOTE_KVS) while other requests run. update_state_after_alloc
+    records which new engine blocks receive the hit and hands the pins to
+    the load (or releases them when vLLM loads nothing);
+    build_connector_meta hands the workers that load plan, the blocks that
+    become full and computed during the step (to save), the requests
+    preempted in it and those finished with saves behind them;
     update_connector_output has blocks that failed to load saved again once
-    recomputed; request_finished forgets the request (saves are
-    synchronous, so its blocks may be freed at once).
+    recomputed; request_finished forgets the request, and asynchronous,
+    keeps its blocks from being freed (returns True) while its saves run.
   - worker side: register_kv_caches describes vLLM's per-layer KV tensors as
-    a kvk_layout (data pointers and strides); start_load_kv restores every
-    planned block by kvt_restore (lease + scatter, all layers at once),
-    then releases its namespace's pin;
-    save_kv_layer has nothing to do per layer, wait_for_save offloads the
-    step's new full blocks by kvt_offload (gather + put) before the step
-    ends; get_finished has nothing pending to report, and blocks a restore
-    could not fill are reported through get_block_ids_with_load_errors, so
-    vLLM recomputes them.
+    a kvk_layout (data pointers and strides). Synchronous: start_load_kv
+    restores every planned block by kvt_restore (lease + scatter, all
+    layers at once) and releases its namespace's pin; wait_for_save
+    offloads the step's new full blocks by kvt_offload (gather + put) before
+    the step ends. Asynchronous: both go to worker threads (_Mover), a
+    loader and a saver, each with a connection of its own, and get_finished
+    reports the loads done (finished_recving) and the finished requests
+    whose saves are done (finished_sending), after which vLLM frees their
+    blocks; handle_preemptions waits for the saves of preempted requests,
+    whose blocks vLLM frees at once, before the step can write into them.
+    Blocks a restore could not fill are reported through
+    get_block_ids_with_load_errors, so vLLM recomputes them.
   - namespace: model id, KV dtype (each FP8 format its own), block size, the
     tier block's shape (layers, KV heads per rank, head size), the tensor-
     and pipeline-parallel rank and size, and for an FP8 cache where its
@@ -56,6 +66,8 @@ How vLLM's calls map onto kvtier:
 import errno
 import hashlib
 import os
+import queue
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -67,6 +79,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorRole,
 )
 from vllm.logger import init_logger
+from vllm.v1.request import RequestStatus
 
 import kvtier
 
@@ -102,10 +115,15 @@ class _Save:
 
 @dataclass
 class KvtierConnectorMetadata(KVConnectorMetadata):
-    """One step's work for the workers: loads before the forward pass,
-    saves after it."""
+    """One step's work for the workers: loads before the forward pass (or
+    beside it, asynchronous), saves after it; asynchronous, the requests
+    preempted in this step (their saves must end before the step writes
+    into their freed blocks) and the finished ones whose blocks vLLM keeps
+    until their saves are done."""
     loads: list = field(default_factory=list)
     saves: list = field(default_factory=list)
+    preempted: list = field(default_factory=list)
+    finished: list = field(default_factory=list)
 
 
 @dataclass
@@ -118,6 +136,8 @@ class _ReqState:
     pending_load: _Load | None = None   # planned by update_state_after_alloc
     pins: list = field(default_factory=list)  # the last lookup's pins, until a load takes them
     loaded: tuple | None = None  # the last load: (first block index, engine block ids)
+    saving: bool = False      # a save was handed to the workers (asynchronous: its
+    #                           blocks stay allocated after the request ends until it is done)
 
 
 def hash_seed():
@@ -492,9 +512,93 @@ class _Tierd:
         self.client, self.ns = None, None
 
 
+class _Mover:
+    """A worker thread that runs one direction's transfers (loads or saves)
+    in order, on a connection of its own (tierd: a _Tierd, which only this
+    thread uses from then on: a kvt_client serves one thread at a time),
+    while the engine's steps go on: libkvtier's calls run without the GIL.
+
+    submit(req_id, fn) queues fn(tierd, stream) for request req_id; stream
+    is the thread's own CUDA stream (a torch.cuda.Stream) for a device
+    cache, else None. What fn returns, unless None, is kept for collect()
+    when keep is set. busy(req_id) says whether a job of req_id is queued or running;
+    wait(req_ids) blocks until none is (a hung tierd holds each job for
+    KVTIER_TIMEOUT_MS at most). A job that keeps a result must not raise;
+    one that raises anyway is logged and keeps none."""
+
+    def __init__(self, name, tierd, device, keep):
+        self.tierd, self._name, self._device, self._keep = tierd, name, device, keep
+        self._q = queue.SimpleQueue()
+        self._cv = threading.Condition()
+        self._pending = {}     # req_id -> jobs queued or running
+        self._done = []        # (req_id, result) not yet collected (keep only)
+        self._thread = threading.Thread(target=self._run, name="kvtier-" + name,
+                                        daemon=True)
+        self._thread.start()
+
+    def submit(self, req_id, fn):
+        with self._cv:
+            self._pending[req_id] = self._pending.get(req_id, 0) + 1
+        self._q.put((req_id, fn))
+
+    def _run(self):
+        stream = None
+        if self._device is not None:
+            torch.cuda.set_device(self._device)
+            stream = torch.cuda.Stream(self._device)
+        while True:
+            job = self._q.get()
+            if job is None:
+                return
+            req_id, fn = job
+            try:
+                res = fn(self.tierd, stream)
+            except Exception:
+                log.exception("kvtier: %s of request %s", self._name, req_id)
+                res = None
+            with self._cv:
+                if self._keep and res is not None:
+                    self._done.append((req_id, res))
+                left = self._pending[req_id] - 1
+                if left:
+                    self._pending[req_id] = left
+                else:
+                    del self._pending[req_id]
+                self._cv.notify_all()
+
+    def collect(self):
+        with self._cv:
+            done, self._done = self._done, []
+        return done
+
+    def busy(self, req_id):
+        with self._cv:
+            return req_id in self._pending
+
+    def wait(self, req_ids=None):
+        """Until no job of req_ids (None: of any request) is left."""
+        with self._cv:
+            self._cv.wait_for(lambda: not (self._pending if req_ids is None else
+                                           any(r in self._pending for r in req_ids)))
+
+    def close(self, timeout_s):
+        """Stop after the jobs queued (waiting timeout_s at most), then close
+        the connection; True if the thread ended."""
+        self._q.put(None)
+        self._thread.join(timeout_s)
+        ended = not self._thread.is_alive()
+        if ended:
+            self.tierd.close()
+        else:
+            log.warning("kvtier: the %s thread is still in a call to tierd at shutdown",
+                        self._name)
+        return ended
+
+
 class KvtierConnector(KVConnectorBase_V1):
     """vLLM KV connector over kvtier: prefix blocks saved to and restored from
-    tierd by vLLM's own block hashes. Loads and saves are synchronous."""
+    tierd by vLLM's own block hashes, asynchronously unless "async" is
+    false."""
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
@@ -515,6 +619,13 @@ class KvtierConnector(KVConnectorBase_V1):
             raise KvtierConfigError("kvtier: reconnect_ms must be 0 or more, not %d"
                                     % retry_ms)
         policy = load_failure_policy(vllm_config, extra)
+        # asynchronous by default: a load holds up only its own request and a
+        # save no request at all, where the synchronous mode holds the batch
+        self._async = extra.get("async", True)
+        if not isinstance(self._async, bool):
+            raise KvtierConfigError("kvtier: \"async\" is true or false, not %r"
+                                    % (self._async,))
+        self._socket, self._retry_s = socket, retry_ms / 1000.0
         self._vllm = vllm_config
         tp_size = vllm_config.parallel_config.tensor_parallel_size
         pp_size = getattr(vllm_config.parallel_config, "pipeline_parallel_size", 1)
@@ -530,6 +641,7 @@ class KvtierConnector(KVConnectorBase_V1):
                      for p in range(pp_size) for r in range(tp_size)]
             self._reqs = {}
             self._seed_checked = False
+            self._finished = []    # ended with saves behind them, for the next metadata
         else:
             rank, stage = _worker_ranks()
             self._pin_at = stage * tp_size + rank   # this worker's pin in a load's list
@@ -544,10 +656,13 @@ class KvtierConnector(KVConnectorBase_V1):
             self._layout = None
             self._stream_dev = None
             self._load_errors = set()
-        self._tierd = _Tierd(socket, descs, retry_ms / 1000.0)
+            self._loader = self._saver = None   # asynchronous: made with the layout
+            self._finishing = set()   # finished requests whose saves may still run
+        self._tierd = _Tierd(socket, descs, self._retry_s)
         log.info("kvtier: %s connector on %s; block hashes seeded with %r (%s); failed "
-                 "loads: %s", role.name.lower(), socket or kvtier.default_socket(),
-                 self._seed, origin, policy)
+                 "loads: %s; %s loads and saves", role.name.lower(),
+                 socket or kvtier.default_socket(), self._seed, origin, policy,
+                 "asynchronous" if self._async else "synchronous")
 
     # ---- scheduler side --------------------------------------------------
 
@@ -605,7 +720,9 @@ class KvtierConnector(KVConnectorBase_V1):
         st.local_tokens = num_computed_tokens
         st.hit_blocks = hit
         extra = hit * self._block_size - num_computed_tokens
-        return (extra if extra > 0 else 0), False
+        if extra <= 0:
+            return 0, False
+        return extra, self._async
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         st = self._reqs.setdefault(request.request_id, _ReqState(request))
@@ -649,6 +766,12 @@ class KvtierConnector(KVConnectorBase_V1):
             if st.pending_load is not None:
                 meta.loads.append(st.pending_load)
                 st.pending_load = None
+        if self._async:
+            meta.finished, self._finished = self._finished, []
+            # vLLM frees a preempted request's blocks at once: the workers end
+            # its saves before this step may write into them
+            meta.preempted = [r for r in getattr(scheduler_output, "preempted_req_ids", None)
+                              or () if r in self._reqs and self._reqs[r].saving]
         for req_id, n_sched in scheduler_output.num_scheduled_tokens.items():
             st = self._reqs.get(req_id)
             if st is None:
@@ -666,6 +789,7 @@ class KvtierConnector(KVConnectorBase_V1):
             meta.saves.append(_Save(req_id, req.block_hashes[first - 1] if first else None,
                                     list(req.block_hashes[first:done]), list(ids[first:done])))
             st.saved_blocks = done
+            st.saving = True
         return meta
 
     def _block_ids(self, req_id):
@@ -676,11 +800,21 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def request_finished(self, request, block_ids):
         st = self._reqs.pop(request.request_id, None)
-        if st is not None:
-            self._tierd.unpin(st.pins)
-            if st.pending_load is not None:   # planned, never sent to the workers
-                self._tierd.unpin(st.pending_load.pins)
-        return False, None
+        if st is None:
+            return False, None
+        self._tierd.unpin(st.pins)
+        if st.pending_load is not None:   # planned, never sent to the workers
+            self._tierd.unpin(st.pending_load.pins)
+        # asynchronous saves read the blocks after the step: vLLM frees them
+        # once every worker has said its saves are done (get_finished). A
+        # request still waiting for its load has no save behind it (one
+        # preempted before was waited for), and vLLM keeps its blocks for
+        # the load already
+        if (not self._async or not st.saving
+                or request.status == RequestStatus.WAITING_FOR_REMOTE_KVS):
+            return False, None
+        self._finished.append(request.request_id)
+        return True, None
 
     # ---- worker side ------------------------------------------------------
 
@@ -704,6 +838,12 @@ class KvtierConnector(KVConnectorBase_V1):
                 "with unscaled ones" % odd[:4])
         dev = tensors[0].device
         self._stream_dev = dev if dev.type == "cuda" else None
+        if self._async and self._loader is None:
+            # the loader has the worker's connection; the saver one of its own,
+            # so that saves never wait behind loads, nor loads behind saves
+            self._loader = _Mover("load", self._tierd, self._stream_dev, keep=True)
+            self._saver = _Mover("save", _Tierd(self._socket, [self._desc], self._retry_s),
+                                 self._stream_dev, keep=False)
         log.info("kvtier: %d layers, %d blocks of %d bytes, namespace %s %s %s rank %d/%d "
                  "stage %d/%d%s", len(tensors), self._layout.c.num_blocks,
                  self._layout.block_bytes, self._desc["model_id"], self._desc["dtype"],
@@ -716,24 +856,62 @@ class KvtierConnector(KVConnectorBase_V1):
             return None
         return torch.cuda.current_stream(self._stream_dev).cuda_stream
 
+    def _load(self, tierd, ld, stream):
+        """Restore load ld's blocks through tierd (a _Tierd) and release this
+        worker's pin: how many of them arrived (the leading run)."""
+        ok, got = tierd.call(
+            "request %s: restore" % ld.req_id,
+            lambda spaces: spaces[0].restore(ld.keys, self._layout, ld.block_ids,
+                                             stream=stream))
+        got = got if ok else 0
+        if self._pin_at < len(ld.pins):
+            tierd.unpin(ld.pins[self._pin_at:self._pin_at + 1])   # loaded: let go
+        return got
+
+    def _loaded(self, ld, got):
+        if got < len(ld.keys):
+            # not held (tierd away or restarted, a checksum or disk error):
+            # vLLM recomputes these blocks (the restore wrote none of them)
+            self._load_errors.update(ld.block_ids[got:])
+            log.warning("kvtier: request %s: %d of %d blocks restored", ld.req_id, got,
+                        len(ld.keys))
+
+    def _save(self, tierd, sv, stream, ready=None):
+        """Offload save sv's blocks through tierd, once the step that
+        computed them is done on the device (ready: its CUDA event)."""
+        if ready is not None:
+            ready.synchronize()
+        # a save lost (tierd away, a failure) is a future miss, never a wrong
+        # answer
+        tierd.call("request %s: offload of %d blocks" % (sv.req_id, len(sv.keys)),
+                   lambda spaces: spaces[0].offload(sv.keys, self._layout, sv.block_ids,
+                                                    parent=sv.parent, stream=stream))
+
     def start_load_kv(self, forward_context, **kwargs):
         if not self.has_connector_metadata() or self._layout is None:
             return
         meta = self._get_connector_metadata()
         for ld in meta.loads:
-            ok, got = self._tierd.call(
-                "request %s: restore" % ld.req_id,
-                lambda spaces: spaces[0].restore(ld.keys, self._layout, ld.block_ids,
-                                                 stream=self._stream()))
-            got = got if ok else 0
-            if self._pin_at < len(ld.pins):
-                self._tierd.unpin(ld.pins[self._pin_at:self._pin_at + 1])   # loaded: let go
-            if got < len(ld.keys):
-                # not held (tierd away or restarted, a checksum or disk error):
-                # vLLM recomputes these blocks (the restore wrote none of them)
-                self._load_errors.update(ld.block_ids[got:])
-                log.warning("kvtier: request %s: %d of %d blocks restored", ld.req_id, got,
-                            len(ld.keys))
+            if self._async:
+                def job(tierd, stream, ld=ld):
+                    try:
+                        got = self._load(tierd, ld,
+                                         None if stream is None else stream.cuda_stream)
+                        if stream is not None:
+                            stream.synchronize()   # in vLLM's blocks before it hears so
+                    except Exception:
+                        log.exception("kvtier: request %s: restore", ld.req_id)
+                        got = 0                    # vLLM recomputes them all
+                    return ld, got
+                self._loader.submit(ld.req_id, job)
+            else:
+                self._loaded(ld, self._load(self._tierd, ld, self._stream()))
+
+    def handle_preemptions(self, kv_connector_metadata):
+        # vLLM frees a preempted request's blocks at once, and this step may
+        # write another request's KV into them: its saves must be done first
+        if self._saver is not None and kv_connector_metadata.preempted:
+            self._saver.wait(kv_connector_metadata.preempted)
 
     def wait_for_layer_load(self, layer_name):
         return      # start_load_kv restored every layer already
@@ -745,20 +923,47 @@ class KvtierConnector(KVConnectorBase_V1):
         if not self.has_connector_metadata() or self._layout is None:
             return
         meta = self._get_connector_metadata()
+        if not self._async:
+            for sv in meta.saves:
+                self._save(self._tierd, sv, self._stream())
+            return
+        ready = None
+        if meta.saves and self._stream_dev is not None:
+            # the step's kernels that compute these blocks are queued, not done
+            ready = torch.cuda.Event()
+            ready.record(torch.cuda.current_stream(self._stream_dev))
         for sv in meta.saves:
-            # a save lost (tierd away, a failure) is a future miss, never a
-            # wrong answer
-            self._tierd.call(
-                "request %s: offload of %d blocks" % (sv.req_id, len(sv.keys)),
-                lambda spaces: spaces[0].offload(sv.keys, self._layout, sv.block_ids,
-                                                 parent=sv.parent, stream=self._stream()))
+            def job(tierd, stream, sv=sv):
+                self._save(tierd, sv, None if stream is None else stream.cuda_stream, ready)
+                if stream is not None:
+                    stream.synchronize()
+            self._saver.submit(sv.req_id, job)
 
     def get_finished(self, finished_req_ids):
-        return None, None   # loads and saves complete within their step
+        """Asynchronous: (requests whose blocks vLLM kept for their saves and
+        whose saves are done, requests whose load is done, failed or not);
+        the blocks a load could not fill go to get_block_ids_with_load_errors,
+        which vLLM asks next, in the same step."""
+        if not self._async or self._loader is None:
+            return None, None
+        if self.has_connector_metadata():
+            self._finishing.update(self._get_connector_metadata().finished)
+        recving = set()
+        for req_id, (ld, got) in self._loader.collect():
+            recving.add(req_id)
+            self._loaded(ld, got)
+        sending = {r for r in self._finishing if not self._saver.busy(r)}
+        self._finishing -= sending
+        return sending or None, recving or None
 
     def get_block_ids_with_load_errors(self):
         errs, self._load_errors = self._load_errors, set()
         return errs
 
     def shutdown(self):
-        self._tierd.close()
+        movers = [m for m in (getattr(self, "_loader", None), getattr(self, "_saver", None))
+                  if m is not None]
+        for m in movers:
+            m.close(10)       # each closes its connection (the loader's is self._tierd)
+        if not movers:
+            self._tierd.close()
