@@ -79,7 +79,6 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorRole,
 )
 from vllm.logger import init_logger
-from vllm.v1.request import RequestStatus
 
 import kvtier
 
@@ -811,7 +810,7 @@ class KvtierConnector(KVConnectorBase_V1):
         # preempted before was waited for), and vLLM keeps its blocks for
         # the load already
         if (not self._async or not st.saving
-                or request.status == RequestStatus.WAITING_FOR_REMOTE_KVS):
+                or getattr(request.status, "name", None) == "WAITING_FOR_REMOTE_KVS"):
             return False, None
         self._finished.append(request.request_id)
         return True, None
