@@ -78,6 +78,10 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorMetadata,
     KVConnectorRole,
 )
+try:       # vLLM keeps its hybrid allocator on with a connector that says it copes
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA
+except ImportError:
+    SupportsHMA = object
 from vllm.logger import init_logger
 
 import kvtier
@@ -102,6 +106,8 @@ class _Load:
     block_ids: list     # engine blocks that receive them
     pins: list = field(default_factory=list)  # the lookup's pin per namespace
     #                     (stage-major, then rank; 0: none): each worker unpins its own
+    first: int = 0      # hybrid: keys and group_ids start at the prompt's first block,
+    group_ids: list | None = None  # and blocks [first, len(keys)) are loaded, per group
 
 
 @dataclass
@@ -110,6 +116,7 @@ class _Save:
     parent: bytes | None  # key of the block before keys[0], None at the start
     keys: list
     block_ids: list
+    group_ids: list | None = None  # hybrid: engine block ids per group, for keys
 
 
 @dataclass
@@ -137,6 +144,8 @@ class _ReqState:
     loaded: tuple | None = None  # the last load: (first block index, engine block ids)
     saving: bool = False      # a save was handed to the workers (asynchronous: its
     #                           blocks stay allocated after the request ends until it is done)
+    load_failed: bool = False  # hybrid: a load failed; vLLM recomputes all of it, and
+    #                            asks again: answered with no hit, or it would loop
 
 
 def hash_seed():
@@ -212,28 +221,55 @@ def _model_id(model_config):
     return mid
 
 
-def _the_group(kv_cache_config):
-    groups = kv_cache_config.kv_cache_groups
-    if len(groups) != 1:
+def _group_kind(spec):
+    """kvtier's kind of layer group ("full" or "sliding") for a vLLM KV cache
+    spec; KvtierConfigError for any other."""
+    name = type(spec).__name__
+    if name in ("MambaSpec",) or not hasattr(spec, "num_kv_heads"):
         raise KvtierConfigError(
-            "kvtier: the connector handles models with one KV cache group (plain "
-            "full attention); this model has %d" % len(groups))
-    spec = groups[0].kv_cache_spec
+            "kvtier: unsupported KV cache spec %s: recurrent state (Mamba, linear "
+            "attention) groups are not handled by the connector yet" % name)
     for a in ("block_size", "num_kv_heads", "head_size", "dtype"):
         if not hasattr(spec, a):
-            raise KvtierConfigError("kvtier: unsupported KV cache spec %s (no %s)"
-                                    % (type(spec).__name__, a))
-    if type(spec).__name__ != "FullAttentionSpec":
-        raise KvtierConfigError("kvtier: unsupported KV cache spec %s: only full "
-                                "attention" % type(spec).__name__)
+            raise KvtierConfigError("kvtier: unsupported KV cache spec %s (no %s)" % (name, a))
+    window = getattr(spec, "sliding_window", None)
+    if name == "FullAttentionSpec" and window is None:
+        kind = "full"
+    elif name == "SlidingWindowSpec" and window:
+        kind = "sliding"
+    else:
+        raise KvtierConfigError("kvtier: unsupported KV cache spec %s: full or sliding-"
+                                "window attention only" % name)
     odd = [a for a, ok in (
-        ("sliding_window", getattr(spec, "sliding_window", None) is None),
         ("head_size_v", getattr(spec, "head_size_v", None) in (None, spec.head_size)),
         ("kv_quant_mode", getattr(getattr(spec, "kv_quant_mode", None), "name",
                                   "NONE") == "NONE")) if not ok]
     if odd:
         raise KvtierConfigError("kvtier: unsupported KV cache (%s set)" % ", ".join(odd))
-    return groups[0]
+    return kind
+
+
+def kv_groups(kv_cache_config):
+    """vLLM's KV cache groups with kvtier's kind of each, [(group, kind)]:
+    one full-attention group is a plain namespace, anything else (several
+    groups, sliding windows) a hybrid one. Every group must have the same
+    block size: a block's hash covers the same tokens in each."""
+    groups = list(kv_cache_config.kv_cache_groups)
+    if not groups:
+        raise KvtierConfigError("kvtier: the model has no KV cache group")
+    if len(groups) > len(kvtier.LAYER_KINDS):
+        raise KvtierConfigError("kvtier: %d KV cache groups; kvtier handles at most %d"
+                                % (len(groups), len(kvtier.LAYER_KINDS)))
+    out = [(g, _group_kind(g.kv_cache_spec)) for g in groups]
+    sizes = {g.kv_cache_spec.block_size for g, _ in out}
+    if len(sizes) != 1:
+        raise KvtierConfigError("kvtier: KV cache groups of several block sizes %s"
+                                % sorted(sizes))
+    return out
+
+
+def _hybrid(groups):
+    return len(groups) > 1 or groups[0][1] != "full"
 
 
 def _torch_name(dtype):
@@ -299,8 +335,11 @@ def stage_layers(vllm_config, group, pp_rank, pp_size):
 
 def namespace_desc(vllm_config, kv_cache_config, tp_rank, pp_rank=0):
     """The kvt_model fields of this instance's namespace (tensor-parallel
-    rank tp_rank of pipeline stage pp_rank), as a dict."""
-    group = _the_group(kv_cache_config)
+    rank tp_rank of pipeline stage pp_rank), as a dict. A hybrid model's
+    (several groups, or sliding windows) has "groups": its layer groups in
+    vLLM's order, each its own namespace (Client.ns_open_hybrid)."""
+    groups = kv_groups(kv_cache_config)
+    group = groups[0][0]
     spec = group.kv_cache_spec
     dtype, esize = kv_dtype(vllm_config, spec)
     pp_size = getattr(vllm_config.parallel_config, "pipeline_parallel_size", 1)
@@ -310,6 +349,8 @@ def namespace_desc(vllm_config, kv_cache_config, tp_rank, pp_rank=0):
             % (spec.block_size, vllm_config.cache_config.block_size))
     if getattr(vllm_config.parallel_config, "decode_context_parallel_size", 1) != 1:
         raise KvtierConfigError("kvtier: decode context parallelism is not supported")
+    if _hybrid(groups):
+        return _hybrid_desc(vllm_config, groups, tp_rank, pp_rank, pp_size)
     layers = stage_layers(vllm_config, group, pp_rank, pp_size)
     return {
         "model_id": _model_id(vllm_config.model_config),
@@ -324,6 +365,45 @@ def namespace_desc(vllm_config, kv_cache_config, tp_rank, pp_rank=0):
         "block_bytes": layers * 2 * spec.block_size * spec.num_kv_heads * spec.head_size
         * esize,
     }
+
+
+def _hybrid_desc(vllm_config, groups, tp_rank, pp_rank, pp_size):
+    if pp_size != 1:
+        raise KvtierConfigError("kvtier: pipeline parallelism with a hybrid model (several KV "
+                                "cache groups) is not supported")
+    spec0 = groups[0][0].kv_cache_spec
+    dtype, esize = kv_dtype(vllm_config, spec0)
+    gs = []
+    for g, kind in groups:
+        spec = g.kv_cache_spec
+        if kv_dtype(vllm_config, spec) != (dtype, esize):
+            raise KvtierConfigError("kvtier: KV cache groups of several dtypes")
+        d = {"kind": kind, "layers": len(g.layer_names), "kv_heads": spec.num_kv_heads,
+             "head_dim": spec.head_size, "n_kv": 2, "elem_bytes": esize}
+        if kind == "sliding":
+            d["window"] = spec.sliding_window
+        gs.append(d)
+    return {
+        "model_id": _model_id(vllm_config.model_config),
+        "dtype": dtype,
+        # the groups' shapes and order are in each group's identity (kvt_ns_open_hybrid)
+        "layout": "vllm:hybrid:%dG" % len(gs),
+        "block_tokens": spec0.block_size,
+        "tp_rank": tp_rank,
+        "tp_size": vllm_config.parallel_config.tensor_parallel_size,
+        "pp_rank": pp_rank,
+        "pp_size": pp_size,
+        "variant": kv_variant(vllm_config, dtype),
+        "groups": gs,
+        "block_bytes": [d["layers"] * 2 * spec0.block_size * d["kv_heads"] * d["head_dim"]
+                        * esize for d in gs],
+    }
+
+
+def window_blocks(window, block_tokens):
+    """Blocks of a sliding group kvtier stores for a prefix's next token: the
+    C hybrid API's rule, ceil(window / block)."""
+    return -(-window // block_tokens)
 
 
 def layout_for_tensors(tensors, block_size, kv_heads, head_size):
@@ -425,12 +505,21 @@ class _Tierd:
     def _where(self):
         return self.socket or kvtier.default_socket()
 
+    @staticmethod
+    def _ns_open(c, d):
+        if "groups" in d:
+            # a state for every block (state_every 1), a window per offload
+            return c.ns_open_hybrid(d["model_id"], d["dtype"], d["layout"], d["groups"],
+                                    d["block_tokens"], d["tp_rank"], d["tp_size"],
+                                    d["pp_rank"], d["pp_size"], d["variant"])
+        return c.ns_open(d["model_id"], d["dtype"], d["layout"], d["block_tokens"],
+                         d["block_bytes"], d["tp_rank"], d["tp_size"], d["pp_rank"],
+                         d["pp_size"], d["variant"])
+
     def _open(self):
         c = kvtier.Client(self.socket)
         try:
-            self.ns = [c.ns_open(d["model_id"], d["dtype"], d["layout"], d["block_tokens"],
-                                 d["block_bytes"], d["tp_rank"], d["tp_size"], d["pp_rank"],
-                                 d["pp_size"], d["variant"]) for d in self._descs]
+            self.ns = [self._ns_open(c, d) for d in self._descs]
         except BaseException:
             c.close()
             raise
@@ -594,7 +683,7 @@ class _Mover:
         return ended
 
 
-class KvtierConnector(KVConnectorBase_V1):
+class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
     """vLLM KV connector over kvtier: prefix blocks saved to and restored from
     tierd by vLLM's own block hashes, asynchronously unless "async" is
     false."""
@@ -628,11 +717,20 @@ class KvtierConnector(KVConnectorBase_V1):
         self._vllm = vllm_config
         tp_size = vllm_config.parallel_config.tensor_parallel_size
         pp_size = getattr(vllm_config.parallel_config, "pipeline_parallel_size", 1)
-        group = _the_group(kv_cache_config)
+        self._groups = kv_groups(kv_cache_config)
+        self._hybrid = _hybrid(self._groups)
+        group = self._groups[0][0]
         self._layer_names = list(group.layer_names)
         self._block_size = group.kv_cache_spec.block_size
         self._kv_heads = group.kv_cache_spec.num_kv_heads
         self._head_size = group.kv_cache_spec.head_size
+        if self._hybrid and not self._async:
+            # with several groups vLLM hears of a failed load only from an
+            # asynchronous one (failed_recving): a synchronous one would leave
+            # blocks it never received in its prefix cache
+            log.warning("kvtier: loads and saves are asynchronous for a hybrid model, "
+                        "whatever \"async\" says")
+            self._async = True
         if role == KVConnectorRole.SCHEDULER:
             # one scheduler serves every rank of every stage: a hit counts
             # only where all have it
@@ -645,7 +743,8 @@ class KvtierConnector(KVConnectorBase_V1):
             rank, stage = _worker_ranks()
             self._pin_at = stage * tp_size + rank   # this worker's pin in a load's list
             self._desc = namespace_desc(vllm_config, kv_cache_config, rank, stage)
-            expect = stage_layers(vllm_config, group, stage, pp_size)
+            expect = len(self._layer_names) if self._hybrid else \
+                stage_layers(vllm_config, group, stage, pp_size)
             if len(self._layer_names) != expect:
                 raise KvtierConfigError(
                     "kvtier: pipeline stage %d holds %d KV layers, not the %d of vLLM's "
@@ -653,8 +752,10 @@ class KvtierConnector(KVConnectorBase_V1):
                     "namespace" % (stage, len(self._layer_names), expect))
             descs = [self._desc]
             self._layout = None
+            self._layouts = None      # hybrid: one per group, in the namespace's order
             self._stream_dev = None
             self._load_errors = set()
+            self._failed_recving = set()   # hybrid: loads that failed, for vLLM
             self._loader = self._saver = None   # asynchronous: made with the layout
             self._finishing = set()   # finished requests whose saves may still run
         self._tierd = _Tierd(socket, descs, self._retry_s)
@@ -683,6 +784,10 @@ class KvtierConnector(KVConnectorBase_V1):
         # vLLM computes at least the prompt's last token itself
         usable = min(len(keys), (request.num_tokens - 1) // self._block_size)
         st = self._reqs.setdefault(request.request_id, _ReqState(request))
+        if st.load_failed:
+            usable = 0
+        elif self._hybrid:
+            usable = min(usable, kvtier.BATCH_MAX)   # a hybrid lookup's most blocks
         # asked again (vLLM could not schedule it): the new pins replace the
         # old, which go first so that both never count against the budget
         self._tierd.unpin(st.pins)
@@ -696,6 +801,12 @@ class KvtierConnector(KVConnectorBase_V1):
             for ns in spaces:
                 if hit == 0:
                     break
+                if isinstance(ns, kvtier.HybridNamespace):
+                    # its groups hold different ranges: unpinned, and a hit
+                    # evicted before its load is a failed load, recomputed
+                    pins.append(0)
+                    hit = min(hit, ns.lookup(keys[:hit]))
+                    continue
                 try:
                     found, pin_id, _ = ns.lookup_pin(keys[:hit], self._pin_ms)
                 except kvtier.KvtierError as e:
@@ -732,12 +843,20 @@ class KvtierConnector(KVConnectorBase_V1):
             return
         first = st.local_tokens // self._block_size
         n = num_external_tokens // self._block_size
-        ids = blocks.get_block_ids()[0]
-        load = _Load(request.request_id, list(request.block_hashes[first:first + n]),
-                     list(ids[first:first + n]), st.pins)
+        if self._hybrid:
+            # a sliding group's blocks before its window are vLLM's null block
+            # (0): the worker fills only the others
+            load = _Load(request.request_id, list(request.block_hashes[:first + n]), [],
+                         st.pins, first=first,
+                         group_ids=[list(g[:first + n]) for g in blocks.get_block_ids()])
+            st.loaded = None       # failures come whole (failed_recving), not by block
+        else:
+            ids = blocks.get_block_ids()[0]
+            load = _Load(request.request_id, list(request.block_hashes[first:first + n]),
+                         list(ids[first:first + n]), st.pins)
+            st.loaded = (first, load.block_ids)
         st.pins = []               # the workers release them once loaded
         st.pending_load = load
-        st.loaded = (first, load.block_ids)
         # what is loaded is in kvtier already: no need to save it again
         st.saved_blocks = max(st.saved_blocks, first + n)
 
@@ -747,6 +866,11 @@ class KvtierConnector(KVConnectorBase_V1):
         # them again (a block that failed its checksum is gone from it). A
         # stale match (a preempted request's block loaded into by another)
         # costs a save of blocks kvtier mostly holds already
+        for req_id in getattr(connector_output, "failed_recving", None) or ():
+            st = self._reqs.get(req_id)
+            if st is not None:     # vLLM computes the whole request again
+                st.load_failed = True
+                st.saved_blocks = 0
         bad = getattr(connector_output, "invalid_block_ids", None)
         if not bad:
             return
@@ -781,21 +905,25 @@ class KvtierConnector(KVConnectorBase_V1):
                        (req.num_computed_tokens + n_sched) // self._block_size)
             if done <= st.saved_blocks:
                 continue
-            ids = self._block_ids(req_id)
-            if ids is None or len(ids) < done:
+            groups = self._block_ids(req_id)
+            if groups is None or any(len(g) < done for g in groups):
                 continue
             first = st.saved_blocks
-            meta.saves.append(_Save(req_id, req.block_hashes[first - 1] if first else None,
-                                    list(req.block_hashes[first:done]), list(ids[first:done])))
+            sv = _Save(req_id, req.block_hashes[first - 1] if first else None,
+                       list(req.block_hashes[first:done]), list(groups[0][first:done]))
+            if self._hybrid:
+                sv.group_ids = [list(g[first:done]) for g in groups]
+            meta.saves.append(sv)
             st.saved_blocks = done
             st.saving = True
         return meta
 
     def _block_ids(self, req_id):
+        """The request's engine block ids, a list per KV cache group."""
         mgr = self._kv_cache_manager
         if mgr is None:
             return None
-        return list(mgr.get_block_ids(req_id)[0])
+        return [list(g) for g in mgr.get_block_ids(req_id)]
 
     def request_finished(self, request, block_ids):
         st = self._reqs.pop(request.request_id, None)
@@ -815,21 +943,34 @@ class KvtierConnector(KVConnectorBase_V1):
         self._finished.append(request.request_id)
         return True, None
 
+    def request_finished_all_groups(self, request, block_ids):
+        # vLLM's hybrid allocator (SupportsHMA) calls this instead
+        return self.request_finished(request, block_ids)
+
     # ---- worker side ------------------------------------------------------
 
     def register_kv_caches(self, kv_caches):
-        missing = [n for n in self._layer_names if n not in kv_caches]
+        names = [n for g, _ in self._groups for n in g.layer_names]
+        missing = [n for n in names if n not in kv_caches]
         if missing:
             raise KvtierConfigError("kvtier: no KV tensor for layers %s" % missing[:4])
-        tensors = [kv_caches[n] for n in self._layer_names]
-        self._layout = layout_for_tensors(tensors, self._block_size, self._kv_heads,
-                                          self._head_size)
-        if self._layout.block_bytes != self._desc["block_bytes"]:
-            raise KvtierConfigError("kvtier: KV tensors give %d-byte blocks, the namespace %d"
-                                    % (self._layout.block_bytes, self._desc["block_bytes"]))
+        # a group's blocks are touched only through its own layers: vLLM's
+        # groups share one allocation, and a block id is one group's
+        layouts = []
+        want = self._desc["block_bytes"] if self._hybrid else [self._desc["block_bytes"]]
+        for (g, _), bb in zip(self._groups, want):
+            spec = g.kv_cache_spec
+            lay = layout_for_tensors([kv_caches[n] for n in g.layer_names], spec.block_size,
+                                     spec.num_kv_heads, spec.head_size)
+            if lay.block_bytes != bb:
+                raise KvtierConfigError("kvtier: KV tensors give %d-byte blocks, the namespace "
+                                        "%d" % (lay.block_bytes, bb))
+            layouts.append(lay)
+        tensors = [kv_caches[n] for n in names]
+        self._layouts, self._layout = layouts, layouts[0]
         # the namespace named the scales from the config (kv_variant); scales
         # it did not account for would share other bytes under one name
-        odd = scaled_layers(self._vllm, self._layer_names)
+        odd = scaled_layers(self._vllm, names)
         if odd and self._desc["dtype"].startswith("fp8") and self._desc["variant"] is None:
             raise KvtierConfigError(
                 "kvtier: layers %s hold KV scales other than 1.0 that neither a quantization "
@@ -843,9 +984,12 @@ class KvtierConnector(KVConnectorBase_V1):
             self._loader = _Mover("load", self._tierd, self._stream_dev, keep=True)
             self._saver = _Mover("save", _Tierd(self._socket, [self._desc], self._retry_s),
                                  self._stream_dev, keep=False)
-        log.info("kvtier: %d layers, %d blocks of %d bytes, namespace %s %s %s rank %d/%d "
+        log.info("kvtier: %d layers, %d blocks of %s bytes, namespace %s %s %s rank %d/%d "
                  "stage %d/%d%s", len(tensors), self._layout.c.num_blocks,
-                 self._layout.block_bytes, self._desc["model_id"], self._desc["dtype"],
+                 "+".join(str(lay.block_bytes) for lay in layouts) + (
+                     " (groups %s)" % ", ".join(k for _, k in self._groups)
+                     if self._hybrid else ""),
+                 self._desc["model_id"], self._desc["dtype"],
                  self._desc["layout"], self._desc["tp_rank"], self._desc["tp_size"],
                  self._desc["pp_rank"], self._desc["pp_size"],
                  " " + self._desc["variant"].decode() if self._desc["variant"] else "")
@@ -857,17 +1001,54 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def _load(self, tierd, ld, stream):
         """Restore load ld's blocks through tierd (a _Tierd) and release this
-        worker's pin: how many of them arrived (the leading run)."""
-        ok, got = tierd.call(
-            "request %s: restore" % ld.req_id,
-            lambda spaces: spaces[0].restore(ld.keys, self._layout, ld.block_ids,
-                                             stream=stream))
+        worker's pin: how many of them arrived (the leading run; hybrid: all
+        or none)."""
+        if self._hybrid:
+            ok, got = tierd.call("request %s: restore" % ld.req_id,
+                                 lambda spaces: self._restore_groups(spaces[0], ld, stream))
+        else:
+            ok, got = tierd.call(
+                "request %s: restore" % ld.req_id,
+                lambda spaces: spaces[0].restore(ld.keys, self._layout, ld.block_ids,
+                                                 stream=stream))
         got = got if ok else 0
         if self._pin_at < len(ld.pins):
             tierd.unpin(ld.pins[self._pin_at:self._pin_at + 1])   # loaded: let go
         return got
 
+    def _restore_groups(self, ns, ld, stream):
+        """A hybrid load: blocks [ld.first, len(ld.keys)) of every group, or
+        none (0). Each group fills every block vLLM gave it there but its
+        null ones (0: a sliding group's blocks before its window): a block
+        vLLM holds as computed and was not given would be read, or served
+        to a later prefix hit, with someone else's bytes."""
+        n = len(ld.keys)
+        if ns.lookup(ld.keys) < n:
+            return 0
+        for g, ((_, kind), lay, ids) in enumerate(zip(self._groups, self._layouts,
+                                                      ld.group_ids)):
+            a = ld.first
+            if kind == "sliding":
+                while a < n and ids[a] == 0:
+                    a += 1
+            if a == n:
+                continue
+            if 0 in ids[a:] or ns.group(g).restore(ld.keys[a:], lay, ids[a:],
+                                                   stream=stream) != n - a:
+                return 0           # evicted since the lookup, or a hole: recomputed
+        return n - ld.first
+
     def _loaded(self, ld, got):
+        if self._hybrid:
+            if got < len(ld.keys) - ld.first:
+                log.warning("kvtier: request %s: the load of %d blocks failed; vLLM "
+                            "recomputes it", ld.req_id, len(ld.keys) - ld.first)
+                if len(self._groups) > 1:
+                    # block ids are per group: vLLM takes a whole request back
+                    self._failed_recving.add(ld.req_id)
+                else:
+                    self._load_errors.update(b for b in ld.group_ids[0][ld.first:] if b)
+            return
         if got < len(ld.keys):
             # not held (tierd away or restarted, a checksum or disk error):
             # vLLM recomputes these blocks (the restore wrote none of them)
@@ -880,16 +1061,47 @@ class KvtierConnector(KVConnectorBase_V1):
         computed them is done on the device (ready: its CUDA event)."""
         if ready is not None:
             ready.synchronize()
+        if self._hybrid:
+            tierd.call("request %s: offload of %d blocks" % (sv.req_id, len(sv.keys)),
+                       lambda spaces: self._offload_groups(spaces[0], sv, stream))
+            return
         # a save lost (tierd away, a failure) is a future miss, never a wrong
         # answer
         tierd.call("request %s: offload of %d blocks" % (sv.req_id, len(sv.keys)),
                    lambda spaces: spaces[0].offload(sv.keys, self._layout, sv.block_ids,
                                                     parent=sv.parent, stream=stream))
 
+    def _offload_groups(self, ns, sv, stream):
+        """A hybrid save, in batches of BATCH_MAX: each batch stores every
+        full group's blocks and each sliding group's window of the batch's
+        last block (kvt_offload_hybrid). A null block where a group would
+        read (vLLM freed it) skips the rest: a block never stored is a miss,
+        one stored from the null block a wrong answer."""
+        stored = 0
+        for i in range(0, len(sv.keys), kvtier.BATCH_MAX):
+            keys = sv.keys[i:i + kvtier.BATCH_MAX]
+            ios = []
+            for (g, kind), lay, ids in zip(self._groups, self._layouts, sv.group_ids):
+                ids = ids[i:i + kvtier.BATCH_MAX]
+                read = ids if kind == "full" else \
+                    ids[-window_blocks(g.kv_cache_spec.sliding_window, self._block_size):]
+                if 0 in read:
+                    log.warning("kvtier: request %s: a block to save is no longer held by "
+                                "vLLM; %d blocks not saved", sv.req_id, len(sv.keys) - i)
+                    return stored
+                ios.append(kvtier.GroupIO(lay, ids))
+            stored += ns.offload_groups(keys, ios, parent=sv.keys[i - 1] if i else sv.parent,
+                                        stream=stream)
+        return stored
+
     def start_load_kv(self, forward_context, **kwargs):
         if not self.has_connector_metadata() or self._layout is None:
             return
         meta = self._get_connector_metadata()
+        if self._hybrid and meta.loads:
+            # a sliding block vLLM freed since the last step may be one a
+            # load now fills: the saves that read it end first
+            self._saver.wait()
         for ld in meta.loads:
             if self._async:
                 def job(tierd, stream, ld=ld):
@@ -908,8 +1120,15 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def handle_preemptions(self, kv_connector_metadata):
         # vLLM frees a preempted request's blocks at once, and this step may
-        # write another request's KV into them: its saves must be done first
-        if self._saver is not None and kv_connector_metadata.preempted:
+        # write another request's KV into them: its saves must be done first.
+        # A hybrid model's sliding groups free the blocks that left their
+        # window at every step, unannounced: all saves end before the next
+        # forward pass (they still overlap the scheduling between steps)
+        if self._saver is None:
+            return
+        if self._hybrid:
+            self._saver.wait()
+        elif kv_connector_metadata.preempted:
             self._saver.wait(kv_connector_metadata.preempted)
 
     def wait_for_layer_load(self, layer_name):
@@ -954,6 +1173,17 @@ class KvtierConnector(KVConnectorBase_V1):
         sending = {r for r in self._finishing if not self._saver.busy(r)}
         self._finishing -= sending
         return sending or None, recving or None
+
+    def get_transfer_results(self, finished_req_ids):
+        """get_finished's sets, and a hybrid model's failed loads
+        (failed_recving, also finished: vLLM recomputes the request whole)."""
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+            KVConnectorTransferResults)
+        sending, recving = self.get_finished(finished_req_ids)
+        failed, self._failed_recving = self._failed_recving, set()
+        return KVConnectorTransferResults(finished_sending=set(sending or ()),
+                                          finished_recving=set(recving or ()) | failed,
+                                          failed_recving=failed)
 
     def get_block_ids_with_load_errors(self):
         errs, self._load_errors = self._load_errors, set()
