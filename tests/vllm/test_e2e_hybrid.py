@@ -80,3 +80,49 @@ def test_hybrid_model_shares_prefixes_through_kvtier(tierd, gemma2, tmp_path):
                                                                    base["logprobs"])
     print("  PASS: a new instance loaded 512 tokens of both groups from kvtier; tokens and "
           "log-probs equal the run without kvtier")
+
+
+def test_hybrid_failed_load_is_recomputed(gemma2, tmp_path):
+    """tierd killed between the lookup and the load (the test subclass of
+    the connector kills it): the hybrid load fails whole, vLLM takes the
+    request back (failed_recving) and recomputes it once, without asking
+    kvtier again in a loop; tokens and log-probs equal the run without
+    kvtier."""
+    from conftest import Tierd
+    from test_e2e import MAX_TOKENS, Steps, vllm_env
+    rng = random.Random(18)
+    prompt = [rng.randrange(3, 1024) for _ in range(512)]
+    suffix = [rng.randrange(3, 1024) for _ in range(10)]
+    tmp = str(tmp_path)
+    d = Tierd("--warm-bytes", "256M")
+    print()
+    try:
+        base = run_vllm(tmp, "hf-base", gemma2, d, prompt + suffix, connector=False)
+        arm = os.path.join(tmp, "kill-before-load")
+        req = {"steps": [prompt, prompt + suffix], "pause_dir": tmp, "max_tokens": MAX_TOKENS,
+               "connector": True, "block_size": BS, "connector_class": "FaultyKvtierConnector",
+               "connector_module": "kvt_fault_connector", "extra_config": {"reconnect_ms": 100}}
+        run = Steps(tmp, "hfail", gemma2, req, vllm_env(d, KVT_TEST_FAULT_DIR=tmp))
+        try:
+            run.next()
+            with open(arm, "w") as f:
+                f.write(str(d.proc.pid))
+            run.go()
+            r = run.next()
+            log = run.log()
+            assert not os.path.exists(arm), "the fault did not fire"
+            # vLLM logs nothing of a failed_recving: the tokens show it recomputed
+            assert "the load of 16 blocks failed" in log
+            assert r["tokens"] == base["tokens"]
+            assert same_logprobs(r["logprobs"], base["logprobs"])
+            # looked up once more after the failure, then answered with no hit
+            assert r["external_prefix_cache_queries"] <= 2 * len(prompt + suffix)
+            print("  PASS: the failed hybrid load was recomputed once; tokens and log-probs "
+                  "equal the run without kvtier")
+            d.kill(9)
+            run.go()
+            run.finish()
+        finally:
+            run.stop()
+    finally:
+        d.stop()
