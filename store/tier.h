@@ -1,15 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tier.h - the block store: the index and the tiers (hot above warm, cold
- * and remote below), with reservations (put), leases (get), prefix lookups,
- * leaf-first eviction between watermarks and the movers between tiers.
- *
- * Holds KV blocks keyed by (namespace id, 32-byte key). Warm blocks live in a
- * shared-memory pool, hot ones in a device pool (tier_hot.h), cold ones on
- * disk (tier_cold.h). A slot goes back to its pool only when nothing holds it:
- * its index entry, a lease, a move in flight or a reservation.
- * It knows nothing of sockets, sessions or threads: tierd calls it from one
- * thread, and names the owner of each reservation with an opaque id.
+ * tier.h - the block store's API: KV blocks keyed by (namespace id, 32-byte
+ * key) in up to four tiers: hot (a device pool, tier_hot.h) above warm (a
+ * shared-memory pool that clients map), cold (NVMe, tier_cold.h) and remote
+ * (a Redis Cluster, tier_remote.h) below. It offers reservations and
+ * commits (put, durable or not), leases (get), prefix lookups with their
+ * miss causes, pins and prefetch, removal, and moves blocks between the
+ * tiers leaf-first between watermarks. A slot goes back to its pool only
+ * when nothing holds it: its index entry, a lease, a move in flight or a
+ * reservation.
+ * It knows nothing of sockets or sessions: tierd calls it from one thread
+ * (the hot and remote tiers' workers report through the poll calls below),
+ * and names the owner of each reservation with an opaque id. The caller
+ * opens the tiers other than warm and hands them over in struct tier_cfg.
  */
 #ifndef TIER_H
 #define TIER_H
@@ -18,15 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TIER_KEY_BYTES 32
-#define TIER_NONE UINT32_MAX /* "no entry" for entry ids */
-
-struct tier_key {
-    uint8_t b[TIER_KEY_BYTES];
-};
-
-/* Where a block lives; values equal the public KVT_TIER_* codes. */
-enum tier_level { TIER_L_NONE = 0, TIER_L_HOT = 1, TIER_L_WARM = 2, TIER_L_COLD = 3, TIER_L_N = 4 };
+#include "tier_key.h" /* tier_key, TIER_NONE, tier_level, tier_event */
 
 struct tier_cold;   /* tier_cold.h */
 struct tier_hot;    /* tier_hot.h */
@@ -83,18 +78,6 @@ struct tier_cfg {
     struct tier_remote *remote;
     enum tier_remote_policy remote_policy;
     tier_remote_fn remote_done;
-};
-
-/* What last happened to a block that is gone (miss attribution). */
-enum tier_event {
-    TIER_EV_NONE = 0,     /* nothing remembered: never stored, or forgotten since */
-    TIER_EV_DROPPED = 1,  /* left warm (or hot) with no copy on disk: evicted */
-    TIER_EV_EVICTED = 2,  /* evicted from the disk to make room */
-    TIER_EV_CHECKSUM = 3, /* read back from disk with wrong bytes: dropped */
-    TIER_EV_IO_ERROR = 4, /* could not be read back from disk: dropped */
-    TIER_EV_REMOVED = 5,  /* removed by a client */
-    TIER_EV_ABORTED = 6,  /* reserved and never committed (aborted, or its client died) */
-    TIER_EV_N = 7,
 };
 
 /* Why keys missed, by cause: an event above (index = enum tier_event;
