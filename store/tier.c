@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tier.c - the store's frame: opening and closing it, its pools, the event
- * fds and poll that deliver every tier's completions, and its counters.
+ * tier.c - the store's frame: opening and closing it (with the tiers it
+ * owns: tier_open), its pools, the event fds and poll that deliver every
+ * tier's completions, and its counters.
  *
  * The jobs themselves live beside it (tier_int.h has the map): chains and
  * LRU, slots, the movers, reservations, leases, durable commits, removal,
@@ -109,6 +110,58 @@ void tier_destroy(struct tier *t)
     idx_destroy(t->idx);
     free(t);
 }
+
+int tier_open(const struct tier_open_cfg *cfg, struct tier **out, enum tier_part *failed)
+{
+    struct tier_cfg tc = cfg->store;
+    struct tier_cold *cold = NULL;
+    struct tier_remote *remote = NULL;
+    struct tier_hot *hot = NULL;
+    enum tier_part part = TIER_PART_COLD;
+    int rc = 0;
+
+    if (cfg->cold && (rc = tier_cold_open(cfg->cold, &cold)) < 0)
+        goto out_close;
+    part = TIER_PART_REMOTE;
+    if (cfg->remote && (rc = tier_remote_open(cfg->remote, &remote)) < 0)
+        goto out_close;
+    part = TIER_PART_HOT;
+    if (cfg->hot && (rc = tier_hot_open(cfg->hot, &hot)) < 0)
+        goto out_close;
+    part = TIER_PART_WARM;
+    tc.cold = cold;
+    tc.remote = remote;
+    tc.hot = hot;
+    rc = tier_create(&tc, out);
+    if (rc < 0)
+        goto out_close;
+    (*out)->owns_tiers = true;
+    return 0;
+out_close:
+    tier_cold_close(cold);
+    tier_remote_close(remote);
+    tier_hot_close(hot);
+    if (failed)
+        *failed = part;
+    return rc;
+}
+
+void tier_close(struct tier *t)
+{
+    if (!t)
+        return;
+    if (t->owns_tiers) {
+        /* the order of tier.h: callbacks only ever run into what is open */
+        tier_cold_close(t->cold);
+        tier_remote_close(t->remote);
+        tier_hot_close(t->hot);
+    }
+    tier_destroy(t);
+}
+
+struct tier_cold *tier_cold_of(const struct tier *t) { return t->cold; }
+struct tier_hot *tier_hot_of(const struct tier *t) { return t->hot; }
+struct tier_remote *tier_remote_of(const struct tier *t) { return t->remote; }
 
 int tier_pool_fd(const struct tier *t) { return tier_ram_fd(t->ram); }
 

@@ -137,8 +137,42 @@ struct tier_stats {
 
 struct tier;
 
-/* Create the store and its warm pool. Errors: -EINVAL (bad cfg), -ENOMEM,
- * or the errno of memfd_create/ftruncate/mmap. */
+struct tier_cold_cfg;   /* tier_cold.h */
+struct tier_hot_cfg;    /* tier_hot.h */
+struct tier_remote_cfg; /* tier_remote.h */
+
+/* The store with the tiers it owns, in one call. */
+struct tier_open_cfg {
+    struct tier_cfg store;                /* warm, watermarks, callbacks; its cold, hot and
+                                             remote are ignored: tier_open sets them */
+    const struct tier_cold_cfg *cold;     /* NULL: no cold tier */
+    const struct tier_remote_cfg *remote; /* NULL: no remote tier */
+    const struct tier_hot_cfg *hot;       /* NULL: no hot tier */
+};
+
+/* What tier_open could not open (*failed). */
+enum tier_part { TIER_PART_COLD = 1, TIER_PART_REMOTE, TIER_PART_HOT, TIER_PART_WARM };
+
+/* Open the tiers cfg names (cold, remote, hot), then the store over them,
+ * which owns them from then on: tier_close closes them in the order their
+ * callbacks need. On an error whatever was opened is closed again, and
+ * *failed (NULL: not wanted) says which part failed, with the errors of
+ * tier_cold_open, tier_remote_open, tier_hot_open or tier_create. */
+int tier_open(const struct tier_open_cfg *cfg, struct tier **out, enum tier_part *failed);
+/* Close a store from tier_open and its tiers: the cold tier first (its
+ * close runs or cancels every callback, and those name the store), then
+ * the remote one (cold's callbacks may queue remote writes), then hot (the
+ * remote's callbacks may start copies up), then the store. NULL ok. */
+void tier_close(struct tier *t);
+/* The tiers of a store (NULL: none), borrowed: valid until tier_close. */
+struct tier_cold *tier_cold_of(const struct tier *t);
+struct tier_hot *tier_hot_of(const struct tier *t);
+struct tier_remote *tier_remote_of(const struct tier *t);
+
+/* Create the store and its warm pool over tiers the caller opened and
+ * closes (cold first, then remote and hot, then tier_destroy: see
+ * tier_close). Errors: -EINVAL (bad cfg), -ENOMEM, or the errno of
+ * memfd_create/ftruncate/mmap. */
 int tier_create(const struct tier_cfg *cfg, struct tier **out);
 void tier_destroy(struct tier *t); /* NULL ok; leases and reservations die with it */
 

@@ -5,7 +5,7 @@
  * calls the store's files make into one another. Callers use tier.h.
  *
  * The files, one job each:
- *   tier.c              open/close, pools, poll, counters
+ *   tier.c              tier_open/tier_close, pools, poll, counters
  *   tier_chain.c        chains (parents, children, ghosts) and the LRU lists of leaves
  *   tier_slot.c         warm slots and segments: room for a block now, a block leaving warm
  *   tier_move.c         moves in flight and their waiters
@@ -131,6 +131,7 @@ struct tier {
     uint64_t remote_pinned;           /* ... their slot bytes */
     uint64_t remote_skipped;          /* writes not started: the remote fell behind */
     uint64_t remote_hits;             /* blocks read from the remote tier and committed */
+    bool owns_tiers;                  /* tier_open: cold, remote and hot are ours to close */
     struct tier_cfg cfg;              /* callbacks */
     struct tier_stats st;             /* counters; gauges filled in tier_stats_get */
 };
