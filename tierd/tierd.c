@@ -523,80 +523,46 @@ static void store_log(void *ctx, const char *msg)
     tierd_log("%s", msg);
 }
 
-/* Open tenant t's tiers: cold (its own folder), hot, warm; index what its
- * disk holds. 0, or a sysexits code after logging why (what was opened is
- * closed by close_tenant). */
-static int open_tenant(struct tierd *d, struct tenant *t, const struct opts *o)
+/* Why tier_open failed for tenant t (part, rc), logged; its sysexits code. */
+static int open_failed(struct tierd *d, struct tenant *t, enum tier_part part, int rc)
 {
-    struct tier_cfg tc = {
-        .warm_bytes = t->warm_bytes, .high_wm = o->high_wm, .low_wm = o->low_wm,
-        .lock_memory = !o->no_mlock, .log = store_log,
-        .ready = sess_on_ready, .ready_ctx = d, .write_through = o->write_through,
-    };
+    switch (part) {
+    case TIER_PART_COLD:
+        tierd_log("tenant %s: cannot open the cold tier in %s (%llu bytes): %s", t->name,
+                  t->dir, (unsigned long long)t->cold_bytes,
+                  rc == -ELOOP ? "a file of it is a symbolic link or not a regular file"
+                               : strerror(-rc));
+        return rc == -ENOSPC ? EX_CANTCREAT : EX_OSERR;
+    case TIER_PART_REMOTE:
+        tierd_log("tenant %s: remote tier on %s: %s", t->name, d->remote.seeds,
+                  rc == -EINVAL ? "want host:port[,host:port...]" : strerror(-rc));
+        return rc == -EINVAL ? EX_CONFIG : EX_OSERR;
+    case TIER_PART_HOT:
+        tierd_log("tenant %s: cannot open the hot tier (%llu bytes): %s", t->name,
+                  (unsigned long long)t->hot_bytes, strerror(-rc));
+        return EX_OSERR;
+    case TIER_PART_WARM:
+        break;
+    }
+    tierd_log("tenant %s: cannot create the warm tier (%llu bytes): %s", t->name,
+              (unsigned long long)t->warm_bytes, strerror(-rc));
+    return EX_OSERR;
+}
+
+/* Say what tenant t's tiers are, once open; index what its disk holds. 0,
+ * or a sysexits code after logging why. */
+static int tenant_ready(struct tierd *d, struct tenant *t)
+{
     struct tier_stats st;
     int rc;
 
-    /* no hugetlb pool for clients of other users: a hole one punches in it
-     * (fallocate, which no seal forbids short of forbidding writes) could
-     * leave no free huge page for our next touch of it, and SIGBUS would
-     * take tierd down for every tenant; a page pool refaults instead */
-    tc.huge_pages = !o->no_huge && !tenant_foreign(d, t);
-    if (t->cold_bytes) {
-        struct tier_cold_cfg cc = { .dir = t->dir, .bytes = t->cold_bytes, .qd = o->cold_qd,
-                                    .log = store_log };
-
-        if (safe_folder(t->dir, "the cold tier's folder") < 0)
-            return EX_CANTCREAT;
-        rc = tier_cold_open(&cc, &t->cold);
-        if (rc < 0) {
-            tierd_log("tenant %s: cannot open the cold tier in %s (%llu bytes): %s", t->name,
-                      t->dir, (unsigned long long)t->cold_bytes,
-                      rc == -ELOOP ? "a file of it is a symbolic link or not a regular file"
-                                   : strerror(-rc));
-            return rc == -ENOSPC ? EX_CANTCREAT : EX_OSERR;
-        }
-    }
-    tc.cold = t->cold;
-    if (d->remote.seeds[0]) {
-        /* each tenant its own workers and connections: its completions
-         * land in its own store */
-        struct tier_remote_cfg rc_cfg = { .seeds = d->remote.seeds,
-                                          .timeout_ms = d->remote.timeout_ms, .log = store_log };
-
-        rc = tier_remote_open(&rc_cfg, &t->remote);
-        if (rc < 0) {
-            tierd_log("tenant %s: remote tier on %s: %s", t->name, d->remote.seeds,
-                      rc == -EINVAL ? "want host:port[,host:port...]" : strerror(-rc));
-            return rc == -EINVAL ? EX_CONFIG : EX_OSERR;
-        }
-        tc.remote = t->remote;
-        tc.remote_policy = d->remote.policy;
-        tc.remote_done = sess_on_remote;
+    if (t->remote)
         tierd_log("tenant %s: remote tier on Redis Cluster %s (%s, timeout %u ms, "
                   "namespaces: %s%s)", t->name, d->remote.seeds,
                   d->remote.policy == TIER_REMOTE_ON_DEMOTION ? "on-demotion" : "write-through",
                   d->remote.timeout_ms ? d->remote.timeout_ms : 100,
                   d->remote.ns_prefix[0] ? "model ids starting with " : "all",
                   d->remote.ns_prefix);
-    }
-    if (t->hot_bytes) {
-        struct tier_hot_cfg hc = { .kind = TIER_HOT_AUTO, .bytes = t->hot_bytes,
-                                   .device = o->hot_device, .log = store_log };
-
-        rc = tier_hot_open(&hc, &t->hot);
-        if (rc < 0) {
-            tierd_log("tenant %s: cannot open the hot tier (%llu bytes): %s", t->name,
-                      (unsigned long long)t->hot_bytes, strerror(-rc));
-            return EX_OSERR;
-        }
-        tc.hot = t->hot;
-    }
-    rc = tier_create(&tc, &t->store);
-    if (rc < 0) {
-        tierd_log("tenant %s: cannot create the warm tier (%llu bytes): %s", t->name,
-                  (unsigned long long)t->warm_bytes, strerror(-rc));
-        return EX_OSERR;
-    }
     /* the pool travels by SCM_RIGHTS to the tenant's clients only; no one
      * else may open it by path (/proc/<pid>/fd) */
     if (fchmod(tier_pool_fd(t->store), 0600) < 0)
@@ -634,21 +600,60 @@ static int open_tenant(struct tierd *d, struct tenant *t, const struct opts *o)
     return 0;
 }
 
-/* Close what open_tenant opened. Completions name the store: the cold
- * tier closes (every callback landed or cancelled) while the store is
- * still there. */
+/* Open tenant t's store with its tiers (tier_open): cold (its own folder),
+ * remote, hot, warm; index what its disk holds. 0, or a sysexits code after
+ * logging why (what was opened is closed by close_tenant). */
+static int open_tenant(struct tierd *d, struct tenant *t, const struct opts *o)
+{
+    /* each tenant its own remote workers and connections: its completions
+     * land in its own store */
+    struct tier_cold_cfg cc = { .dir = t->dir, .bytes = t->cold_bytes, .qd = o->cold_qd,
+                                .log = store_log };
+    struct tier_remote_cfg rc_cfg = { .seeds = d->remote.seeds,
+                                      .timeout_ms = d->remote.timeout_ms, .log = store_log };
+    struct tier_hot_cfg hc = { .kind = TIER_HOT_AUTO, .bytes = t->hot_bytes,
+                               .device = o->hot_device, .log = store_log };
+    struct tier_open_cfg oc = {
+        .store = { .warm_bytes = t->warm_bytes, .high_wm = o->high_wm, .low_wm = o->low_wm,
+                   .lock_memory = !o->no_mlock, .log = store_log, .ready = sess_on_ready,
+                   .ready_ctx = d, .write_through = o->write_through },
+        .cold = t->cold_bytes ? &cc : NULL,
+        .remote = d->remote.seeds[0] ? &rc_cfg : NULL,
+        .hot = t->hot_bytes ? &hc : NULL,
+    };
+    enum tier_part part;
+    int rc;
+
+    /* no hugetlb pool for clients of other users: a hole one punches in it
+     * (fallocate, which no seal forbids short of forbidding writes) could
+     * leave no free huge page for our next touch of it, and SIGBUS would
+     * take tierd down for every tenant; a page pool refaults instead */
+    oc.store.huge_pages = !o->no_huge && !tenant_foreign(d, t);
+    if (oc.remote) {
+        oc.store.remote_policy = d->remote.policy;
+        oc.store.remote_done = sess_on_remote;
+    }
+    if (oc.cold && safe_folder(t->dir, "the cold tier's folder") < 0)
+        return EX_CANTCREAT;
+    rc = tier_open(&oc, &t->store, &part);
+    if (rc < 0)
+        return open_failed(d, t, part, rc);
+    /* borrowed from the store, which owns them */
+    t->cold = tier_cold_of(t->store);
+    t->remote = tier_remote_of(t->store);
+    t->hot = tier_hot_of(t->store);
+    return tenant_ready(d, t);
+}
+
+/* Close what open_tenant opened: the store closes its tiers in the order
+ * their callbacks need (tier_close). */
 static void close_tenant(struct tenant *t)
 {
-    tier_cold_close(t->cold);
-    t->cold = NULL;
-    /* after cold (whose callbacks may queue remote writes), before hot
-     * (the remote's callbacks may start copies up) */
-    tier_remote_close(t->remote);
-    t->remote = NULL;
-    tier_hot_close(t->hot);
-    t->hot = NULL;
-    tier_destroy(t->store);
+    tier_close(t->store);
     t->store = NULL;
+    t->cold = NULL;
+    t->remote = NULL;
+    t->hot = NULL;
 }
 
 /* Who may reach the socket: only us (0600), a configured group (0660), or

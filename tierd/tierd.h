@@ -54,10 +54,10 @@ struct tenant {
     uint32_t nuids, ngids;
     uint64_t warm_bytes, cold_bytes, hot_bytes; /* its quotas: the tier sizes */
     char dir[4096];           /* its cold tier's folder */
-    struct tier *store;
-    struct tier_cold *cold;   /* NULL with --no-cold or cold_bytes = 0 */
-    struct tier_hot *hot;     /* NULL without hot_bytes */
-    struct tier_remote *remote; /* NULL without a remote tier (tierd_remote) */
+    struct tier *store;       /* tier_open: owns the three below */
+    struct tier_cold *cold;   /* the store's (borrowed); NULL with --no-cold or cold_bytes = 0 */
+    struct tier_hot *hot;     /* the store's (borrowed); NULL without hot_bytes */
+    struct tier_remote *remote; /* the store's (borrowed); NULL without a remote tier */
     struct tierd_ns *ns;      /* registry, ns id = index + 1 (with holes: ids of the
                                  cold index not opened in this run) */
     uint32_t nns, ns_cap;     /* open namespaces; entries in ns */
