@@ -95,6 +95,13 @@ void t_store_close(struct tier *t, struct tier_cold *c, struct tier_hot *h, cons
 /* Wait for a child and return its exit status (or 128+signal). */
 int t_wait(pid_t pid);
 
+/* A fresh temp folder <$TMPDIR or /tmp>/<tag>-XXXXXX into buf[cap]; fails
+ * the test when none can be made. */
+void t_tmpdir(const char *tag, char *buf, size_t cap);
+/* Remove path and all below it (cmn_rmtree, no shell); fails the test on
+ * an error. */
+void t_rmtree(const char *path);
+
 /* Two tenants of 8 MiB of warm each: alice (root, which runs the tests,
  * and uid T_ALICE) and bob (T_BOB); T_STRANGER is in neither. */
 #define T_ALICE 40001

@@ -115,6 +115,24 @@ static void usage(FILE *f)
             KVT_DEFAULT_SOCKET, DEFAULT_DATA, METRICS_MAX_NS_DEFAULT);
 }
 
+/* A size option (cmn_parse_size's grammar) of at least min bytes into
+ * *out; -1, with the reason on stderr, when it is not one. */
+static int size_opt(const char *name, const char *arg, uint64_t min, uint64_t *out)
+{
+    int rc = cmn_parse_size(arg, out);
+
+    if (rc < 0) {
+        fprintf(stderr, "tierd: %s: bad size '%s': %s\n", name, arg, cmn_size_why(rc));
+        return -1;
+    }
+    if (*out < min) {
+        fprintf(stderr, "tierd: %s: bad size '%s' (%s)\n", name, arg,
+                min == 1 ? "it may not be 0" : "at least 1M");
+        return -1;
+    }
+    return 0;
+}
+
 static double parse_frac(const char *s)
 {
     char *end;
@@ -193,10 +211,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'f': o->config = optarg; break;
         case 'd': o->data = optarg; break;
         case 'w':
-            if (!(o->warm_bytes = tierd_parse_size(optarg))) {
-                fprintf(stderr, "tierd: --warm-bytes: bad size '%s' (e.g. 512M, 8G)\n", optarg);
+            if (size_opt("--warm-bytes", optarg, 1, &o->warm_bytes) < 0)
                 return -1;
-            }
             break;
         case 'H':
             if ((o->high_wm = parse_frac(optarg)) < 0) {
@@ -235,10 +251,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             break;
         }
         case 'C':
-            if (!(o->cold_bytes = tierd_parse_size(optarg)) || o->cold_bytes < (1u << 20)) {
-                fprintf(stderr, "tierd: --cold-bytes: bad size '%s' (at least 1M)\n", optarg);
+            if (size_opt("--cold-bytes", optarg, 1u << 20, &o->cold_bytes) < 0)
                 return -1;
-            }
             break;
         case 'Q': {
             char *end;
@@ -255,10 +269,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'W': o->write_through = true; break;
         case 'F': o->no_flush = true; break;
         case 'T':
-            if (strcmp(optarg, "0") != 0 && !(o->hot_bytes = tierd_parse_size(optarg))) {
-                fprintf(stderr, "tierd: --hot-bytes: bad size '%s'\n", optarg);
+            if (size_opt("--hot-bytes", optarg, 0, &o->hot_bytes) < 0)
                 return -1;
-            }
             break;
         case 'D': {
             char *end;
