@@ -21,6 +21,11 @@ uint64_t cmn_now_ms(void)
     return cmn_now_ns() / 1000000ull;
 }
 
+double cmn_now_s(void)
+{
+    return (double)cmn_now_ns() * 1e-9;
+}
+
 void cmn_sleep_ms(unsigned ms)
 {
     struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };

@@ -19,9 +19,10 @@
 
 /* ---- the clock ---------------------------------------------------------- */
 
-/* CLOCK_MONOTONIC in nanoseconds / milliseconds (never goes back). */
+/* CLOCK_MONOTONIC in nanoseconds / milliseconds / seconds (never goes back). */
 uint64_t cmn_now_ns(void);
 uint64_t cmn_now_ms(void);
+double cmn_now_s(void);
 /* Sleep ms milliseconds, resumed across signals. */
 void cmn_sleep_ms(unsigned ms);
 

@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 
+#include "kvt_common.h"
 #include "kvtier.h"
 
 #define EXIT_CONFIG 1 /* the config could not be read or understood */
@@ -61,33 +62,6 @@ static int usage_error(const char *fmt, const char *arg)
     fputs("\n", stderr);
     fputs(usage_text, stderr);
     return EXIT_USAGE;
-}
-
-/* "80G", "1.5T", "4096": bytes; -1 when malformed. */
-static int parse_size(const char *s, uint64_t *out)
-{
-    char *end;
-    double v, mul = 1;
-
-    errno = 0;
-    v = strtod(s, &end);
-    if (errno || end == s || !isfinite(v) || v < 0 || *s == '-' || *s == '+')
-        return -1;
-    switch (*end) {
-    case 'k': case 'K': mul = 0x1p10; end++; break;
-    case 'm': case 'M': mul = 0x1p20; end++; break;
-    case 'g': case 'G': mul = 0x1p30; end++; break;
-    case 't': case 'T': mul = 0x1p40; end++; break;
-    }
-    if (*end == 'i' && end[1] == 'B')
-        end += 2;
-    else if (*end == 'B')
-        end++;
-    v *= mul;
-    if (*end || v >= 0x1p63)
-        return -1;
-    *out = (uint64_t)v;
-    return 0;
 }
 
 /* A decimal count in [1, max]; -1 when malformed. */
@@ -143,20 +117,20 @@ static int parse_args(int argc, char **argv, struct opts *o)
                                    optarg);
             break;
         case 'g':
-            if (parse_size(optarg, &o->gpu_mem) || !o->gpu_mem)
+            if (cmn_parse_size(optarg, &o->gpu_mem) || !o->gpu_mem)
                 return usage_error("--gpu-mem: '%s' is not a size above 0", optarg);
             break;
         case 'w':
-            if (parse_size(optarg, &o->weights))
+            if (cmn_parse_size(optarg, &o->weights))
                 return usage_error("--weights: '%s' is not a size", optarg);
             have_weights = 1;
             break;
         case 'r':
-            if (parse_size(optarg, &o->ram) || !o->ram)
+            if (cmn_parse_size(optarg, &o->ram) || !o->ram)
                 return usage_error("--ram: '%s' is not a size above 0", optarg);
             break;
         case 'n':
-            if (parse_size(optarg, &o->nvme) || !o->nvme)
+            if (cmn_parse_size(optarg, &o->nvme) || !o->nvme)
                 return usage_error("--nvme: '%s' is not a size above 0", optarg);
             break;
         case 'u':
