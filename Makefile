@@ -3,7 +3,7 @@
 #   make          build tierd, libkvtier (.a/.so), tierctl     -> build/
 #   make run      build and start tierd in the foreground (Ctrl-C stops it)
 #   make test     unit + integration tests: plain, under ASan/UBSan, under valgrind
-#   make bench    tools/tierbench: every figure beside its target; tools/kvload: 64 clients,
+#   make bench    tools/bench/ (tierbench): every figure beside its target; tools/kvload: 64 clients,
 #                 then the oracle run (60 s, tierd killed 6 times)
 #   make kernels  compile kernels/*.cu with nvcc (when nvcc exists)
 #   make install  tierd, the tools, libkvtier, headers, kvtier.pc, man pages, the
@@ -198,7 +198,9 @@ sim: build/kvtsim
 soak: build/kvtsim
 	build/kvtsim --seed $$(date +%s) --steps $(STEPS) --seconds $(SECONDS) --faults
 
-build/tierbench: build/obj/tools/tierbench.o build/libkvtier.a build/libstore.a build/libcommon.a
+# tools/bench/: the harness and one file per figure
+build/tierbench: $(call obj,build,$(wildcard tools/bench/*.c)) build/libkvtier.a build/libstore.a \
+                 build/libcommon.a
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS_REL) -o $@ $^ -lhiredis $(STORE_LIBS) $(CUDA_LIBS) $(LIBS)
 
