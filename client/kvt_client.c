@@ -23,10 +23,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifdef KVT_HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
-
 #include "kv_layout.h"
 #include "kvk.h"
 #include "kvt_int.h"
@@ -56,10 +52,7 @@ struct kvt_client {
     uint32_t hot_kind;    /* KVT_HOT_*, 0 until attached */
     int32_t hot_device;
     struct kvt_ns *ns;
-#ifdef KVT_HAVE_CUDA
-    bool gpu_ready;       /* pool registered for DMA, scratch allocated */
-    void *gpu_scratch;    /* device: ids, slot pointers, layer bases */
-#endif
+    struct kvt_gpu *gpu;  /* device state for device caches (kvt_gpu.c), made on use */
     _Alignas(16) uint8_t rbuf[KVT_WIRE_MSG_MAX + 64]; /* last reply */
 };
 
@@ -345,18 +338,11 @@ void kvt_close(kvt_client *c)
         kvt_hybrid_free(n->hy);
         free(n);
     }
-#ifdef KVT_HAVE_CUDA
-    if (c->gpu_ready) {
-        cudaFree(c->gpu_scratch);
-        cudaHostUnregister(c->base);
-    }
-#endif
+    kvt_gpu_free(c->gpu);
     if (c->hot_kind == KVT_HOT_EMULATED)
         munmap(c->hot_base, c->hot_bytes);
-#ifdef KVT_HAVE_CUDA
     if (c->hot_kind == KVT_HOT_CUDA)
-        cudaIpcCloseMemHandle(c->hot_base);
-#endif
+        kvt_gpu_ipc_close(c->hot_base);
     if (c->base)
         munmap(c->base, c->pool_bytes);
     close(c->fd);
@@ -523,33 +509,6 @@ static int hot_slot_ptr(const kvt_ns *ns, uint64_t off, void **p)
 
 /* ---- the hot tier ----------------------------------------------------- */
 
-/* Open a CUDA pool's IPC handle on its device (the caller's current device
- * is left as it was). */
-static int open_cuda_pool(kvt_client *c, const struct kvt_wire_hot_rep *rep)
-{
-#ifdef KVT_HAVE_CUDA
-    cudaIpcMemHandle_t hd;
-    void *p = NULL;
-    int cur = 0;
-    cudaError_t e;
-
-    _Static_assert(sizeof(hd) == sizeof(rep->ipc), "CUDA IPC handle size");
-    memcpy(&hd, rep->ipc, sizeof(hd));
-    if (cudaGetDevice(&cur) != cudaSuccess || cudaSetDevice(rep->device) != cudaSuccess)
-        return -ENODEV;
-    e = cudaIpcOpenMemHandle(&p, hd, cudaIpcMemLazyEnablePeerAccess);
-    cudaSetDevice(cur);
-    if (e != cudaSuccess)
-        return -EIO;
-    c->hot_base = p;
-    return 0;
-#else
-    (void)c;
-    (void)rep;
-    return -EOPNOTSUPP; /* a device pool needs a CUDA build of libkvtier */
-#endif
-}
-
 int kvt_hot_attach(kvt_client *c, kvt_hot_info *info)
 {
     struct kvt_wire_hot_rep rep;
@@ -587,8 +546,12 @@ int kvt_hot_attach(kvt_client *c, kvt_hot_info *info)
                 goto out;
             }
             c->hot_base = p;
-        } else if ((rc = open_cuda_pool(c, &rep)) < 0) {
-            goto out;
+        } else {
+            void *p;
+
+            if ((rc = kvt_gpu_ipc_open(rep.ipc, sizeof(rep.ipc), rep.device, &p)) < 0)
+                goto out;
+            c->hot_base = p;
         }
         c->hot_bytes = rep.bytes;
         c->hot_device = rep.device;
@@ -1097,12 +1060,8 @@ static int layout_ok(const kvt_ns *ns, const struct kvk_layout *l, const int64_t
 
     if (!ns || !l || (n && !ids))
         return -EINVAL;
-#ifndef KVT_HAVE_CUDA
-    if (stream)
+    if (stream && !kvt_gpu_built())
         return -EOPNOTSUPP; /* device caches need the CUDA build's kernels */
-#else
-    (void)stream;
-#endif
     rc = kvk_layout_check(l);
     if (rc < 0)
         return rc;
@@ -1111,74 +1070,14 @@ static int layout_ok(const kvt_ns *ns, const struct kvk_layout *l, const int64_t
     return scatter ? kvk_check_scatter_ids(l, ids, n) : kvk_check_ids(l, ids, n);
 }
 
-#ifdef KVT_HAVE_CUDA
-#define GPU_LAYERS_MAX 1024
-
-/* Move m blocks between a device cache and pool slots on the caller's
- * stream, and wait for it: the pool is registered once (the GPU reaches it
- * by DMA), the ids, slot pointers and layer bases go to a device scratch
- * buffer. ids were checked on the host before (layout_ok). */
-static int gpu_move(kvt_client *c, bool gather, const struct kvk_layout *l, const int64_t *ids,
-                    size_t m, void *const *slots, const uint8_t *tiers, void *stream)
-{
-    cudaStream_t st = stream;
-    struct kvk_layout dl;
-    int64_t *d_ids;
-    void **d_ptrs, **d_bases;
-    void *dev[KVT_BATCH_MAX];
-    int rc;
-
-    if (l->n_layers > GPU_LAYERS_MAX)
-        return -E2BIG;
-    if (!c->gpu_ready) {
-        size_t bytes = KVT_BATCH_MAX * (sizeof(int64_t) + sizeof(void *)) +
-                       GPU_LAYERS_MAX * sizeof(void *);
-
-        if (cudaHostRegister(c->base, c->pool_bytes, cudaHostRegisterDefault) != cudaSuccess)
-            return -EIO;
-        if (cudaMalloc(&c->gpu_scratch, bytes) != cudaSuccess) {
-            cudaHostUnregister(c->base);
-            return -ENOMEM;
-        }
-        c->gpu_ready = true;
-    }
-    d_ids = c->gpu_scratch;
-    d_ptrs = (void **)(d_ids + KVT_BATCH_MAX);
-    d_bases = d_ptrs + KVT_BATCH_MAX;
-    /* hot slots are device memory already (the pool opened by CUDA IPC);
-     * warm ones are reached through their pinned mapping */
-    for (size_t i = 0; i < m; i++)
-        if (tiers && tiers[i] == KVT_TIER_HOT)
-            dev[i] = slots[i];
-        else if (cudaHostGetDevicePointer(&dev[i], slots[i], 0) != cudaSuccess)
-            return -EIO;
-    if (cudaMemcpyAsync(d_ids, ids, m * sizeof(*ids), cudaMemcpyHostToDevice, st) ||
-        cudaMemcpyAsync(d_ptrs, dev, m * sizeof(*dev), cudaMemcpyHostToDevice, st))
-        return -EIO;
-    rc = kvk_layout_upload(l, d_bases, &dl, st);
-    if (rc == 0)
-        rc = gather ? kvk_gather(&dl, d_ids, m, d_ptrs, st)
-                    : kvk_scatter(&dl, (const void *const *)d_ptrs, d_ids, m, st);
-    /* the host arrays above live on this stack frame: wait for the stream */
-    if (cudaStreamSynchronize(st) != cudaSuccess && rc == 0)
-        rc = -EIO;
-    return rc;
-}
-#endif
-
 /* Gather (offload) or scatter (restore) m blocks: the CPU reference for a
  * cache in host memory, the CUDA kernels for one on a device stream. */
 static int move_blocks(kvt_ns *ns, bool gather, const struct kvk_layout *l, const int64_t *ids,
                        size_t m, void *const *slots, const uint8_t *tiers, void *stream)
 {
-#ifdef KVT_HAVE_CUDA
     if (stream)
-        return gpu_move(ns->c, gather, l, ids, m, slots, tiers, stream);
-#else
-    (void)ns;
-    (void)stream;
-    (void)tiers;
-#endif
+        return kvt_gpu_move(&ns->c->gpu, ns->c->base, ns->c->pool_bytes, gather, l, ids, m,
+                            slots, tiers, stream);
     return gather ? kvk_gather_ref(l, ids, m, slots)
                   : kvk_scatter_ref(l, (const void *const *)slots, ids, m);
 }
