@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kvt_common.h"
 #include "t.h"
 
 /* One run of kvreplay: exit status and everything it printed. */
@@ -38,10 +39,7 @@ static void tmp_make(void)
 
 static void tmp_remove(void)
 {
-    char cmd[128];
-
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-    if (tmp[0] && system(cmd) != 0)
+    if (tmp[0] && cmn_rmtree(tmp) != 0)
         fprintf(stderr, "kvreplay_trace: could not remove %s\n", tmp);
 }
 

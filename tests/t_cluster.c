@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvt_common.h"
 #include "t.h"
 #include "t_cluster.h"
 
@@ -171,16 +172,13 @@ void t_cluster_start(struct t_cluster *c)
 
 void t_cluster_stop(struct t_cluster *c)
 {
-    char rm[128];
-
     for (int i = 0; i < T_CLUSTER_NODES; i++)
         if (c->pid[i] > 0) {
             kill(c->pid[i], SIGKILL);
             t_wait(c->pid[i]);
             c->pid[i] = 0;
         }
-    snprintf(rm, sizeof(rm), "rm -rf '%s'", c->dir);
-    if (c->dir[0] && system(rm) != 0)
+    if (c->dir[0] && cmn_rmtree(c->dir) != 0)
         fprintf(stderr, "t_cluster: could not remove %s\n", c->dir);
 }
 

@@ -32,10 +32,7 @@ static void mkdir_tmp(struct dir *d)
 
 static void rm_tmp(struct dir *d)
 {
-    char cmd[128];
-
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->path);
-    cr_assert_eq(system(cmd), 0);
+    t_rmtree(d->path);
 }
 
 static struct tier_cold *open_cold(const struct dir *d, uint64_t bytes, uint32_t batch)

@@ -450,12 +450,9 @@ static void rig_open(struct rig *r, const char *spec)
 
 static void rig_close(struct rig *r)
 {
-    char cmd[128];
-
     tier_cold_close(r->cold); /* every callback lands while the store lives */
     tier_destroy(r->t);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", r->dir);
-    cr_assert_eq(system(cmd), 0);
+    t_rmtree(r->dir);
 }
 
 static void check(struct rig *r)
@@ -1031,8 +1028,7 @@ Test(faults, tierd_refuses_to_start_with_a_bad_spec, .init = fx_init)
     cr_assert_not_null(f);
     log[fread(log, 1, sizeof(log) - 1, f)] = '\0';
     fclose(f);
-    snprintf(bin, sizeof(bin), "rm -rf '%s'", d.dir);
-    cr_assert_eq(system(bin), 0);
+    t_rmtree(d.dir);
     cr_assert_eq(st, 71, "tierd with a bad %s: exit %d, expected 71 (EX_OSERR)",
                  TIER_NVME_FAULTS_ENV, st);
     cr_assert_not_null(strstr(log, "unknown kind 'sometimes'"), "stderr: %s", log);

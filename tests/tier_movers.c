@@ -80,10 +80,7 @@ static void rig_close(struct rig *r, bool flush)
 
 static void rig_rm(struct rig *r)
 {
-    char cmd[128];
-
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", r->dir);
-    cr_assert_eq(system(cmd), 0);
+    t_rmtree(r->dir);
 }
 
 static void check(struct rig *r)

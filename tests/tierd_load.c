@@ -576,7 +576,7 @@ Test(load, oracle_through_tierd_hot_prefetch_and_tierd_kills)
                                       "--mix", "35,35,30,0", "--json", NULL };
     static const char *const targs[] = { "--warm-bytes", "16M", "--hot-bytes", "8M",
                                          "--cold-bytes", "256M", NULL };
-    char dir[] = "/tmp/kvt-oracle-XXXXXX", out[64], dlog[64], bin[512], supp[600], cmd[96];
+    char dir[] = "/tmp/kvt-oracle-XXXXXX", out[64], dlog[64], bin[512], supp[600];
     const char *args[48];
     json_t *j;
     int n = 0, rc;
@@ -625,6 +625,5 @@ Test(load, oracle_through_tierd_hot_prefetch_and_tierd_kills)
                 jint(j, "ops"), json_real_value(json_object_get(j, "ops_per_s")),
                 jint(j, "verified"), jint(j, "hot_blocks"), jint(j, "durable_checked"));
     json_decref(j);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
+    t_rmtree(dir);
 }

@@ -347,7 +347,7 @@ static double prom_wait(uint16_t port, const char *expr, double want, int secs)
 Test(metrics, prometheus_server_scrapes_tierd_and_sees_puts)
 {
     struct t_tierd d;
-    char port_s[8], dir[] = "/tmp/kvt-test-XXXXXX", tok[64], cmd[64];
+    char port_s[8], dir[] = "/tmp/kvt-test-XXXXXX", tok[64];
     const char *args[] = { "--warm-bytes", "64M", "--metrics-port", port_s,
                            "--metrics-token-file", tok, NULL };
     uint16_t port = t_metrics_free_port(), prom_port;
@@ -394,15 +394,14 @@ Test(metrics, prometheus_server_scrapes_tierd_and_sees_puts)
     cr_expect_eq(prometheus_stop(prom), 0, "Prometheus did not stop cleanly");
     kvt_close(c);
     t_tierd_stop(&d);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    cr_expect_eq(system(cmd), 0);
+    t_rmtree(dir);
 }
 
 /* ---- bad input ------------------------------------------------------------- */
 
 Test(metrics, port_in_use_is_a_clear_error_and_a_nonzero_exit)
 {
-    char dir[] = "/tmp/kvt-test-XXXXXX", port_s[8], want[64], err[8192], cmd[64];
+    char dir[] = "/tmp/kvt-test-XXXXXX", port_s[8], want[64], err[8192];
     const char *args[] = { "--metrics-port", port_s, NULL };
     const char *bad[] = { "--metrics-port", "0", NULL };
     const char *bad_addr[] = { "--metrics-port", "9", "--metrics-addr", "localhost", NULL };
@@ -436,6 +435,5 @@ Test(metrics, port_in_use_is_a_clear_error_and_a_nonzero_exit)
     }
 
     close(hold);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    cr_expect_eq(system(cmd), 0);
+    t_rmtree(dir);
 }

@@ -59,10 +59,7 @@ static char *tmp_dir(char *buf, size_t cap)
 
 static void rm_dir(const char *dir)
 {
-    char cmd[300];
-
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    cr_expect_eq(system(cmd), 0);
+    t_rmtree(dir);
 }
 
 /* Open a namespace of model id and do one lookup of one key in it. */

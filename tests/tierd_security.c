@@ -41,8 +41,6 @@
 #define STRANGER T_STRANGER
 #define config_two t_config_two
 
-static void rm_rf(const char *path);
-
 static void need_root(void)
 {
     if (geteuid() != 0)
@@ -340,7 +338,7 @@ Test(security, a_tenant_has_its_share_of_the_connections_and_no_more)
                           err, sizeof(err));
         cr_expect_eq(st, EX_CONFIG, "exit %d: %s", st, err);
         cr_expect(strstr(err, "2 tenants but --max-clients 1"), "%s", err);
-        rm_rf(dir);
+        t_rmtree(dir);
     }
     unlink(cfg);
 }
@@ -786,14 +784,6 @@ static void socket_refused(const char *dir, const char *data, const char *sock, 
     cr_expect(strstr(err, "refusing socket") && strstr(err, why), "socket %s: %s", sock, err);
 }
 
-static void rm_rf(const char *path)
-{
-    char cmd[600];
-
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
-    cr_assert_eq(system(cmd), 0);
-}
-
 Test(security, a_data_folder_another_user_could_have_prepared_is_refused)
 {
     char base[64], run[64] = "/tmp/kvt-srun-XXXXXX", data[128], link[256], victim[128];
@@ -881,7 +871,7 @@ Test(security, a_data_folder_another_user_could_have_prepared_is_refused)
     static const char *const files[] = { "tierd.lock", "cold.data", "cold.lmdb/data.mdb",
                                          "cold.lmdb/lock.mdb", "cold.lmdb" };
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-        rm_rf(data);
+        t_rmtree(data);
         cr_assert_eq(mkdir(data, 0700), 0);
         if (strchr(files[i], '/')) {
             snprintf(link, sizeof(link), "%s/cold.lmdb", data);
@@ -897,6 +887,6 @@ Test(security, a_data_folder_another_user_could_have_prepared_is_refused)
         cr_expect_eq(sb.st_size, 6, "%s a link: root's file is now %lld bytes", files[i],
                      (long long)sb.st_size);
     }
-    rm_rf(base);
-    rm_rf(run);
+    t_rmtree(base);
+    t_rmtree(run);
 }

@@ -277,7 +277,7 @@ Test(tenants, each_tenant_has_its_own_disk)
 /* Run tierd with a config; its exit status, stderr into err. */
 static int tierd_with(const char *cfg, char *err, size_t cap)
 {
-    char dir[64], sock[128], data[128], cmd[128], *e;
+    char dir[64], sock[128], data[128], *e;
     int st;
 
     snprintf(dir, sizeof(dir), "/tmp/kvt-tcfg-XXXXXX");
@@ -290,8 +290,7 @@ static int tierd_with(const char *cfg, char *err, size_t cap)
                0, NULL, &e);
     snprintf(err, cap, "%s", e);
     free(e);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
+    t_rmtree(dir);
     return st;
 }
 
