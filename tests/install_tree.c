@@ -59,11 +59,11 @@ static void rm_tree(const char *dir)
 
 /* The temporary folder of a test that has one (.init = tmp_make, .fini =
  * tmp_remove): made before it, removed after it, passed or failed. */
-static char tmp[] = "/tmp/kvt-install-XXXXXX";
+static char tmp[256];
 
 static void tmp_make(void)
 {
-    cr_assert_not_null(mkdtemp(tmp), "mkdtemp %s", tmp);
+    t_tmpdir("kvt-install", tmp, sizeof(tmp));
 }
 
 static void tmp_remove(void)
@@ -187,11 +187,11 @@ static void run_against_installed_tierd(const char *env, const char *prog, const
 
 Test(install, a_program_built_with_pkg_config_puts_and_gets_through_the_installed_tierd)
 {
-    char dir[] = "/tmp/kvt-install-XXXXXX", prog[PATH_MAX], libdir[PATH_MAX];
+    char dir[256], prog[PATH_MAX], libdir[PATH_MAX];
     char env[PATH_MAX + 64], cmd[3 * PATH_MAX];
     char *out;
 
-    cr_assert_not_null(mkdtemp(dir));
+    t_tmpdir("kvt-install", dir, sizeof(dir));
     build_put_get(dir, "", "", prog, sizeof(prog), libdir, sizeof(libdir));
     /* the loader finds the installed libkvtier.so.0, by its soname */
     snprintf(cmd, sizeof(cmd), "LD_LIBRARY_PATH='%s' ldd '%s' | grep libkvtier", libdir, prog);
@@ -206,11 +206,11 @@ Test(install, a_program_built_with_pkg_config_puts_and_gets_through_the_installe
 
 Test(install, libkvtier_a_links_statically_with_what_pkg_config_static_prints)
 {
-    char dir[] = "/tmp/kvt-install-XXXXXX", prog[PATH_MAX], libdir[PATH_MAX];
+    char dir[256], prog[PATH_MAX], libdir[PATH_MAX];
     char cmd[2 * PATH_MAX];
     char *out;
 
-    cr_assert_not_null(mkdtemp(dir));
+    t_tmpdir("kvt-install", dir, sizeof(dir));
     /* -static: libkvtier.a and everything it needs, or the link fails */
     build_put_get(dir, "--static", "-static", prog, sizeof(prog), libdir, sizeof(libdir));
     snprintf(cmd, sizeof(cmd), "readelf -lW '%s' | grep -c INTERP || true", prog);
@@ -315,13 +315,13 @@ Test(install, the_installed_kvreplay_reads_its_presets)
 
 Test(install, systemd_analyze_verify_accepts_the_unit)
 {
-    char unit[PATH_MAX], man[PATH_MAX], cmd[4 * PATH_MAX], dir[] = "/tmp/kvt-unit-XXXXXX";
+    char unit[PATH_MAX], man[PATH_MAX], cmd[4 * PATH_MAX], dir[256];
     char *out;
     int rc;
 
     installed("/tierd.service", unit, sizeof(unit));
     installed("/man8/tierd.8", man, sizeof(man));
-    cr_assert_not_null(mkdtemp(dir));
+    t_tmpdir("kvt-unit", dir, sizeof(dir));
     /* a root of the installed tree and systemd's own units (the targets
      * tierd.service is ordered against): verify checks that ExecStart's
      * program is there, and MANPATH lets it find Documentation=man:tierd(8) */

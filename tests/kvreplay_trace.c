@@ -33,8 +33,7 @@ static char tmp[64]; /* this test's folder */
 
 static void tmp_make(void)
 {
-    snprintf(tmp, sizeof(tmp), "/tmp/kvr-test-XXXXXX");
-    cr_assert_not_null(mkdtemp(tmp), "mkdtemp: %s", strerror(errno));
+    t_tmpdir("kvr-test", tmp, sizeof(tmp));
 }
 
 static void tmp_remove(void)

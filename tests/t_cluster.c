@@ -120,8 +120,7 @@ void t_cluster_start(struct t_cluster *c)
     memset(c, 0, sizeof(*c));
     if (!have("/usr/bin/redis-server") || !have("/usr/bin/redis-cli"))
         cr_skip_test("redis-server / redis-cli not installed (mk/deps.sh test)");
-    snprintf(c->dir, sizeof(c->dir), "/tmp/kvt-redis-XXXXXX");
-    cr_assert_not_null(mkdtemp(c->dir));
+    t_tmpdir("kvt-redis", c->dir, sizeof(c->dir));
     for (int i = 0; i < NODES; i++) {
         c->port[i] = free_port(i ? c->port[i - 1] : 0);
         snprintf(portstr[i], sizeof(portstr[i]), "%d", c->port[i]);

@@ -26,8 +26,7 @@ struct dir {
 
 static void mkdir_tmp(struct dir *d)
 {
-    snprintf(d->path, sizeof(d->path), "/tmp/kvt-cold-XXXXXX");
-    cr_assert_not_null(mkdtemp(d->path));
+    t_tmpdir("kvt-cold", d->path, sizeof(d->path));
 }
 
 static void rm_tmp(struct dir *d)

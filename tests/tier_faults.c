@@ -70,8 +70,7 @@ static void fx_fini(void)
 
 static void fx_dir(void)
 {
-    snprintf(g_dir, sizeof(g_dir), "/tmp/kvt-faults-XXXXXX");
-    cr_assert_not_null(mkdtemp(g_dir), "mkdtemp: %s", strerror(errno));
+    t_tmpdir("kvt-faults", g_dir, sizeof(g_dir));
     snprintf(g_path, sizeof(g_path), "%s/cold.dat", g_dir);
 }
 
@@ -438,8 +437,7 @@ static void rig_open(struct rig *r, const char *spec)
     int rc;
 
     memset(r, 0, sizeof(*r));
-    snprintf(r->dir, sizeof(r->dir), "/tmp/kvt-faults-XXXXXX");
-    cr_assert_not_null(mkdtemp(r->dir));
+    t_tmpdir("kvt-faults", r->dir, sizeof(r->dir));
     setenv(TIER_NVME_FAULTS_ENV, spec, 1);
     rc = tier_cold_open(&cc, &r->cold);
     cr_assert_eq(rc, 0, "cold open with %s=%s: %s", TIER_NVME_FAULTS_ENV, spec, strerror(-rc));
@@ -1008,8 +1006,7 @@ Test(faults, tierd_refuses_to_start_with_a_bad_spec, .init = fx_init)
         t_tierd_stop(&d);
         return;
     }
-    snprintf(d.dir, sizeof(d.dir), "/tmp/kvt-faults-XXXXXX");
-    cr_assert_not_null(mkdtemp(d.dir));
+    t_tmpdir("kvt-faults", d.dir, sizeof(d.dir));
     snprintf(sock, sizeof(sock), "%s/s", d.dir);
     snprintf(data, sizeof(data), "%s/data", d.dir);
     snprintf(errf, sizeof(errf), "%s/stderr", d.dir);

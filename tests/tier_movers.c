@@ -53,8 +53,7 @@ static void rig_open(struct rig *r, bool fresh, bool write_through)
     int rc;
 
     if (fresh) {
-        snprintf(r->dir, sizeof(r->dir), "/tmp/kvt-movers-XXXXXX");
-        cr_assert_not_null(mkdtemp(r->dir));
+        t_tmpdir("kvt-movers", r->dir, sizeof(r->dir));
     }
     rc = tier_cold_open(&cc, &r->cold);
     cr_assert_eq(rc, 0, "cold open: %s", strerror(-rc));

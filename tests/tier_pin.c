@@ -36,8 +36,7 @@ static void store_open(struct store *s, uint64_t cold_bytes)
     if (cold_bytes) {
         struct tier_cold_cfg cc = { .bytes = cold_bytes, .qd = 8, .batch = 4, .sim = true };
 
-        snprintf(s->dir, sizeof(s->dir), "/tmp/kvt-pin-XXXXXX");
-        cr_assert_not_null(mkdtemp(s->dir));
+        t_tmpdir("kvt-pin", s->dir, sizeof(s->dir));
         cc.dir = s->dir;
         cr_assert_eq(tier_cold_open(&cc, &s->cold), 0);
         tc.cold = s->cold;

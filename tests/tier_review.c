@@ -59,8 +59,7 @@ static void rig_open(struct rig *r, uint64_t warm, uint64_t cold, uint32_t qd, u
     struct tier_cold_cfg cc = { .bytes = cold, .qd = qd, .batch = 4, .sim = true };
 
     memset(r, 0, sizeof(*r));
-    snprintf(r->dir, sizeof(r->dir), "/tmp/kvt-review-XXXXXX");
-    cr_assert_not_null(mkdtemp(r->dir));
+    t_tmpdir("kvt-review", r->dir, sizeof(r->dir));
     cc.dir = r->dir;
     cr_assert_eq(tier_cold_open(&cc, &r->cold), 0);
     tc.cold = r->cold;

@@ -51,8 +51,7 @@ static void rig_open(struct rig *r, uint64_t warm, double high, uint64_t cold_by
                            .ready = on_ready, .ready_ctx = r };
 
     memset(r, 0, sizeof(*r));
-    snprintf(r->dir, sizeof(r->dir), "/tmp/kvt-trust-XXXXXX");
-    cr_assert_not_null(mkdtemp(r->dir));
+    t_tmpdir("kvt-trust", r->dir, sizeof(r->dir));
     cr_assert_eq(tier_cold_open(&cc, &r->cold), 0);
     cr_assert_eq(tier_hot_open(&hc, &r->hot), 0);
     tc.cold = r->cold;

@@ -1044,8 +1044,7 @@ Test(bad_input, client_ns_open_with_bad_descriptor_is_einval_without_daemon, .fi
     char ack;
     pid_t pid;
 
-    snprintf(fake_dir, sizeof(fake_dir), "/tmp/kvt-fake-XXXXXX");
-    cr_assert_not_null(mkdtemp(fake_dir));
+    t_tmpdir("kvt-fake", fake_dir, sizeof(fake_dir));
     snprintf(sock, sizeof(sock), "%s/fake.sock", fake_dir);
     /* a call that does reach the stand-in gets no answer: fail fast */
     setenv("KVTIER_TIMEOUT_MS", "2000", 1);

@@ -576,12 +576,12 @@ Test(load, oracle_through_tierd_hot_prefetch_and_tierd_kills)
                                       "--mix", "35,35,30,0", "--json", NULL };
     static const char *const targs[] = { "--warm-bytes", "16M", "--hot-bytes", "8M",
                                          "--cold-bytes", "256M", NULL };
-    char dir[] = "/tmp/kvt-oracle-XXXXXX", out[64], dlog[64], bin[512], supp[600];
+    char dir[256], out[320], dlog[320], bin[512], supp[600];
     const char *args[48];
     json_t *j;
     int n = 0, rc;
 
-    cr_assert_not_null(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
+    t_tmpdir("kvt-oracle", dir, sizeof(dir));
     snprintf(out, sizeof(out), "%s/kvload.json", dir);
     snprintf(dlog, sizeof(dlog), "%s/durable.log", dir);
     args[n++] = "--clients";

@@ -330,9 +330,9 @@ Test(security, a_tenant_has_its_share_of_the_connections_and_no_more)
     t_tierd_stop(&d);
     /* fewer clients than tenants: some tenant could never connect */
     {
-        char dir[] = "/tmp/kvt-test-XXXXXX", err[4096];
+        char dir[256], err[4096];
 
-        cr_assert_not_null(mkdtemp(dir));
+        t_tmpdir("kvt-test", dir, sizeof(dir));
         st = t_tierd_exit(dir, (const char *const[]){ "--config", cfg, "--max-clients", "1",
                                                       NULL },
                           err, sizeof(err));
@@ -792,8 +792,7 @@ Test(security, a_data_folder_another_user_could_have_prepared_is_refused)
     int st, fd;
 
     need_root();
-    snprintf(base, sizeof(base), "/tmp/kvt-sec-XXXXXX");
-    cr_assert_not_null(mkdtemp(base));
+    t_tmpdir("kvt-sec", base, sizeof(base));
     cr_assert_not_null(mkdtemp(run)); /* its socket */
     snprintf(data, sizeof(data), "%s/data", base);
     snprintf(victim, sizeof(victim), "%s/victim", base);

@@ -280,8 +280,7 @@ static int tierd_with(const char *cfg, char *err, size_t cap)
     char dir[64], sock[128], data[128], *e;
     int st;
 
-    snprintf(dir, sizeof(dir), "/tmp/kvt-tcfg-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
+    t_tmpdir("kvt-tcfg", dir, sizeof(dir));
     snprintf(sock, sizeof(sock), "%s/s", dir);
     snprintf(data, sizeof(data), "%s/d", dir);
     st = t_run("tierd",
