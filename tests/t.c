@@ -358,6 +358,46 @@ long t_check(const void *buf, size_t len, uint64_t seed)
     return -1;
 }
 
+void t_io_done(void *ctx, int64_t res)
+{
+    struct t_io *io = ctx;
+
+    io->calls++;
+    io->res = res;
+}
+
+int t_put_chain(kvt_ns *ns, const kvt_key *k, size_t n, size_t blk, uint64_t seed0,
+                unsigned flags)
+{
+    void *slots[KVT_BATCH_MAX];
+    int rc;
+
+    cr_assert_leq(n, KVT_BATCH_MAX);
+    rc = kvt_put_reserve(ns, NULL, k, n, slots);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < n; i++)
+        if (slots[i])
+            t_fill(slots[i], blk, seed0 + i);
+    return kvt_put_commit_flags(ns, k, n, flags);
+}
+
+int t_get_chain(kvt_ns *ns, const kvt_key *k, size_t n, size_t blk, uint64_t seed0,
+                void *const *bufs)
+{
+    int hits;
+
+    for (size_t i = 0; i < n; i++)
+        memset(bufs[i], 0x5a, blk);
+    hits = kvt_get(ns, k, n, bufs);
+    for (int i = 0; i < hits; i++) {
+        long bad = t_check(bufs[i], blk, seed0 + (uint64_t)i);
+
+        cr_assert_eq(bad, -1, "block %d of %zu: wrong byte at %ld", i, n, bad);
+    }
+    return hits;
+}
+
 void t_store_settle(struct tier *t, struct tier_cold *c, struct tier_hot *h)
 {
     struct tier_nvme *io = tier_cold_io(c);

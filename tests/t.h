@@ -70,6 +70,17 @@ kvt_model t_model(uint64_t block_bytes);
 /* Open a test namespace of block_bytes blocks. */
 kvt_ns *t_ns(kvt_client *c, uint64_t block_bytes);
 
+/* A chain of n blocks (n <= KVT_BATCH_MAX) of blk bytes under keys k,
+ * block i's payload t_fill'ed from seed0 + i. t_put_chain reserves, fills
+ * the slots it got and commits with flags (KVT_COMMIT_*): the commit's
+ * return, or the reservation's error. t_get_chain gets into bufs (n buffers
+ * of blk bytes, poisoned first) and checks every byte of every block
+ * served, failing the test on a wrong one: the hits, or kvt_get's error. */
+int t_put_chain(kvt_ns *ns, const kvt_key *k, size_t n, size_t blk, uint64_t seed0,
+                unsigned flags);
+int t_get_chain(kvt_ns *ns, const kvt_key *k, size_t n, size_t blk, uint64_t seed0,
+                void *const *bufs);
+
 /* n distinct keys from a seed (keys of different seeds differ). */
 void t_keys(kvt_key *k, size_t n, uint64_t seed);
 /* Fill / check a payload derived from (seed, len). t_check returns the
@@ -91,6 +102,14 @@ void t_store_settle(struct tier *t, struct tier_cold *c, struct tier_hot *h);
 /* Close a test's store in the order it needs (the hot tier's copies, then
  * the disk, then the store), after settling it, and remove its folder. */
 void t_store_close(struct tier *t, struct tier_cold *c, struct tier_hot *h, const char *dir);
+
+/* One tier_nvme request's outcome, as t_io_done (its completion callback,
+ * ctx: the struct t_io) records it. */
+struct t_io {
+    int calls;   /* times the callback ran: must end at exactly 1 */
+    int64_t res; /* what it got */
+};
+void t_io_done(void *ctx, int64_t res);
 
 /* Wait for a child and return its exit status (or 128+signal). */
 int t_wait(pid_t pid);

@@ -31,19 +31,6 @@
 
 #define SBLK (64u << 10) /* nvme-level test block */
 
-struct io {
-    int calls;   /* times the callback ran: must end at exactly 1 */
-    int64_t res; /* what it got */
-};
-
-static void on_done(void *ctx, int64_t res)
-{
-    struct io *io = ctx;
-
-    io->calls++;
-    io->res = res;
-}
-
 struct logrec {
     int calls;
     char all[4096]; /* every message, one per line (truncated) */
@@ -119,13 +106,13 @@ static void drain(struct tier_nvme *n)
 
 /* Queue nb reads or writes of SBLK at blocks first.. (in order), drain. */
 static void io_blocks(struct tier_nvme *n, bool wr, int first, int nb, uint8_t **bufs,
-                      struct io *io)
+                      struct t_io *io)
 {
     memset(io, 0, (size_t)nb * sizeof(*io));
     for (int i = 0; i < nb; i++) {
         uint64_t off = (uint64_t)(first + i) * SBLK;
-        int rc = wr ? tier_nvme_write(n, off, bufs[i], SBLK, on_done, &io[i])
-                    : tier_nvme_read(n, off, bufs[i], SBLK, on_done, &io[i]);
+        int rc = wr ? tier_nvme_write(n, off, bufs[i], SBLK, t_io_done, &io[i])
+                    : tier_nvme_read(n, off, bufs[i], SBLK, t_io_done, &io[i]);
 
         cr_assert_eq(rc, 0, "queue %d: %s", i, strerror(-rc));
     }
@@ -136,9 +123,9 @@ static void io_blocks(struct tier_nvme *n, bool wr, int first, int nb, uint8_t *
 
 static int64_t sync_res(struct tier_nvme *n)
 {
-    struct io io = { 0 };
+    struct t_io io = { 0 };
 
-    cr_assert_eq(tier_nvme_sync(n, on_done, &io), 0);
+    cr_assert_eq(tier_nvme_sync(n, t_io_done, &io), 0);
     drain(n);
     cr_assert_eq(io.calls, 1);
     return io.res;
@@ -148,7 +135,7 @@ static int64_t sync_res(struct tier_nvme *n)
 static void seed_blocks(struct tier_nvme *n, int first, int nb, uint64_t seed)
 {
     uint8_t *b[16];
-    struct io io[16];
+    struct t_io io[16];
 
     for (int i = 0; i < nb; i++) {
         b[i] = abuf(SBLK);
@@ -244,7 +231,7 @@ Test(faults, bad_specs_fail_open_with_einval_and_say_why, .init = fx_init, .fini
 Test(faults, eio_and_enospc_follow_every_after_and_once, .init = fx_init, .fini = fx_fini)
 {
     uint8_t *b[12];
-    struct io io[12];
+    struct t_io io[12];
     struct tier_nvme *n;
 
     fx_dir();
@@ -305,7 +292,7 @@ Test(faults, short_transfers_are_finished_or_fail_without_progress, .init = fx_i
      .fini = fx_fini)
 {
     uint8_t *b[8], *src = abuf(SBLK), *dst = abuf(SBLK);
-    struct io io[8];
+    struct t_io io[8];
     struct tier_nvme *n;
 
     fx_dir();
@@ -362,12 +349,12 @@ Test(faults, short_transfers_are_finished_or_fail_without_progress, .init = fx_i
 static void pattern(struct tier_nvme *n, const char *spec, uint8_t *out)
 {
     uint8_t *b = abuf(4096);
-    struct io io = { 0 };
+    struct t_io io = { 0 };
 
     tier_nvme_fault_set(n, spec);
     for (int i = 0; i < 200; i++) {
-        io = (struct io){ 0 };
-        cr_assert_eq(tier_nvme_read(n, 0, b, 4096, on_done, &io), 0);
+        io = (struct t_io){ 0 };
+        cr_assert_eq(tier_nvme_read(n, 0, b, 4096, t_io_done, &io), 0);
         drain(n);
         out[i] = io.res < 0;
     }
@@ -879,38 +866,23 @@ static uint8_t dbuf[CHAIN][DBLK];
 static int d_put_chain(kvt_ns *ns, int c, unsigned flags)
 {
     kvt_key k[CHAIN];
-    void *slots[CHAIN];
-    int rc;
 
     t_keys(k, CHAIN, 9100 + (uint64_t)c);
-    rc = kvt_put_reserve(ns, NULL, k, CHAIN, slots);
-    if (rc < 0)
-        return rc;
-    for (int i = 0; i < CHAIN; i++)
-        if (slots[i])
-            t_fill(slots[i], DBLK, seed_of(c, i));
-    return kvt_put_commit_flags(ns, k, CHAIN, flags);
+    return t_put_chain(ns, k, CHAIN, DBLK, seed_of(c, 0), flags);
 }
 
 /* Get chain c; every byte of every block served is checked. */
 static int d_get_chain(kvt_ns *ns, int c)
 {
-    kvt_key k[CHAIN];
     void *dst[CHAIN];
+    kvt_key k[CHAIN];
     int hits;
 
     t_keys(k, CHAIN, 9100 + (uint64_t)c);
-    for (int i = 0; i < CHAIN; i++) {
+    for (int i = 0; i < CHAIN; i++)
         dst[i] = dbuf[i];
-        memset(dbuf[i], 0x5a, DBLK);
-    }
-    hits = kvt_get(ns, k, CHAIN, dst);
-    cr_assert_geq(hits, 0, "get: %s", kvt_strerror(hits));
-    for (int i = 0; i < hits; i++) {
-        long bad = t_check(dbuf[i], DBLK, seed_of(c, i));
-
-        cr_assert_eq(bad, -1, "chain %d block %d: wrong byte at %ld", c, i, bad);
-    }
+    hits = t_get_chain(ns, k, CHAIN, DBLK, seed_of(c, 0), dst);
+    cr_assert_geq(hits, 0, "get of chain %d: %s", c, kvt_strerror(hits));
     return hits;
 }
 

@@ -30,36 +30,21 @@ static uint8_t buf[CHAIN][BLK];
 static int put_chain(kvt_ns *ns, int c, unsigned flags)
 {
     kvt_key k[CHAIN];
-    void *slots[CHAIN];
-    int rc;
 
     t_keys(k, CHAIN, 9000 + (uint64_t)c);
-    rc = kvt_put_reserve(ns, NULL, k, CHAIN, slots);
-    if (rc < 0)
-        return rc;
-    for (int i = 0; i < CHAIN; i++)
-        if (slots[i])
-            t_fill(slots[i], BLK, (uint64_t)c * 100 + (uint64_t)i);
-    return kvt_put_commit_flags(ns, k, CHAIN, flags);
+    return t_put_chain(ns, k, CHAIN, BLK, (uint64_t)c * 100, flags);
 }
 
 /* Get chain c into buf; returns the hits, every byte checked. */
 static int get_chain(kvt_ns *ns, int c)
 {
-    kvt_key k[CHAIN];
     void *dst[CHAIN];
-    int hits;
+    kvt_key k[CHAIN];
 
     t_keys(k, CHAIN, 9000 + (uint64_t)c);
     for (int i = 0; i < CHAIN; i++)
         dst[i] = buf[i];
-    hits = kvt_get(ns, k, CHAIN, dst);
-    for (int i = 0; i < hits; i++) {
-        long bad = t_check(buf[i], BLK, (uint64_t)c * 100 + (uint64_t)i);
-
-        cr_assert_eq(bad, -1, "chain %d block %d: wrong byte at %ld", c, i, bad);
-    }
-    return hits;
+    return t_get_chain(ns, k, CHAIN, BLK, (uint64_t)c * 100, dst);
 }
 
 /* Wait (bounded) until the mover has brought warm back under its mark. */
