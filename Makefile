@@ -273,7 +273,7 @@ build-fuzz/fuzz_reply: $(call fobj,tests/fuzz/fuzz_reply.c tests/fuzz/fuzz_wire.
                                    $(CLIENT_SRC) $(KERNEL_SRC))
 build-fuzz/fuzz_reply: FUZZ_LDFLAGS := $(FUZZ_WRAP)
 # fuzz_proto: tierd's sessions and the store in the harness's process (not tierd.c's main)
-build-fuzz/fuzz_proto: $(call fobj,tests/fuzz/fuzz_proto.c tests/fuzz/fuzz_wire.c \
+build-fuzz/fuzz_proto: $(call fobj,tests/fuzz/fuzz_proto.c tests/fuzz/fuzz_wire.c tests/t_wire.c \
                                    $(filter-out tierd/tierd.c,$(TIERD_SRC)) $(STORE_SRC) \
                                    $(COMMON_SRC))
 build-fuzz/fuzz_proto: FUZZ_LDFLAGS := $(STORE_LIBS) -lhiredis -lmicrohttpd -linih

@@ -26,6 +26,7 @@
 
 #include "kvt_wire.h"
 #include "t.h"
+#include "t_wire.h"
 
 #define BLK (64u << 10)        /* block bytes of the default pre-attack chain */
 #define MIB (1u << 20)
@@ -33,7 +34,7 @@
 #define CHAIN_SEED 4242u       /* its keys; block i holds t_fill(CHAIN_SEED * 1000 + i) */
 #define GARBAGE_SEED 0x6b7674u /* the vanishing client's random messages */
 #define RECV_MS 5000           /* longest wait for an answer on a raw socket */
-#define HDR sizeof(struct kvt_wire_hdr)
+#define HDR T_WIRE_HDR
 
 /* 64 MiB pool in 16 segments of 4 MiB (tier_ram.c: pool / 16, 2..64 MiB),
  * so the largest block a namespace may declare is 4 MiB. */
@@ -176,34 +177,21 @@ static void expect_proto_errors(const kvt_stats *st, uint64_t grew, const char *
 
 static int raw_open(void)
 {
-    struct sockaddr_un a = { .sun_family = AF_UNIX };
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    int fd = t_wire_connect(F.d.sock);
 
-    cr_assert(fd >= 0, "socket: %s", strerror(errno));
-    cr_assert(strlen(F.d.sock) < sizeof(a.sun_path), "socket path too long: %s", F.d.sock);
-    memcpy(a.sun_path, F.d.sock, strlen(F.d.sock) + 1);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0, "connect %s: %s", F.d.sock,
-                 strerror(errno));
+    cr_assert(fd >= 0, "connect %s: %s", F.d.sock, strerror(-fd));
     return fd;
 }
 
-static struct kvt_wire_hdr hdr_of(uint16_t op, uint32_t req_id, uint32_t flags, size_t blen)
-{
-    return (struct kvt_wire_hdr){
-        .magic = KVT_WIRE_MAGIC, .version = KVT_WIRE_VERSION, .op = op, .req_id = req_id,
-        .body_len = (uint32_t)blen, .flags = flags,
-    };
-}
+#define hdr_of t_wire_hdr
 
 /* Send one message made of a then b, exactly as given. */
 static void raw_send2(int fd, const void *a, size_t alen, const void *b, size_t blen)
 {
-    struct iovec iov[2] = { { (void *)a, alen }, { (void *)b, blen } };
-    struct msghdr m = { .msg_iov = iov, .msg_iovlen = 2 };
-    ssize_t r = sendmsg(fd, &m, MSG_NOSIGNAL);
+    ssize_t r = t_wire_send2(fd, a, alen, b, blen);
 
     cr_assert_eq(r, (ssize_t)(alen + blen), "sendmsg of %zu bytes: %zd (%s)", alen + blen, r,
-                 r < 0 ? strerror(errno) : "short");
+                 r < 0 ? strerror((int)-r) : "short");
 }
 
 /* A well-framed request; returns its request id. */
@@ -220,35 +208,9 @@ static uint32_t raw_req(int fd, uint16_t op, uint32_t flags, const void *body, s
  * descriptor (the pool, with HELLO) is closed. Fails after RECV_MS. */
 static ssize_t raw_recv(int fd, struct kvt_wire_hdr *h, void *body, size_t cap)
 {
-    static _Alignas(16) uint8_t buf[KVT_WIRE_MSG_MAX + 64];
-    union {
-        char b[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } cm;
-    struct iovec iov = { buf, sizeof(buf) };
-    struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
-                        .msg_controllen = sizeof(cm.b) };
-    struct pollfd p = { .fd = fd, .events = POLLIN };
-    ssize_t r;
+    ssize_t r = t_wire_recv(fd, h, body, cap, NULL, RECV_MS);
 
-    cr_assert_eq(poll(&p, 1, RECV_MS), 1, "tierd neither answered nor closed within %d ms",
-                 RECV_MS);
-    r = recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    if (r < 0)
-        return -errno;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-            int pfd;
-
-            memcpy(&pfd, CMSG_DATA(c), sizeof(pfd));
-            close(pfd);
-        }
-    memset(h, 0, sizeof(*h));
-    if ((size_t)r >= HDR) {
-        memcpy(h, buf, HDR);
-        if (body && cap)
-            memcpy(body, buf + HDR, (size_t)r - HDR < cap ? (size_t)r - HDR : cap);
-    }
+    cr_assert_neq(r, -ETIMEDOUT, "tierd neither answered nor closed within %d ms", RECV_MS);
     return r;
 }
 

@@ -30,6 +30,7 @@
 
 #include "kvt_wire.h"
 #include "t.h"
+#include "t_wire.h"
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
@@ -49,30 +50,15 @@ static void need_root(void)
 
 /* ---- a hostile client's own socket ------------------------------------ */
 
-static int sock_open(const char *path)
-{
-    struct sockaddr_un a = { .sun_family = AF_UNIX };
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-    if (fd < 0 || strlen(path) >= sizeof(a.sun_path))
-        return -1;
-    strcpy(a.sun_path, path);
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
+#define sock_open t_wire_connect
 
 /* Send request op with body, without waiting for the reply: 0, or -errno. */
 static int sock_send(int fd, uint16_t op, const void *body, uint32_t len)
 {
-    struct kvt_wire_hdr h = { .magic = KVT_WIRE_MAGIC, .version = KVT_WIRE_VERSION, .op = op,
-                              .req_id = 7, .body_len = len };
-    struct iovec out[2] = { { &h, sizeof(h) }, { (void *)body, len } };
-    struct msghdr m = { .msg_iov = out, .msg_iovlen = 2 };
+    struct kvt_wire_hdr h = t_wire_hdr(op, 7, 0, len);
+    ssize_t r = t_wire_send2(fd, &h, sizeof(h), body, len);
 
-    return sendmsg(fd, &m, MSG_NOSIGNAL) < 0 ? -errno : 0;
+    return r < 0 ? (int)r : 0;
 }
 
 /* Send request op with body, wait for its reply (5 s at most): its status
@@ -81,34 +67,18 @@ static int sock_send(int fd, uint16_t op, const void *body, uint32_t len)
 static int sock_call(int fd, uint16_t op, const void *body, uint32_t len, void *rep, size_t cap,
                      int *pass_fd)
 {
-    static _Alignas(16) uint8_t buf[KVT_WIRE_MSG_MAX + 64];
     struct kvt_wire_hdr h;
-    struct msghdr m;
-    union {
-        char b[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } cm;
-    struct iovec in = { buf, sizeof(buf) };
-    struct pollfd p = { .fd = fd, .events = POLLIN };
     ssize_t r;
 
     if (pass_fd)
         *pass_fd = -1;
     if (sock_send(fd, op, body, len) < 0)
         return KVT_EDISCONNECTED;
-    if (poll(&p, 1, 5000) != 1)
+    r = t_wire_recv(fd, &h, rep, cap, pass_fd, 5000);
+    if (r == -ETIMEDOUT)
         return -ETIMEDOUT;
-    m = (struct msghdr){ .msg_iov = &in, .msg_iovlen = 1, .msg_control = cm.b,
-                         .msg_controllen = sizeof(cm.b) };
-    r = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
     if (r < (ssize_t)sizeof(h))
         return KVT_EDISCONNECTED;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && pass_fd)
-            memcpy(pass_fd, CMSG_DATA(c), sizeof(int));
-    memcpy(&h, buf, sizeof(h));
-    if (rep)
-        memcpy(rep, buf + sizeof(h), (size_t)r - sizeof(h) < cap ? (size_t)r - sizeof(h) : cap);
     return h.status;
 }
 
