@@ -188,7 +188,7 @@ valgrind: test-deps $(REL_BINS) build/kvt_tests
 # The store's deterministic simulation (tests/sim/): `make sim` replays one
 # run (a failure prints the SEED, STEPS and FAULTS that replay it), `make soak`
 # runs new seeds, with disk faults, for SECONDS. make test runs a fixed budget
-# of it inside the suite (sim/*).
+# of it inside the suite (sim_store/*).
 SEED    ?= 1
 STEPS   ?= 20000
 FAULTS  ?=
@@ -378,7 +378,7 @@ endif
 #   make uninstall [PREFIX=...] [DESTDIR=]  removes those files (the config only while
 #     it is still the sample), then the folders make install made (DIRS_MADE) once empty
 #   make test installs into build/destdir (test-install) and tests what is there
-#     (install/*: a program built with nothing but pkg-config against the installed tierd,
+#     (install_tree/*: a program built with nothing but pkg-config against the installed tierd,
 #     statically too; systemd-analyze verify of the unit; the files are INSTALLED's).
 PREFIX       ?= /usr/local
 BINDIR       ?= $(PREFIX)/bin
@@ -490,7 +490,7 @@ uninstall:
 	@echo "uninstall: done (the user kvtier and /var/lib/kvtier stay)"
 
 # The tests' install: build/destdir afresh, and the list of what make install
-# promised (build/destdir.files), which install/* holds it to.
+# promised (build/destdir.files), which install_tree/* holds it to.
 test-install: $(INSTALL_SRC)
 	$(Q)rm -rf build/destdir
 	$(call install_to,$(CURDIR)/build/destdir)

@@ -53,7 +53,7 @@ static char *off_the_line(const char *nm_cmd)
 /* The two checks above on made-up input: a MINOR's node (KVTIER_1.N) is of
  * the line, no node or another line's is not; a declared name with capitals
  * is a name. */
-Test(abi, the_checks_take_every_node_of_the_line_and_names_with_capitals)
+Test(kvt_abi, the_checks_take_every_node_of_the_line_and_names_with_capitals)
 {
     char dir[256], cmd[2 * PATH_MAX], inc[PATH_MAX + 8];
     char *out;
@@ -78,7 +78,7 @@ Test(abi, the_checks_take_every_node_of_the_line_and_names_with_capitals)
     free(out);
 }
 
-Test(abi, exports_are_exactly_the_functions_the_headers_declare)
+Test(kvt_abi, exports_are_exactly_the_functions_the_headers_declare)
 {
     const char *src = getenv("KVT_TEST_SRC");
     char cmd[4 * PATH_MAX], lib[PATH_MAX], inc[2 * PATH_MAX + 32], dir[256];
@@ -110,7 +110,7 @@ Test(abi, exports_are_exactly_the_functions_the_headers_declare)
     free(undeclared);
 }
 
-Test(abi, every_export_has_a_node_of_the_line_and_the_soname_is_the_major)
+Test(kvt_abi, every_export_has_a_node_of_the_line_and_the_soname_is_the_major)
 {
     char cmd[2 * PATH_MAX], lib[PATH_MAX], ar[PATH_MAX], real[PATH_MAX];
     char *out;
@@ -139,7 +139,7 @@ Test(abi, every_export_has_a_node_of_the_line_and_the_soname_is_the_major)
     free(out);
 }
 
-Test(abi, the_debian_symbols_file_names_every_export)
+Test(kvt_abi, the_debian_symbols_file_names_every_export)
 {
     const char *src = getenv("KVT_TEST_SRC");
     char cmd[3 * PATH_MAX], lib[PATH_MAX];

@@ -57,7 +57,7 @@ static kvt_ns *ns_for(kvt_client *c)
     return t_ns(c, TIER_BLOCK);
 }
 
-Test(offload, another_process_restores_the_same_pages)
+Test(kvt_offload_e2e, another_process_restores_the_same_pages)
 {
     struct t_tierd d;
     kvt_key keys[64];
@@ -107,7 +107,7 @@ Test(offload, another_process_restores_the_same_pages)
     t_tierd_stop(&d);
 }
 
-Test(offload, descriptors_that_do_not_fit_change_nothing)
+Test(kvt_offload_e2e, descriptors_that_do_not_fit_change_nothing)
 {
     struct t_tierd d;
     struct cache c;
@@ -151,7 +151,7 @@ Test(offload, descriptors_that_do_not_fit_change_nothing)
  * tier blocks into one engine block (on the GPU, in parallel: a mix of
  * both). It is refused before anything is leased or written.
  */
-Test(offload, restore_into_a_repeated_block_id_is_refused)
+Test(kvt_offload_e2e, restore_into_a_repeated_block_id_is_refused)
 {
     struct t_tierd d;
     struct cache src, dst;

@@ -157,7 +157,7 @@ static void fx_init(void)
     cr_log_info("fault injector %s", inj ? "present (KVT_FAULTS)" : "absent (release)");
 }
 
-Test(faults, bad_specs_fail_open_with_einval_and_say_why, .init = fx_init, .fini = fx_fini)
+Test(tier_faults, bad_specs_fail_open_with_einval_and_say_why, .init = fx_init, .fini = fx_fini)
 {
     static const char *const bad[] = {
         "read", "read:", "reed:eio", "read:eio:", "read:eek", "read:eio:every=0",
@@ -228,7 +228,7 @@ Test(faults, bad_specs_fail_open_with_einval_and_say_why, .init = fx_init, .fini
     tier_nvme_close(n);
 }
 
-Test(faults, eio_and_enospc_follow_every_after_and_once, .init = fx_init, .fini = fx_fini)
+Test(tier_faults, eio_and_enospc_follow_every_after_and_once, .init = fx_init, .fini = fx_fini)
 {
     uint8_t *b[12];
     struct t_io io[12];
@@ -288,7 +288,7 @@ Test(faults, eio_and_enospc_follow_every_after_and_once, .init = fx_init, .fini 
     tier_nvme_close(n);
 }
 
-Test(faults, short_transfers_are_finished_or_fail_without_progress, .init = fx_init,
+Test(tier_faults, short_transfers_are_finished_or_fail_without_progress, .init = fx_init,
      .fini = fx_fini)
 {
     uint8_t *b[8], *src = abuf(SBLK), *dst = abuf(SBLK);
@@ -361,7 +361,7 @@ static void pattern(struct tier_nvme *n, const char *spec, uint8_t *out)
     free(b);
 }
 
-Test(faults, a_probability_replays_with_its_seed, .init = fx_init, .fini = fx_fini)
+Test(tier_faults, a_probability_replays_with_its_seed, .init = fx_init, .fini = fx_fini)
 {
     uint8_t a[200], b[200], c[200];
     struct tier_nvme *n;
@@ -545,7 +545,7 @@ static void stats(struct rig *r, struct tier_stats *st, struct tier_cold_stats *
     tier_cold_stats_get(r->cold, cs);
 }
 
-Test(faults, failed_cold_reads_are_misses_never_wrong_bytes, .init = fx_init)
+Test(tier_faults, failed_cold_reads_are_misses_never_wrong_bytes, .init = fx_init)
 {
     struct tier_stats st;
     struct tier_cold_stats cs;
@@ -582,7 +582,7 @@ Test(faults, failed_cold_reads_are_misses_never_wrong_bytes, .init = fx_init)
     rig_close(&r);
 }
 
-Test(faults, short_transfers_are_invisible_to_the_store, .init = fx_init)
+Test(tier_faults, short_transfers_are_invisible_to_the_store, .init = fx_init)
 {
     struct tier_stats st;
     struct tier_cold_stats cs;
@@ -601,7 +601,7 @@ Test(faults, short_transfers_are_invisible_to_the_store, .init = fx_init)
     rig_close(&r);
 }
 
-Test(faults, reads_that_stay_short_are_misses, .init = fx_init)
+Test(tier_faults, reads_that_stay_short_are_misses, .init = fx_init)
 {
     struct tier_stats st;
     struct tier_cold_stats cs;
@@ -636,7 +636,7 @@ Test(faults, reads_that_stay_short_are_misses, .init = fx_init)
     rig_close(&r);
 }
 
-Test(faults, failed_writes_keep_blocks_in_warm_or_drop_them_counted, .init = fx_init)
+Test(tier_faults, failed_writes_keep_blocks_in_warm_or_drop_them_counted, .init = fx_init)
 {
     struct tier_stats st;
     struct tier_cold_stats cs;
@@ -679,7 +679,7 @@ Test(faults, failed_writes_keep_blocks_in_warm_or_drop_them_counted, .init = fx_
  * disk that failed every write kept tierd at 100% CPU (16,000 failed writes
  * a second). The mover now drops such a block (counted) as it does one the
  * disk refuses outright. */
-Test(faults, a_disk_that_fails_every_write_costs_blocks_not_a_spinning_mover, .init = fx_init)
+Test(tier_faults, a_disk_that_fails_every_write_costs_blocks_not_a_spinning_mover, .init = fx_init)
 {
     struct tier_stats st;
     struct tier_cold_stats cs;
@@ -735,7 +735,7 @@ static int commit_durable(struct rig *r, int c, int nb, int *failed)
     return rc;
 }
 
-Test(faults, a_failed_write_fails_its_durable_commit_and_the_block_stays, .init = fx_init)
+Test(tier_faults, a_failed_write_fails_its_durable_commit_and_the_block_stays, .init = fx_init)
 {
     struct tier_story story;
     struct tier_key k[4];
@@ -765,7 +765,7 @@ static void on_cold(void *ctx, int rc)
     *(int *)ctx = rc;
 }
 
-Test(faults, a_failed_sync_fails_its_batch_and_the_tier_stays_read_only, .init = fx_init)
+Test(tier_faults, a_failed_sync_fails_its_batch_and_the_tier_stays_read_only, .init = fx_init)
 {
     struct tier_cold_stats cs;
     struct tier_stats st;
@@ -821,7 +821,7 @@ Test(faults, a_failed_sync_fails_its_batch_and_the_tier_stays_read_only, .init =
 
 /* Random puts and gets under random faults of every kind, tier_check after
  * each step, every served byte checked. The seed is fixed and printed. */
-Test(faults, random_faults_never_serve_wrong_bytes, .init = fx_init)
+Test(tier_faults, random_faults_never_serve_wrong_bytes, .init = fx_init)
 {
     const uint64_t seed = 20261201;
     uint64_t s = seed;
@@ -886,7 +886,7 @@ static int d_get_chain(kvt_ns *ns, int c)
     return hits;
 }
 
-Test(faults, tierd_turns_read_faults_into_misses_and_keeps_serving, .init = fx_init)
+Test(tier_faults, tierd_turns_read_faults_into_misses_and_keeps_serving, .init = fx_init)
 {
     struct t_tierd d;
     kvt_client *c;
@@ -928,7 +928,7 @@ Test(faults, tierd_turns_read_faults_into_misses_and_keeps_serving, .init = fx_i
     t_tierd_stop(&d);
 }
 
-Test(faults, tierd_answers_durable_puts_with_eio_after_a_failed_sync, .init = fx_init)
+Test(tier_faults, tierd_answers_durable_puts_with_eio_after_a_failed_sync, .init = fx_init)
 {
     struct t_tierd d;
     kvt_client *c;
@@ -957,7 +957,7 @@ Test(faults, tierd_answers_durable_puts_with_eio_after_a_failed_sync, .init = fx
     t_tierd_stop(&d); /* a clean stop although its flush to disk fails */
 }
 
-Test(faults, tierd_refuses_to_start_with_a_bad_spec, .init = fx_init)
+Test(tier_faults, tierd_refuses_to_start_with_a_bad_spec, .init = fx_init)
 {
     char bin[512], sock[400], data[400], errf[400], log[4096] = "";
     struct t_tierd d;

@@ -211,7 +211,7 @@ static int roundtrip(struct tier_nvme *n, int nblk, uint32_t blk, uint64_t seed)
     return busy;
 }
 
-Test(tier_nvme, roundtrip_64_blocks_at_qd_8_with_o_direct, .fini = fx_fini)
+Test(tier_nvme_io, roundtrip_64_blocks_at_qd_8_with_o_direct, .fini = fx_fini)
 {
     struct logrec lr = { 0 };
     struct tier_nvme *n;
@@ -231,7 +231,7 @@ Test(tier_nvme, roundtrip_64_blocks_at_qd_8_with_o_direct, .fini = fx_fini)
  * older kernels refuse it with EINVAL. Either way the file works, and the
  * fallback, when taken, is logged once. The refusal itself is covered on
  * ramfs below, and the forced fallback by no_direct. */
-Test(tier_nvme, tmpfs_works_with_or_without_o_direct, .fini = fx_fini)
+Test(tier_nvme_io, tmpfs_works_with_or_without_o_direct, .fini = fx_fini)
 {
     struct logrec lr = { 0 };
     struct tier_nvme *n;
@@ -249,7 +249,7 @@ Test(tier_nvme, tmpfs_works_with_or_without_o_direct, .fini = fx_fini)
     tier_nvme_close(n);
 }
 
-Test(tier_nvme, no_direct_on_tmpfs_uses_buffered_io_and_logs_once, .fini = fx_fini)
+Test(tier_nvme_io, no_direct_on_tmpfs_uses_buffered_io_and_logs_once, .fini = fx_fini)
 {
     struct logrec lr = { 0 };
     struct tier_nvme *n;
@@ -266,7 +266,7 @@ Test(tier_nvme, no_direct_on_tmpfs_uses_buffered_io_and_logs_once, .fini = fx_fi
 
 /* ramfs refuses O_DIRECT at open (EINVAL) on every kernel, and has no
  * fallocate: the file is used sparse, and both are logged. */
-Test(tier_nvme, ramfs_refuses_o_direct_and_falls_back_to_buffered, .fini = fx_fini)
+Test(tier_nvme_io, ramfs_refuses_o_direct_and_falls_back_to_buffered, .fini = fx_fini)
 {
     struct logrec lr = { 0 };
     struct tier_nvme *n;
@@ -282,7 +282,7 @@ Test(tier_nvme, ramfs_refuses_o_direct_and_falls_back_to_buffered, .fini = fx_fi
     tier_nvme_close(n);
 }
 
-Test(tier_nvme, bad_requests_are_einval_and_a_full_table_is_ebusy, .fini = fx_fini)
+Test(tier_nvme_io, bad_requests_are_einval_and_a_full_table_is_ebusy, .fini = fx_fini)
 {
     const uint64_t size = 1u << 20;
     struct logrec lr = { 0 };
@@ -328,7 +328,7 @@ Test(tier_nvme, bad_requests_are_einval_and_a_full_table_is_ebusy, .fini = fx_fi
 /* What was written before close (even requests never reaped: close waits
  * for them and runs their callbacks) is there after reopening; a reopen
  * with a smaller size keeps the larger file. */
-Test(tier_nvme, data_survives_close_and_reopen, .fini = fx_fini)
+Test(tier_nvme_io, data_survives_close_and_reopen, .fini = fx_fini)
 {
     const uint64_t size = 16ull * BLK;
     struct logrec lr = { 0 };
@@ -371,7 +371,7 @@ Test(tier_nvme, data_survives_close_and_reopen, .fini = fx_fini)
     tier_nvme_close(n);
 }
 
-Test(tier_nvme, eventfd_becomes_readable_and_reap_0_runs_the_callback, .fini = fx_fini)
+Test(tier_nvme_io, eventfd_becomes_readable_and_reap_0_runs_the_callback, .fini = fx_fini)
 {
     struct logrec lr = { 0 };
     struct t_io io = { 0 };
@@ -414,7 +414,7 @@ static void on_write_then_read(void *ctx, int64_t res)
     c->rd_rc = tier_nvme_read(c->n, 0, c->dst, BLK, t_io_done, &c->rd);
 }
 
-Test(tier_nvme, callback_can_queue_the_next_request, .fini = fx_fini)
+Test(tier_nvme_io, callback_can_queue_the_next_request, .fini = fx_fini)
 {
     struct logrec lr = { 0 };
     struct chain c = { 0 };
@@ -440,7 +440,7 @@ Test(tier_nvme, callback_can_queue_the_next_request, .fini = fx_fini)
  * writes up to the limit and returns the count), which is the only way to
  * get one from a healthy disk. Raised again before reaping, the remainder
  * must go through and the callback see the full length. */
-Test(tier_nvme, short_write_is_completed_by_reap, .fini = fx_fini)
+Test(tier_nvme_io, short_write_is_completed_by_reap, .fini = fx_fini)
 {
     struct logrec lr = { 0 };
     struct t_io wio = { 0 }, rio = { 0 };
@@ -474,7 +474,7 @@ Test(tier_nvme, short_write_is_completed_by_reap, .fini = fx_fini)
 
 /* The same with the limit left in place: the remainder fails, and the
  * callback gets that error, not the short count. */
-Test(tier_nvme, error_after_a_short_write_reaches_the_callback, .fini = fx_fini)
+Test(tier_nvme_io, error_after_a_short_write_reaches_the_callback, .fini = fx_fini)
 {
     struct logrec lr = { 0 };
     struct t_io wio = { 0 };
@@ -518,7 +518,7 @@ static int count_entries(const char *dir)
     return cnt;
 }
 
-Test(tier_nvme, preallocation_over_free_space_is_enospc_and_leaves_nothing, .fini = fx_fini)
+Test(tier_nvme_io, preallocation_over_free_space_is_enospc_and_leaves_nothing, .fini = fx_fini)
 {
     struct tier_nvme_cfg cfg = { .bytes = 64u << 20, .qd = 8 };
     struct tier_nvme *n = NULL;

@@ -122,7 +122,7 @@ static int get_check(struct store *s, const struct tier_key *keys, size_t n, uin
     return got;
 }
 
-Test(pin, pinned_blocks_stay_in_warm_under_a_flood_of_puts)
+Test(tier_pin, pinned_blocks_stay_in_warm_under_a_flood_of_puts)
 {
     struct store s;
     struct tier_key a[RUN], b[RUN];
@@ -148,7 +148,7 @@ Test(pin, pinned_blocks_stay_in_warm_under_a_flood_of_puts)
     store_close(&s);
 }
 
-Test(pin, pinned_blocks_on_disk_are_read_back_and_outlive_disk_eviction)
+Test(tier_pin, pinned_blocks_on_disk_are_read_back_and_outlive_disk_eviction)
 {
     struct store s;
     struct tier_key a[RUN], b[RUN];
@@ -181,7 +181,7 @@ Test(pin, pinned_blocks_on_disk_are_read_back_and_outlive_disk_eviction)
 
 /* A pin of a chain whose blocks are absent after the first stops there,
  * like the lookup: nothing after a miss is held. */
-Test(pin, a_pin_holds_only_the_leading_run)
+Test(tier_pin, a_pin_holds_only_the_leading_run)
 {
     struct store s;
     struct tier_key a[RUN];

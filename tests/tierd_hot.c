@@ -60,7 +60,7 @@ static void get_check(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags,
     cr_assert_eq(kvt_release(ns, &l), 0);
 }
 
-Test(hot, refused_without_a_hot_tier)
+Test(tierd_hot, refused_without_a_hot_tier)
 {
     struct t_tierd d;
     kvt_client *c;
@@ -86,7 +86,7 @@ Test(hot, refused_without_a_hot_tier)
     t_tierd_stop(&d);
 }
 
-Test(hot, written_in_hot_read_in_place_by_another_process)
+Test(tierd_hot, written_in_hot_read_in_place_by_another_process)
 {
     struct t_tierd d;
     kvt_key k[16];
@@ -155,7 +155,7 @@ Test(hot, written_in_hot_read_in_place_by_another_process)
     t_tierd_stop(&d);
 }
 
-Test(hot, a_getter_that_asks_gets_blocks_copied_up_from_warm)
+Test(tierd_hot, a_getter_that_asks_gets_blocks_copied_up_from_warm)
 {
     struct t_tierd d;
     kvt_key k[12];
@@ -188,7 +188,7 @@ Test(hot, a_getter_that_asks_gets_blocks_copied_up_from_warm)
     t_tierd_stop(&d);
 }
 
-Test(hot, a_prefetch_that_asks_brings_disk_blocks_up_to_hot)
+Test(tierd_hot, a_prefetch_that_asks_brings_disk_blocks_up_to_hot)
 {
     struct t_tierd d;
     kvt_key k[10];
@@ -253,7 +253,7 @@ static const uint8_t *page(const struct cache *c, int layer, int kv, int64_t blo
     return (const uint8_t *)c->layer[layer] + ((size_t)kv * NB + (size_t)block) * PAGE_ELEMS * ELEM;
 }
 
-Test(hot, offload_and_restore_go_through_hot)
+Test(tierd_hot, offload_and_restore_go_through_hot)
 {
     struct t_tierd d;
     struct cache src, dst;

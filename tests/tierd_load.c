@@ -162,7 +162,7 @@ static void path_in(char *buf, size_t cap, const struct t_tierd *d, const char *
 }
 
 /* (a) A short load: every byte right, and no slot left behind. */
-Test(load, short_run_checks_every_byte_and_leaks_no_slot)
+Test(tierd_load, short_run_checks_every_byte_and_leaks_no_slot)
 {
     static const char *const targs[] = { "--warm-bytes", "16M", "--cold-bytes", "256M", NULL };
     struct t_tierd d;
@@ -200,7 +200,7 @@ Test(load, short_run_checks_every_byte_and_leaks_no_slot)
 
 /* (b) Clients killed with SIGKILL at random moments, while holding leases
  * and reservations: the daemon reclaims them all and goes on serving. */
-Test(load, sigkilled_clients_leave_no_lease_or_reservation)
+Test(tierd_load, sigkilled_clients_leave_no_lease_or_reservation)
 {
     static const char *const targs[] = { "--warm-bytes", "32M", NULL };
     struct t_tierd d;
@@ -247,7 +247,7 @@ static off_t file_size(const char *path)
  * once (not a hang), the daemon restarts on the same folder while they
  * are stopped, every block acknowledged durable before the kill is on disk
  * and byte-identical, and then the clients reconnect and carry on. */
-Test(load, sigkilled_tierd_keeps_durable_blocks_and_clients_reconnect)
+Test(tierd_load, sigkilled_tierd_keeps_durable_blocks_and_clients_reconnect)
 {
     static const char *const targs[] = { "--warm-bytes", "32M", "--cold-bytes", "1G", NULL };
     struct t_tierd d;
@@ -310,7 +310,7 @@ Test(load, sigkilled_tierd_keeps_durable_blocks_and_clients_reconnect)
 
 /* (d) Over --max-clients, a client is told -EUSERS (not a hang-up), and
  * the ones admitted keep being served; once one leaves, another gets in. */
-Test(load, clients_over_the_limit_get_eusers)
+Test(tierd_load, clients_over_the_limit_get_eusers)
 {
     static const char *const targs[] = { "--max-clients", "4", NULL };
     struct t_tierd d;
@@ -407,7 +407,7 @@ static int raw_connect(const char *sock)
 /* (d) tierd out of file descriptors: a new client is told -EMFILE, tierd
  * does not spin on its listening socket, the clients it has keep being
  * served, and new ones get in once fds are free again. */
-Test(load, tierd_out_of_fds_refuses_clearly_and_does_not_spin)
+Test(tierd_load, tierd_out_of_fds_refuses_clearly_and_does_not_spin)
 {
     struct t_tierd d;
     kvt_client *first, *more[32];
@@ -462,7 +462,7 @@ Test(load, tierd_out_of_fds_refuses_clearly_and_does_not_spin)
 
 /* (d) A memlock limit too small for the warm pool (and no CAP_IPC_LOCK):
  * tierd says so and serves unpinned. */
-Test(load, tierd_under_a_tiny_memlock_limit_runs_unpinned)
+Test(tierd_load, tierd_under_a_tiny_memlock_limit_runs_unpinned)
 {
     static const char *const targs[] = { "--warm-bytes", "16M", NULL };
     struct rlimit rl = { 64 << 10, 64 << 10 };
@@ -507,7 +507,7 @@ Test(load, tierd_under_a_tiny_memlock_limit_runs_unpinned)
 
 /* (d) A cold tier far smaller than the load's durable puts: they get
  * -ENOSPC (counted, allowed), nothing comes back wrong, nothing crashes. */
-Test(load, full_cold_tier_costs_durable_puts_not_the_daemon)
+Test(tierd_load, full_cold_tier_costs_durable_puts_not_the_daemon)
 {
     static const char *const targs[] = { "--warm-bytes", "16M", "--cold-bytes", "4M", NULL };
     struct t_tierd d;
@@ -565,7 +565,7 @@ static int tierd_argv(const char **argv, char *bin, size_t cap, char *supp, size
  * killed twice under load: each time restarted on its data with the
  * clients stopped, and every block acknowledged durable so far checked.
  * Warm is small, so blocks keep moving between hot, warm and disk. */
-Test(load, oracle_through_tierd_hot_prefetch_and_tierd_kills)
+Test(tierd_load, oracle_through_tierd_hot_prefetch_and_tierd_kills)
 {
     /* 256 prompts x 8 blocks of 64 KiB: 128 MiB, 8 times warm, so blocks
      * keep moving between hot, warm and disk; all of it fits the cold tier,

@@ -77,7 +77,7 @@ static void put_blocks(kvt_ns *ns, const kvt_key *keys, size_t n, uint64_t seed)
     cr_assert_eq(rc, (int)n, "put_commit: expected %zu, got %d", n, rc);
 }
 
-Test(metrics, counters_match_the_requests_and_promtool_accepts_the_page)
+Test(tierd_metrics, counters_match_the_requests_and_promtool_accepts_the_page)
 {
     struct t_tierd d;
     char port_s[8], ctype[256], lint[4096];
@@ -165,7 +165,7 @@ Test(metrics, counters_match_the_requests_and_promtool_accepts_the_page)
     t_tierd_stop(&d);
 }
 
-Test(metrics, disk_waits_are_counted_and_timed_to_their_reply)
+Test(tierd_metrics, disk_waits_are_counted_and_timed_to_their_reply)
 {
     struct t_tierd d;
     char port_s[8];
@@ -344,7 +344,7 @@ static double prom_wait(uint16_t port, const char *expr, double want, int secs)
 }
 
 /* With a bearer token, as the README configures both sides. */
-Test(metrics, prometheus_server_scrapes_tierd_and_sees_puts)
+Test(tierd_metrics, prometheus_server_scrapes_tierd_and_sees_puts)
 {
     struct t_tierd d;
     char port_s[8], dir[256], tok[320];
@@ -399,7 +399,7 @@ Test(metrics, prometheus_server_scrapes_tierd_and_sees_puts)
 
 /* ---- bad input ------------------------------------------------------------- */
 
-Test(metrics, port_in_use_is_a_clear_error_and_a_nonzero_exit)
+Test(tierd_metrics, port_in_use_is_a_clear_error_and_a_nonzero_exit)
 {
     char dir[256], port_s[8], want[64], err[8192];
     const char *args[] = { "--metrics-port", port_s, NULL };

@@ -17,7 +17,7 @@
 
 #include "t.h"
 
-Test(notify, tierd_sends_ready_from_its_own_pid_once_it_accepts_clients)
+Test(tierd_notify, tierd_sends_ready_from_its_own_pid_once_it_accepts_clients)
 {
     struct sockaddr_un a = { .sun_family = AF_UNIX };
     char dir[96], msg[256]; /* dir: short enough for a socket path */

@@ -139,7 +139,7 @@ static void responsive(kvt_client *c, kvt_stats *st)
                  (unsigned long long)(ms_now() - t0));
 }
 
-Test(remote, a_prefix_put_on_one_node_is_a_hit_on_another)
+Test(tierd_remote, a_prefix_put_on_one_node_is_a_hit_on_another)
 {
     struct t_cluster cl;
     struct t_tierd a, b;
@@ -187,7 +187,7 @@ Test(remote, a_prefix_put_on_one_node_is_a_hit_on_another)
     t_cluster_stop(&cl);
 }
 
-Test(remote, a_killed_master_turns_into_misses)
+Test(tierd_remote, a_killed_master_turns_into_misses)
 {
     enum { CHAINS = 24, KILL_AT = 6 };
     struct t_cluster cl;
@@ -241,7 +241,7 @@ Test(remote, a_killed_master_turns_into_misses)
     t_cluster_stop(&cl);
 }
 
-Test(remote, a_resharding_during_reads_is_followed)
+Test(tierd_remote, a_resharding_during_reads_is_followed)
 {
     enum { CHAINS = 32 };
     struct t_cluster cl;
@@ -296,7 +296,7 @@ Test(remote, a_resharding_during_reads_is_followed)
     t_cluster_stop(&cl);
 }
 
-Test(remote, a_corrupted_value_is_a_counted_miss)
+Test(tierd_remote, a_corrupted_value_is_a_counted_miss)
 {
     struct t_cluster cl;
     struct t_tierd a, b;
@@ -470,7 +470,7 @@ static int bobby_forges(const char *sock, void *arg)
  * find or read it, and his blocks put under the same keys through the
  * first must never be served to alice through the second (whose alice has
  * nothing local: every read goes to the cluster). */
-Test(remote, a_colliding_model_id_reaches_no_other_tenants_blocks)
+Test(tierd_remote, a_colliding_model_id_reaches_no_other_tenants_blocks)
 {
     char a_name[256], b_name[256], b_model[KVT_WIRE_MODEL_ID_MAX];
     static uint8_t buf[CHAIN][BLK];

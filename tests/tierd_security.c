@@ -119,7 +119,7 @@ static int attack_pool(int pool, const char *what)
     return won;
 }
 
-Test(security, a_client_cannot_resize_or_seal_the_pools_and_tierd_survives_it)
+Test(tierd_security, a_client_cannot_resize_or_seal_the_pools_and_tierd_survives_it)
 {
     static const char *const args[] = { "--warm-bytes", "32M", "--hot-bytes", "8M",
                                         "--no-mlock", NULL };
@@ -199,7 +199,7 @@ static int stranger_floods(const char *sock, void *arg)
     return closed == open_n ? 0 : 22;
 }
 
-Test(security, an_idle_flood_of_unadmitted_peers_leaves_every_tenant_served)
+Test(tierd_security, an_idle_flood_of_unadmitted_peers_leaves_every_tenant_served)
 {
     const char *cfg;
     struct t_tierd d;
@@ -267,7 +267,7 @@ static int bob_connects_all(const char *sock, void *arg)
     return n;
 }
 
-Test(security, a_tenant_has_its_share_of_the_connections_and_no_more)
+Test(tierd_security, a_tenant_has_its_share_of_the_connections_and_no_more)
 {
     static const char *const conf =
         "[tenant.alice]\n"
@@ -313,7 +313,7 @@ Test(security, a_tenant_has_its_share_of_the_connections_and_no_more)
     unlink(cfg);
 }
 
-Test(security, an_admitted_peer_that_never_says_hello_is_hung_up)
+Test(tierd_security, an_admitted_peer_that_never_says_hello_is_hung_up)
 {
     struct t_tierd d;
     kvt_client *c;
@@ -396,7 +396,7 @@ static void commit_key_waiting(int fd, uint32_t ns, uint64_t seed)
  * durable commit waits on; B's reply fails too and B closes from inside A's
  * close, while the deadline walk holds B as its next (a use after free,
  * seen under ASan, before sessions were freed only after each turn). */
-Test(security, a_session_closed_inside_another_ones_close_is_not_used_after_it)
+Test(tierd_security, a_session_closed_inside_another_ones_close_is_not_used_after_it)
 {
     struct t_tierd d;
     uint32_t na, nb, nc;
@@ -429,7 +429,7 @@ Test(security, a_session_closed_inside_another_ones_close_is_not_used_after_it)
  * waiting on S's key; W reads nothing, so its reply fails and it closes
  * from within, failing V's wait on W's key, which the store's loop over its
  * waits pointed into (a use after free in dwaits_fail, under ASan). */
-Test(security, a_wait_failed_from_within_another_failed_wait_is_not_used_after_it)
+Test(tierd_security, a_wait_failed_from_within_another_failed_wait_is_not_used_after_it)
 {
     struct t_tierd d;
     uint32_t ns_s, ns_w, ns_v;
@@ -461,7 +461,7 @@ static uint64_t rss_kib(pid_t pid);
  * answered -EAGAIN at its bound, over and over: each left 1,024 waits in
  * the store, which the next walked again (memory without bound, and the
  * one thread every tenant shares stalled). */
-Test(security, durable_commits_that_time_out_leave_nothing_behind)
+Test(tierd_security, durable_commits_that_time_out_leave_nothing_behind)
 {
     static _Alignas(8) uint8_t body[KVT_WIRE_MSG_MAX];
     struct t_tierd d;
@@ -510,7 +510,7 @@ Test(security, durable_commits_that_time_out_leave_nothing_behind)
 /* Pinning lookups of a namespace of 1-byte blocks, 1,024 references to one
  * block at a time: the pin budget counted block bytes (1 each), so pins
  * could take 4 bytes of tierd per reference up to the budget in bytes. */
-Test(security, pins_of_tiny_blocks_are_bounded_by_the_slots_they_hold)
+Test(tierd_security, pins_of_tiny_blocks_are_bounded_by_the_slots_they_hold)
 {
     static kvt_key k[KVT_BATCH_MAX];
     uint8_t one = 7;
@@ -584,7 +584,7 @@ static int lease_until_refused(kvt_client *c, const kvt_key *k)
     return n;
 }
 
-Test(security, leases_taken_over_and_over_are_bounded_by_the_tenant)
+Test(tierd_security, leases_taken_over_and_over_are_bounded_by_the_tenant)
 {
     static kvt_key k[KVT_BATCH_MAX];
     static uint8_t blk[TINY];
@@ -680,7 +680,7 @@ static uint64_t session_id(const char *sock)
     return rep.session_id;
 }
 
-Test(security, stats_and_ids_tell_a_tenant_nothing_of_another)
+Test(tierd_security, stats_and_ids_tell_a_tenant_nothing_of_another)
 {
     const char *cfg;
     struct t_tierd d;
@@ -754,7 +754,7 @@ static void socket_refused(const char *dir, const char *data, const char *sock, 
     cr_expect(strstr(err, "refusing socket") && strstr(err, why), "socket %s: %s", sock, err);
 }
 
-Test(security, a_data_folder_another_user_could_have_prepared_is_refused)
+Test(tierd_security, a_data_folder_another_user_could_have_prepared_is_refused)
 {
     char base[64], run[64] = "/tmp/kvt-srun-XXXXXX", data[128], link[256], victim[128];
     char err[4096];

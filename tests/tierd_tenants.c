@@ -157,7 +157,7 @@ static int alice_floods(const char *sock, void *arg)
     return 0;
 }
 
-Test(tenants, two_uids_see_and_touch_only_their_own)
+Test(tierd_tenants, two_uids_see_and_touch_only_their_own)
 {
     struct t_tierd d;
     const char *cfg;
@@ -207,7 +207,7 @@ static int bob_unpins(const char *sock, void *arg)
     return 0;
 }
 
-Test(tenants, a_pin_is_released_only_within_its_tenant)
+Test(tierd_tenants, a_pin_is_released_only_within_its_tenant)
 {
     struct t_tierd d;
     const char *cfg;
@@ -247,7 +247,7 @@ Test(tenants, a_pin_is_released_only_within_its_tenant)
 
 /* Each tenant's blocks survive a restart in its own folder, and only
  * there. */
-Test(tenants, each_tenant_has_its_own_disk)
+Test(tierd_tenants, each_tenant_has_its_own_disk)
 {
     struct t_tierd d;
     const char *cfg;
@@ -293,7 +293,7 @@ static int tierd_with(const char *cfg, char *err, size_t cap)
     return st;
 }
 
-Test(tenants, bad_config_files_stop_tierd_with_the_line_and_the_reason)
+Test(tierd_tenants, bad_config_files_stop_tierd_with_the_line_and_the_reason)
 {
     static const struct {
         const char *text, *want;
