@@ -37,6 +37,10 @@ void cmn_sleep_ms(unsigned ms);
  * Returns 0 with *out set, -EINVAL for text outside the grammar, -ERANGE
  * for a size over 2^63 - 1 bytes; *out untouched on error. */
 int cmn_parse_size(const char *s, uint64_t *out);
+/* A plain decimal count in [min, max] (digits only: no sign, space, suffix
+ * or base prefix): 0 with *out set, -EINVAL for other text, -ERANGE for a
+ * number outside the bounds; *out untouched on error. */
+int cmn_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 /* Why cmn_parse_size refused (rc: its return), for an error message:
  * a static string naming the grammar, e.g. "want bytes or a number with
  * K, M, G, T or P (powers of 1024), e.g. 4096, 512M, 1.5G". */

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * size.c - the one size grammar (kvt_common.h): "4096", "64K", "8GiB",
- * "1.5T". Exact integer arithmetic, no floating point: a size near 2^63
- * parses to the byte it names, or is refused.
+ * "1.5T"; and plain counts within bounds. Exact integer arithmetic, no
+ * floating point: a size near 2^63 parses to the byte it names, or is
+ * refused.
  */
 #include <errno.h>
 #include <string.h>
@@ -53,6 +54,27 @@ int cmn_parse_size(const char *s, uint64_t *out)
     if (v > INT64_MAX)
         return -ERANGE;
     *out = (uint64_t)v;
+    return 0;
+}
+
+int cmn_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    uint64_t v = 0;
+
+    if (!s || *s < '0' || *s > '9')
+        return -EINVAL;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        uint64_t d = (uint64_t)(*s - '0');
+
+        if (v > UINT64_MAX / 10 || (v == UINT64_MAX / 10 && d > UINT64_MAX % 10))
+            return -ERANGE;
+        v = v * 10 + d;
+    }
+    if (*s)
+        return -EINVAL;
+    if (v < min || v > max)
+        return -ERANGE;
+    *out = v;
     return 0;
 }
 

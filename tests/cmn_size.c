@@ -64,3 +64,26 @@ Test(cmn_size, says_why)
     cr_expect(strstr(cmn_size_why(-EINVAL), "1.5G") != NULL, "%s", cmn_size_why(-EINVAL));
     cr_expect(strstr(cmn_size_why(-ERANGE), "too large") != NULL, "%s", cmn_size_why(-ERANGE));
 }
+
+Test(cmn_size, counts_are_plain_decimals_within_bounds)
+{
+    uint64_t v = 5;
+
+    cr_expect_eq(cmn_parse_uint("4096", 1, 4096, &v), 0);
+    cr_expect_eq(v, 4096);
+    cr_expect_eq(cmn_parse_uint("0", 0, 0, &v), 0);
+    cr_expect_eq(v, 0);
+    cr_expect_eq(cmn_parse_uint("18446744073709551615", 0, UINT64_MAX, &v), 0);
+    cr_expect_eq(v, UINT64_MAX);
+    v = 5;
+    cr_expect_eq(cmn_parse_uint("4097", 1, 4096, &v), -ERANGE);
+    cr_expect_eq(cmn_parse_uint("0", 1, 4096, &v), -ERANGE);
+    cr_expect_eq(cmn_parse_uint("18446744073709551616", 0, UINT64_MAX, &v), -ERANGE);
+    cr_expect_eq(cmn_parse_uint("", 0, 9, &v), -EINVAL);
+    cr_expect_eq(cmn_parse_uint("-1", 0, 9, &v), -EINVAL);
+    cr_expect_eq(cmn_parse_uint("+1", 0, 9, &v), -EINVAL);
+    cr_expect_eq(cmn_parse_uint("1K", 0, 9999, &v), -EINVAL);
+    cr_expect_eq(cmn_parse_uint("0x1", 0, 9, &v), -EINVAL);
+    cr_expect_eq(cmn_parse_uint("1 ", 0, 9, &v), -EINVAL);
+    cr_expect_eq(v, 5, "*out changed on an error");
+}

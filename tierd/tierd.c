@@ -141,17 +141,26 @@ static double parse_frac(const char *s)
     return (*end || end == s || v <= 0 || v > 1) ? -1 : v;
 }
 
+/* A whole number in [min, max] for option opt (cmn_parse_uint): 0, or -1
+ * after saying what is wrong. */
+static int num_opt(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    if (cmn_parse_uint(s, min, max, out) < 0) {
+        fprintf(stderr, "tierd: %s: want %llu..%llu, got '%s'\n", opt, (unsigned long long)min,
+                (unsigned long long)max, s);
+        return -1;
+    }
+    return 0;
+}
+
 /* A bound in ms, 0 (none) to an hour, for option opt: 0, or -1 after
  * saying what is wrong. */
 static int parse_ms(const char *opt, const char *s, uint32_t *out)
 {
-    char *end;
-    unsigned long v = strtoul(s, &end, 10);
+    uint64_t v;
 
-    if (*end || end == s || *s < '0' || *s > '9' || v > 3600000) {
-        fprintf(stderr, "tierd: %s: want 0..3600000, got '%s'\n", opt, s);
+    if (num_opt(opt, s, 0, 3600000, &v) < 0)
         return -1;
-    }
     *out = (uint32_t)v;
     return 0;
 }
@@ -191,6 +200,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
+    uint64_t v;
     int c;
 
     *o = (struct opts){
@@ -228,43 +238,25 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             break;
         case 'M': o->no_mlock = true; break;
         case 'P': o->no_huge = true; break;
-        case 'c': {
-            char *end;
-            unsigned long v = strtoul(optarg, &end, 10);
-
-            if (*end || end == optarg || v == 0 || v > 1000000) {
-                fprintf(stderr, "tierd: --max-clients: bad number '%s'\n", optarg);
+        case 'c':
+            if (num_opt("--max-clients", optarg, 1, 1000000, &v) < 0)
                 return -1;
-            }
             o->max_clients = (uint32_t)v;
             break;
-        }
-        case 'b': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-
-            if (*end || end == optarg || v < 0 || v > 100000) {
-                fprintf(stderr, "tierd: --busy-poll-us: want 0..100000, got '%s'\n", optarg);
+        case 'b':
+            if (num_opt("--busy-poll-us", optarg, 0, 100000, &v) < 0)
                 return -1;
-            }
             o->busy_poll_us = (int)v;
             break;
-        }
         case 'C':
             if (size_opt("--cold-bytes", optarg, 1u << 20, &o->cold_bytes) < 0)
                 return -1;
             break;
-        case 'Q': {
-            char *end;
-            unsigned long v = strtoul(optarg, &end, 10);
-
-            if (*end || end == optarg || v < 4 || v > 4096) {
-                fprintf(stderr, "tierd: --cold-qd: want 4..4096, got '%s'\n", optarg);
+        case 'Q':
+            if (num_opt("--cold-qd", optarg, 4, 4096, &v) < 0)
                 return -1;
-            }
             o->cold_qd = (uint32_t)v;
             break;
-        }
         case 'N': o->no_cold = true; break;
         case 'W': o->write_through = true; break;
         case 'F': o->no_flush = true; break;
@@ -272,29 +264,16 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             if (size_opt("--hot-bytes", optarg, 0, &o->hot_bytes) < 0)
                 return -1;
             break;
-        case 'D': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-
-            if (*end || end == optarg || v < 0 || v > 1024) {
-                fprintf(stderr, "tierd: --hot-device: bad device '%s'\n", optarg);
+        case 'D':
+            if (num_opt("--hot-device", optarg, 0, 1024, &v) < 0)
                 return -1;
-            }
             o->hot_device = (int)v;
             break;
-        }
-        case 'm': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-
-            if (*end || end == optarg || v < 1 || v > 65535) {
-                fprintf(stderr, "tierd: --metrics-port: want a port 1..65535, got '%s'\n",
-                        optarg);
+        case 'm':
+            if (num_opt("--metrics-port", optarg, 1, 65535, &v) < 0)
                 return -1;
-            }
             o->metrics_port = (uint16_t)v;
             break;
-        }
         case 'A': {
             struct in_addr a;
 
@@ -308,19 +287,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         }
         case 'K': o->metrics_token_file = optarg; break;
         case 'I': o->metrics_no_model_ids = true; break;
-        case 'X': {
-            char *end;
-            unsigned long v = strtoul(optarg, &end, 10);
-
-            if (*end || end == optarg || *optarg < '0' || *optarg > '9' ||
-                v > METRICS_MAX_NS_LIMIT) {
-                fprintf(stderr, "tierd: --metrics-max-namespaces: want 0..%d, got '%s'\n",
-                        METRICS_MAX_NS_LIMIT, optarg);
+        case 'X':
+            if (num_opt("--metrics-max-namespaces", optarg, 0, METRICS_MAX_NS_LIMIT, &v) < 0)
                 return -1;
-            }
             o->metrics_max_ns = (uint32_t)v;
             break;
-        }
         case 'R': o->remote_seeds = optarg; break;
         case 'n': o->remote_ns = optarg; break;
         case 'p': {
@@ -334,18 +305,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             o->remote_policy = (int)pol;
             break;
         }
-        case 't': {
-            char *end;
-            unsigned long v = strtoul(optarg, &end, 10);
-
-            if (*end || end == optarg || v < 1 || v > 60000) {
-                fprintf(stderr, "tierd: --remote-timeout-ms: want 1..60000, got '%s'\n",
-                        optarg);
+        case 't':
+            if (num_opt("--remote-timeout-ms", optarg, 1, 60000, &v) < 0)
                 return -1;
-            }
             o->remote_timeout_ms = (uint32_t)v;
             break;
-        }
         case 'u':
             if (parse_ms("--durable-wait-ms", optarg, &o->durable_wait_ms) < 0)
                 return -1;

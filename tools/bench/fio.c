@@ -156,9 +156,13 @@ int bench_fio_run(const struct bench_fio_job *j, double *bw, double *syncs)
     argv[n++] = a_out;
     argv[n] = NULL;
     bench_fio_cmd[0] = '\0';
-    for (int i = 0; i < n && strlen(bench_fio_cmd) + strlen(argv[i]) + 2 < sizeof(bench_fio_cmd); i++)
-        snprintf(bench_fio_cmd + strlen(bench_fio_cmd), sizeof(bench_fio_cmd) - strlen(bench_fio_cmd), "%s%s",
-                 i ? " " : "", argv[i]);
+    for (int i = 0; i < n; i++) {
+        size_t at = strlen(bench_fio_cmd);
+
+        if (at + strlen(argv[i]) + 2 >= sizeof(bench_fio_cmd))
+            break;
+        snprintf(bench_fio_cmd + at, sizeof(bench_fio_cmd) - at, "%s%s", i ? " " : "", argv[i]);
+    }
 
     unlink(out);
     r = run_wait(argv, log, 300);

@@ -47,8 +47,8 @@ static int parse_groups(const char *s, unsigned *out)
     static const struct { const char *name; unsigned g; } tab[] = {
         { "put", BENCH_GRP_PUT }, { "lookup", BENCH_GRP_LOOKUP }, { "inproc", BENCH_GRP_INPROC },
         { "hash", BENCH_GRP_HASH }, { "cold", BENCH_GRP_COLD }, { "prefetch", BENCH_GRP_PREFETCH },
-        { "restart", BENCH_GRP_RESTART }, { "hybrid", BENCH_GRP_HYBRID }, { "remote", BENCH_GRP_REMOTE },
-        { "all", BENCH_GRP_ALL },
+        { "restart", BENCH_GRP_RESTART }, { "hybrid", BENCH_GRP_HYBRID },
+        { "remote", BENCH_GRP_REMOTE }, { "all", BENCH_GRP_ALL },
     };
     char buf[128];
     *out = 0;
@@ -79,65 +79,38 @@ static int parse_args(int argc, char **argv)
         { "restart-blocks", required_argument, NULL, 'B' },
         { NULL, 0, NULL, 0 },
     };
+    /* the numeric options and their bounds, checked before the switch */
+    static const struct {
+        int c;
+        uint64_t min, max;
+    } nums[] = {
+        { 'r', 1, 64 }, { 'm', 1, 3600000 }, { 'H', 1, 256 }, { 'c', 2, 64 * 1024 },
+        { 'C', 1, 64 }, { 'P', 1, 64 },      { 'w', 0, 60000000 }, { 'B', 1000, 100000000 },
+    };
+    uint64_t v = 0;
     int c;
+
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++)
+            if (nums[i].c == c && cmn_parse_uint(optarg, nums[i].min, nums[i].max, &v) < 0)
+                return -EINVAL;
         switch (c) {
         case 'o':
             if (parse_groups(optarg, &bench_opt.groups) < 0)
                 return -EINVAL;
             break;
-        case 'R':
-            bench_opt.redis = false;
-            break;
-        case 'r':
-            bench_opt.rounds = atoi(optarg);
-            if (bench_opt.rounds < 1 || bench_opt.rounds > 64)
-                return -EINVAL;
-            break;
-        case 'm':
-            if (atoi(optarg) < 1)
-                return -EINVAL;
-            bench_opt.round_ns = (uint64_t)atoi(optarg) * 1000000ull;
-            break;
-        case 'H':
-            bench_opt.hash_runs = atoi(optarg);
-            if (bench_opt.hash_runs < 1 || bench_opt.hash_runs > 256)
-                return -EINVAL;
-            break;
-        case '2':
-            bench_opt.pool_2m = optarg;
-            break;
-        case '6':
-            bench_opt.pool_64k = optarg;
-            break;
-        case 'L':
-            bench_opt.pool_lookup = optarg;
-            break;
-        case 'c':
-            if (atoi(optarg) < 2 || atoi(optarg) > 64 * 1024)
-                return -EINVAL;
-            bench_opt.cold_bytes = (uint64_t)atoi(optarg) * MIB;
-            break;
-        case 'C':
-            bench_opt.cold_rounds = atoi(optarg);
-            if (bench_opt.cold_rounds < 1 || bench_opt.cold_rounds > 64)
-                return -EINVAL;
-            break;
-        case 'P':
-            bench_opt.prefetch_trials = atoi(optarg);
-            if (bench_opt.prefetch_trials < 1 || bench_opt.prefetch_trials > 64)
-                return -EINVAL;
-            break;
-        case 'w':
-            if (atoi(optarg) < 0)
-                return -EINVAL;
-            bench_opt.work_us = (unsigned)atoi(optarg);
-            break;
-        case 'B':
-            if (atol(optarg) < 1000 || atol(optarg) > 100000000)
-                return -EINVAL;
-            bench_opt.restart_blocks = (size_t)atol(optarg);
-            break;
+        case 'R': bench_opt.redis = false; break;
+        case 'r': bench_opt.rounds = (int)v; break;
+        case 'm': bench_opt.round_ns = v * 1000000ull; break;
+        case 'H': bench_opt.hash_runs = (int)v; break;
+        case 'c': bench_opt.cold_bytes = v * MIB; break;
+        case 'C': bench_opt.cold_rounds = (int)v; break;
+        case 'P': bench_opt.prefetch_trials = (int)v; break;
+        case 'w': bench_opt.work_us = (unsigned)v; break;
+        case 'B': bench_opt.restart_blocks = (size_t)v; break;
+        case '2': bench_opt.pool_2m = optarg; break;
+        case '6': bench_opt.pool_64k = optarg; break;
+        case 'L': bench_opt.pool_lookup = optarg; break;
         case 'h':
             usage(stdout);
             exit(0);
@@ -164,7 +137,8 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
 
     printf("# tierbench: %ld CPUs online; rounds %d x >= %" PRIu64 " ms; temp dir %s\n",
-           sysconf(_SC_NPROCESSORS_ONLN), bench_opt.rounds, bench_opt.round_ns / 1000000, bench_tmpdir);
+           sysconf(_SC_NPROCESSORS_ONLN), bench_opt.rounds, bench_opt.round_ns / 1000000,
+           bench_tmpdir);
     if (bench_opt.groups & BENCH_GRP_PUT) {
         bench_put_get(2 * MIB, bench_opt.pool_2m, bench_opt.redis);
         bench_put_get(64 * 1024, bench_opt.pool_64k, false);

@@ -259,11 +259,12 @@ void bench_remote(void)
            "%llu redirects; medians: put %.2f GB/s, get %.2f GB/s\n",
            (unsigned long long)st.puts, (unsigned long long)st.hits,
            (unsigned long long)st.errors, (unsigned long long)st.checksum_errors,
-           (unsigned long long)st.redirects, bench_median(put_gbs, ROUNDS), bench_median(get_gbs, ROUNDS));
-    bench_report("remote_put_2MiB_vs_redis_benchmark", bench_median(put_ratio, ROUNDS), "%.2f", "ratio",
-           ">=", "0.8");
-    bench_report("remote_get_2MiB_vs_redis_benchmark", bench_median(get_ratio, ROUNDS), "%.2f", "ratio",
-           ">=", "0.8");
+           (unsigned long long)st.redirects, bench_median(put_gbs, ROUNDS),
+           bench_median(get_gbs, ROUNDS));
+    bench_report("remote_put_2MiB_vs_redis_benchmark", bench_median(put_ratio, ROUNDS), "%.2f",
+                 "ratio", ">=", "0.8");
+    bench_report("remote_get_2MiB_vs_redis_benchmark", bench_median(get_ratio, ROUNDS), "%.2f",
+                 "ratio", ">=", "0.8");
     goto out;
 fail:
     bench_fail("remote_put_2MiB_vs_redis_benchmark", "remote tier round", rc);
