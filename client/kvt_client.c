@@ -684,18 +684,26 @@ static int send_id(kvt_client *c, uint16_t op, uint64_t id)
     return send_req(c, op, KVT_WIRE_F_NOREPLY, iov, 2);
 }
 
-int kvt_unpin(kvt_client *c, kvt_pin *pin)
+/* Let go of what handle h (hsize bytes, its id at *id) holds: op (UNPIN,
+ * RELEASE) for the id, then h zeroed, so that a second call does nothing.
+ * A handle of id 0 holds nothing. */
+static int drop_handle(kvt_client *c, uint16_t op, void *h, size_t hsize, const uint64_t *id)
 {
     int rc;
 
+    if (*id == 0)
+        return 0;
+    rc = send_id(c, op, *id);
+    memset(h, 0, hsize);
+    return rc;
+}
+
+int kvt_unpin(kvt_client *c, kvt_pin *pin)
+{
     if (!c || !pin)
         return -EINVAL;
-    if (pin->id == 0)
-        return 0;
     _Static_assert(sizeof(struct kvt_wire_unpin_req) == sizeof(pin->id), "unpin_req is an id");
-    rc = send_id(c, KVT_OP_UNPIN, pin->id);
-    *pin = (kvt_pin){ 0 };
-    return rc;
+    return drop_handle(c, KVT_OP_UNPIN, pin, sizeof(*pin), &pin->id);
 }
 
 int kvt_put_reserve(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
@@ -864,17 +872,11 @@ int kvt_get_lease_flags(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flag
 
 int kvt_release(kvt_ns *ns, kvt_lease *lease)
 {
-    int rc;
-
     if (!ns || !lease)
         return -EINVAL;
-    if (lease->id == 0)
-        return 0;
     _Static_assert(sizeof(struct kvt_wire_release_req) == sizeof(lease->id),
                    "release_req is an id");
-    rc = send_id(ns->c, KVT_OP_RELEASE, lease->id);
-    *lease = (kvt_lease){ 0 };
-    return rc;
+    return drop_handle(ns->c, KVT_OP_RELEASE, lease, sizeof(*lease), &lease->id);
 }
 
 int kvt_get(kvt_ns *ns, const kvt_key *keys, size_t n, void *const *bufs)
