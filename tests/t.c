@@ -233,13 +233,15 @@ static void start_in(struct t_tierd *d, const char *const *args)
 {
     char bin[512], data[300], supp[600];
     const char *argv[32];
-    int rc, st = 0, secs = getenv("KVT_TEST_VALGRIND") ? 60 : 10;
+    int rc, st = 0, secs = getenv("KVT_TEST_VALGRIND") ? 60 : 30;
 
     snprintf(d->sock, sizeof(d->sock), "%s/tierd.sock", d->dir);
     snprintf(data, sizeof(data), "%s/data", d->dir);
     tierd_argv(argv, bin, sizeof(bin), supp, sizeof(supp), d->sock, data, args);
     snprintf(d->log, sizeof(d->log), "%s/tierd.log", d->dir);
-    /* dies with the test (a test that dies or times out leaves no daemon) */
+    /* dies with the test (a test that dies or times out leaves no daemon);
+     * ready within 30 s (60 s under valgrind): a loaded machine, shared
+     * with other builds, can take more than 10 s to start one */
     d->pid = cmn_spawn(argv, getenv("KVT_TEST_VERBOSE") ? NULL : d->log, 0);
     cr_assert(d->pid > 0, "spawning %s: %s", argv[0], strerror(-d->pid));
     rc = cmn_tierd_wait(d->pid, d->sock, hello, NULL, (unsigned)secs * 1000, &st);
@@ -356,6 +358,42 @@ long t_check(const void *buf, size_t len, uint64_t seed)
         if (p[i] != (uint8_t)mix(&s))
             return (long)i;
     return -1;
+}
+
+void t_cache_init(struct t_cache *c, uint32_t layers, uint32_t nb, uint32_t bs, uint32_t h,
+                  uint32_t d, uint32_t elem, uint64_t seed)
+{
+    size_t page_elems = (size_t)bs * h * d;
+
+    cr_assert_leq(layers, T_CACHE_LAYERS_MAX);
+    memset(c, 0, sizeof(*c));
+    c->page_bytes = page_elems * elem;
+    c->layer_bytes = 2 * (size_t)nb * c->page_bytes;
+    for (uint32_t i = 0; i < layers; i++) {
+        c->layer[i] = calloc(1, c->layer_bytes);
+        cr_assert_not_null(c->layer[i]);
+        if (seed)
+            t_fill(c->layer[i], c->layer_bytes, seed + i);
+    }
+    c->l = (struct kvk_layout){
+        .n_layers = layers, .layer_base = c->layer, .elem_bytes = elem, .block_tokens = bs,
+        .kv_heads = h, .head_dim = d, .n_kv = 2, .num_blocks = nb,
+        .stride_kv = (int64_t)nb * (int64_t)page_elems, .stride_block = (int64_t)page_elems,
+        .stride_token = (int64_t)h * d, .stride_head = d, .stride_dim = 1,
+    };
+}
+
+void t_cache_free(struct t_cache *c)
+{
+    for (int i = 0; i < T_CACHE_LAYERS_MAX; i++)
+        free(c->layer[i]);
+    memset(c, 0, sizeof(*c));
+}
+
+const uint8_t *t_cache_page(const struct t_cache *c, int layer, int kv, int64_t block)
+{
+    return (const uint8_t *)c->layer[layer] +
+           ((size_t)kv * c->l.num_blocks + (size_t)block) * c->page_bytes;
 }
 
 void t_io_done(void *ctx, int64_t res)

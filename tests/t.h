@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "kv_layout.h"
 #include "kvtier.h"
 
 struct t_tierd {
@@ -80,6 +81,22 @@ int t_put_chain(kvt_ns *ns, const kvt_key *k, size_t n, size_t blk, uint64_t see
                 unsigned flags);
 int t_get_chain(kvt_ns *ns, const kvt_key *k, size_t n, size_t blk, uint64_t seed0,
                 void *const *bufs);
+
+/* An engine's paged cache in host memory, vLLM's flash-attention layout:
+ * per layer [2 (K, V), nb blocks, bs tokens, h heads, d dims] of elem-byte
+ * elements, each layer malloc'd; l describes it (kv_layout.h). */
+#define T_CACHE_LAYERS_MAX 8
+struct t_cache {
+    void *layer[T_CACHE_LAYERS_MAX];
+    struct kvk_layout l;
+    size_t layer_bytes, page_bytes; /* one layer; one (kv, block) page of a layer */
+};
+/* Allocate it, layer i filled from seed + i (t_fill), or zeroed for seed 0. */
+void t_cache_init(struct t_cache *c, uint32_t layers, uint32_t nb, uint32_t bs, uint32_t h,
+                  uint32_t d, uint32_t elem, uint64_t seed);
+void t_cache_free(struct t_cache *c);
+/* The page of (layer, kv, block): page_bytes bytes. */
+const uint8_t *t_cache_page(const struct t_cache *c, int layer, int kv, int64_t block);
 
 /* n distinct keys from a seed (keys of different seeds differ). */
 void t_keys(kvt_key *k, size_t n, uint64_t seed);

@@ -161,30 +161,45 @@ static void path_in(char *buf, size_t cap, const struct t_tierd *d, const char *
     snprintf(buf, cap, "%s/%s", d->dir, name);
 }
 
+/* kvload on d's socket with args (NULL-terminated, --socket and --json
+ * added here), its report in d's folder: it must exit 0 (no correctness
+ * error) and report no wrong byte, no leak, no unexpected error
+ * (assert_clean). The report, which the caller frees. */
+static json_t *clean_load(const struct t_tierd *d, const char *const *args, bool memcheck)
+{
+    const char *argv[32] = { "--socket", d->sock, "--json" };
+    char out[400];
+    json_t *j;
+    int n = 3, rc;
+
+    for (int i = 0; args[i] && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    path_in(out, sizeof(out), d, "kvload.json");
+    rc = kvload_run(out, argv, memcheck);
+    cr_assert_eq(rc, 0, "kvload exit status %d (1: correctness errors; see its output)", rc);
+    j = load_json(out);
+    assert_clean(j);
+    return j;
+}
+
 /* (a) A short load: every byte right, and no slot left behind. */
 Test(tierd_load, short_run_checks_every_byte_and_leaks_no_slot)
 {
     static const char *const targs[] = { "--warm-bytes", "16M", "--cold-bytes", "256M", NULL };
     struct t_tierd d;
-    char out[400];
     const char *clients = under_valgrind() ? "4" : "16";
     const char *secs = under_valgrind() ? "3" : "5";
     kvt_client *c;
     kvt_stats st;
     json_t *j;
-    int rc;
 
     t_tierd_start(&d, targs);
-    path_in(out, sizeof(out), &d, "kvload.json");
     /* 64 prompts x 8 blocks of 64 KiB: twice the warm tier, so blocks move
      * to disk and back while they are shared */
-    rc = kvload_run(out, (const char *const[]){ "--socket", d.sock, "--clients", clients,
-                                                "--seconds", secs, "--prefixes", "64",
-                                                "--chain", "8", "--json", NULL },
-                    true);
-    cr_assert_eq(rc, 0, "kvload exit status %d (1: correctness errors; see its output)", rc);
-    j = load_json(out);
-    assert_clean(j);
+    j = clean_load(&d, (const char *const[]){ "--clients", clients, "--seconds", secs,
+                                              "--prefixes", "64", "--chain", "8", NULL },
+                   true);
     cr_assert_gt(json_integer_value(json_object_get(json_object_get(json_object_get(j, "op"),
                                                                     "get"), "count")), 0);
     cr_log_info("load: %lld ops, %.0f ops/s, %lld blocks verified",
@@ -204,28 +219,21 @@ Test(tierd_load, sigkilled_clients_leave_no_lease_or_reservation)
 {
     static const char *const targs[] = { "--warm-bytes", "32M", NULL };
     struct t_tierd d;
-    char out[400];
     const char *clients = under_valgrind() ? "4" : "12";
     const char *secs = under_valgrind() ? "4" : "5";
     const char *hold = under_valgrind() ? "50000" : "500";
     kvt_client *c;
     kvt_stats st;
     json_t *j;
-    int rc;
 
     t_tierd_start(&d, targs);
-    path_in(out, sizeof(out), &d, "kvload.json");
     /* each lease and reservation is held a while (longer than a request
      * takes, also under valgrind), so most kills land on a client that
      * holds something */
-    rc = kvload_run(out, (const char *const[]){ "--socket", d.sock, "--clients", clients,
-                                                "--seconds", secs, "--prefixes", "16",
-                                                "--chain", "8", "--kill-clients", "8",
-                                                "--hold-us", hold, "--json", NULL },
-                    false);
-    cr_assert_eq(rc, 0, "kvload exit status %d", rc);
-    j = load_json(out);
-    assert_clean(j);
+    j = clean_load(&d, (const char *const[]){ "--clients", clients, "--seconds", secs,
+                                              "--prefixes", "16", "--chain", "8",
+                                              "--kill-clients", "8", "--hold-us", hold, NULL },
+                   false);
     cr_assert_eq(jint(j, "killed"), 8, "expected 8 clients killed, got %lld", jint(j, "killed"));
     json_decref(j);
     c = t_connect(&d);
@@ -511,22 +519,15 @@ Test(tierd_load, full_cold_tier_costs_durable_puts_not_the_daemon)
 {
     static const char *const targs[] = { "--warm-bytes", "16M", "--cold-bytes", "4M", NULL };
     struct t_tierd d;
-    char out[400];
     const char *clients = under_valgrind() ? "4" : "8";
     kvt_client *c;
     json_t *j;
-    int rc;
 
     t_tierd_start(&d, targs);
-    path_in(out, sizeof(out), &d, "kvload.json");
-    rc = kvload_run(out, (const char *const[]){ "--socket", d.sock, "--clients", clients,
-                                                "--seconds", "3", "--prefixes", "32",
-                                                "--chain", "8", "--durable-every", "2",
-                                                "--json", NULL },
-                    false);
-    cr_assert_eq(rc, 0, "kvload exit status %d", rc);
-    j = load_json(out);
-    assert_clean(j);
+    j = clean_load(&d, (const char *const[]){ "--clients", clients, "--seconds", "3",
+                                              "--prefixes", "32", "--chain", "8",
+                                              "--durable-every", "2", NULL },
+                   false);
     cr_log_info("load: full cold tier: %lld -ENOSPC, %lld durable blocks",
                 jint(j, "enospc"), jint(j, "durable_blocks"));
     json_decref(j);
