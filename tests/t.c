@@ -436,6 +436,26 @@ int t_get_chain(kvt_ns *ns, const kvt_key *k, size_t n, size_t blk, uint64_t see
     return hits;
 }
 
+int t_put_seeded(kvt_ns *ns, uint64_t key_seed, size_t n, size_t blk, uint64_t seed0,
+                 unsigned flags)
+{
+    kvt_key k[KVT_BATCH_MAX];
+
+    cr_assert_leq(n, KVT_BATCH_MAX);
+    t_keys(k, n, key_seed);
+    return t_put_chain(ns, k, n, blk, seed0, flags);
+}
+
+int t_get_seeded(kvt_ns *ns, uint64_t key_seed, size_t n, size_t blk, uint64_t seed0,
+                 void *const *bufs)
+{
+    kvt_key k[KVT_BATCH_MAX];
+
+    cr_assert_leq(n, KVT_BATCH_MAX);
+    t_keys(k, n, key_seed);
+    return t_get_chain(ns, k, n, blk, seed0, bufs);
+}
+
 void t_store_settle(struct tier *t, struct tier_cold *c, struct tier_hot *h)
 {
     struct tier_nvme *io = tier_cold_io(c);

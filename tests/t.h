@@ -81,6 +81,11 @@ int t_put_chain(kvt_ns *ns, const kvt_key *k, size_t n, size_t blk, uint64_t see
                 unsigned flags);
 int t_get_chain(kvt_ns *ns, const kvt_key *k, size_t n, size_t blk, uint64_t seed0,
                 void *const *bufs);
+/* The same under the keys t_keys(key_seed) makes. */
+int t_put_seeded(kvt_ns *ns, uint64_t key_seed, size_t n, size_t blk, uint64_t seed0,
+                 unsigned flags);
+int t_get_seeded(kvt_ns *ns, uint64_t key_seed, size_t n, size_t blk, uint64_t seed0,
+                 void *const *bufs);
 
 /* An engine's paged cache in host memory, vLLM's flash-attention layout:
  * per layer [2 (K, V), nb blocks, bs tokens, h heads, d dims] of elem-byte

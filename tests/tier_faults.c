@@ -865,23 +865,18 @@ static uint8_t dbuf[CHAIN][DBLK];
 
 static int d_put_chain(kvt_ns *ns, int c, unsigned flags)
 {
-    kvt_key k[CHAIN];
-
-    t_keys(k, CHAIN, 9100 + (uint64_t)c);
-    return t_put_chain(ns, k, CHAIN, DBLK, seed_of(c, 0), flags);
+    return t_put_seeded(ns, 9100 + (uint64_t)c, CHAIN, DBLK, seed_of(c, 0), flags);
 }
 
 /* Get chain c; every byte of every block served is checked. */
 static int d_get_chain(kvt_ns *ns, int c)
 {
     void *dst[CHAIN];
-    kvt_key k[CHAIN];
     int hits;
 
-    t_keys(k, CHAIN, 9100 + (uint64_t)c);
     for (int i = 0; i < CHAIN; i++)
         dst[i] = dbuf[i];
-    hits = t_get_chain(ns, k, CHAIN, DBLK, seed_of(c, 0), dst);
+    hits = t_get_seeded(ns, 9100 + (uint64_t)c, CHAIN, DBLK, seed_of(c, 0), dst);
     cr_assert_geq(hits, 0, "get of chain %d: %s", c, kvt_strerror(hits));
     return hits;
 }

@@ -29,22 +29,17 @@ static uint8_t buf[CHAIN][BLK];
 /* Put chain c (CHAIN blocks, payload seeds c*100+i). */
 static int put_chain(kvt_ns *ns, int c, unsigned flags)
 {
-    kvt_key k[CHAIN];
-
-    t_keys(k, CHAIN, 9000 + (uint64_t)c);
-    return t_put_chain(ns, k, CHAIN, BLK, (uint64_t)c * 100, flags);
+    return t_put_seeded(ns, 9000 + (uint64_t)c, CHAIN, BLK, (uint64_t)c * 100, flags);
 }
 
 /* Get chain c into buf; returns the hits, every byte checked. */
 static int get_chain(kvt_ns *ns, int c)
 {
     void *dst[CHAIN];
-    kvt_key k[CHAIN];
 
-    t_keys(k, CHAIN, 9000 + (uint64_t)c);
     for (int i = 0; i < CHAIN; i++)
         dst[i] = buf[i];
-    return t_get_chain(ns, k, CHAIN, BLK, (uint64_t)c * 100, dst);
+    return t_get_seeded(ns, 9000 + (uint64_t)c, CHAIN, BLK, (uint64_t)c * 100, dst);
 }
 
 /* Wait (bounded) until the mover has brought warm back under its mark. */

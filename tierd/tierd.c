@@ -153,16 +153,13 @@ static int num_opt(const char *opt, const char *s, uint64_t min, uint64_t max, u
     return 0;
 }
 
-/* A bound in ms, 0 (none) to an hour, for option opt: 0, or -1 after
- * saying what is wrong. */
-static int parse_ms(const char *opt, const char *s, uint32_t *out)
+/* The long name of option c in lo. */
+static const char *long_name(const struct option *lo, int c)
 {
-    uint64_t v;
-
-    if (num_opt(opt, s, 0, 3600000, &v) < 0)
-        return -1;
-    *out = (uint32_t)v;
-    return 0;
+    for (; lo->name; lo++)
+        if (lo->val == c)
+            return lo->name;
+    return "?";
 }
 
 static int parse_opts(int argc, char **argv, struct opts *o)
@@ -200,7 +197,20 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
-    uint64_t v;
+    /* the options that take a number or a size, and their bounds: checked
+     * (and said what is wrong) before the switch, which only stores v */
+    static const struct {
+        int c;
+        bool size;         /* cmn_parse_size, else cmn_parse_uint */
+        uint64_t min, max; /* a size's max: none */
+    } nums[] = {
+        { 'w', true, 1, 0 },          { 'C', true, 1u << 20, 0 },  { 'T', true, 0, 0 },
+        { 'c', false, 1, 1000000 },   { 'b', false, 0, 100000 },   { 'Q', false, 4, 4096 },
+        { 'D', false, 0, 1024 },      { 'm', false, 1, 65535 },    { 't', false, 1, 60000 },
+        { 'X', false, 0, METRICS_MAX_NS_LIMIT },
+        { 'u', false, 0, 3600000 },   { 'k', false, 0, 3600000 }, /* ms: 0 (none) to an hour */
+    };
+    uint64_t v = 0;
     int c;
 
     *o = (struct opts){
@@ -216,14 +226,21 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     if (!o->data || !*o->data)
         o->data = DEFAULT_DATA;
     while ((c = getopt_long(argc, argv, "vh", lo, NULL)) != -1) {
+        for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
+            char name[64];
+
+            if (nums[i].c != c)
+                continue;
+            snprintf(name, sizeof(name), "--%s", long_name(lo, c));
+            if (nums[i].size ? size_opt(name, optarg, nums[i].min, &v) < 0
+                             : num_opt(name, optarg, nums[i].min, nums[i].max, &v) < 0)
+                return -1;
+        }
         switch (c) {
         case 's': o->socket = optarg; break;
         case 'f': o->config = optarg; break;
         case 'd': o->data = optarg; break;
-        case 'w':
-            if (size_opt("--warm-bytes", optarg, 1, &o->warm_bytes) < 0)
-                return -1;
-            break;
+        case 'w': o->warm_bytes = v; break;
         case 'H':
             if ((o->high_wm = parse_frac(optarg)) < 0) {
                 fprintf(stderr, "tierd: --high-wm: want a fraction in (0, 1], got '%s'\n", optarg);
@@ -238,42 +255,16 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             break;
         case 'M': o->no_mlock = true; break;
         case 'P': o->no_huge = true; break;
-        case 'c':
-            if (num_opt("--max-clients", optarg, 1, 1000000, &v) < 0)
-                return -1;
-            o->max_clients = (uint32_t)v;
-            break;
-        case 'b':
-            if (num_opt("--busy-poll-us", optarg, 0, 100000, &v) < 0)
-                return -1;
-            o->busy_poll_us = (int)v;
-            break;
-        case 'C':
-            if (size_opt("--cold-bytes", optarg, 1u << 20, &o->cold_bytes) < 0)
-                return -1;
-            break;
-        case 'Q':
-            if (num_opt("--cold-qd", optarg, 4, 4096, &v) < 0)
-                return -1;
-            o->cold_qd = (uint32_t)v;
-            break;
+        case 'c': o->max_clients = (uint32_t)v; break;
+        case 'b': o->busy_poll_us = (int)v; break;
+        case 'C': o->cold_bytes = v; break;
+        case 'Q': o->cold_qd = (uint32_t)v; break;
         case 'N': o->no_cold = true; break;
         case 'W': o->write_through = true; break;
         case 'F': o->no_flush = true; break;
-        case 'T':
-            if (size_opt("--hot-bytes", optarg, 0, &o->hot_bytes) < 0)
-                return -1;
-            break;
-        case 'D':
-            if (num_opt("--hot-device", optarg, 0, 1024, &v) < 0)
-                return -1;
-            o->hot_device = (int)v;
-            break;
-        case 'm':
-            if (num_opt("--metrics-port", optarg, 1, 65535, &v) < 0)
-                return -1;
-            o->metrics_port = (uint16_t)v;
-            break;
+        case 'T': o->hot_bytes = v; break;
+        case 'D': o->hot_device = (int)v; break;
+        case 'm': o->metrics_port = (uint16_t)v; break;
         case 'A': {
             struct in_addr a;
 
@@ -287,11 +278,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         }
         case 'K': o->metrics_token_file = optarg; break;
         case 'I': o->metrics_no_model_ids = true; break;
-        case 'X':
-            if (num_opt("--metrics-max-namespaces", optarg, 0, METRICS_MAX_NS_LIMIT, &v) < 0)
-                return -1;
-            o->metrics_max_ns = (uint32_t)v;
-            break;
+        case 'X': o->metrics_max_ns = (uint32_t)v; break;
         case 'R': o->remote_seeds = optarg; break;
         case 'n': o->remote_ns = optarg; break;
         case 'p': {
@@ -305,19 +292,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             o->remote_policy = (int)pol;
             break;
         }
-        case 't':
-            if (num_opt("--remote-timeout-ms", optarg, 1, 60000, &v) < 0)
-                return -1;
-            o->remote_timeout_ms = (uint32_t)v;
-            break;
-        case 'u':
-            if (parse_ms("--durable-wait-ms", optarg, &o->durable_wait_ms) < 0)
-                return -1;
-            break;
-        case 'k':
-            if (parse_ms("--handshake-timeout-ms", optarg, &o->handshake_ms) < 0)
-                return -1;
-            break;
+        case 't': o->remote_timeout_ms = (uint32_t)v; break;
+        case 'u': o->durable_wait_ms = (uint32_t)v; break;
+        case 'k': o->handshake_ms = (uint32_t)v; break;
         case 'v': o->verbose = true; break;
         case 'h': usage(stdout); exit(EX_OK);
         default: usage(stderr); return -1;
