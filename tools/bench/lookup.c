@@ -157,6 +157,16 @@ static int sock_floor(struct lk *l, double *keys_per_s)
     return r;
 }
 
+/* A batch answered short (r >= 0: how many it got) is an -EIO, said so. */
+static int short_batch(const char *what, int r)
+{
+    if (r >= 0) {
+        printf("# %s: %d of the batch\n", what, r);
+        r = -EIO;
+    }
+    return r;
+}
+
 /* Figure 3a: kvt_lookup through tierd over 1 M blocks. */
 static void bench_lookup_client(const kvt_key *keys, size_t nkeys, const struct oa *oa)
 {
@@ -220,10 +230,7 @@ static void bench_lookup_client(const kvt_key *keys, size_t nkeys, const struct 
     goto out;
 
 out_short:
-    if (r >= 0) {
-        printf("# %s: %d of the batch\n", what, r);
-        r = -EIO;
-    }
+    r = short_batch(what, r);
 out_fail:
     bench_fail(name, what, r);
 out:
@@ -295,10 +302,7 @@ static void bench_inproc(const kvt_key *keys, size_t nkeys, const struct oa *oa)
     goto out;
 
 out_short:
-    if (r >= 0) {
-        printf("# %s: %d of the batch\n", what, r);
-        r = -EIO;
-    }
+    r = short_batch(what, r);
 out_fail:
     bench_fail(name, what, r);
     bench_fail(iname, what, r);

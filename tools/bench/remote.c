@@ -69,6 +69,20 @@ static void rb_cluster_stop(struct rb_cluster *c)
     memset(c->pid, 0, sizeof(c->pid));
 }
 
+/* Whether ok(port) holds for every node before secs from t0 (ns), asking
+ * each every poll_ms. */
+static bool all_nodes(const struct rb_cluster *c, bool (*ok)(int port), uint64_t t0,
+                      unsigned secs, unsigned poll_ms)
+{
+    for (int i = 0; i < RB_NODES; i++)
+        while (!ok(c->port[i])) {
+            if (cmn_now_ns() - t0 > secs * 1000000000ull)
+                return false;
+            cmn_sleep_ms(poll_ms);
+        }
+    return true;
+}
+
 /* Three redis-servers in cluster mode, joined by redis-cli --cluster create. */
 static int rb_cluster_start(struct rb_cluster *c)
 {
@@ -97,23 +111,15 @@ static int rb_cluster_start(struct rb_cluster *c)
         if (c->pid[i] < 0)
             goto fail;
     }
-    for (int i = 0; i < RB_NODES; i++)
-        while (!rb_ping(c->port[i])) {
-            if (cmn_now_ns() - t0 > 10 * 1000000000ull)
-                goto fail;
-            cmn_sleep_ms(20);
-        }
+    if (!all_nodes(c, rb_ping, t0, 10, 20))
+        goto fail;
     snprintf(cmd, sizeof(cmd), "redis-cli --cluster create 127.0.0.1:%d 127.0.0.1:%d "
              "127.0.0.1:%d --cluster-replicas 0 --cluster-yes >%s/cluster-create.log 2>&1",
              c->port[0], c->port[1], c->port[2], bench_tmpdir);
     if (system(cmd) != 0)
         goto fail;
-    for (int i = 0; i < RB_NODES; i++)
-        while (!rb_state_ok(c->port[i])) {
-            if (cmn_now_ns() - t0 > 30 * 1000000000ull)
-                goto fail;
-            cmn_sleep_ms(50);
-        }
+    if (!all_nodes(c, rb_state_ok, t0, 30, 50))
+        goto fail;
     snprintf(c->seeds, sizeof(c->seeds), "127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", c->port[0],
              c->port[1], c->port[2]);
     printf("# redis cluster of %d masters on %s, ready after %.0f ms\n", RB_NODES, c->seeds,
