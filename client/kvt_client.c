@@ -252,18 +252,25 @@ static int pool_fits(int fd, uint64_t bytes)
     return bytes > 0 && bytes <= (uint64_t)st.st_size ? 0 : KVT_EPROTO;
 }
 
+/* One request of op with a body of len bytes (may be 0), and its reply:
+ * recv_rep's return, the reply's body in c->rbuf (*blen bytes), a passed
+ * descriptor in *fd_out when it is not NULL. */
+static int rpc(kvt_client *c, uint16_t op, const void *req, size_t len, uint32_t *blen,
+               int *fd_out)
+{
+    struct iovec iov[2] = { { 0 }, { (void *)req, len } };
+    int rc = send_req(c, op, 0, iov, len ? 2 : 1);
+
+    return rc < 0 ? rc : recv_rep(c, op, blen, fd_out);
+}
+
 static int hello(kvt_client *c)
 {
     struct kvt_wire_hello_req req = { .pid = (uint32_t)getpid() };
     struct kvt_wire_hello_rep rep;
-    struct iovec iov[2] = { { 0 }, { &req, sizeof(req) } };
     uint32_t blen;
-    int fd = -1, rc;
+    int fd = -1, rc = rpc(c, KVT_OP_HELLO, &req, sizeof(req), &blen, &fd);
 
-    rc = send_req(c, KVT_OP_HELLO, 0, iov, 2);
-    if (rc < 0)
-        return rc;
-    rc = recv_rep(c, KVT_OP_HELLO, &blen, &fd);
     if (rc == 0 && (blen != sizeof(rep) || fd < 0))
         rc = KVT_EPROTO;
     if (rc < 0)
@@ -414,7 +421,6 @@ int kvt_ns_open(kvt_client *c, const kvt_model *m, kvt_ns **out)
 {
     struct kvt_wire_ns_req req = { 0 };
     struct kvt_wire_ns_rep rep;
-    struct iovec iov[2] = { { 0 }, { &req, sizeof(req) } };
     uint32_t blen, pp_size;
     kvt_ns *ns;
     int rc;
@@ -438,10 +444,7 @@ int kvt_ns_open(kvt_client *c, const kvt_model *m, kvt_ns **out)
     put_str(req.dtype, sizeof(req.dtype), m->dtype);
     if ((rc = wire_layout(m, pp_size, req.layout)) < 0)
         return rc;
-    rc = send_req(c, KVT_OP_NS_OPEN, 0, iov, 2);
-    if (rc < 0)
-        return rc;
-    rc = recv_rep(c, KVT_OP_NS_OPEN, &blen, NULL);
+    rc = rpc(c, KVT_OP_NS_OPEN, &req, sizeof(req), &blen, NULL);
     if (rc < 0)
         return rc;
     if (blen != sizeof(rep))
@@ -512,17 +515,13 @@ static int hot_slot_ptr(const kvt_ns *ns, uint64_t off, void **p)
 int kvt_hot_attach(kvt_client *c, kvt_hot_info *info)
 {
     struct kvt_wire_hot_rep rep;
-    struct iovec iov[1] = { { 0 } };
     uint32_t blen;
     int fd = -1, rc;
 
     if (!c)
         return -EINVAL;
     if (!c->hot_kind) {
-        rc = send_req(c, KVT_OP_HOT_ATTACH, 0, iov, 1);
-        if (rc < 0)
-            return rc;
-        rc = recv_rep(c, KVT_OP_HOT_ATTACH, &blen, &fd);
+        rc = rpc(c, KVT_OP_HOT_ATTACH, NULL, 0, &blen, &fd);
         if (rc < 0)
             goto out;
         memcpy(&rep, body(c), sizeof(rep) <= blen ? sizeof(rep) : 0);
@@ -898,16 +897,12 @@ int kvt_get(kvt_ns *ns, const kvt_key *keys, size_t n, void *const *bufs)
 
 int kvt_stats_get(kvt_client *c, kvt_stats *out)
 {
-    struct iovec iov[1] = { { 0 } };
     uint32_t blen;
     int rc;
 
     if (!c || !out)
         return -EINVAL;
-    rc = send_req(c, KVT_OP_STATS, 0, iov, 1);
-    if (rc < 0)
-        return rc;
-    rc = recv_rep(c, KVT_OP_STATS, &blen, NULL);
+    rc = rpc(c, KVT_OP_STATS, NULL, 0, &blen, NULL);
     if (rc < 0)
         return rc;
     if (blen != sizeof(*out))
@@ -931,15 +926,7 @@ const char *kvt_miss_cause_name(int cause)
 /* One request with a small body; the reply's body lands in c->rbuf. */
 static int admin_rpc(kvt_client *c, uint16_t op, const void *req, size_t len, uint32_t *blen)
 {
-    struct iovec iov[2] = { { 0 }, { (void *)req, len } };
-    int rc;
-
-    if (!c)
-        return -EINVAL;
-    rc = send_req(c, op, 0, iov, len ? 2 : 1);
-    if (rc < 0)
-        return rc;
-    return recv_rep(c, op, blen, NULL);
+    return c ? rpc(c, op, req, len, blen, NULL) : -EINVAL;
 }
 
 int kvt_admin_namespaces(kvt_client *c, kvt_ns_info *out, size_t cap)
