@@ -396,6 +396,15 @@ const uint8_t *t_cache_page(const struct t_cache *c, int layer, int kv, int64_t 
            ((size_t)kv * c->l.num_blocks + (size_t)block) * c->page_bytes;
 }
 
+void *t_abuf(size_t len)
+{
+    void *p = NULL;
+
+    cr_assert_eq(posix_memalign(&p, 4096, len), 0);
+    memset(p, 0xa5, len);
+    return p;
+}
+
 void t_io_done(void *ctx, int64_t res)
 {
     struct t_io *io = ctx;

@@ -125,6 +125,10 @@ void t_store_settle(struct tier *t, struct tier_cold *c, struct tier_hot *h);
  * the disk, then the store), after settling it, and remove its folder. */
 void t_store_close(struct tier *t, struct tier_cold *c, struct tier_hot *h, const char *dir);
 
+/* len bytes aligned for O_DIRECT (4096), filled with 0xa5 (never zeros a
+ * test could mistake for data); free() them. */
+void *t_abuf(size_t len);
+
 /* One tier_nvme request's outcome, as t_io_done (its completion callback,
  * ctx: the struct t_io) records it. */
 struct t_io {

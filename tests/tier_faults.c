@@ -85,15 +85,6 @@ static struct tier_nvme *open_plain(void)
     return n;
 }
 
-static void *abuf(size_t len)
-{
-    void *p = NULL;
-
-    cr_assert_eq(posix_memalign(&p, 4096, len), 0);
-    memset(p, 0xa5, len);
-    return p;
-}
-
 static void drain(struct tier_nvme *n)
 {
     cr_assert_eq(tier_nvme_submit(n), 0);
@@ -138,7 +129,7 @@ static void seed_blocks(struct tier_nvme *n, int first, int nb, uint64_t seed)
     struct t_io io[16];
 
     for (int i = 0; i < nb; i++) {
-        b[i] = abuf(SBLK);
+        b[i] = t_abuf(SBLK);
         t_fill(b[i], SBLK, seed + (uint64_t)i);
     }
     io_blocks(n, true, first, nb, b, io);
@@ -240,7 +231,7 @@ Test(tier_faults, eio_and_enospc_follow_every_after_and_once, .init = fx_init, .
     /* reads: the 3rd, 6th, 9th, 12th fail; their buffers stay untouched */
     cr_assert_eq(tier_nvme_fault_set(n, "read:eio:every=3"), inj ? 0 : -EOPNOTSUPP);
     for (int i = 0; i < 12; i++)
-        b[i] = abuf(SBLK);
+        b[i] = t_abuf(SBLK);
     io_blocks(n, false, 0, 12, b, io);
     for (int i = 0; i < 12; i++) {
         bool fail = inj && (i + 1) % 3 == 0;
@@ -291,7 +282,7 @@ Test(tier_faults, eio_and_enospc_follow_every_after_and_once, .init = fx_init, .
 Test(tier_faults, short_transfers_are_finished_or_fail_without_progress, .init = fx_init,
      .fini = fx_fini)
 {
-    uint8_t *b[8], *src = abuf(SBLK), *dst = abuf(SBLK);
+    uint8_t *b[8], *src = t_abuf(SBLK), *dst = t_abuf(SBLK);
     struct t_io io[8];
     struct tier_nvme *n;
 
@@ -300,7 +291,7 @@ Test(tier_faults, short_transfers_are_finished_or_fail_without_progress, .init =
     /* every 2nd submission short: the remainders go on, callers see nothing */
     tier_nvme_fault_set(n, "write:short:every=2,read:short:every=2");
     for (int i = 0; i < 8; i++) {
-        b[i] = abuf(SBLK);
+        b[i] = t_abuf(SBLK);
         t_fill(b[i], SBLK, 300 + (uint64_t)i);
     }
     io_blocks(n, true, 0, 8, b, io);
@@ -348,7 +339,7 @@ Test(tier_faults, short_transfers_are_finished_or_fail_without_progress, .init =
 /* The outcome of 200 reads of one page under spec, as a bit pattern. */
 static void pattern(struct tier_nvme *n, const char *spec, uint8_t *out)
 {
-    uint8_t *b = abuf(4096);
+    uint8_t *b = t_abuf(4096);
     struct t_io io = { 0 };
 
     tier_nvme_fault_set(n, spec);
@@ -770,7 +761,7 @@ Test(tier_faults, a_failed_sync_fails_its_batch_and_the_tier_stays_read_only, .i
     struct tier_cold_stats cs;
     struct tier_stats st;
     struct tier_key k[4];
-    uint8_t *b = abuf(BLK);
+    uint8_t *b = t_abuf(BLK);
     struct rig r;
     int failed, rc, res;
 

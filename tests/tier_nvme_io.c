@@ -105,15 +105,6 @@ static struct tier_nvme *open_nvme(uint64_t bytes, uint32_t qd, bool no_direct,
     return n;
 }
 
-static void *abuf(size_t len)
-{
-    void *p = NULL;
-
-    cr_assert_eq(posix_memalign(&p, 4096, len), 0);
-    memset(p, 0xa5, len);
-    return p;
-}
-
 /* Queue a read or write; while the table is full, submit and reap one
  * completion, as tierd would. Returns how many times it met -EBUSY. */
 static int queue_io(struct tier_nvme *n, bool wr, uint64_t off, void *buf, uint64_t len,
@@ -182,7 +173,7 @@ static int roundtrip(struct tier_nvme *n, int nblk, uint32_t blk, uint64_t seed)
     for (int i = 0; i < nblk; i++) {
         uint64_t off = (uint64_t)((i * 37) % nblk) * blk;
 
-        src[i] = abuf(blk);
+        src[i] = t_abuf(blk);
         t_fill(src[i], blk, seed + (uint64_t)i);
         busy += queue_io(n, true, off, src[i], blk, &wio[i]);
     }
@@ -192,7 +183,7 @@ static int roundtrip(struct tier_nvme *n, int nblk, uint32_t blk, uint64_t seed)
     for (int i = 0; i < nblk; i++) {
         uint64_t off = (uint64_t)((i * 37) % nblk) * blk;
 
-        dst[i] = abuf(blk);
+        dst[i] = t_abuf(blk);
         busy += queue_io(n, false, off, dst[i], blk, &rio[i]);
     }
     drain(n);
@@ -288,7 +279,7 @@ Test(tier_nvme_io, bad_requests_are_einval_and_a_full_table_is_ebusy, .fini = fx
     struct logrec lr = { 0 };
     struct t_io io[3] = { 0 };
     struct tier_nvme *n;
-    uint8_t *buf = abuf(2 * 8192);
+    uint8_t *buf = t_abuf(2 * 8192);
 
     fx_dir("/tmp");
     n = open_nvme(size, 2, false, &lr);
@@ -340,7 +331,7 @@ Test(tier_nvme_io, data_survives_close_and_reopen, .fini = fx_fini)
     fx_dir("/tmp");
     n = open_nvme(size, 32, false, &lr);
     for (int i = 0; i < 16; i++) {
-        src[i] = abuf(BLK);
+        src[i] = t_abuf(BLK);
         t_fill(src[i], BLK, 6000 + (uint64_t)i);
         cr_assert_eq(tier_nvme_write(n, (uint64_t)i * BLK, src[i], BLK, t_io_done, &wio[i]), 0);
     }
@@ -356,7 +347,7 @@ Test(tier_nvme_io, data_survives_close_and_reopen, .fini = fx_fini)
     cr_assert_eq(stat(g_path, &st), 0);
     cr_assert_eq((uint64_t)st.st_size, size, "reopen must not truncate");
     for (int i = 0; i < 16; i++) {
-        dst[i] = abuf(BLK);
+        dst[i] = t_abuf(BLK);
         queue_io(n, false, (uint64_t)i * BLK, dst[i], BLK, &rio[i]);
     }
     drain(n);
@@ -376,7 +367,7 @@ Test(tier_nvme_io, eventfd_becomes_readable_and_reap_0_runs_the_callback, .fini 
     struct logrec lr = { 0 };
     struct t_io io = { 0 };
     struct tier_nvme *n;
-    uint8_t *buf = abuf(BLK);
+    uint8_t *buf = t_abuf(BLK);
     struct pollfd p;
 
     fx_dir("/tmp");
@@ -418,11 +409,11 @@ Test(tier_nvme_io, callback_can_queue_the_next_request, .fini = fx_fini)
 {
     struct logrec lr = { 0 };
     struct chain c = { 0 };
-    uint8_t *src = abuf(BLK);
+    uint8_t *src = t_abuf(BLK);
 
     fx_dir("/tmp");
     c.n = open_nvme(4ull * BLK, 1, false, &lr); /* qd 1: the read reuses the write's slot */
-    c.dst = abuf(BLK);
+    c.dst = t_abuf(BLK);
     t_fill(src, BLK, 8000);
     cr_assert_eq(tier_nvme_write(c.n, 0, src, BLK, on_write_then_read, &c), 0);
     drain(c.n);
@@ -444,7 +435,7 @@ Test(tier_nvme_io, short_write_is_completed_by_reap, .fini = fx_fini)
 {
     struct logrec lr = { 0 };
     struct t_io wio = { 0 }, rio = { 0 };
-    uint8_t *src = abuf(BLK), *dst = abuf(BLK);
+    uint8_t *src = t_abuf(BLK), *dst = t_abuf(BLK);
     struct rlimit old, lim;
     struct tier_nvme *n;
     struct pollfd p;
@@ -478,7 +469,7 @@ Test(tier_nvme_io, error_after_a_short_write_reaches_the_callback, .fini = fx_fi
 {
     struct logrec lr = { 0 };
     struct t_io wio = { 0 };
-    uint8_t *src = abuf(BLK);
+    uint8_t *src = t_abuf(BLK);
     struct rlimit lim;
     struct tier_nvme *n;
 
