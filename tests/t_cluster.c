@@ -21,14 +21,6 @@
 #include "t.h"
 #include "t_cluster.h"
 
-static uint64_t ms_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static bool bindable(int port)
 {
     struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
@@ -143,11 +135,11 @@ void t_cluster_start(struct t_cluster *c)
     }
     snprintf(c->seeds, sizeof(c->seeds), "%s,%s", addr[0], addr[1]);
     for (int i = 0; i < NODES; i++) {
-        uint64_t t0 = ms_now();
+        uint64_t t0 = cmn_now_ms();
         redisReply *r;
 
         while (!(r = t_cluster_cmd(c->port[i], "PING"))) {
-            cr_assert_lt(ms_now() - t0, 10000, "redis-server on %d did not start", c->port[i]);
+            cr_assert_lt(cmn_now_ms() - t0, 10000, "redis-server on %d did not start", c->port[i]);
             usleep(20000);
         }
         freeReplyObject(r);
@@ -160,10 +152,10 @@ void t_cluster_start(struct t_cluster *c)
                      "redis-cli --cluster create failed (see %s/cmd.log)", c->dir);
     }
     for (int i = 0; i < NODES; i++) {
-        uint64_t t0 = ms_now();
+        uint64_t t0 = cmn_now_ms();
 
         while (!reply_has(c->port[i], "CLUSTER INFO", "cluster_state:ok")) {
-            cr_assert_lt(ms_now() - t0, 20000, "the cluster did not come up");
+            cr_assert_lt(cmn_now_ms() - t0, 20000, "the cluster did not come up");
             usleep(50000);
         }
     }

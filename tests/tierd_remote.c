@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "kvt_common.h"
 #include "kvt_wire.h"
 #include "t.h"
 #include "t_cluster.h"
@@ -35,14 +36,6 @@
 #define NODES T_CLUSTER_NODES
 
 static bool slow(void) { return getenv("KVT_TEST_VALGRIND") != NULL; }
-
-static uint64_t ms_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* A tierd on the cluster; with cfg, the tenants of that config file. */
 static void tierd_cfg_on(struct t_tierd *d, struct t_cluster *c, const char *policy,
@@ -106,11 +99,11 @@ static int get_chain(kvt_ns *ns, int chain)
  * Asserts nothing: tenants' children call it too. */
 static int puts_settled(kvt_client *c, uint64_t want, kvt_stats *st)
 {
-    uint64_t t0 = ms_now();
+    uint64_t t0 = cmn_now_ms();
     int rc;
 
     while ((rc = kvt_stats_get(c, st)) == 0 && st->remote_puts + st->remote_errors < want) {
-        if (ms_now() - t0 > (slow() ? 60000u : 15000u))
+        if (cmn_now_ms() - t0 > (slow() ? 60000u : 15000u))
             return -ETIMEDOUT;
         usleep(20000);
     }
@@ -132,11 +125,11 @@ static void wait_puts(kvt_client *c, uint64_t want)
 /* A stats request answers within the bound: the daemon is not stuck. */
 static void responsive(kvt_client *c, kvt_stats *st)
 {
-    uint64_t t0 = ms_now();
+    uint64_t t0 = cmn_now_ms();
 
     cr_assert_eq(kvt_stats_get(c, st), 0);
-    cr_assert_lt(ms_now() - t0, slow() ? 10000 : 2000, "stats took %llu ms",
-                 (unsigned long long)(ms_now() - t0));
+    cr_assert_lt(cmn_now_ms() - t0, slow() ? 10000 : 2000, "stats took %llu ms",
+                 (unsigned long long)(cmn_now_ms() - t0));
 }
 
 /* Two tierds (A and B) on one private cluster under policy, a client and a
@@ -218,7 +211,7 @@ Test(tierd_remote, a_killed_master_turns_into_misses)
     pair_open(&p, "write-through", CHAINS);
     /* B reads each chain once, from the cluster; a master dies midway */
     for (int c = 0; c < CHAINS; c++) {
-        uint64_t t0 = ms_now();
+        uint64_t t0 = cmn_now_ms();
         int hits;
 
         if (c == KILL_AT) {
@@ -227,8 +220,8 @@ Test(tierd_remote, a_killed_master_turns_into_misses)
             p.cl.pid[2] = 0;
         }
         hits = get_chain(p.nb, c); /* never a wrong byte */
-        cr_assert_lt(ms_now() - t0, slow() ? 30000 : 5000, "a get took %llu ms",
-                     (unsigned long long)(ms_now() - t0));
+        cr_assert_lt(cmn_now_ms() - t0, slow() ? 30000 : 5000, "a get took %llu ms",
+                     (unsigned long long)(cmn_now_ms() - t0));
         if (c < KILL_AT)
             cr_assert_eq(hits, CHAIN, "chain %d before the kill: %d hits", c, hits);
         else if (hits == CHAIN)
