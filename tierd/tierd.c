@@ -115,6 +115,24 @@ static void usage(FILE *f)
             KVT_DEFAULT_SOCKET, DEFAULT_DATA, METRICS_MAX_NS_DEFAULT);
 }
 
+/* A size option (cmn_parse_size's grammar) of at least min bytes into
+ * *out; -1, with the reason on stderr, when it is not one. */
+static int size_opt(const char *name, const char *arg, uint64_t min, uint64_t *out)
+{
+    int rc = cmn_parse_size(arg, out);
+
+    if (rc < 0) {
+        fprintf(stderr, "tierd: %s: bad size '%s': %s\n", name, arg, cmn_size_why(rc));
+        return -1;
+    }
+    if (*out < min) {
+        fprintf(stderr, "tierd: %s: bad size '%s' (%s)\n", name, arg,
+                min == 1 ? "it may not be 0" : "at least 1M");
+        return -1;
+    }
+    return 0;
+}
+
 static double parse_frac(const char *s)
 {
     char *end;
@@ -123,19 +141,25 @@ static double parse_frac(const char *s)
     return (*end || end == s || v <= 0 || v > 1) ? -1 : v;
 }
 
-/* A bound in ms, 0 (none) to an hour, for option opt: 0, or -1 after
- * saying what is wrong. */
-static int parse_ms(const char *opt, const char *s, uint32_t *out)
+/* A whole number in [min, max] for option opt (cmn_parse_uint): 0, or -1
+ * after saying what is wrong. */
+static int num_opt(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
-    char *end;
-    unsigned long v = strtoul(s, &end, 10);
-
-    if (*end || end == s || *s < '0' || *s > '9' || v > 3600000) {
-        fprintf(stderr, "tierd: %s: want 0..3600000, got '%s'\n", opt, s);
+    if (cmn_parse_uint(s, min, max, out) < 0) {
+        fprintf(stderr, "tierd: %s: want %llu..%llu, got '%s'\n", opt, (unsigned long long)min,
+                (unsigned long long)max, s);
         return -1;
     }
-    *out = (uint32_t)v;
     return 0;
+}
+
+/* The long name of option c in lo. */
+static const char *long_name(const struct option *lo, int c)
+{
+    for (; lo->name; lo++)
+        if (lo->val == c)
+            return lo->name;
+    return "?";
 }
 
 static int parse_opts(int argc, char **argv, struct opts *o)
@@ -173,6 +197,20 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
+    /* the options that take a number or a size, and their bounds: checked
+     * (and said what is wrong) before the switch, which only stores v */
+    static const struct {
+        int c;
+        bool size;         /* cmn_parse_size, else cmn_parse_uint */
+        uint64_t min, max; /* a size's max: none */
+    } nums[] = {
+        { 'w', true, 1, 0 },          { 'C', true, 1u << 20, 0 },  { 'T', true, 0, 0 },
+        { 'c', false, 1, 1000000 },   { 'b', false, 0, 100000 },   { 'Q', false, 4, 4096 },
+        { 'D', false, 0, 1024 },      { 'm', false, 1, 65535 },    { 't', false, 1, 60000 },
+        { 'X', false, 0, METRICS_MAX_NS_LIMIT },
+        { 'u', false, 0, 3600000 },   { 'k', false, 0, 3600000 }, /* ms: 0 (none) to an hour */
+    };
+    uint64_t v = 0;
     int c;
 
     *o = (struct opts){
@@ -188,16 +226,21 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     if (!o->data || !*o->data)
         o->data = DEFAULT_DATA;
     while ((c = getopt_long(argc, argv, "vh", lo, NULL)) != -1) {
+        for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
+            char name[64];
+
+            if (nums[i].c != c)
+                continue;
+            snprintf(name, sizeof(name), "--%s", long_name(lo, c));
+            if (nums[i].size ? size_opt(name, optarg, nums[i].min, &v) < 0
+                             : num_opt(name, optarg, nums[i].min, nums[i].max, &v) < 0)
+                return -1;
+        }
         switch (c) {
         case 's': o->socket = optarg; break;
         case 'f': o->config = optarg; break;
         case 'd': o->data = optarg; break;
-        case 'w':
-            if (!(o->warm_bytes = tierd_parse_size(optarg))) {
-                fprintf(stderr, "tierd: --warm-bytes: bad size '%s' (e.g. 512M, 8G)\n", optarg);
-                return -1;
-            }
-            break;
+        case 'w': o->warm_bytes = v; break;
         case 'H':
             if ((o->high_wm = parse_frac(optarg)) < 0) {
                 fprintf(stderr, "tierd: --high-wm: want a fraction in (0, 1], got '%s'\n", optarg);
@@ -212,77 +255,16 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             break;
         case 'M': o->no_mlock = true; break;
         case 'P': o->no_huge = true; break;
-        case 'c': {
-            char *end;
-            unsigned long v = strtoul(optarg, &end, 10);
-
-            if (*end || end == optarg || v == 0 || v > 1000000) {
-                fprintf(stderr, "tierd: --max-clients: bad number '%s'\n", optarg);
-                return -1;
-            }
-            o->max_clients = (uint32_t)v;
-            break;
-        }
-        case 'b': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-
-            if (*end || end == optarg || v < 0 || v > 100000) {
-                fprintf(stderr, "tierd: --busy-poll-us: want 0..100000, got '%s'\n", optarg);
-                return -1;
-            }
-            o->busy_poll_us = (int)v;
-            break;
-        }
-        case 'C':
-            if (!(o->cold_bytes = tierd_parse_size(optarg)) || o->cold_bytes < (1u << 20)) {
-                fprintf(stderr, "tierd: --cold-bytes: bad size '%s' (at least 1M)\n", optarg);
-                return -1;
-            }
-            break;
-        case 'Q': {
-            char *end;
-            unsigned long v = strtoul(optarg, &end, 10);
-
-            if (*end || end == optarg || v < 4 || v > 4096) {
-                fprintf(stderr, "tierd: --cold-qd: want 4..4096, got '%s'\n", optarg);
-                return -1;
-            }
-            o->cold_qd = (uint32_t)v;
-            break;
-        }
+        case 'c': o->max_clients = (uint32_t)v; break;
+        case 'b': o->busy_poll_us = (int)v; break;
+        case 'C': o->cold_bytes = v; break;
+        case 'Q': o->cold_qd = (uint32_t)v; break;
         case 'N': o->no_cold = true; break;
         case 'W': o->write_through = true; break;
         case 'F': o->no_flush = true; break;
-        case 'T':
-            if (strcmp(optarg, "0") != 0 && !(o->hot_bytes = tierd_parse_size(optarg))) {
-                fprintf(stderr, "tierd: --hot-bytes: bad size '%s'\n", optarg);
-                return -1;
-            }
-            break;
-        case 'D': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-
-            if (*end || end == optarg || v < 0 || v > 1024) {
-                fprintf(stderr, "tierd: --hot-device: bad device '%s'\n", optarg);
-                return -1;
-            }
-            o->hot_device = (int)v;
-            break;
-        }
-        case 'm': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-
-            if (*end || end == optarg || v < 1 || v > 65535) {
-                fprintf(stderr, "tierd: --metrics-port: want a port 1..65535, got '%s'\n",
-                        optarg);
-                return -1;
-            }
-            o->metrics_port = (uint16_t)v;
-            break;
-        }
+        case 'T': o->hot_bytes = v; break;
+        case 'D': o->hot_device = (int)v; break;
+        case 'm': o->metrics_port = (uint16_t)v; break;
         case 'A': {
             struct in_addr a;
 
@@ -296,19 +278,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         }
         case 'K': o->metrics_token_file = optarg; break;
         case 'I': o->metrics_no_model_ids = true; break;
-        case 'X': {
-            char *end;
-            unsigned long v = strtoul(optarg, &end, 10);
-
-            if (*end || end == optarg || *optarg < '0' || *optarg > '9' ||
-                v > METRICS_MAX_NS_LIMIT) {
-                fprintf(stderr, "tierd: --metrics-max-namespaces: want 0..%d, got '%s'\n",
-                        METRICS_MAX_NS_LIMIT, optarg);
-                return -1;
-            }
-            o->metrics_max_ns = (uint32_t)v;
-            break;
-        }
+        case 'X': o->metrics_max_ns = (uint32_t)v; break;
         case 'R': o->remote_seeds = optarg; break;
         case 'n': o->remote_ns = optarg; break;
         case 'p': {
@@ -322,26 +292,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             o->remote_policy = (int)pol;
             break;
         }
-        case 't': {
-            char *end;
-            unsigned long v = strtoul(optarg, &end, 10);
-
-            if (*end || end == optarg || v < 1 || v > 60000) {
-                fprintf(stderr, "tierd: --remote-timeout-ms: want 1..60000, got '%s'\n",
-                        optarg);
-                return -1;
-            }
-            o->remote_timeout_ms = (uint32_t)v;
-            break;
-        }
-        case 'u':
-            if (parse_ms("--durable-wait-ms", optarg, &o->durable_wait_ms) < 0)
-                return -1;
-            break;
-        case 'k':
-            if (parse_ms("--handshake-timeout-ms", optarg, &o->handshake_ms) < 0)
-                return -1;
-            break;
+        case 't': o->remote_timeout_ms = (uint32_t)v; break;
+        case 'u': o->durable_wait_ms = (uint32_t)v; break;
+        case 'k': o->handshake_ms = (uint32_t)v; break;
         case 'v': o->verbose = true; break;
         case 'h': usage(stdout); exit(EX_OK);
         default: usage(stderr); return -1;

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "kvt_common.h"
 #include "kvt_wire.h"
 #include "tier.h"
 
@@ -113,11 +114,11 @@ extern bool tierd_quiet;
 /* Log a line to stderr with the daemon's prefix. */
 void tierd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-uint64_t tierd_now_ms(void);
-
-/* "64M", "1G", "4096" (K/M/G/T binary suffixes, optional "B"/"iB"): bytes,
- * or 0 when malformed. */
-uint64_t tierd_parse_size(const char *s);
+/* The monotonic clock in ms (common/'s): the name the sessions use. */
+static inline uint64_t tierd_now_ms(void)
+{
+    return cmn_now_ms();
+}
 
 /* "write-through" / "on-demotion" into *out: 0, or -EINVAL. */
 int tierd_parse_policy(const char *s, enum tier_remote_policy *out);
