@@ -146,6 +146,8 @@ class _ReqState:
     #                           blocks stay allocated after the request ends until it is done)
     load_failed: bool = False  # hybrid: a load failed; vLLM recomputes all of it, and
     #                            asks again: answered with no hit, or it would loop
+    hit_cap: int | None = None  # blocks: a plain load failed at this block; later
+    #                             hits stop before it, for the same reason
 
 
 def hash_seed():
@@ -237,6 +239,11 @@ def _group_kind(spec):
         kind = "full"
     elif name == "SlidingWindowSpec" and window:
         kind = "sliding"
+        if getattr(spec, "extra_retained_tokens", 0):
+            # vLLM then keeps more of the window than kvtier stores: every
+            # hit would fail its load
+            raise KvtierConfigError("kvtier: sliding-window groups that retain extra "
+                                    "tokens (speculative decoding) are not supported")
     else:
         raise KvtierConfigError("kvtier: unsupported KV cache spec %s: full or sliding-"
                                 "window attention only" % name)
@@ -714,6 +721,10 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             raise KvtierConfigError("kvtier: \"async\" is true or false, not %r"
                                     % (self._async,))
         self._socket, self._retry_s = socket, retry_ms / 1000.0
+        # a producer only saves: vLLM keeps a freed block from reuse while a
+        # step may still write it only for consumers, and a load needs that
+        ktc = self._kv_transfer_config
+        self._loads = bool(getattr(ktc, "is_kv_consumer", True))
         self._vllm = vllm_config
         tp_size = vllm_config.parallel_config.tensor_parallel_size
         pp_size = getattr(vllm_config.parallel_config, "pipeline_parallel_size", 1)
@@ -739,6 +750,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             self._reqs = {}
             self._seed_checked = False
             self._finished = []    # ended with saves behind them, for the next metadata
+            self._loading = set()  # requests with an asynchronous load handed out
         else:
             rank, stage = _worker_ranks()
             self._pin_at = stage * tp_size + rank   # this worker's pin in a load's list
@@ -763,6 +775,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                  "loads: %s; %s loads and saves", role.name.lower(),
                  socket or kvtier.default_socket(), self._seed, origin, policy,
                  "asynchronous" if self._async else "synchronous")
+        if not self._loads:
+            log.info("kvtier: kv_role %r: saves only, no loads", getattr(ktc, "kv_role", None))
 
     # ---- scheduler side --------------------------------------------------
 
@@ -784,8 +798,10 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         # vLLM computes at least the prompt's last token itself
         usable = min(len(keys), (request.num_tokens - 1) // self._block_size)
         st = self._reqs.setdefault(request.request_id, _ReqState(request))
-        if st.load_failed:
+        if st.load_failed or not self._loads:
             usable = 0
+        if st.hit_cap is not None:
+            usable = min(usable, st.hit_cap)
         elif self._hybrid:
             usable = min(usable, kvtier.BATCH_MAX)   # a hybrid lookup's most blocks
         # asked again (vLLM could not schedule it): the new pins replace the
@@ -857,6 +873,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             st.loaded = (first, load.block_ids)
         st.pins = []               # the workers release them once loaded
         st.pending_load = load
+        if self._async:
+            self._loading.add(request.request_id)
         # what is loaded is in kvtier already: no need to save it again
         st.saved_blocks = max(st.saved_blocks, first + n)
 
@@ -866,6 +884,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         # them again (a block that failed its checksum is gone from it). A
         # stale match (a preempted request's block loaded into by another)
         # costs a save of blocks kvtier mostly holds already
+        for req_id in getattr(connector_output, "finished_recving", None) or ():
+            self._loading.discard(req_id)
         for req_id in getattr(connector_output, "failed_recving", None) or ():
             st = self._reqs.get(req_id)
             if st is not None:     # vLLM computes the whole request again
@@ -882,6 +902,9 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             if at is not None:
                 st.saved_blocks = min(st.saved_blocks, first + at)
                 st.loaded = None
+                # vLLM asks again when nothing before the failed block was
+                # computed: offering that block again could fail again, forever
+                st.hit_cap = first + at
 
     def build_connector_meta(self, scheduler_output):
         meta = KvtierConnectorMetadata()
@@ -893,8 +916,9 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             meta.finished, self._finished = self._finished, []
             # vLLM frees a preempted request's blocks at once: the workers end
             # its saves before this step may write into them
-            meta.preempted = [r for r in getattr(scheduler_output, "preempted_req_ids", None)
-                              or () if r in self._reqs and self._reqs[r].saving]
+            # (all of them: one aborted since, its state gone here, may still
+            # have a save reading its blocks; a request with none costs nothing)
+            meta.preempted = sorted(getattr(scheduler_output, "preempted_req_ids", None) or ())
         for req_id, n_sched in scheduler_output.num_scheduled_tokens.items():
             st = self._reqs.get(req_id)
             if st is None:
@@ -934,14 +958,27 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             self._tierd.unpin(st.pending_load.pins)
         # asynchronous saves read the blocks after the step: vLLM frees them
         # once every worker has said its saves are done (get_finished). A
-        # request still waiting for its load has no save behind it (one
-        # preempted before was waited for), and vLLM keeps its blocks for
-        # the load already
-        if (not self._async or not st.saving
-                or getattr(request.status, "name", None) == "WAITING_FOR_REMOTE_KVS"):
+        # request whose load is still out has no save behind it (those of a
+        # preemption were waited for), and vLLM holds its blocks for the load
+        # already: held twice, it would be freed twice. (vLLM sets the
+        # finished status before it calls this: the status cannot tell.)
+        loading = request.request_id in self._loading
+        self._loading.discard(request.request_id)
+        if not self._async or not st.saving or loading:
             return False, None
         self._finished.append(request.request_id)
         return True, None
+
+    def reset_cache(self):
+        """vLLM's reset_prefix_cache(reset_connector=True), after a weight
+        update: kvtier keeps every block it holds, so the reset did not
+        happen (False), and vLLM says so. Purge the model's namespaces
+        (tierctl purge) or give the new weights another model id or
+        revision."""
+        log.warning("kvtier: a connector cache reset was asked; kvtier keeps its blocks "
+                    "(purge the namespaces with tierctl, or serve new weights under "
+                    "another model id or revision)")
+        return False
 
     def request_finished_all_groups(self, request, block_ids):
         # vLLM's hybrid allocator (SupportsHMA) calls this instead
@@ -1043,11 +1080,10 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             if got < len(ld.keys) - ld.first:
                 log.warning("kvtier: request %s: the load of %d blocks failed; vLLM "
                             "recomputes it", ld.req_id, len(ld.keys) - ld.first)
-                if len(self._groups) > 1:
-                    # block ids are per group: vLLM takes a whole request back
-                    self._failed_recving.add(ld.req_id)
-                else:
-                    self._load_errors.update(b for b in ld.group_ids[0][ld.first:] if b)
+                # whole, even with one group: vLLM would recompute from the
+                # first failed block with its window's null blocks before it
+                # (and with several groups block ids name nothing)
+                self._failed_recving.add(ld.req_id)
             return
         if got < len(ld.keys):
             # not held (tierd away or restarted, a checksum or disk error):
