@@ -306,7 +306,7 @@ PY_TEST_ENV = KVT_TEST_BIN=$(CURDIR)/build KVTIER_LIB=$(CURDIR)/build/libkvtier.
 test-python: test-deps build/tierd build/libkvtier.so
 	$(PY_TEST_ENV) timeout 120 $(PYTHON) -m pytest tests/python -q -p no:cacheprovider
 
-test-vllm: deps build/tierd build/libkvtier.so
+test-vllm: deps build/tierd build/libkvtier.so build/$(SONAME)
 	@mk/deps.sh test
 	tests/vllm/setup_venv.sh
 	$(PY_TEST_ENV) timeout 3600 build/venv-vllm/bin/python -m pytest tests/vllm -q -s \
