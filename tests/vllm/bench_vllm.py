@@ -232,6 +232,8 @@ def run_instance(work, name, model, dtype, phases, tierd=None, connector=None,
     json.dump(job, open(jp, "w"))
     env = dict(os.environ)
     env.update({"PYTHONHASHSEED": "0", "VLLM_TARGET_DEVICE": "cpu",
+                # one step of a 16K prefill outlasts vLLM's default 300 s here
+                "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "3000",
                 "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "2"),
                 "PYTHONPATH": os.pathsep.join([os.path.join(SRC, "client", "python"),
                                                env.get("PYTHONPATH", "")])})
@@ -423,6 +425,8 @@ def main():
     ap.add_argument("--kv-blocks", type=int, default=32)
     ap.add_argument("--quick", action="store_true",
                     help="a 512- and a 1024-token prompt and 20 requests: checks the bench runs")
+    ap.add_argument("--lengths", type=lambda v: [int(x) for x in v.split(",")],
+                    default=[4096, 16384], help="the TTFT prompts' lengths (tokens)")
     ap.add_argument("--part", choices=("all", "ttft", "replay"), default="all")
     ap.add_argument("--work", default=os.path.join(SRC, "build", "bench-vllm"))
     a = ap.parse_args()
@@ -431,7 +435,7 @@ def main():
     sys.path.insert(0, os.path.join(SRC, "client", "python"))
     os.environ.setdefault("KVTIER_LIB", os.path.join(BIN, "libkvtier.so"))
     spec = MODELS[a.model]
-    lengths = [512, 1024] if a.quick else [4096, 16384]
+    lengths = [512, 1024] if a.quick else a.lengths
     n_req = 20 if a.quick else a.requests
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)
