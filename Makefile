@@ -3,7 +3,7 @@
 #   make          build tierd, libkvtier (.a/.so), tierctl     -> build/
 #   make run      build and start tierd in the foreground (Ctrl-C stops it)
 #   make test     unit + integration tests: plain, under ASan/UBSan, under valgrind
-#   make bench    tools/tierbench: every figure beside its target; tools/kvload: 64 clients,
+#   make bench    tools/bench/ (tierbench): every figure beside its target; tools/kvload: 64 clients,
 #                 then the oracle run (60 s, tierd killed 6 times)
 #   make bench-vllm  the vLLM connector's TTFT and trace-replay figures, each beside
 #                 its target (tests/vllm/bench_vllm.py; about 25 minutes on 2 cores)
@@ -27,7 +27,7 @@ SO_MAJOR := $(firstword $(subst ., ,$(VERSION)))
 SONAME   := libkvtier.so.$(SO_MAJOR)
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wmissing-prototypes
-BASE    := -std=gnu11 $(WARN) -g -MMD -MP -D_GNU_SOURCE -Iclient -Istore -Ikernels -Itierd -Itests -Itests/sim
+BASE    := -std=gnu11 $(WARN) -g -MMD -MP -D_GNU_SOURCE -Iclient -Istore -Ikernels -Itierd -Icommon -Itests -Itests/sim
 # The release flavour (what make install and make deb ship) takes CPPFLAGS, CFLAGS and
 # LDFLAGS from the command line or the environment after its own: the Debian build
 # passes dpkg-buildflags' hardening that way.
@@ -65,6 +65,7 @@ Q := @
 endif
 
 STORE_SRC   := $(wildcard store/*.c)
+COMMON_SRC  := $(wildcard common/*.c)
 CLIENT_SRC  := $(wildcard client/*.c)
 KERNEL_SRC  := $(wildcard kernels/*_cpu.c)
 TIERD_SRC   := $(wildcard tierd/*.c)
@@ -89,6 +90,11 @@ $(1)/libstore.a: $(call obj,$(1),$(STORE_SRC))
 	@$(if $(Q),echo "  AR      $$@")
 	$(Q)rm -f $$@ && ar rcs $$@ $$^
 
+# common/: the clock, sizes, temp folders, children; tierd, the tools and the tests
+$(1)/libcommon.a: $(call obj,$(1),$(COMMON_SRC))
+	@$(if $(Q),echo "  AR      $$@")
+	$(Q)rm -f $$@ && ar rcs $$@ $$^
+
 $(1)/libkvtier.a: $(if $(7),$(7),$(call obj,$(1),$(CLIENT_SRC) $(KERNEL_SRC)))
 	@$(if $(Q),echo "  AR      $$@")
 	$(Q)rm -f $$@ && ar rcs $$@ $$^
@@ -102,32 +108,33 @@ $(1)/$(SONAME) $(1)/libkvtier.so: $(1)/libkvtier.so.$(VERSION)
 	$(Q)ln -sf libkvtier.so.$(VERSION) $$@
 
 # -lsystemd: sd_notify, readiness under systemd (Type=notify); tierd's alone
-$(1)/tierd: $(call obj,$(1),$(TIERD_SRC)) $(1)/libstore.a
+$(1)/tierd: $(call obj,$(1),$(TIERD_SRC)) $(1)/libstore.a $(1)/libcommon.a
 	@$(if $(Q),echo "  LD      $$@")
 	$(Q)$(CC) $(2) -o $$@ $$^ $(4) -lmicrohttpd -linih -lsystemd $(LIBS) $(3)
 
 # the tools link libkvtier.a as a program outside the tree would (kvtier.pc)
-$(1)/tierctl: $(1)/obj/tools/tierctl.o $(1)/libkvtier.a
+$(1)/tierctl: $(1)/obj/tools/tierctl.o $(1)/libkvtier.a $(1)/libcommon.a
 	@$(if $(Q),echo "  LD      $$@")
 	$(Q)$(CC) $(2) -o $$@ $$^ $(KVT_AR_LIBS) $(3)
 
-$(1)/kvload: $(1)/obj/tools/kvload.o $(1)/libkvtier.a
+$(1)/kvload: $(1)/obj/tools/kvload.o $(1)/libkvtier.a $(1)/libcommon.a
 	@$(if $(Q),echo "  LD      $$@")
 	$(Q)$(CC) $(2) -o $$@ $$^ -lxxhash $(KVT_AR_LIBS) $(3)
 
-$(1)/kvcalc: $(1)/obj/tools/kvcalc.o $(1)/libkvtier.a
+$(1)/kvcalc: $(1)/obj/tools/kvcalc.o $(1)/libkvtier.a $(1)/libcommon.a
 	@$(if $(Q),echo "  LD      $$@")
 	$(Q)$(CC) $(2) -o $$@ $$^ $(KVT_AR_LIBS) $(3)
 
-$(1)/kvreplay: $(call obj,$(1),$(wildcard tools/kvreplay*.c)) $(1)/libkvtier.a $(1)/libstore.a
+$(1)/kvreplay: $(call obj,$(1),$(wildcard tools/kvreplay*.c)) $(1)/libkvtier.a $(1)/libstore.a \
+             $(1)/libcommon.a
 	@$(if $(Q),echo "  LD      $$@")
 	$(Q)$(CC) $(2) -o $$@ $$^ $(4) $(KVT_AR_LIBS) -lm $(3)
 
-$(1)/kvtsim: $(call obj,$(1),$(SIM_SRC)) $(1)/libstore.a
+$(1)/kvtsim: $(call obj,$(1),$(SIM_SRC)) $(1)/libstore.a $(1)/libcommon.a
 	@$(if $(Q),echo "  LD      $$@")
 	$(Q)$(CC) $(2) -o $$@ $$^ $(4) $(LIBS) $(3)
 
-$(1)/kvt_tests: $(call obj,$(1),$(TEST_SRC)) $(1)/libkvtier.a $(1)/libstore.a
+$(1)/kvt_tests: $(call obj,$(1),$(TEST_SRC)) $(1)/libkvtier.a $(1)/libstore.a $(1)/libcommon.a
 	@$(if $(Q),echo "  LD      $$@")
 	$(Q)$(CC) $(2) -o $$@ $$^ -lcriterion $(4) $(KVT_AR_LIBS) $(3)
 endef
@@ -136,7 +143,7 @@ $(eval $(call flavour,build,$(CFLAGS_REL) $(CUDA_CFLAGS),$(LDFLAGS),$(STORE_LIBS
                      $(CUDA_OBJS),$(CUDA_LIBS),$(CUDA_AR_OBJ)))
 $(eval $(call flavour,build-san,$(CFLAGS_SAN),-fsanitize=address$(comma)undefined,$(STORE_LIBS)))
 
-BINS     = tierd tierctl kvcalc kvreplay kvload kvtsim libkvtier.a libkvtier.so.$(VERSION) \
+BINS     = libcommon.a tierd tierctl kvcalc kvreplay kvload kvtsim libkvtier.a libkvtier.so.$(VERSION) \
            $(SONAME) libkvtier.so
 REL_BINS = $(addprefix build/,$(BINS))
 SAN_BINS = $(addprefix build-san/,$(BINS))
@@ -183,7 +190,7 @@ valgrind: test-deps $(REL_BINS) build/kvt_tests
 # The store's deterministic simulation (tests/sim/): `make sim` replays one
 # run (a failure prints the SEED, STEPS and FAULTS that replay it), `make soak`
 # runs new seeds, with disk faults, for SECONDS. make test runs a fixed budget
-# of it inside the suite (sim/*).
+# of it inside the suite (sim_store/*).
 SEED    ?= 1
 STEPS   ?= 20000
 FAULTS  ?=
@@ -193,7 +200,9 @@ sim: build/kvtsim
 soak: build/kvtsim
 	build/kvtsim --seed $$(date +%s) --steps $(STEPS) --seconds $(SECONDS) --faults
 
-build/tierbench: build/obj/tools/tierbench.o build/libkvtier.a build/libstore.a
+# tools/bench/: the harness and one file per figure
+build/tierbench: $(call obj,build,$(wildcard tools/bench/*.c)) build/libkvtier.a build/libstore.a \
+                 build/libcommon.a
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS_REL) -o $@ $^ -lhiredis $(STORE_LIBS) $(CUDA_LIBS) $(LIBS)
 
@@ -266,8 +275,9 @@ build-fuzz/fuzz_reply: $(call fobj,tests/fuzz/fuzz_reply.c tests/fuzz/fuzz_wire.
                                    $(CLIENT_SRC) $(KERNEL_SRC))
 build-fuzz/fuzz_reply: FUZZ_LDFLAGS := $(FUZZ_WRAP)
 # fuzz_proto: tierd's sessions and the store in the harness's process (not tierd.c's main)
-build-fuzz/fuzz_proto: $(call fobj,tests/fuzz/fuzz_proto.c tests/fuzz/fuzz_wire.c \
-                                   $(filter-out tierd/tierd.c,$(TIERD_SRC)) $(STORE_SRC))
+build-fuzz/fuzz_proto: $(call fobj,tests/fuzz/fuzz_proto.c tests/fuzz/fuzz_wire.c tests/t_wire.c \
+                                   $(filter-out tierd/tierd.c,$(TIERD_SRC)) $(STORE_SRC) \
+                                   $(COMMON_SRC))
 build-fuzz/fuzz_proto: FUZZ_LDFLAGS := $(STORE_LIBS) -lhiredis -lmicrohttpd -linih
 $(addprefix build-fuzz/,$(FUZZ_HARNESS)):
 	@$(if $(Q),echo "  LD      $@")
@@ -342,7 +352,7 @@ endef
 build/gpu/gpu_probe: build/obj/tests/gpu/gpu_probe.o
 	$(call gpu_link,$^ $(CUDA_LIBS))
 build/gpu/kvt_hot_tests: build/obj/tests/tier_hot_copy.o build/obj/tests/t.o build/libkvtier.a \
-                         build/libstore.a
+                         build/libstore.a build/libcommon.a
 	$(call gpu_link,$^ -lcriterion $(STORE_LIBS) $(CUDA_LIBS) $(LIBS))
 # its own CUDA runtime beside libkvtier.so's (hidden inside it), as in an engine
 build/gpu/offload_check: build/obj/tests/gpu/offload_check.o build/libkvtier.so
@@ -377,7 +387,7 @@ endif
 #   make uninstall [PREFIX=...] [DESTDIR=]  removes those files (the config only while
 #     it is still the sample), then the folders make install made (DIRS_MADE) once empty
 #   make test installs into build/destdir (test-install) and tests what is there
-#     (install/*: a program built with nothing but pkg-config against the installed tierd,
+#     (install_tree/*: a program built with nothing but pkg-config against the installed tierd,
 #     statically too; systemd-analyze verify of the unit; the files are INSTALLED's).
 PREFIX       ?= /usr/local
 BINDIR       ?= $(PREFIX)/bin
@@ -489,7 +499,7 @@ uninstall:
 	@echo "uninstall: done (the user kvtier and /var/lib/kvtier stay)"
 
 # The tests' install: build/destdir afresh, and the list of what make install
-# promised (build/destdir.files), which install/* holds it to.
+# promised (build/destdir.files), which install_tree/* holds it to.
 test-install: $(INSTALL_SRC)
 	$(Q)rm -rf build/destdir
 	$(call install_to,$(CURDIR)/build/destdir)

@@ -23,10 +23,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifdef KVT_HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
-
 #include "kv_layout.h"
 #include "kvk.h"
 #include "kvt_int.h"
@@ -56,10 +52,7 @@ struct kvt_client {
     uint32_t hot_kind;    /* KVT_HOT_*, 0 until attached */
     int32_t hot_device;
     struct kvt_ns *ns;
-#ifdef KVT_HAVE_CUDA
-    bool gpu_ready;       /* pool registered for DMA, scratch allocated */
-    void *gpu_scratch;    /* device: ids, slot pointers, layer bases */
-#endif
+    struct kvt_gpu *gpu;  /* device state for device caches (kvt_gpu.c), made on use */
     _Alignas(16) uint8_t rbuf[KVT_WIRE_MSG_MAX + 64]; /* last reply */
 };
 
@@ -259,18 +252,25 @@ static int pool_fits(int fd, uint64_t bytes)
     return bytes > 0 && bytes <= (uint64_t)st.st_size ? 0 : KVT_EPROTO;
 }
 
+/* One request of op with a body of len bytes (may be 0), and its reply:
+ * recv_rep's return, the reply's body in c->rbuf (*blen bytes), a passed
+ * descriptor in *fd_out when it is not NULL. */
+static int rpc(kvt_client *c, uint16_t op, const void *req, size_t len, uint32_t *blen,
+               int *fd_out)
+{
+    struct iovec iov[2] = { { 0 }, { (void *)req, len } };
+    int rc = send_req(c, op, 0, iov, len ? 2 : 1);
+
+    return rc < 0 ? rc : recv_rep(c, op, blen, fd_out);
+}
+
 static int hello(kvt_client *c)
 {
     struct kvt_wire_hello_req req = { .pid = (uint32_t)getpid() };
     struct kvt_wire_hello_rep rep;
-    struct iovec iov[2] = { { 0 }, { &req, sizeof(req) } };
     uint32_t blen;
-    int fd = -1, rc;
+    int fd = -1, rc = rpc(c, KVT_OP_HELLO, &req, sizeof(req), &blen, &fd);
 
-    rc = send_req(c, KVT_OP_HELLO, 0, iov, 2);
-    if (rc < 0)
-        return rc;
-    rc = recv_rep(c, KVT_OP_HELLO, &blen, &fd);
     if (rc == 0 && (blen != sizeof(rep) || fd < 0))
         rc = KVT_EPROTO;
     if (rc < 0)
@@ -345,18 +345,11 @@ void kvt_close(kvt_client *c)
         kvt_hybrid_free(n->hy);
         free(n);
     }
-#ifdef KVT_HAVE_CUDA
-    if (c->gpu_ready) {
-        cudaFree(c->gpu_scratch);
-        cudaHostUnregister(c->base);
-    }
-#endif
+    kvt_gpu_free(c->gpu);
     if (c->hot_kind == KVT_HOT_EMULATED)
         munmap(c->hot_base, c->hot_bytes);
-#ifdef KVT_HAVE_CUDA
     if (c->hot_kind == KVT_HOT_CUDA)
-        cudaIpcCloseMemHandle(c->hot_base);
-#endif
+        kvt_gpu_ipc_close(c->hot_base);
     if (c->base)
         munmap(c->base, c->pool_bytes);
     close(c->fd);
@@ -428,7 +421,6 @@ int kvt_ns_open(kvt_client *c, const kvt_model *m, kvt_ns **out)
 {
     struct kvt_wire_ns_req req = { 0 };
     struct kvt_wire_ns_rep rep;
-    struct iovec iov[2] = { { 0 }, { &req, sizeof(req) } };
     uint32_t blen, pp_size;
     kvt_ns *ns;
     int rc;
@@ -452,10 +444,7 @@ int kvt_ns_open(kvt_client *c, const kvt_model *m, kvt_ns **out)
     put_str(req.dtype, sizeof(req.dtype), m->dtype);
     if ((rc = wire_layout(m, pp_size, req.layout)) < 0)
         return rc;
-    rc = send_req(c, KVT_OP_NS_OPEN, 0, iov, 2);
-    if (rc < 0)
-        return rc;
-    rc = recv_rep(c, KVT_OP_NS_OPEN, &blen, NULL);
+    rc = rpc(c, KVT_OP_NS_OPEN, &req, sizeof(req), &blen, NULL);
     if (rc < 0)
         return rc;
     if (blen != sizeof(rep))
@@ -523,47 +512,16 @@ static int hot_slot_ptr(const kvt_ns *ns, uint64_t off, void **p)
 
 /* ---- the hot tier ----------------------------------------------------- */
 
-/* Open a CUDA pool's IPC handle on its device (the caller's current device
- * is left as it was). */
-static int open_cuda_pool(kvt_client *c, const struct kvt_wire_hot_rep *rep)
-{
-#ifdef KVT_HAVE_CUDA
-    cudaIpcMemHandle_t hd;
-    void *p = NULL;
-    int cur = 0;
-    cudaError_t e;
-
-    _Static_assert(sizeof(hd) == sizeof(rep->ipc), "CUDA IPC handle size");
-    memcpy(&hd, rep->ipc, sizeof(hd));
-    if (cudaGetDevice(&cur) != cudaSuccess || cudaSetDevice(rep->device) != cudaSuccess)
-        return -ENODEV;
-    e = cudaIpcOpenMemHandle(&p, hd, cudaIpcMemLazyEnablePeerAccess);
-    cudaSetDevice(cur);
-    if (e != cudaSuccess)
-        return -EIO;
-    c->hot_base = p;
-    return 0;
-#else
-    (void)c;
-    (void)rep;
-    return -EOPNOTSUPP; /* a device pool needs a CUDA build of libkvtier */
-#endif
-}
-
 int kvt_hot_attach(kvt_client *c, kvt_hot_info *info)
 {
     struct kvt_wire_hot_rep rep;
-    struct iovec iov[1] = { { 0 } };
     uint32_t blen;
     int fd = -1, rc;
 
     if (!c)
         return -EINVAL;
     if (!c->hot_kind) {
-        rc = send_req(c, KVT_OP_HOT_ATTACH, 0, iov, 1);
-        if (rc < 0)
-            return rc;
-        rc = recv_rep(c, KVT_OP_HOT_ATTACH, &blen, &fd);
+        rc = rpc(c, KVT_OP_HOT_ATTACH, NULL, 0, &blen, &fd);
         if (rc < 0)
             goto out;
         memcpy(&rep, body(c), sizeof(rep) <= blen ? sizeof(rep) : 0);
@@ -587,8 +545,12 @@ int kvt_hot_attach(kvt_client *c, kvt_hot_info *info)
                 goto out;
             }
             c->hot_base = p;
-        } else if ((rc = open_cuda_pool(c, &rep)) < 0) {
-            goto out;
+        } else {
+            void *p;
+
+            if ((rc = kvt_gpu_ipc_open(rep.ipc, sizeof(rep.ipc), rep.device, &p)) < 0)
+                goto out;
+            c->hot_base = p;
         }
         c->hot_bytes = rep.bytes;
         c->hot_device = rep.device;
@@ -721,18 +683,26 @@ static int send_id(kvt_client *c, uint16_t op, uint64_t id)
     return send_req(c, op, KVT_WIRE_F_NOREPLY, iov, 2);
 }
 
-int kvt_unpin(kvt_client *c, kvt_pin *pin)
+/* Let go of what handle h (hsize bytes, its id at *id) holds: op (UNPIN,
+ * RELEASE) for the id, then h zeroed, so that a second call does nothing.
+ * A handle of id 0 holds nothing. */
+static int drop_handle(kvt_client *c, uint16_t op, void *h, size_t hsize, const uint64_t *id)
 {
     int rc;
 
+    if (*id == 0)
+        return 0;
+    rc = send_id(c, op, *id);
+    memset(h, 0, hsize);
+    return rc;
+}
+
+int kvt_unpin(kvt_client *c, kvt_pin *pin)
+{
     if (!c || !pin)
         return -EINVAL;
-    if (pin->id == 0)
-        return 0;
     _Static_assert(sizeof(struct kvt_wire_unpin_req) == sizeof(pin->id), "unpin_req is an id");
-    rc = send_id(c, KVT_OP_UNPIN, pin->id);
-    *pin = (kvt_pin){ 0 };
-    return rc;
+    return drop_handle(c, KVT_OP_UNPIN, pin, sizeof(*pin), &pin->id);
 }
 
 int kvt_put_reserve(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
@@ -901,17 +871,11 @@ int kvt_get_lease_flags(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flag
 
 int kvt_release(kvt_ns *ns, kvt_lease *lease)
 {
-    int rc;
-
     if (!ns || !lease)
         return -EINVAL;
-    if (lease->id == 0)
-        return 0;
     _Static_assert(sizeof(struct kvt_wire_release_req) == sizeof(lease->id),
                    "release_req is an id");
-    rc = send_id(ns->c, KVT_OP_RELEASE, lease->id);
-    *lease = (kvt_lease){ 0 };
-    return rc;
+    return drop_handle(ns->c, KVT_OP_RELEASE, lease, sizeof(*lease), &lease->id);
 }
 
 int kvt_get(kvt_ns *ns, const kvt_key *keys, size_t n, void *const *bufs)
@@ -933,16 +897,12 @@ int kvt_get(kvt_ns *ns, const kvt_key *keys, size_t n, void *const *bufs)
 
 int kvt_stats_get(kvt_client *c, kvt_stats *out)
 {
-    struct iovec iov[1] = { { 0 } };
     uint32_t blen;
     int rc;
 
     if (!c || !out)
         return -EINVAL;
-    rc = send_req(c, KVT_OP_STATS, 0, iov, 1);
-    if (rc < 0)
-        return rc;
-    rc = recv_rep(c, KVT_OP_STATS, &blen, NULL);
+    rc = rpc(c, KVT_OP_STATS, NULL, 0, &blen, NULL);
     if (rc < 0)
         return rc;
     if (blen != sizeof(*out))
@@ -966,15 +926,7 @@ const char *kvt_miss_cause_name(int cause)
 /* One request with a small body; the reply's body lands in c->rbuf. */
 static int admin_rpc(kvt_client *c, uint16_t op, const void *req, size_t len, uint32_t *blen)
 {
-    struct iovec iov[2] = { { 0 }, { (void *)req, len } };
-    int rc;
-
-    if (!c)
-        return -EINVAL;
-    rc = send_req(c, op, 0, iov, len ? 2 : 1);
-    if (rc < 0)
-        return rc;
-    return recv_rep(c, op, blen, NULL);
+    return c ? rpc(c, op, req, len, blen, NULL) : -EINVAL;
 }
 
 int kvt_admin_namespaces(kvt_client *c, kvt_ns_info *out, size_t cap)
@@ -1097,12 +1049,8 @@ static int layout_ok(const kvt_ns *ns, const struct kvk_layout *l, const int64_t
 
     if (!ns || !l || (n && !ids))
         return -EINVAL;
-#ifndef KVT_HAVE_CUDA
-    if (stream)
+    if (stream && !kvt_gpu_built())
         return -EOPNOTSUPP; /* device caches need the CUDA build's kernels */
-#else
-    (void)stream;
-#endif
     rc = kvk_layout_check(l);
     if (rc < 0)
         return rc;
@@ -1111,74 +1059,14 @@ static int layout_ok(const kvt_ns *ns, const struct kvk_layout *l, const int64_t
     return scatter ? kvk_check_scatter_ids(l, ids, n) : kvk_check_ids(l, ids, n);
 }
 
-#ifdef KVT_HAVE_CUDA
-#define GPU_LAYERS_MAX 1024
-
-/* Move m blocks between a device cache and pool slots on the caller's
- * stream, and wait for it: the pool is registered once (the GPU reaches it
- * by DMA), the ids, slot pointers and layer bases go to a device scratch
- * buffer. ids were checked on the host before (layout_ok). */
-static int gpu_move(kvt_client *c, bool gather, const struct kvk_layout *l, const int64_t *ids,
-                    size_t m, void *const *slots, const uint8_t *tiers, void *stream)
-{
-    cudaStream_t st = stream;
-    struct kvk_layout dl;
-    int64_t *d_ids;
-    void **d_ptrs, **d_bases;
-    void *dev[KVT_BATCH_MAX];
-    int rc;
-
-    if (l->n_layers > GPU_LAYERS_MAX)
-        return -E2BIG;
-    if (!c->gpu_ready) {
-        size_t bytes = KVT_BATCH_MAX * (sizeof(int64_t) + sizeof(void *)) +
-                       GPU_LAYERS_MAX * sizeof(void *);
-
-        if (cudaHostRegister(c->base, c->pool_bytes, cudaHostRegisterDefault) != cudaSuccess)
-            return -EIO;
-        if (cudaMalloc(&c->gpu_scratch, bytes) != cudaSuccess) {
-            cudaHostUnregister(c->base);
-            return -ENOMEM;
-        }
-        c->gpu_ready = true;
-    }
-    d_ids = c->gpu_scratch;
-    d_ptrs = (void **)(d_ids + KVT_BATCH_MAX);
-    d_bases = d_ptrs + KVT_BATCH_MAX;
-    /* hot slots are device memory already (the pool opened by CUDA IPC);
-     * warm ones are reached through their pinned mapping */
-    for (size_t i = 0; i < m; i++)
-        if (tiers && tiers[i] == KVT_TIER_HOT)
-            dev[i] = slots[i];
-        else if (cudaHostGetDevicePointer(&dev[i], slots[i], 0) != cudaSuccess)
-            return -EIO;
-    if (cudaMemcpyAsync(d_ids, ids, m * sizeof(*ids), cudaMemcpyHostToDevice, st) ||
-        cudaMemcpyAsync(d_ptrs, dev, m * sizeof(*dev), cudaMemcpyHostToDevice, st))
-        return -EIO;
-    rc = kvk_layout_upload(l, d_bases, &dl, st);
-    if (rc == 0)
-        rc = gather ? kvk_gather(&dl, d_ids, m, d_ptrs, st)
-                    : kvk_scatter(&dl, (const void *const *)d_ptrs, d_ids, m, st);
-    /* the host arrays above live on this stack frame: wait for the stream */
-    if (cudaStreamSynchronize(st) != cudaSuccess && rc == 0)
-        rc = -EIO;
-    return rc;
-}
-#endif
-
 /* Gather (offload) or scatter (restore) m blocks: the CPU reference for a
  * cache in host memory, the CUDA kernels for one on a device stream. */
 static int move_blocks(kvt_ns *ns, bool gather, const struct kvk_layout *l, const int64_t *ids,
                        size_t m, void *const *slots, const uint8_t *tiers, void *stream)
 {
-#ifdef KVT_HAVE_CUDA
     if (stream)
-        return gpu_move(ns->c, gather, l, ids, m, slots, tiers, stream);
-#else
-    (void)ns;
-    (void)stream;
-    (void)tiers;
-#endif
+        return kvt_gpu_move(&ns->c->gpu, ns->c->base, ns->c->pool_bytes, gather, l, ids, m,
+                            slots, tiers, stream);
     return gather ? kvk_gather_ref(l, ids, m, slots)
                   : kvk_scatter_ref(l, (const void *const *)slots, ids, m);
 }

@@ -726,59 +726,109 @@ uint64_t kvt_hybrid_naive_bytes(const struct kvt_model_desc *d, uint32_t block_t
 
 /* ---- statistics ------------------------------------------------------ */
 
+/* The counters of kvt_stats and kvt_tier_stats, each declared once (the
+ * structs below, tierd's copy into its reply, tierctl's JSON and tierd's
+ * metrics page are made from these lists).
+ *   KVT_STATS_LIST(X): X(src, name, type, metric, help), in kvt_stats's
+ *   order after its head (version .. pad):
+ *     src     where tierd takes it from: STORE (the same field of the
+ *             tenant's store counters), TIERD (its own), TIERS (the per-tier
+ *             array: KVT_TIER_STATS_LIST)
+ *     type    counter (only grows) or gauge (a figure now)
+ *     metric  its per-tenant family on tierd's metrics page, or "" (none, or
+ *             shown another way)
+ *     help    what it counts
+ *   KVT_TIER_STATS_LIST(X): X(name, type, metric, help, remote): a field of
+ *     kvt_tier_stats; remote names the STORE counter that is the remote
+ *     tier's figure of it (tier="remote" on the page), "": there is none.
+ * A new counter goes at the end of a list (and KVT_STATS_VERSION goes up):
+ * fields already there keep their offsets. */
+#define KVT_TIER_STATS_LIST(X)                                                             \
+    X(hits, counter, "kvtier_tier_hits_total", "Blocks served from the tier.", "remote_hits") \
+    X(bytes_in, counter, "kvtier_tier_in_bytes_total", "Bytes written into the tier.",     \
+      "remote_bytes_in")                                                                   \
+    X(bytes_out, counter, "kvtier_tier_out_bytes_total", "Bytes read out of the tier.",    \
+      "remote_bytes_out")                                                                  \
+    X(evictions, counter, "kvtier_tier_evictions_total", "Blocks evicted from the tier.",  \
+      "")                                                                                  \
+    X(blocks, gauge, "kvtier_tier_blocks", "Blocks held in the tier.", "")                 \
+    X(bytes_used, gauge, "kvtier_tier_used_bytes", "Bytes of the tier in use.", "")        \
+    X(bytes_capacity, gauge, "kvtier_tier_capacity_bytes", "Size of the tier.", "")
+
+#define KVT_STATS_LIST(X)                                                                  \
+    X(TIERD, uptime_ms, gauge, "", "Milliseconds since tierd started.")                    \
+    X(STORE, lookups, counter, "", "Lookup calls.")                                        \
+    X(STORE, lookup_keys, counter, "", "Keys asked by lookups.")                           \
+    X(STORE, lookup_hits, counter, "", "Leading hits answered by lookups.")                \
+    X(STORE, misses, counter, "", "Keys asked by lookup or get and not found.")            \
+    X(STORE, puts, counter, "", "Put reserve calls.")                                      \
+    X(STORE, put_blocks, counter, "", "Blocks committed.")                                 \
+    X(STORE, dedup_blocks, counter, "kvtier_dedup_blocks_total",                           \
+      "Blocks a put offered that were already stored or reserved.")                        \
+    X(STORE, gets, counter, "", "Get calls.")                                              \
+    X(STORE, get_blocks, counter, "", "Blocks leased by gets.")                            \
+    X(STORE, removes, counter, "", "Blocks removed by request.")                           \
+    X(STORE, leases_active, gauge, "kvtier_leases_active", "Blocks leased to readers now.") \
+    X(STORE, reserved, gauge, "kvtier_reserved_blocks",                                    \
+      "Blocks reserved by writers, not committed.")                                        \
+    X(STORE, reclaimed, counter, "kvtier_reclaimed_blocks_total",                          \
+      "Leases and reservations taken back from clients that went away.")                   \
+    X(TIERD, proto_errors, counter, "", "Malformed messages received.")                    \
+    X(STORE, index_entries, gauge, "kvtier_index_entries",                                 \
+      "Blocks in the index (every tier).")                                                 \
+    X(STORE, index_bytes, gauge, "kvtier_index_memory_bytes", "Memory the index uses.")   \
+    X(STORE, demotions, counter, "kvtier_demotions_total", "Warm blocks written to cold.")  \
+    X(STORE, promotions, counter, "kvtier_promotions_total",                               \
+      "Cold blocks read back into warm.")                                                  \
+    X(STORE, dropped, counter, "kvtier_dropped_blocks_total",                              \
+      "Warm blocks evicted with no cold copy (lost).")                                     \
+    X(STORE, checksum_errors, counter, "kvtier_checksum_errors_total",                     \
+      "Cold blocks read back with a wrong checksum (counted as misses).")                  \
+    X(STORE, io_errors, counter, "kvtier_io_errors_total", "Cold tier read or write errors.") \
+    X(TIERD, deadline_misses, counter, "",                                                 \
+      "Gets answered short because their deadline passed.")                                \
+    X(TIERS, tier, counter, "", "Per tier, indexed by KVT_TIER_*: KVT_TIER_STATS_LIST.")   \
+    X(STORE, hot_promotions, counter, "kvtier_hot_promotions_total",                       \
+      "Warm blocks copied up into hot.")                                                   \
+    /* version 4: the remote tier (a Redis Cluster shared by every node's tierd);          \
+     * all zero without one */                                                             \
+    X(STORE, remote_hits, counter, "", "Blocks read back from the remote tier (verified).") \
+    X(STORE, remote_misses, counter, "kvtier_remote_misses_total",                         \
+      "Blocks asked of the remote tier that it did not hold.")                             \
+    X(STORE, remote_puts, counter, "kvtier_remote_puts_total",                             \
+      "Blocks written to the remote tier.")                                                \
+    X(STORE, remote_bytes_in, counter, "", "Payload bytes written to the remote tier.")    \
+    X(STORE, remote_bytes_out, counter, "", "Payload bytes read back from the remote tier.") \
+    X(STORE, remote_errors, counter, "kvtier_remote_errors_total",                         \
+      "Remote tier operations failed (node down, timeout, cluster error) or writes "       \
+      "skipped.")                                                                          \
+    X(STORE, remote_checksum_errors, counter, "kvtier_remote_checksum_errors_total",       \
+      "Remote values read back with a wrong checksum (counted as misses).")                \
+    X(STORE, remote_probes, counter, "kvtier_remote_probe_keys_total",                     \
+      "Keys lookups asked the remote tier about.")                                         \
+    X(STORE, remote_probe_hits, counter, "kvtier_remote_probe_hit_keys_total",             \
+      "Keys lookups found on the remote tier.")                                            \
+    X(STORE, remote_redirects, counter, "kvtier_remote_redirects_total",                   \
+      "Cluster MOVED / ASK redirections followed.")
+
+#define KVT_STATS_TIER_FIELD_(name, type, metric, help, remote) uint64_t name;
+#define KVT_STATS_FIELD_(src, name, type, metric, help) KVT_STATS_FIELD_##src(name)
+#define KVT_STATS_FIELD_STORE(name) uint64_t name;
+#define KVT_STATS_FIELD_TIERD(name) uint64_t name;
+#define KVT_STATS_FIELD_TIERS(name) kvt_tier_stats name[KVT_TIER_COUNT];
+
+/* One tier's counters (kvt_stats.tier[KVT_TIER_*]). */
 typedef struct kvt_tier_stats {
-    uint64_t hits;           /* keys found in this tier by lookup/get */
-    uint64_t bytes_in;       /* bytes stored into this tier */
-    uint64_t bytes_out;      /* bytes served from this tier */
-    uint64_t evictions;      /* blocks evicted (demoted or dropped) */
-    uint64_t blocks;         /* blocks resident now */
-    uint64_t bytes_used;     /* slot bytes in use now (incl. reserved) */
-    uint64_t bytes_capacity; /* configured capacity */
+    KVT_TIER_STATS_LIST(KVT_STATS_TIER_FIELD_)
 } kvt_tier_stats;
 
+/* The daemon's counters, as seen by the calling client's tenant. */
 typedef struct kvt_stats {
     uint32_t version;        /* KVT_STATS_VERSION */
     uint32_t clients;        /* connected clients */
     uint32_t namespaces;     /* namespaces open */
     uint32_t pad;
-    uint64_t uptime_ms;
-    uint64_t lookups;        /* lookup calls */
-    uint64_t lookup_keys;    /* keys asked by lookups */
-    uint64_t lookup_hits;    /* leading hits answered by lookups */
-    uint64_t misses;         /* keys asked by lookup/get and not found */
-    uint64_t puts;           /* put_reserve calls */
-    uint64_t put_blocks;     /* blocks committed */
-    uint64_t dedup_blocks;   /* put keys already present */
-    uint64_t gets;           /* get calls */
-    uint64_t get_blocks;     /* blocks leased by gets */
-    uint64_t removes;        /* blocks removed by request */
-    uint64_t leases_active;  /* blocks under a lease now */
-    uint64_t reserved;       /* blocks reserved, not yet committed */
-    uint64_t reclaimed;      /* leases + reservations reclaimed from dead clients */
-    uint64_t proto_errors;   /* malformed messages received */
-    uint64_t index_entries;  /* entries in the in-memory index */
-    uint64_t index_bytes;    /* memory held by the in-memory index */
-    uint64_t demotions;      /* warm blocks written to cold (durable) */
-    uint64_t promotions;     /* cold blocks read back into warm */
-    uint64_t dropped;        /* warm blocks evicted with no cold copy */
-    uint64_t checksum_errors;/* cold reads with wrong bytes: dropped, served as misses */
-    uint64_t io_errors;      /* failed cold reads, writes or syncs */
-    uint64_t deadline_misses;/* gets answered short because their deadline passed */
-    kvt_tier_stats tier[KVT_TIER_COUNT]; /* indexed by KVT_TIER_* */
-    uint64_t hot_promotions; /* warm blocks copied up into hot for getters that asked */
-    /* version 4: the remote tier (a Redis Cluster shared by every node's tierd);
-     * all zero without one */
-    uint64_t remote_hits;    /* blocks read back from it into warm (verified) */
-    uint64_t remote_misses;  /* blocks asked for that it did not hold */
-    uint64_t remote_puts;    /* blocks written to it */
-    uint64_t remote_bytes_in;  /* payload bytes written to it */
-    uint64_t remote_bytes_out; /* payload bytes read back from it */
-    uint64_t remote_errors;  /* node down, timeout, cluster error, write skipped:
-                                each a miss or a block not written */
-    uint64_t remote_checksum_errors; /* values read back wrong: misses */
-    uint64_t remote_probes;  /* keys lookups asked it about */
-    uint64_t remote_probe_hits; /* ... that it held */
-    uint64_t remote_redirects; /* MOVED / ASK redirections followed */
+    KVT_STATS_LIST(KVT_STATS_FIELD_)
 } kvt_stats;
 
 #define KVT_STATS_VERSION 4

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kvk.h - movers between an engine's paged KV cache and tier blocks:
- * gather (engine pages -> contiguous tier blocks), scatter (back), and a
- * batched block copy. Each *_ref function in kvk_cpu.c is the CPU reference
+ * gather (engine pages -> contiguous tier blocks) and scatter (back).
+ * Each *_ref function in kvk_cpu.c is the CPU reference
  * with the exact semantics its CUDA twin in kvk.cu implements on a stream.
  * Layouts and the tier block format are in kv_layout.h. Uses nothing else of
  * kvtier, and needs no CUDA header: a stream is a `struct CUstream_st *`,
@@ -21,10 +21,6 @@ extern "C" {
 #endif
 
 struct CUstream_st; /* cudaStream_t without cuda_runtime.h */
-
-/* Copy n blocks of bytes each: dst[i] <- src[i]. Blocks must not overlap.
- * Returns 0, or -EINVAL for NULL arrays with n > 0. */
-int kvk_copy_blocks_ref(void *const *dst, const void *const *src, size_t n, size_t bytes);
 
 /* Gather engine blocks block_ids[0..n) of every layer into n tier blocks:
  * dst[i] receives block block_ids[i] in the tier format of kv_layout.h,
@@ -70,11 +66,6 @@ int kvk_gather(const struct kvk_layout *l, const int64_t *block_ids, size_t n,
                void *const *dst, struct CUstream_st *stream);
 int kvk_scatter(const struct kvk_layout *l, const void *const *src,
                 const int64_t *block_ids, size_t n, struct CUstream_st *stream);
-
-/* Copy n blocks of bytes each on the stream; dst and src are device arrays
- * of n device pointers. Returns 0 or -EIO. */
-int kvk_copy_blocks(void *const *dst, const void *const *src, size_t n, size_t bytes,
-                    struct CUstream_st *stream);
 
 /* Make a device copy of a host layout: queue a copy of host->layer_base
  * (n_layers pointers, already device pointers) into dev_bases, a device

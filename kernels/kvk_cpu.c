@@ -11,15 +11,6 @@
 
 #include "kvk.h"
 
-int kvk_copy_blocks_ref(void *const *dst, const void *const *src, size_t n, size_t bytes)
-{
-    if (n && (!dst || !src))
-        return -EINVAL;
-    for (size_t i = 0; i < n; i++)
-        memcpy(dst[i], src[i], bytes);
-    return 0;
-}
-
 size_t kvk_block_bytes(const struct kvk_layout *l)
 {
     return (size_t)l->n_layers * l->n_kv * l->block_tokens * l->kv_heads * l->head_dim *

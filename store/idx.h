@@ -5,7 +5,8 @@
  * A chained hash table over a growable array of fixed-size entries, so that
  * an entry is named by a 32-bit id and costs well under 128 bytes. It only
  * finds, inserts and deletes; the meaning of the fields (LRU links, leases,
- * children) belongs to tier.c. Not thread-safe: one caller at a time.
+ * children) belongs to the store (tier_chain.c and its neighbours). Not
+ * thread-safe: one caller at a time.
  */
 #ifndef IDX_H
 #define IDX_H
@@ -13,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tier.h"
+#include "tier_key.h"
 
 /* GHOST: an aborted reservation, or an interior block evicted to free a
  * segment, kept only because children still name it as
@@ -28,7 +29,7 @@ struct idx_entry {
     struct tier_key key; /* block hash */
     uint32_t ns;         /* namespace id */
     uint32_t hnext;      /* next id in the hash chain, or in the free list */
-    uint32_t prev, next; /* LRU list links (tier.c), TIER_NONE at the ends */
+    uint32_t prev, next; /* LRU list links (tier_chain.c), TIER_NONE at the ends */
     uint32_t parent;     /* id of the block before this one in its chain */
     uint32_t nchild;     /* entries whose parent is this one */
     uint32_t leases;     /* outstanding gets (all of them) */

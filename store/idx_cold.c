@@ -295,19 +295,6 @@ int idx_cold_scan(struct idx_cold *x,
     return rc == MDB_NOTFOUND ? 0 : err(x, "scan", rc);
 }
 
-uint64_t idx_cold_count(struct idx_cold *x)
-{
-    MDB_txn *txn;
-    MDB_stat st;
-    int rc;
-
-    if (mdb_txn_begin(x->env, NULL, MDB_RDONLY, &txn))
-        return 0;
-    rc = mdb_stat(txn, x->dbi, &st);
-    mdb_txn_abort(txn);
-    return rc ? 0 : st.ms_entries;
-}
-
 int idx_cold_ns_id(struct idx_cold *x, const void *desc, size_t len, uint32_t *id)
 {
     MDB_val k = { len, (void *)desc }, v;

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tier.h"
+#include "tier_key.h"
 
 #define IDX_COLD_HAS_PARENT 0x1u
 
@@ -68,8 +68,6 @@ int idx_cold_scan(struct idx_cold *x,
                   int (*fn)(void *ctx, uint32_t ns, const struct tier_key *key,
                             const struct idx_cold_rec *rec),
                   void *ctx);
-
-uint64_t idx_cold_count(struct idx_cold *x);
 
 /* The durable id of a namespace descriptor (opaque bytes, 1..511): the same
  * bytes get the same id across restarts, new ones the next free id (>= 1),

@@ -1,15 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tier.h - the block store: the index and the tiers (hot above warm, cold
- * and remote below), with reservations (put), leases (get), prefix lookups,
- * leaf-first eviction between watermarks and the movers between tiers.
- *
- * Holds KV blocks keyed by (namespace id, 32-byte key). Warm blocks live in a
- * shared-memory pool, hot ones in a device pool (tier_hot.h), cold ones on
- * disk (tier_cold.h). A slot goes back to its pool only when nothing holds it:
- * its index entry, a lease, a move in flight or a reservation.
- * It knows nothing of sockets, sessions or threads: tierd calls it from one
- * thread, and names the owner of each reservation with an opaque id.
+ * tier.h - the block store's API: KV blocks keyed by (namespace id, 32-byte
+ * key) in up to four tiers: hot (a device pool, tier_hot.h) above warm (a
+ * shared-memory pool that clients map), cold (NVMe, tier_cold.h) and remote
+ * (a Redis Cluster, tier_remote.h) below. It offers reservations and
+ * commits (put, durable or not), leases (get), prefix lookups with their
+ * miss causes, pins and prefetch, removal, and moves blocks between the
+ * tiers leaf-first between watermarks. A slot goes back to its pool only
+ * when nothing holds it: its index entry, a lease, a move in flight or a
+ * reservation.
+ * It knows nothing of sockets or sessions: tierd calls it from one thread
+ * (the hot and remote tiers' workers report through the poll calls below),
+ * and names the owner of each reservation with an opaque id. The caller
+ * opens the tiers other than warm and hands them over in struct tier_cfg.
  */
 #ifndef TIER_H
 #define TIER_H
@@ -18,15 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TIER_KEY_BYTES 32
-#define TIER_NONE UINT32_MAX /* "no entry" for entry ids */
-
-struct tier_key {
-    uint8_t b[TIER_KEY_BYTES];
-};
-
-/* Where a block lives; values equal the public KVT_TIER_* codes. */
-enum tier_level { TIER_L_NONE = 0, TIER_L_HOT = 1, TIER_L_WARM = 2, TIER_L_COLD = 3, TIER_L_N = 4 };
+#include "tier_key.h" /* tier_key, TIER_NONE, tier_level, tier_event */
 
 struct tier_cold;   /* tier_cold.h */
 struct tier_hot;    /* tier_hot.h */
@@ -83,18 +78,6 @@ struct tier_cfg {
     struct tier_remote *remote;
     enum tier_remote_policy remote_policy;
     tier_remote_fn remote_done;
-};
-
-/* What last happened to a block that is gone (miss attribution). */
-enum tier_event {
-    TIER_EV_NONE = 0,     /* nothing remembered: never stored, or forgotten since */
-    TIER_EV_DROPPED = 1,  /* left warm (or hot) with no copy on disk: evicted */
-    TIER_EV_EVICTED = 2,  /* evicted from the disk to make room */
-    TIER_EV_CHECKSUM = 3, /* read back from disk with wrong bytes: dropped */
-    TIER_EV_IO_ERROR = 4, /* could not be read back from disk: dropped */
-    TIER_EV_REMOVED = 5,  /* removed by a client */
-    TIER_EV_ABORTED = 6,  /* reserved and never committed (aborted, or its client died) */
-    TIER_EV_N = 7,
 };
 
 /* Why keys missed, by cause: an event above (index = enum tier_event;
@@ -154,8 +137,42 @@ struct tier_stats {
 
 struct tier;
 
-/* Create the store and its warm pool. Errors: -EINVAL (bad cfg), -ENOMEM,
- * or the errno of memfd_create/ftruncate/mmap. */
+struct tier_cold_cfg;   /* tier_cold.h */
+struct tier_hot_cfg;    /* tier_hot.h */
+struct tier_remote_cfg; /* tier_remote.h */
+
+/* The store with the tiers it owns, in one call. */
+struct tier_open_cfg {
+    struct tier_cfg store;                /* warm, watermarks, callbacks; its cold, hot and
+                                             remote are ignored: tier_open sets them */
+    const struct tier_cold_cfg *cold;     /* NULL: no cold tier */
+    const struct tier_remote_cfg *remote; /* NULL: no remote tier */
+    const struct tier_hot_cfg *hot;       /* NULL: no hot tier */
+};
+
+/* What tier_open could not open (*failed). */
+enum tier_part { TIER_PART_COLD = 1, TIER_PART_REMOTE, TIER_PART_HOT, TIER_PART_WARM };
+
+/* Open the tiers cfg names (cold, remote, hot), then the store over them,
+ * which owns them from then on: tier_close closes them in the order their
+ * callbacks need. On an error whatever was opened is closed again, and
+ * *failed (NULL: not wanted) says which part failed, with the errors of
+ * tier_cold_open, tier_remote_open, tier_hot_open or tier_create. */
+int tier_open(const struct tier_open_cfg *cfg, struct tier **out, enum tier_part *failed);
+/* Close a store from tier_open and its tiers: the cold tier first (its
+ * close runs or cancels every callback, and those name the store), then
+ * the remote one (cold's callbacks may queue remote writes), then hot (the
+ * remote's callbacks may start copies up), then the store. NULL ok. */
+void tier_close(struct tier *t);
+/* The tiers of a store (NULL: none), borrowed: valid until tier_close. */
+struct tier_cold *tier_cold_of(const struct tier *t);
+struct tier_hot *tier_hot_of(const struct tier *t);
+struct tier_remote *tier_remote_of(const struct tier *t);
+
+/* Create the store and its warm pool over tiers the caller opened and
+ * closes (cold first, then remote and hot, then tier_destroy: see
+ * tier_close). Errors: -EINVAL (bad cfg), -ENOMEM, or the errno of
+ * memfd_create/ftruncate/mmap. */
 int tier_create(const struct tier_cfg *cfg, struct tier **out);
 void tier_destroy(struct tier *t); /* NULL ok; leases and reservations die with it */
 

@@ -21,7 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "tier.h"
+#include "tier_key.h"
 
 struct tier_cold;
 struct tier_nvme; /* tier_nvme.h */

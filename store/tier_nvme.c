@@ -29,7 +29,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +37,7 @@
 #include <unistd.h>
 
 #include "tier_nvme.h"
+#include "tier_nvme_int.h"
 
 #define QD_DEFAULT 32u
 #define NONE UINT32_MAX
@@ -46,20 +46,18 @@
  * through the short-transfer path. A multiple of TIER_NVME_ALIGN. */
 #define CHUNK_MAX (1u << 30)
 
-enum op { OP_FREE, OP_READ, OP_WRITE, OP_SYNC };
-
 struct req {
     tier_nvme_cb cb;      /* caller's callback (may be NULL) */
     void *ctx;            /* its argument */
-    uint8_t *buf;         /* caller's buffer; only read from for OP_WRITE */
+    uint8_t *buf;         /* caller's buffer; only read from for NVME_OP_WRITE */
     uint64_t off;         /* file offset of the whole request, bytes */
-    uint64_t len;         /* request length, bytes (0 for OP_SYNC) */
+    uint64_t len;         /* request length, bytes (0 for NVME_OP_SYNC) */
     uint64_t done;        /* bytes transferred so far (short transfers) */
-    uint32_t next;        /* free stack link while OP_FREE */
-    uint8_t op;           /* enum op; OP_FREE when the slot is unused */
+    uint32_t next;        /* free stack link while NVME_OP_FREE */
+    uint8_t op;           /* enum nvme_op; NVME_OP_FREE when the slot is unused */
     uint64_t sim_seq;     /* sim: order queued */
     uint64_t sim_done;    /* sim: order completed (0: still queued) */
-    uint64_t sim_snap;    /* sim, OP_SYNC: writes completed before it was queued */
+    uint64_t sim_snap;    /* sim, NVME_OP_SYNC: writes completed before it was queued */
     int64_t sim_res;      /* sim: the result its callback gets */
 #ifdef KVT_FAULTS
     bool faked;           /* the SQE in flight is an injected fault's NOP */
@@ -67,28 +65,6 @@ struct req {
 #endif
 };
 
-#ifdef KVT_FAULTS
-#define FAULT_RULES 16     /* rules in one spec */
-#define FAULT_SPEC_MAX 512 /* characters in one spec, NUL included */
-
-struct fault_rule {
-    uint8_t op;           /* enum op it applies to */
-    int32_t err;          /* injected result: -EIO or -ENOSPC; 0 for a short transfer */
-    uint64_t every;       /* fault the every-th eligible submission (>= 1) */
-    uint64_t after;       /* submissions of op let through before any is eligible */
-    double p;             /* probability per selected submission (1: always) */
-    uint64_t rng;         /* splitmix64 state for p, from seed= */
-    bool once;            /* at most one fault */
-    bool fired;           /* this rule injected at least one */
-};
-
-struct faults {
-    struct fault_rule rule[FAULT_RULES];
-    unsigned n;                 /* rules in use */
-    uint64_t seen[OP_SYNC + 1]; /* submissions per enum op since the rules were set */
-    uint64_t injected;          /* faults injected since open */
-};
-#endif
 
 /* sim: a completed write not yet durable (the drive's volatile cache) */
 struct ext {
@@ -132,194 +108,8 @@ static void say(const struct tier_nvme_cfg *cfg, const char *fmt, const char *de
     cfg->log(cfg->log_ctx, msg);
 }
 
-/* ---- fault injection (KVT_FAULTS builds only) ----------------------------- */
+/* ---- fault injection (KVT_FAULTS builds only; the rules: tier_nvme_faults.c) -- */
 
-#ifdef KVT_FAULTS
-/* Next field of *p up to sep (cut there); NULL once the text is used up.
- * Unlike strtok, an empty field comes back empty, so "read::eio" is an error. */
-static char *field(char **p, char sep)
-{
-    char *start = *p, *end;
-
-    if (!start)
-        return NULL;
-    end = strchr(start, sep);
-    if (end) {
-        *end = '\0';
-        *p = end + 1;
-    } else {
-        *p = NULL;
-    }
-    return start;
-}
-
-static bool parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-
-    if (*s < '0' || *s > '9') /* strtoull would take "-1" and " 1" */
-        return false;
-    errno = 0;
-    *out = strtoull(s, &end, 10);
-    return errno == 0 && *end == '\0';
-}
-
-/* One rule OP:KIND[:SEL]... into *r; false with the reason in why. */
-static bool parse_rule(char *txt, struct fault_rule *r, char *why, size_t cap)
-{
-    enum { S_EVERY = 1, S_AFTER = 2, S_ONCE = 4, S_P = 8, S_SEED = 16 };
-    const char *op = field(&txt, ':'), *kind = field(&txt, ':');
-    uint64_t seed = 1;
-    unsigned got = 0;
-    char *sel, *end;
-
-    *r = (struct fault_rule){ .every = 1, .p = 1.0 };
-    if (!strcmp(op, "read")) {
-        r->op = OP_READ;
-    } else if (!strcmp(op, "write")) {
-        r->op = OP_WRITE;
-    } else if (!strcmp(op, "fsync")) {
-        r->op = OP_SYNC;
-    } else {
-        snprintf(why, cap, "unknown operation '%s' (read, write, fsync)", op);
-        return false;
-    }
-    if (!kind) {
-        snprintf(why, cap, "no kind after '%s' (eio, enospc, short)", op);
-        return false;
-    }
-    if (!strcmp(kind, "eio")) {
-        r->err = -EIO;
-    } else if (!strcmp(kind, "enospc")) {
-        r->err = -ENOSPC;
-    } else if (!strcmp(kind, "short")) {
-        r->err = 0;
-        if (r->op == OP_SYNC) {
-            snprintf(why, cap, "fsync cannot be short (eio, enospc)");
-            return false;
-        }
-    } else {
-        snprintf(why, cap, "unknown kind '%s' (eio, enospc, short)", kind);
-        return false;
-    }
-    while ((sel = field(&txt, ':'))) {
-        unsigned bit;
-        bool ok;
-
-        if (!strncmp(sel, "every=", 6)) {
-            bit = S_EVERY;
-            ok = parse_u64(sel + 6, &r->every) && r->every >= 1;
-        } else if (!strncmp(sel, "after=", 6)) {
-            bit = S_AFTER;
-            ok = parse_u64(sel + 6, &r->after);
-        } else if (!strcmp(sel, "once")) {
-            bit = S_ONCE;
-            r->once = true;
-            ok = true;
-        } else if (!strncmp(sel, "p=", 2)) {
-            bit = S_P;
-            errno = 0;
-            r->p = strtod(sel + 2, &end);
-            ok = sel[2] && errno == 0 && *end == '\0' && isfinite(r->p) && r->p > 0 &&
-                 r->p <= 1;
-        } else if (!strncmp(sel, "seed=", 5)) {
-            bit = S_SEED;
-            ok = parse_u64(sel + 5, &seed);
-        } else {
-            snprintf(why, cap, "unknown selector '%s' (every=N, after=N, once, p=F, seed=S)",
-                     sel);
-            return false;
-        }
-        if (!ok) {
-            snprintf(why, cap, "bad value in '%s' (every=N >= 1, after=N >= 0, "
-                               "0 < p=F <= 1, seed=S >= 0)", sel);
-            return false;
-        }
-        if (got & bit) {
-            snprintf(why, cap, "'%s' repeats a selector", sel);
-            return false;
-        }
-        got |= bit;
-    }
-    r->rng = seed;
-    return true;
-}
-
-/* A whole spec (NULL or "": no rules) into *out; -EINVAL with why. */
-static int faults_parse(const char *spec, struct faults *out, char *why, size_t cap)
-{
-    char buf[FAULT_SPEC_MAX], one[FAULT_SPEC_MAX], reason[192];
-    struct faults f = { 0 };
-    char *rest = buf, *rule;
-
-    if (spec && strlen(spec) >= sizeof(buf)) {
-        snprintf(why, cap, "%s: longer than %u characters", TIER_NVME_FAULTS_ENV,
-                 FAULT_SPEC_MAX - 1);
-        return -EINVAL;
-    }
-    if (!spec || !*spec) {
-        *out = f;
-        return 0;
-    }
-    memcpy(buf, spec, strlen(spec) + 1);
-    while ((rule = field(&rest, ','))) {
-        snprintf(one, sizeof(one), "%s", rule);
-        if (f.n == FAULT_RULES) {
-            snprintf(why, cap, "%s: more than %u rules", TIER_NVME_FAULTS_ENV, FAULT_RULES);
-            return -EINVAL;
-        }
-        if (!*rule) {
-            snprintf(why, cap, "%s: an empty rule in \"%.200s\" (rules are separated by ',')",
-                     TIER_NVME_FAULTS_ENV, spec);
-            return -EINVAL;
-        }
-        if (!parse_rule(rule, &f.rule[f.n], reason, sizeof(reason))) {
-            snprintf(why, cap, "%s: rule %u \"%.160s\": %s; the grammar is "
-                               "OP:KIND[:SEL]... (tier_nvme.h)",
-                     TIER_NVME_FAULTS_ENV, f.n + 1, one, reason);
-            return -EINVAL;
-        }
-        f.n++;
-    }
-    *out = f;
-    return 0;
-}
-
-/* splitmix64: small, and a seed replays the same faults */
-static uint64_t mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Count one submission of op; true when a rule faults it, with its result
- * in *err (0: make it short). O(rules). */
-static bool fault_pick(struct faults *f, uint8_t op, int32_t *err)
-{
-    uint64_t k;
-
-    if (f->n == 0)
-        return false;
-    k = ++f->seen[op];
-    for (unsigned i = 0; i < f->n; i++) {
-        struct fault_rule *r = &f->rule[i];
-
-        if (r->op != op || k <= r->after || (k - r->after) % r->every || (r->once && r->fired))
-            continue;
-        /* 53 random bits as a double in [0, 1) */
-        if (r->p < 1 && (double)(mix(&r->rng) >> 11) * 0x1p-53 >= r->p)
-            continue;
-        r->fired = true;
-        f->injected++;
-        *err = r->err;
-        return true;
-    }
-    return false;
-}
-#endif /* KVT_FAULTS */
 
 /* The rules of KVTIER_FAULTS at open. Without KVT_FAULTS it is ignored,
  * and we say so: someone expecting faults must not think they ran. */
@@ -333,7 +123,7 @@ static int faults_open(struct tier_nvme *n, const struct tier_nvme_cfg *cfg)
 #ifdef KVT_FAULTS
     char why[768];
 
-    if (faults_parse(spec, &n->faults, why, sizeof(why)) < 0) {
+    if (tier_nvme_faults_parse(spec, &n->faults, why, sizeof(why)) < 0) {
         say(cfg, "cold tier: %s", why);
         return -EINVAL;
     }
@@ -361,7 +151,7 @@ int tier_nvme_fault_set(struct tier_nvme *n, const char *spec)
     char why[768];
     uint64_t injected = n->faults.injected;
 
-    if (faults_parse(spec, &f, why, sizeof(why)) < 0)
+    if (tier_nvme_faults_parse(spec, &f, why, sizeof(why)) < 0)
         return -EINVAL;
     n->faults = f;
     n->faults.injected = injected;
@@ -582,7 +372,7 @@ static int prep(struct tier_nvme *n, uint32_t i)
     int32_t err;
 
     r->faked = false;
-    if (fault_pick(&n->faults, r->op, &err)) {
+    if (tier_nvme_fault_pick(&n->faults, r->op, &err)) {
         if (err == 0 && chunk / 2 >= TIER_NVME_ALIGN) {
             chunk = chunk / 2 & ~(TIER_NVME_ALIGN - 1); /* short, still aligned */
         } else {
@@ -595,9 +385,9 @@ static int prep(struct tier_nvme *n, uint32_t i)
         }
     }
 #endif
-    if (r->op == OP_SYNC)
+    if (r->op == NVME_OP_SYNC)
         io_uring_prep_fsync(sqe, n->fd, IORING_FSYNC_DATASYNC);
-    else if (r->op == OP_READ)
+    else if (r->op == NVME_OP_READ)
         io_uring_prep_read(sqe, n->fd, r->buf + r->done, chunk, r->off + r->done);
     else
         io_uring_prep_write(sqe, n->fd, r->buf + r->done, chunk, r->off + r->done);
@@ -607,19 +397,19 @@ static int prep(struct tier_nvme *n, uint32_t i)
 
 static void put_slot(struct tier_nvme *n, uint32_t i)
 {
-    n->req[i].op = OP_FREE;
+    n->req[i].op = NVME_OP_FREE;
     n->req[i].next = n->free_top;
     n->free_top = i;
     n->nfree++;
 }
 
-static int queue(struct tier_nvme *n, enum op op, uint64_t off, void *buf, uint64_t len,
+static int queue(struct tier_nvme *n, enum nvme_op op, uint64_t off, void *buf, uint64_t len,
                  tier_nvme_cb cb, void *ctx)
 {
     uint32_t i;
     int rc;
 
-    if (op != OP_SYNC) {
+    if (op != NVME_OP_SYNC) {
         /* O_DIRECT needs this; buffered mode checks it too so that a
          * caller tested on tmpfs does not break on NVMe */
         if (len == 0 || off % TIER_NVME_ALIGN || len % TIER_NVME_ALIGN ||
@@ -644,21 +434,21 @@ static int queue(struct tier_nvme *n, enum op op, uint64_t off, void *buf, uint6
 int tier_nvme_read(struct tier_nvme *n, uint64_t off, void *buf, uint64_t len, tier_nvme_cb cb,
                    void *ctx)
 {
-    return queue(n, OP_READ, off, buf, len, cb, ctx);
+    return queue(n, NVME_OP_READ, off, buf, len, cb, ctx);
 }
 
 int tier_nvme_write(struct tier_nvme *n, uint64_t off, const void *buf, uint64_t len,
                     tier_nvme_cb cb, void *ctx)
 {
     /* the cast drops const only for storage: writes never store into buf */
-    return queue(n, OP_WRITE, off, (void *)buf, len, cb, ctx);
+    return queue(n, NVME_OP_WRITE, off, (void *)buf, len, cb, ctx);
 }
 
 /* No IOSQE_IO_DRAIN: the header promises ordering only after writes whose
  * callbacks ran, and draining would stall every later read behind it. */
 int tier_nvme_sync(struct tier_nvme *n, tier_nvme_cb cb, void *ctx)
 {
-    return queue(n, OP_SYNC, 0, NULL, 0, cb, ctx);
+    return queue(n, NVME_OP_SYNC, 0, NULL, 0, cb, ctx);
 }
 
 int tier_nvme_submit(struct tier_nvme *n)
@@ -691,7 +481,7 @@ static bool complete(struct tier_nvme *n, uint32_t i, int res)
     }
 #endif
     out = res;
-    if (r->op != OP_SYNC && res > 0 && r->done + (uint64_t)res < r->len) {
+    if (r->op != NVME_OP_SYNC && res > 0 && r->done + (uint64_t)res < r->len) {
         /* Short transfer: go on from where it stopped. With O_DIRECT a
          * short count is still a multiple of the logical block size, so the
          * remainder stays aligned enough; if not, the kernel's -EINVAL
@@ -700,7 +490,7 @@ static bool complete(struct tier_nvme *n, uint32_t i, int res)
         if (prep(n, i) == 0)
             return false;
         out = -EBUSY; /* no SQE: impossible by the design note */
-    } else if (r->op != OP_SYNC && res == 0) {
+    } else if (r->op != NVME_OP_SYNC && res == 0) {
         /* A read at EOF (the file shrank under us) or a write that made no
          * progress: retrying would spin for ever. */
         out = -EIO;
@@ -748,7 +538,7 @@ int tier_nvme_reap(struct tier_nvme *n, unsigned min)
         i = (uint32_t)io_uring_cqe_get_data64(cqe);
         res = cqe->res;
         io_uring_cqe_seen(&n->ring, cqe);
-        if (i >= n->qd || n->req[i].op == OP_FREE)
+        if (i >= n->qd || n->req[i].op == NVME_OP_FREE)
             continue; /* not ours: cannot happen, but never index past the table */
         if (complete(n, i, res))
             ran++;
@@ -791,7 +581,7 @@ void tier_nvme_close(struct tier_nvme *n)
     for (uint32_t i = 0; i < n->qd; i++) {
         struct req *r = &n->req[i];
 
-        if (r->op != OP_FREE) {
+        if (r->op != NVME_OP_FREE) {
             tier_nvme_cb cb = r->cb;
             void *ctx = r->ctx;
 
@@ -923,7 +713,7 @@ unsigned tier_nvme_sim_queued(const struct tier_nvme *n)
     unsigned q = 0;
 
     for (uint32_t i = 0; n->sim && i < n->qd; i++)
-        q += n->req[i].op != OP_FREE && n->req[i].sim_done == 0;
+        q += n->req[i].op != NVME_OP_FREE && n->req[i].sim_done == 0;
     return q;
 }
 
@@ -938,7 +728,7 @@ static uint32_t sim_kth(const struct tier_nvme *n, unsigned k)
         for (uint32_t i = 0; i < n->qd; i++) {
             const struct req *r = &n->req[i];
 
-            if (r->op == OP_FREE || r->sim_done || r->sim_seq <= after)
+            if (r->op == NVME_OP_FREE || r->sim_done || r->sim_seq <= after)
                 continue;
             if (best == NONE || r->sim_seq < n->req[best].sim_seq)
                 best = i;
@@ -964,9 +754,9 @@ int tier_nvme_sim_complete(struct tier_nvme *n, unsigned k, int err)
     r = &n->req[i];
     if (n->crashed)
         rc = -EIO;
-    else if (rc == 0 && r->op == OP_READ)
+    else if (rc == 0 && r->op == NVME_OP_READ)
         rc = sim_read(n, r);
-    else if (rc == 0 && r->op == OP_WRITE)
+    else if (rc == 0 && r->op == NVME_OP_WRITE)
         rc = sim_write(n, r);
     else if (rc == 0)
         rc = sim_sync(n, r);
@@ -1007,7 +797,7 @@ static int sim_reap(struct tier_nvme *n, unsigned min)
         uint32_t best = NONE;
 
         for (uint32_t i = 0; i < n->qd; i++) /* the next done, in completion order */
-            if (n->req[i].op != OP_FREE && n->req[i].sim_done &&
+            if (n->req[i].op != NVME_OP_FREE && n->req[i].sim_done &&
                 (best == NONE || n->req[i].sim_done < n->req[best].sim_done))
                 best = i;
         if (best == NONE) {

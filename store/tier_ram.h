@@ -53,7 +53,7 @@ int tier_ram_class(struct tier_ram *r, uint64_t slot_bytes);
 uint64_t tier_ram_class_slot(const struct tier_ram *r, int cls);
 
 /* A free slot of class cls: its pool offset in *off. tag (not TIER_RAM_NOTAG)
- * is remembered for the slot until it is freed (tier.c: the entry id), so a
+ * is remembered for the slot until it is freed (the store: the entry id), so a
  * segment's users can be found. -ENOSPC when the class has no free slot and
  * no segment is free. O(1). */
 int tier_ram_alloc(struct tier_ram *r, int cls, uint32_t tag, uint64_t *off);

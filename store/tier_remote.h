@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tier.h"
+#include "tier_key.h"
 
 struct tier_remote;
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tier_why.c - the bounded event memory of tier_why.h.
+ * tier_why.c - miss attribution: the bounded event memory of tier_why.h,
+ * and the store's answers built on it (why keys missed, one key's story).
  *
  * Slots are probed linearly over PROBE entries from the key's home slot. A
  * put finds the key's own slot, else an empty one, else evicts the oldest
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tier_int.h"
 #include "tier_why.h"
 
 #define PROBE 8
@@ -116,3 +118,63 @@ bool tier_why_find(const struct tier_why *w, uint32_t ns, const struct tier_key 
 
 uint32_t tier_why_count(const struct tier_why *w) { return w->count; }
 uint32_t tier_why_capacity(const struct tier_why *w) { return w->mask + 1; }
+
+/* ---- the store's miss causes (tier.h) ---------------------------------- */
+
+/* Why key is a miss: its state now, else what last happened to it. */
+static void miss_cause(struct tier *t, uint32_t ns, const struct tier_key *key, bool broken,
+                       struct tier_misses *why, uint64_t now)
+{
+    uint32_t id = idx_find(t->idx, ns, key);
+    uint8_t ev = TIER_EV_NONE, lvl;
+    uint64_t at;
+
+    if (id != TIER_NONE && idx_at(t->idx, id)->state == IDX_COMMITTED) {
+        why->cause[broken ? TIER_MISS_BROKEN : TIER_EV_NONE]++;
+        return;
+    }
+    if (id != TIER_NONE && idx_at(t->idx, id)->state == IDX_RESERVED) {
+        why->cause[TIER_MISS_WRITING]++;
+        return;
+    }
+    if (!tier_why_find(t->why, ns, key, &ev, &lvl, &at))
+        ev = TIER_EV_NONE;
+    why->cause[ev]++;
+    if (ev == TIER_EV_DROPPED || ev == TIER_EV_EVICTED)
+        why->evicted_age_ms += now - at;
+}
+
+void tier_miss_why(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
+                   struct tier_misses *why)
+{
+    uint64_t now = n ? tier_now_ms() : 0;
+
+    for (size_t j = 0; j < n; j++)
+        miss_cause(t, ns, &keys[j], j > 0, why, now);
+}
+
+void tier_story_get(struct tier *t, uint32_t ns, const struct tier_key *key,
+                    struct tier_story *out)
+{
+    uint32_t id = idx_find(t->idx, ns, key);
+    uint64_t at;
+
+    *out = (struct tier_story){ 0 };
+    if (id != TIER_NONE && idx_at(t->idx, id)->state == IDX_COMMITTED) {
+        const struct idx_entry *e = idx_at(t->idx, id);
+
+        out->present = true;
+        out->level = e->level;
+        out->on_disk = e->flags & IDX_F_COLD;
+        out->leases = e->leases;
+        out->chain_ok = e->parent == TIER_NONE ||
+                        idx_at(t->idx, e->parent)->state == IDX_COMMITTED;
+        return;
+    }
+    if (id != TIER_NONE && idx_at(t->idx, id)->state == IDX_RESERVED) {
+        out->writing = true;
+        return;
+    }
+    if (tier_why_find(t->why, ns, key, &out->event, &out->event_level, &at))
+        out->event_age_ms = tier_now_ms() - at;
+}

@@ -16,7 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "tier.h"
+#include "tier_key.h"
 
 struct tier_why;
 

@@ -40,7 +40,7 @@ static const char *bundle(void)
 Test(gpu_bundle, run_sh_exits_77_after_its_no_gpu_check)
 {
     const char *b = bundle();
-    char cmd[3 * PATH_MAX], out_dir[] = "/tmp/kvt-gpu-out-XXXXXX", log[PATH_MAX + 32];
+    char cmd[3 * PATH_MAX], out_dir[256], log[PATH_MAX + 32];
     char *out, *logged;
     int rc;
 
@@ -48,7 +48,7 @@ Test(gpu_bundle, run_sh_exits_77_after_its_no_gpu_check)
     if (t_sh(cmd, &out) == 0)
         cr_skip_test("a GPU answers here (%s): run %s/run.sh itself", out, b);
     free(out);
-    cr_assert_not_null(mkdtemp(out_dir));
+    t_tmpdir("kvt-gpu-out", out_dir, sizeof(out_dir));
     snprintf(cmd, sizeof(cmd), "env -i LD_LIBRARY_PATH='%s/lib' OUT='%s' '%s/run.sh' 2>&1", b,
              out_dir, b);
     rc = t_sh(cmd, &out);

@@ -17,7 +17,7 @@ static struct tier_key key_of(uint64_t seed)
     return k;
 }
 
-Test(idx, insert_find_delete_across_growth)
+Test(idx_basic, insert_find_delete_across_growth)
 {
     enum { N = 200000 };
     struct idx *x;
@@ -64,7 +64,7 @@ Test(idx, insert_find_delete_across_growth)
     idx_destroy(x);
 }
 
-Test(idx, namespaces_keep_equal_keys_apart)
+Test(idx_basic, namespaces_keep_equal_keys_apart)
 {
     struct idx *x;
     struct tier_key k = key_of(42);
@@ -83,7 +83,7 @@ Test(idx, namespaces_keep_equal_keys_apart)
     idx_destroy(x);
 }
 
-Test(idx, memory_per_entry_within_budget)
+Test(idx_basic, memory_per_entry_within_budget)
 {
     enum { N = 1 << 16 };
     struct idx *x;

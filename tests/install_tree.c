@@ -59,11 +59,11 @@ static void rm_tree(const char *dir)
 
 /* The temporary folder of a test that has one (.init = tmp_make, .fini =
  * tmp_remove): made before it, removed after it, passed or failed. */
-static char tmp[] = "/tmp/kvt-install-XXXXXX";
+static char tmp[256];
 
 static void tmp_make(void)
 {
-    cr_assert_not_null(mkdtemp(tmp), "mkdtemp %s", tmp);
+    t_tmpdir("kvt-install", tmp, sizeof(tmp));
 }
 
 static void tmp_remove(void)
@@ -107,7 +107,7 @@ static const char *installed(const char *suffix, char *buf, size_t cap)
     return NULL;
 }
 
-Test(install, the_tree_holds_exactly_the_files_make_install_lists)
+Test(install_tree, the_tree_holds_exactly_the_files_make_install_lists)
 {
     char cmd[3 * PATH_MAX], so[PATH_MAX];
     char *out;
@@ -185,13 +185,13 @@ static void run_against_installed_tierd(const char *env, const char *prog, const
     free(out);
 }
 
-Test(install, a_program_built_with_pkg_config_puts_and_gets_through_the_installed_tierd)
+Test(install_tree, a_program_built_with_pkg_config_puts_and_gets_through_the_installed_tierd)
 {
-    char dir[] = "/tmp/kvt-install-XXXXXX", prog[PATH_MAX], libdir[PATH_MAX];
+    char dir[256], prog[PATH_MAX], libdir[PATH_MAX];
     char env[PATH_MAX + 64], cmd[3 * PATH_MAX];
     char *out;
 
-    cr_assert_not_null(mkdtemp(dir));
+    t_tmpdir("kvt-install", dir, sizeof(dir));
     build_put_get(dir, "", "", prog, sizeof(prog), libdir, sizeof(libdir));
     /* the loader finds the installed libkvtier.so.0, by its soname */
     snprintf(cmd, sizeof(cmd), "LD_LIBRARY_PATH='%s' ldd '%s' | grep libkvtier", libdir, prog);
@@ -204,13 +204,13 @@ Test(install, a_program_built_with_pkg_config_puts_and_gets_through_the_installe
     rm_tree(dir);
 }
 
-Test(install, libkvtier_a_links_statically_with_what_pkg_config_static_prints)
+Test(install_tree, libkvtier_a_links_statically_with_what_pkg_config_static_prints)
 {
-    char dir[] = "/tmp/kvt-install-XXXXXX", prog[PATH_MAX], libdir[PATH_MAX];
+    char dir[256], prog[PATH_MAX], libdir[PATH_MAX];
     char cmd[2 * PATH_MAX];
     char *out;
 
-    cr_assert_not_null(mkdtemp(dir));
+    t_tmpdir("kvt-install", dir, sizeof(dir));
     /* -static: libkvtier.a and everything it needs, or the link fails */
     build_put_get(dir, "--static", "-static", prog, sizeof(prog), libdir, sizeof(libdir));
     snprintf(cmd, sizeof(cmd), "readelf -lW '%s' | grep -c INTERP || true", prog);
@@ -223,7 +223,7 @@ Test(install, libkvtier_a_links_statically_with_what_pkg_config_static_prints)
 
 /* A blank in DESTDIR or PREFIX would split each path make install writes
  * (and make uninstall removes) in two: both refuse, and touch nothing. */
-Test(install, install_and_uninstall_refuse_a_path_with_whitespace, .init = tmp_make,
+Test(install_tree, install_and_uninstall_refuse_a_path_with_whitespace, .init = tmp_make,
      .fini = tmp_remove)
 {
     static const char *const cases[] = {
@@ -250,7 +250,7 @@ Test(install, install_and_uninstall_refuse_a_path_with_whitespace, .init = tmp_m
 
 /* With a PREFIX of one's own (not /usr), make install writes nothing outside
  * it, the sample config (SYSCONFDIR) included, and the unit reads that config. */
-Test(install, all_that_make_install_writes_lies_under_prefix, .init = tmp_make,
+Test(install_tree, all_that_make_install_writes_lies_under_prefix, .init = tmp_make,
      .fini = tmp_remove)
 {
     const char *dir = tmp;
@@ -272,7 +272,7 @@ Test(install, all_that_make_install_writes_lies_under_prefix, .init = tmp_make,
  * once they are empty: those that were there (here usr/local/lib and
  * usr/local/share/man, as a system has them) stay, and so do the folders of
  * a config that was changed. */
-Test(install, uninstall_leaves_only_the_folders_that_were_there, .init = tmp_make,
+Test(install_tree, uninstall_leaves_only_the_folders_that_were_there, .init = tmp_make,
      .fini = tmp_remove)
 {
     const char *dir = tmp;
@@ -299,7 +299,7 @@ Test(install, uninstall_leaves_only_the_folders_that_were_there, .init = tmp_mak
 
 /* kvreplay --preset without --prices reads the presets make install put
  * beside it (share/kvtier/, from bin/), not the tree's. */
-Test(install, the_installed_kvreplay_reads_its_presets)
+Test(install_tree, the_installed_kvreplay_reads_its_presets)
 {
     char bin[PATH_MAX], cmd[2 * PATH_MAX];
     char *out;
@@ -313,15 +313,15 @@ Test(install, the_installed_kvreplay_reads_its_presets)
     free(out);
 }
 
-Test(install, systemd_analyze_verify_accepts_the_unit)
+Test(install_tree, systemd_analyze_verify_accepts_the_unit)
 {
-    char unit[PATH_MAX], man[PATH_MAX], cmd[4 * PATH_MAX], dir[] = "/tmp/kvt-unit-XXXXXX";
+    char unit[PATH_MAX], man[PATH_MAX], cmd[4 * PATH_MAX], dir[256];
     char *out;
     int rc;
 
     installed("/tierd.service", unit, sizeof(unit));
     installed("/man8/tierd.8", man, sizeof(man));
-    cr_assert_not_null(mkdtemp(dir));
+    t_tmpdir("kvt-unit", dir, sizeof(dir));
     /* a root of the installed tree and systemd's own units (the targets
      * tierd.service is ordered against): verify checks that ExecStart's
      * program is there, and MANPATH lets it find Documentation=man:tierd(8) */

@@ -114,7 +114,7 @@ static void check(const struct expect *e)
 /* ---- every config of the reference folder ----------------------------------- */
 
 /* 32 layers x 2 (K,V) x 8 KV heads x (4096/32 = 128) x 2 B = 131,072 = 128 KiB */
-Test(kvcalc, llama_3_1_8b)
+Test(kvcalc_sizes, llama_3_1_8b)
 {
     check(&(struct expect){"llama-3.1-8b.json", "bf16", KVT_LAYER_FULL, 32, 8, 128,
                            128 * KIB, .n_groups = 1});
@@ -126,13 +126,13 @@ Test(kvcalc, llama_3_1_8b)
 }
 
 /* 80 x 2 x 8 x (8192/64 = 128) x 2 = 327,680 = 320 KiB */
-Test(kvcalc, llama_3_1_70b)
+Test(kvcalc_sizes, llama_3_1_70b)
 {
     check(&(struct expect){"llama-3.1-70b.json", "bf16", KVT_LAYER_FULL, 80, 8, 128,
                            320 * KIB, .n_groups = 1});
 }
 
-Test(kvcalc, llama_3_3_70b)
+Test(kvcalc_sizes, llama_3_3_70b)
 {
     check(&(struct expect){"llama-3.3-70b-instruct.json", "bf16", KVT_LAYER_FULL, 80, 8, 128,
                            320 * KIB, .n_groups = 1});
@@ -140,7 +140,7 @@ Test(kvcalc, llama_3_3_70b)
 
 /* text_config; explicit head_dim 128 wins over 5120/32 = 160:
  * 40 x 2 x 8 x 128 x 2 = 163,840 = 160 KiB (200 KiB if 160 were used) */
-Test(kvcalc, mistral_small_3_1_24b)
+Test(kvcalc_sizes, mistral_small_3_1_24b)
 {
     check(&(struct expect){"mistral-small-3.1-24b.json", "bf16", KVT_LAYER_FULL, 40, 8, 128,
                            160 * KIB, .n_groups = 1});
@@ -149,7 +149,7 @@ Test(kvcalc, mistral_small_3_1_24b)
 /* layer_types: 18 full + 18 sliding, head_dim 64 (not 2880/64 = 45), no dtype.
  * full: 18 x 2 x 8 x 64 x 2 = 36,864 = 36 KiB per token;
  * sliding: 18 x 128 tokens x (2 x 8 x 64 x 2 = 2 KiB) = 4,718,592 = 4.5 MiB */
-Test(kvcalc, gpt_oss_120b)
+Test(kvcalc_sizes, gpt_oss_120b)
 {
     check(&(struct expect){"gpt-oss-120b.json", "bf16", KVT_LAYER_FULL, 18, 8, 64, 36 * KIB,
                            18, 128, 4608 * KIB, .n_groups = 2});
@@ -160,7 +160,7 @@ Test(kvcalc, gpt_oss_120b)
 }
 
 /* 12 full x 2 x 8 x 64 x 2 = 24 KiB; 12 sliding x 128 x 2 KiB = 3 MiB */
-Test(kvcalc, gpt_oss_20b)
+Test(kvcalc_sizes, gpt_oss_20b)
 {
     check(&(struct expect){"gpt-oss-20b.json", "bf16", KVT_LAYER_FULL, 12, 8, 64, 24 * KIB,
                            12, 128, 3 * MIB, .n_groups = 2});
@@ -171,7 +171,7 @@ Test(kvcalc, gpt_oss_20b)
  * state per layer (no ssm dtype: bf16): conv (4-1) x (2x16x128 + 32x128 = 8192)
  * x 2 = 49,152; recurrent 32 x 128 x 128 x 2 = 1,048,576; x 36 layers
  * = 39,518,208 = 37.69 MiB */
-Test(kvcalc, qwen3_next_80b)
+Test(kvcalc_sizes, qwen3_next_80b)
 {
     check(&(struct expect){"qwen3-next-80b-a3b.json", "bf16", KVT_LAYER_FULL, 12, 2, 256,
                            24 * KIB, .state_name = "gated_deltanet", .state_layers = 36,
@@ -182,7 +182,7 @@ Test(kvcalc, qwen3_next_80b)
  * full: 16 x 2 x 4 x 256 x 2 = 65,536 = 64 KiB.
  * state: conv 3 x (2x16x128 + 48x128 = 10,240) x 2 = 61,440; recurrent
  * 48 x 128 x 128 x 4 = 3,145,728; x 48 = 153,944,064 = 146.81 MiB */
-Test(kvcalc, qwen3_5_27b)
+Test(kvcalc_sizes, qwen3_5_27b)
 {
     check(&(struct expect){"qwen3.5-27b.json", "bf16", KVT_LAYER_FULL, 16, 4, 256, 64 * KIB,
                            .state_name = "gated_deltanet", .state_layers = 48,
@@ -191,7 +191,7 @@ Test(kvcalc, qwen3_5_27b)
 
 /* 10 x 2 x 2 x 256 x 2 = 20 KiB. state: conv 3 x 8192 x 2 = 49,152;
  * recurrent 32 x 128 x 128 x 4 = 2,097,152; x 30 = 64,389,120 = 61.41 MiB */
-Test(kvcalc, qwen3_6_35b)
+Test(kvcalc_sizes, qwen3_6_35b)
 {
     check(&(struct expect){"qwen3.6-35b-a3b.json", "bf16", KVT_LAYER_FULL, 10, 2, 256,
                            20 * KIB, .state_name = "gated_deltanet", .state_layers = 30,
@@ -201,7 +201,7 @@ Test(kvcalc, qwen3_6_35b)
 /* 23 x 2 x 4 x 256 x 2 = 94,208 = 92 KiB. state: conv 3 x (4096 + 128 x 128
  * = 20,480) x 2 = 122,880; recurrent 128 x 128 x 128 x 4 = 8,388,608;
  * x 69 = 587,292,672 = 560.09 MiB */
-Test(kvcalc, qwen3_8_2_4t)
+Test(kvcalc_sizes, qwen3_8_2_4t)
 {
     check(&(struct expect){"qwen3.8-2.4t-a95b.json", "bf16", KVT_LAYER_FULL, 23, 4, 256,
                            92 * KIB, .state_name = "gated_deltanet", .state_layers = 69,
@@ -210,7 +210,7 @@ Test(kvcalc, qwen3_8_2_4t)
 
 /* MLA: 61 x (512 + 64) x 2 = 70,272 = 68.625 KiB; num_key_value_heads 128 is
  * a red herring (61 x 2 x 128 x 128 x 2 would be 3.8 MiB) */
-Test(kvcalc, deepseek_v3)
+Test(kvcalc_sizes, deepseek_v3)
 {
     check(&(struct expect){"deepseek-v3.json", "bf16", KVT_LAYER_MLA, 61, 1, 576, 70272,
                            .n_groups = 1});
@@ -224,7 +224,7 @@ Test(kvcalc, deepseek_v3)
  * 13): they were sized 128 x the KV dtype (61 x 256 = 15,616 in BF16), so
  * a tier block never matched vLLM's indexer cache and every offload was
  * refused. The indexer does not follow the KV dtype. */
-Test(kvcalc, deepseek_v3_2)
+Test(kvcalc_sizes, deepseek_v3_2)
 {
     check(&(struct expect){"deepseek-v3.2.json", "bf16", KVT_LAYER_MLA, 61, 1, 576, 78324,
                            .n_groups = 2});
@@ -248,7 +248,7 @@ Test(kvcalc, deepseek_v3_2)
  * 10 full + 52 sliding. full: 10 x 2 x 16 x 128 x 2 = 81,920 = 80 KiB;
  * sliding: 52 x 1024 x 8 KiB = 436,207,616 = 416 MiB. All 62 as full would
  * be 496 KiB. */
-Test(kvcalc, gemma_3_27b)
+Test(kvcalc_sizes, gemma_3_27b)
 {
     check(&(struct expect){"gemma-3-27b-it.json", "bf16", KVT_LAYER_FULL, 10, 16, 128,
                            80 * KIB, 52, 1024, 416 * MIB, .n_groups = 2});
@@ -257,7 +257,7 @@ Test(kvcalc, gemma_3_27b)
 /* Global layers: num_global_key_value_heads 2, global_head_dim 512:
  * 5 x 2 x 2 x 512 x 2 = 20,480 = 20 KiB. Sliding: 8 heads x 256:
  * 25 x 1024 x (2 x 8 x 256 x 2 = 8 KiB) = 200 MiB */
-Test(kvcalc, gemma_4_26b)
+Test(kvcalc_sizes, gemma_4_26b)
 {
     check(&(struct expect){"gemma-4-26b-a4b.json", "bf16", KVT_LAYER_FULL, 5, 2, 512, 20 * KIB,
                            25, 1024, 200 * MIB, .n_groups = 2});
@@ -272,7 +272,7 @@ Test(kvcalc, gemma_4_26b)
  * attn: 10 x 2 x 8 x 128 x 2 = 40,960 = 40 KiB. Mamba2 (bf16, no ssm dtype):
  * d_inner 256 x 64 = 16,384; conv 3 x (16,384 + 2 x 8 x 256) x 2 = 122,880;
  * ssm 256 x 64 x 256 x 2 = 8,388,608; x 54 = 459,620,352 = 438.33 MiB */
-Test(kvcalc, nemotron_h_56b)
+Test(kvcalc_sizes, nemotron_h_56b)
 {
     check(&(struct expect){"nemotron-h-56b.json", "bf16", KVT_LAYER_FULL, 10, 8, 128, 40 * KIB,
                            .state_name = "mamba2", .state_layers = 54,
@@ -282,7 +282,7 @@ Test(kvcalc, nemotron_h_56b)
 /* Pattern: 23 M, 6 *, 23 E. attn: 6 x 2 x 2 x 128 x 2 = 6,144 = 6 KiB.
  * Mamba2, fp32 ssm: conv 3 x (64 x 64 + 2 x 8 x 128 = 6,144) x 2 = 36,864;
  * ssm 64 x 64 x 128 x 4 = 2,097,152; x 23 = 49,082,368 = 46.81 MiB */
-Test(kvcalc, nemotron_3_nano_30b)
+Test(kvcalc_sizes, nemotron_3_nano_30b)
 {
     check(&(struct expect){"nemotron-3-nano-30b-a3b.json", "bf16", KVT_LAYER_FULL, 6, 2, 128,
                            6 * KIB, .state_name = "mamba2", .state_layers = 23,
@@ -292,7 +292,7 @@ Test(kvcalc, nemotron_3_nano_30b)
 /* attn_layer_period 8, offset 4: layers 4, 12, 20, 28. attn: 4 x 2 x 8 x 128
  * x 2 = 16 KiB. Mamba1: d_inner 2 x 4096 = 8192; conv 3 x 8192 x 2 = 49,152;
  * ssm 8192 x 16 x 2 = 262,144; x 28 = 8,716,288 = 8.31 MiB */
-Test(kvcalc, jamba_v0_1)
+Test(kvcalc_sizes, jamba_v0_1)
 {
     check(&(struct expect){"jamba-v0.1.json", "bf16", KVT_LAYER_FULL, 4, 8, 128, 16 * KIB,
                            .state_name = "mamba1", .state_layers = 28, .state_bytes = 8716288,
@@ -301,7 +301,7 @@ Test(kvcalc, jamba_v0_1)
 
 /* MHA (no num_key_value_heads: 40), float16: 40 x 2 x 40 x 128 x 2 = 819,200
  * = 800 KiB; x 2048 = 1,677,721,600 B = 1.5625 GiB */
-Test(kvcalc, opt_13b)
+Test(kvcalc_sizes, opt_13b)
 {
     check(&(struct expect){"opt-13b.json", "fp16", KVT_LAYER_FULL, 40, 40, 128, 800 * KIB,
                            .n_groups = 1});
@@ -311,7 +311,7 @@ Test(kvcalc, opt_13b)
 }
 
 /* 36 x 2 x 8 x 128 x 2 = 147,456 = 144 KiB (sliding_window null) */
-Test(kvcalc, qwen3_8b)
+Test(kvcalc_sizes, qwen3_8b)
 {
     check(&(struct expect){"qwen3-8b.json", "bf16", KVT_LAYER_FULL, 36, 8, 128, 144 * KIB,
                            .n_groups = 1});
@@ -319,7 +319,7 @@ Test(kvcalc, qwen3_8b)
 
 /* sliding_window 131072 with use_sliding_window false: all full.
  * 28 x 2 x 4 x (3584/28 = 128) x 2 = 57,344 = 56 KiB */
-Test(kvcalc, qwen2_5_7b)
+Test(kvcalc_sizes, qwen2_5_7b)
 {
     check(&(struct expect){"qwen2.5-7b.json", "bf16", KVT_LAYER_FULL, 28, 4, 128, 56 * KIB,
                            .n_groups = 1});
@@ -329,7 +329,7 @@ Test(kvcalc, qwen2_5_7b)
 }
 
 /* 32 x 2 x 8 x 128 x 2 = 128 KiB (sliding_window null) */
-Test(kvcalc, mixtral_8x7b)
+Test(kvcalc_sizes, mixtral_8x7b)
 {
     check(&(struct expect){"mixtral-8x7b.json", "bf16", KVT_LAYER_FULL, 32, 8, 128, 128 * KIB,
                            .n_groups = 1});
@@ -338,7 +338,7 @@ Test(kvcalc, mixtral_8x7b)
 /* ---- dtypes, sequences, blocks ------------------------------------------------ */
 
 /* FP8 halves bytes/token and the sliding figure; the state does not move. */
-Test(kvcalc, dtype_changes_kv_not_state)
+Test(kvcalc_sizes, dtype_changes_kv_not_state)
 {
     struct kvt_model_desc m = load("gpt-oss-120b.json");
     struct kvt_model_desc q = load("qwen3-next-80b-a3b.json");
@@ -357,7 +357,7 @@ Test(kvcalc, dtype_changes_kv_not_state)
 }
 
 /* A sequence shorter than the window holds only its own tokens there. */
-Test(kvcalc, seq_bytes_bounds_sliding_by_length)
+Test(kvcalc_sizes, seq_bytes_bounds_sliding_by_length)
 {
     struct kvt_model_desc m = load("gpt-oss-120b.json");
 
@@ -369,7 +369,7 @@ Test(kvcalc, seq_bytes_bounds_sliding_by_length)
 }
 
 /* Tier blocks: layer-major K then V, every layer with per-token K/V. */
-Test(kvcalc, block_bytes_and_tensor_parallel)
+Test(kvcalc_sizes, block_bytes_and_tensor_parallel)
 {
     struct kvt_model_desc l = load("llama-3.1-8b.json");
     struct kvt_model_desc d = load("deepseek-v3.json");
@@ -394,7 +394,7 @@ Test(kvcalc, block_bytes_and_tensor_parallel)
 }
 
 /* The namespace descriptor tierd gets comes from the same numbers. */
-Test(kvcalc, fill_ns_from_model)
+Test(kvcalc_sizes, fill_ns_from_model)
 {
     struct kvt_model_desc m = load("llama-3.1-8b.json");
     kvt_model ns = {.model_id = "meta-llama/Llama-3.1-8B", .layout = "vllm-flash",
@@ -418,7 +418,7 @@ Test(kvcalc, fill_ns_from_model)
 /* ---- layer-mix forms not in the folder -------------------------------------- */
 
 /* Mistral-7B-v0.1 style: a window and no pattern: every layer slides. */
-Test(kvcalc, window_without_pattern_slides_everywhere)
+Test(kvcalc_sizes, window_without_pattern_slides_everywhere)
 {
     struct kvt_model_desc m;
     char err[256];
@@ -434,7 +434,7 @@ Test(kvcalc, window_without_pattern_slides_everywhere)
 }
 
 /* Qwen2 with the window on: layers from max_window_layers slide. */
-Test(kvcalc, qwen2_max_window_layers)
+Test(kvcalc_sizes, qwen2_max_window_layers)
 {
     struct kvt_model_desc m;
     char err[256];
@@ -449,7 +449,7 @@ Test(kvcalc, qwen2_max_window_layers)
 
 /* An explicit sliding_window_pattern, text_config winning over the top level,
  * and an integral real accepted. */
-Test(kvcalc, explicit_pattern_and_text_config)
+Test(kvcalc_sizes, explicit_pattern_and_text_config)
 {
     struct kvt_model_desc m;
     char err[256];
@@ -469,7 +469,7 @@ Test(kvcalc, explicit_pattern_and_text_config)
 /* Where the attention layers fall, on counts where the offset matters:
  * 10 layers, period 4, offset 3 -> layers 3, 7 (offset 0 would give 0, 4, 8);
  * full_attention_interval 4 -> full at i % 4 == 3: layers 3, 7 as well. */
-Test(kvcalc, period_offset_and_interval_positions)
+Test(kvcalc_sizes, period_offset_and_interval_positions)
 {
     struct kvt_model_desc m;
     char err[256];
@@ -495,7 +495,7 @@ Test(kvcalc, period_offset_and_interval_positions)
 }
 
 /* Infinity / NaN outside strings are read; inside strings they stay text. */
-Test(kvcalc, infinity_and_nan_tokens)
+Test(kvcalc_sizes, infinity_and_nan_tokens)
 {
     struct kvt_model_desc m;
     char err[256];
@@ -561,7 +561,7 @@ static const struct {
     {"{\"num_hidden_layers\": 32} trailing", "line 1"},
 };
 
-Test(kvcalc, bad_configs_name_the_problem)
+Test(kvcalc_sizes, bad_configs_name_the_problem)
 {
     for (size_t i = 0; i < sizeof(bad_cfgs) / sizeof(bad_cfgs[0]); i++) {
         struct kvt_model_desc m;
@@ -576,7 +576,7 @@ Test(kvcalc, bad_configs_name_the_problem)
 }
 
 /* A short buffer truncates the message; a NULL buffer with 0 is allowed. */
-Test(kvcalc, error_buffer_edges)
+Test(kvcalc_sizes, error_buffer_edges)
 {
     struct kvt_model_desc m;
     char err[8];
@@ -589,7 +589,7 @@ Test(kvcalc, error_buffer_edges)
 
 /* Every prefix of a real config is refused cleanly (never a crash or a read
  * past the end); only the whole file parses. */
-Test(kvcalc, every_truncation_of_a_config_fails_cleanly)
+Test(kvcalc_sizes, every_truncation_of_a_config_fails_cleanly)
 {
     char path[512], err[256];
     FILE *f = fopen(cfg_path("nemotron-h-56b.json", path, sizeof(path)), "rb");
@@ -657,7 +657,7 @@ static long long jget(json_t *o, const char *a, const char *b)
     return json_is_integer(v) ? json_integer_value(v) : (long long)json_real_value(v);
 }
 
-Test(kvcalc, tool_table_llama)
+Test(kvcalc_sizes, tool_table_llama)
 {
     char path[512];
     struct run r;
@@ -672,7 +672,7 @@ Test(kvcalc, tool_table_llama)
 }
 
 /* gpt-oss-120b with every capacity option, as JSON. */
-Test(kvcalc, tool_json_capacity)
+Test(kvcalc_sizes, tool_json_capacity)
 {
     char path[512];
     struct run r;
@@ -702,7 +702,7 @@ Test(kvcalc, tool_json_capacity)
 }
 
 /* --dtype fp8 through the tool: Llama at 64 KiB per token. */
-Test(kvcalc, tool_dtype_fp8)
+Test(kvcalc_sizes, tool_dtype_fp8)
 {
     char path[512];
     struct run r;
@@ -728,7 +728,7 @@ static void expect_bad(const char *text, const char *needle)
     cr_assert_eq(r.out[0], '\0', "nothing on stdout for a bad config: %s", r.out);
 }
 
-Test(kvcalc, tool_bad_configs)
+Test(kvcalc_sizes, tool_bad_configs)
 {
     expect_bad("{\"num_attention_heads\": 32, \"hidden_size\": 4096}", "num_hidden_layers");
     expect_bad("{\"num_hidden_layers\": 32,\n\"num_attention_heads\": 3", "line 2");
@@ -737,7 +737,7 @@ Test(kvcalc, tool_bad_configs)
                "\"num_key_value_heads\": -8}", "num_key_value_heads");
 }
 
-Test(kvcalc, tool_usage_errors)
+Test(kvcalc_sizes, tool_usage_errors)
 {
     char path[512];
     struct run r;

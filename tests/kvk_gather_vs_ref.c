@@ -335,33 +335,33 @@ static void run_kind(enum kind k)
         }
 }
 
-Test(kvk, vllm_flash_layout)
+Test(kvk_gather_vs_ref, vllm_flash_layout)
 {
     run_kind(VLLM);
 }
 
-Test(kvk, flashinfer_layout)
+Test(kvk_gather_vs_ref, flashinfer_layout)
 {
     run_kind(FLASHINFER);
 }
 
-Test(kvk, hnd_layout)
+Test(kvk_gather_vs_ref, hnd_layout)
 {
     run_kind(HND);
 }
 
-Test(kvk, mla_layout)
+Test(kvk_gather_vs_ref, mla_layout)
 {
     run_kind(MLA);
 }
 
 /* dim not innermost: the plan copies one element at a time */
-Test(kvk, transposed_layout_element_copies)
+Test(kvk_gather_vs_ref, transposed_layout_element_copies)
 {
     run_kind(TRANSPOSED);
 }
 
-Test(kvk, n1024_blocks)
+Test(kvk_gather_vs_ref, n1024_blocks)
 {
     struct shape s = { .kind = VLLM, .layers = 2, .eb = 2, .bt = 4, .heads = 2, .hd = 64,
                        .nb = 1100 };
@@ -372,7 +372,7 @@ Test(kvk, n1024_blocks)
 }
 
 /* every base and the tier blocks offset by elem_bytes from malloc's alignment */
-Test(kvk, unaligned_bases)
+Test(kvk_gather_vs_ref, unaligned_bases)
 {
     static const uint32_t ebs[] = { 1, 2, 4 };
 
@@ -387,7 +387,7 @@ Test(kvk, unaligned_bases)
 }
 
 /* the tier format does not depend on the engine layout */
-Test(kvk, gather_one_layout_scatter_another)
+Test(kvk_gather_vs_ref, gather_one_layout_scatter_another)
 {
     static const enum kind pairs[][2] = {
         { FLASHINFER, VLLM }, { HND, FLASHINFER }, { VLLM, HND }, { TRANSPOSED, VLLM },
@@ -401,7 +401,7 @@ Test(kvk, gather_one_layout_scatter_another)
     }
 }
 
-Test(kvk, block_bytes)
+Test(kvk_gather_vs_ref, block_bytes)
 {
     /* Llama-3-8B in vLLM: 32 layers, 16 tokens, 8 KV heads of 128, BF16 */
     struct shape s = { .kind = VLLM, .layers = 32, .eb = 2, .bt = 16, .heads = 8, .hd = 128,
@@ -422,7 +422,7 @@ Test(kvk, block_bytes)
     cr_assert_eq(kvk_block_bytes(&l), 61u * 64 * 576);
 }
 
-Test(kvk, zero_blocks_is_a_no_op)
+Test(kvk_gather_vs_ref, zero_blocks_is_a_no_op)
 {
     struct shape s = { .kind = VLLM, .layers = 1, .eb = 2, .bt = 4, .heads = 1, .hd = 64,
                        .nb = 2, .one_base = true };
@@ -523,7 +523,7 @@ static const char *bad_edit(struct kvk_layout *l, int i)
     }
 }
 
-Test(kvk, bad_layouts_write_nothing)
+Test(kvk_gather_vs_ref, bad_layouts_write_nothing)
 {
     struct bad_rig r;
     const int64_t ids[2] = { 1, 6 };
@@ -540,7 +540,7 @@ Test(kvk, bad_layouts_write_nothing)
     rig_fini(&r);
 }
 
-Test(kvk, bad_ids_and_pointers_write_nothing)
+Test(kvk_gather_vs_ref, bad_ids_and_pointers_write_nothing)
 {
     struct bad_rig r;
     const int64_t too_big[2] = { 1, 8 }, negative[2] = { -1, 2 }, huge[2] = { 0, INT64_MAX };
@@ -580,7 +580,7 @@ Test(kvk, bad_ids_and_pointers_write_nothing)
  * The plan of such a cache must not depend on it, and the block must still
  * go both ways.
  */
-Test(kvk, one_block_cache_with_any_block_stride)
+Test(kvk_gather_vs_ref, one_block_cache_with_any_block_stride)
 {
     struct shape s = { .kind = VLLM, .layers = 2, .eb = 4, .bt = 4, .heads = 2, .hd = 8,
                        .nb = 1 };
@@ -617,7 +617,7 @@ Test(kvk, one_block_cache_with_any_block_stride)
  * only reads them twice). kvk_check_scatter_ids finds a repeat in a batch
  * above its stack copy too.
  */
-Test(kvk, scatter_refuses_repeated_ids)
+Test(kvk_gather_vs_ref, scatter_refuses_repeated_ids)
 {
     struct bad_rig r;
     const int64_t twice[2] = { 3, 3 };

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kvt_common.h"
 #include "t.h"
 
 /* One run of kvreplay: exit status and everything it printed. */
@@ -32,16 +33,12 @@ static char tmp[64]; /* this test's folder */
 
 static void tmp_make(void)
 {
-    snprintf(tmp, sizeof(tmp), "/tmp/kvr-test-XXXXXX");
-    cr_assert_not_null(mkdtemp(tmp), "mkdtemp: %s", strerror(errno));
+    t_tmpdir("kvr-test", tmp, sizeof(tmp));
 }
 
 static void tmp_remove(void)
 {
-    char cmd[128];
-
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-    if (tmp[0] && system(cmd) != 0)
+    if (tmp[0] && cmn_rmtree(tmp) != 0)
         fprintf(stderr, "kvreplay_trace: could not remove %s\n", tmp);
 }
 

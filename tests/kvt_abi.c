@@ -53,9 +53,9 @@ static char *off_the_line(const char *nm_cmd)
 /* The two checks above on made-up input: a MINOR's node (KVTIER_1.N) is of
  * the line, no node or another line's is not; a declared name with capitals
  * is a name. */
-Test(abi, the_checks_take_every_node_of_the_line_and_names_with_capitals)
+Test(kvt_abi, the_checks_take_every_node_of_the_line_and_names_with_capitals)
 {
-    char dir[] = "/tmp/kvt-abi-XXXXXX", cmd[2 * PATH_MAX], inc[PATH_MAX + 8];
+    char dir[256], cmd[2 * PATH_MAX], inc[PATH_MAX + 8];
     char *out;
 
     out = off_the_line("printf '%s\\n' '1000 T kvt_a@@KVTIER_1' '1010 T kvt_b@@KVTIER_1.1' "
@@ -65,7 +65,7 @@ Test(abi, the_checks_take_every_node_of_the_line_and_names_with_capitals)
     cr_expect_str_eq(out, "kvt_d\nkvt_e@@KVTIER_2\nkvt_f@@KVTIER_10\nkvt_g@KVTIER_1\n"
                      "kvt_h@@KVTIER_1.\n", "exports off the line " NODE_LINE ":\n%s", out);
     free(out);
-    cr_assert_not_null(mkdtemp(dir));
+    t_tmpdir("kvt-abi", dir, sizeof(dir));
     snprintf(cmd, sizeof(cmd),
              "cd '%s' && printf 'int kvt_lower(int a);\\nvoid kvt_Mixed_Case(void);\\n"
              "const char *KVT_UPPER(const char *s);\\n' >kvtier.h && : >kv_layout.h", dir);
@@ -78,15 +78,15 @@ Test(abi, the_checks_take_every_node_of_the_line_and_names_with_capitals)
     free(out);
 }
 
-Test(abi, exports_are_exactly_the_functions_the_headers_declare)
+Test(kvt_abi, exports_are_exactly_the_functions_the_headers_declare)
 {
     const char *src = getenv("KVT_TEST_SRC");
-    char cmd[4 * PATH_MAX], lib[PATH_MAX], inc[2 * PATH_MAX + 32], dir[] = "/tmp/kvt-abi-XXXXXX";
+    char cmd[4 * PATH_MAX], lib[PATH_MAX], inc[2 * PATH_MAX + 32], dir[256];
     char *undeclared, *unexported;
     int n;
 
     t_bin("libkvtier.so.0", lib, sizeof(lib));
-    cr_assert_not_null(mkdtemp(dir));
+    t_tmpdir("kvt-abi", dir, sizeof(dir));
     /* decl: every function the two headers declare, as the compiler sees them;
      * exp: every function the library exports */
     snprintf(inc, sizeof(inc), "-I'%s/client' -I'%s/kernels'", src ? src : ".", src ? src : ".");
@@ -110,7 +110,7 @@ Test(abi, exports_are_exactly_the_functions_the_headers_declare)
     free(undeclared);
 }
 
-Test(abi, every_export_has_a_node_of_the_line_and_the_soname_is_the_major)
+Test(kvt_abi, every_export_has_a_node_of_the_line_and_the_soname_is_the_major)
 {
     char cmd[2 * PATH_MAX], lib[PATH_MAX], ar[PATH_MAX], real[PATH_MAX];
     char *out;
@@ -139,7 +139,7 @@ Test(abi, every_export_has_a_node_of_the_line_and_the_soname_is_the_major)
     free(out);
 }
 
-Test(abi, the_debian_symbols_file_names_every_export)
+Test(kvt_abi, the_debian_symbols_file_names_every_export)
 {
     const char *src = getenv("KVT_TEST_SRC");
     char cmd[3 * PATH_MAX], lib[PATH_MAX];

@@ -371,7 +371,7 @@ static void check_vs_python(struct hcase *cases, size_t n_cases)
         case_free(&cases[i]);
 }
 
-Test(hash, vs_python_random)
+Test(kvt_hash_vs_python, vs_python_random)
 {
     static const uint32_t blocks[] = {1, 16, 32, 256};
     enum { PER_BLOCK = 60 };
@@ -414,7 +414,7 @@ static void edge_mm(struct hcase *c)
 /* Fixed cases for the encoder's corners: every integer width in one block,
  * strings needing 2- and 4-byte lengths, blocks larger than the encoder's
  * stack buffer, and multimodal items on and around block boundaries. */
-Test(hash, vs_python_edges)
+Test(kvt_hash_vs_python, vs_python_edges)
 {
     static const uint32_t edge[16] = {0,     1,     23,    24,    25,         254,        255, 256,
                                       257, 65534, 65535, 65536, 65537, 0xfffffffe, UINT32_MAX, 100};
@@ -474,7 +474,7 @@ Test(hash, vs_python_edges)
 
 /* Regression vector, computed once with tests/hash_ref.py:
  * seed "0", block 16, tokens 0..31, no extras. */
-Test(hash, fixed_vector)
+Test(kvt_hash_vs_python, fixed_vector)
 {
     static const char *const want[2] = {
         "d830de3d42c00f25a2949b5d12d98642664a44872c1614c5b0147556276afc9c",
@@ -519,7 +519,7 @@ static void demo_case(struct hcase *c, size_t n, uint32_t block)
 
 /* The salt sits in block 0 only, yet through the chain it must change every
  * key; the same salt must give the same keys. */
-Test(hash, salt_changes_every_key)
+Test(kvt_hash_vs_python, salt_changes_every_key)
 {
     enum { BT = 16, NB = 40 };
     struct hcase c;
@@ -545,7 +545,7 @@ Test(hash, salt_changes_every_key)
 
 /* n = k * block + r hashes k blocks, equal to the first k keys of the longer
  * prompt, and writes nothing past them. */
-Test(hash, partial_tail_gets_no_key)
+Test(kvt_hash_vs_python, partial_tail_gets_no_key)
 {
     static const uint32_t blocks[] = {1, 16, 32, 256};
 
@@ -573,7 +573,7 @@ Test(hash, partial_tail_gets_no_key)
 
 /* Hashing a prompt in pieces (parent + start_token) gives the keys of
  * hashing it whole, for every split point and block by block. */
-Test(hash, chain_continues_with_parent)
+Test(kvt_hash_vs_python, chain_continues_with_parent)
 {
     enum { BT = 16, NB = 12 };
     struct hcase c;
@@ -614,7 +614,7 @@ Test(hash, chain_continues_with_parent)
     case_free(&c);
 }
 
-Test(hash, bad_options_einval)
+Test(kvt_hash_vs_python, bad_options_einval)
 {
     uint32_t tok[32] = {0};
     kvt_key keys[2], parent = {{0}};
@@ -660,7 +660,7 @@ Test(hash, bad_options_einval)
     cr_assert_eq(kvt_hash_prompt(&o, tok, 32, keys), 2);
 }
 
-Test(hash, key_hex)
+Test(kvt_hash_vs_python, key_hex)
 {
     kvt_key k;
     char hex[HEX_LEN + 1];

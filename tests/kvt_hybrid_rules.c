@@ -27,7 +27,7 @@
  * 128 / 16 = 8 blocks. Naive: 36 layers x 2048 blocks.
  *   stored = (2048 x 18 + 8 x 18) x 16 x 2 KiB; naive = 2048 x 36 x 16 x 2 KiB.
  */
-Test(hybrid, gpt_oss_keeps_the_window_of_its_sliding_layers)
+Test(kvt_hybrid_rules, gpt_oss_keeps_the_window_of_its_sliding_layers)
 {
     struct kvt_model_desc d = t_model_desc("gpt-oss-120b.json");
     kvt_hybrid_opts o = { .block_tokens = BS };
@@ -53,7 +53,7 @@ Test(hybrid, gpt_oss_keeps_the_window_of_its_sliding_layers)
  * per layer and token. 1024 / 16 = 64 window blocks.
  *   stored / naive = (2048 x 10 + 64 x 52) / (2048 x 62) = 23808 / 126976.
  */
-Test(hybrid, gemma3_stores_far_less_than_naive)
+Test(kvt_hybrid_rules, gemma3_stores_far_less_than_naive)
 {
     struct kvt_model_desc d = t_model_desc("gemma-3-27b-it.json");
     kvt_hybrid_opts o = { .block_tokens = BS };
@@ -68,7 +68,7 @@ Test(hybrid, gemma3_stores_far_less_than_naive)
  * token) and 36 gated-delta-net layers with a fixed state. States every
  * 256 blocks of a 2048-block prefix: 8 of them (the last block is one).
  */
-Test(hybrid, qwen3_next_stores_states_every_kth_block)
+Test(kvt_hybrid_rules, qwen3_next_stores_states_every_kth_block)
 {
     struct kvt_model_desc d = t_model_desc("qwen3-next-80b-a3b.json");
     const struct kvt_layer_group *st = kvt_model_group(&d, KVT_LAYER_STATE);
@@ -87,7 +87,7 @@ Test(hybrid, qwen3_next_stores_states_every_kth_block)
 }
 
 /* deepseek-v3: MLA on every layer: nothing to save, nothing wasted. */
-Test(hybrid, deepseek_mla_is_stored_as_is)
+Test(kvt_hybrid_rules, deepseek_mla_is_stored_as_is)
 {
     struct kvt_model_desc d = t_model_desc("deepseek-v3.json");
     kvt_hybrid_opts o = { .block_tokens = BS };
@@ -233,7 +233,7 @@ static unsigned held(struct world *w, uint32_t g)
     return mask;
 }
 
-Test(hybrid, each_group_keeps_what_its_rule_says)
+Test(kvt_hybrid_rules, each_group_keeps_what_its_rule_says)
 {
     struct world w;
 
@@ -252,7 +252,7 @@ Test(hybrid, each_group_keeps_what_its_rule_says)
     world_close(&w);
 }
 
-Test(hybrid, lookups_stop_where_any_group_has_a_hole)
+Test(kvt_hybrid_rules, lookups_stop_where_any_group_has_a_hole)
 {
     struct world w;
 
@@ -276,7 +276,7 @@ Test(hybrid, lookups_stop_where_any_group_has_a_hole)
     world_close(&w);
 }
 
-Test(hybrid, restore_moves_only_what_the_prefix_needs_in_each_shape)
+Test(kvt_hybrid_rules, restore_moves_only_what_the_prefix_needs_in_each_shape)
 {
     struct world w;
     struct cache full2, slide2;
@@ -325,7 +325,7 @@ Test(hybrid, restore_moves_only_what_the_prefix_needs_in_each_shape)
  * BF16, indexer keys [61, blocks, 16, 132] uint8. Two blocks go out and
  * come back into other engine blocks, byte for byte.
  */
-Test(hybrid, deepseek_v3_2_indexer_offloads_as_vllm_stores_it)
+Test(kvt_hybrid_rules, deepseek_v3_2_indexer_offloads_as_vllm_stores_it)
 {
     enum { NBLK = 4, L = 61 };
     struct kvt_model_desc d = t_model_desc("deepseek-v3.2.json");
@@ -389,7 +389,7 @@ Test(hybrid, deepseek_v3_2_indexer_offloads_as_vllm_stores_it)
  * first's blocks, and its restore scattered the first group's bytes into
  * its layers. Each group keeps its own bytes now.
  */
-Test(hybrid, two_groups_of_one_kind_keep_their_own_bytes)
+Test(kvt_hybrid_rules, two_groups_of_one_kind_keep_their_own_bytes)
 {
     struct kvt_model_desc d = handmade();
     kvt_model m = { .model_id = "test/two-sliding", .layout = "vllm-flash", .tp_size = 1 };
@@ -452,7 +452,7 @@ Test(hybrid, two_groups_of_one_kind_keep_their_own_bytes)
  * states its buffers' size; another than the group's is KVT_EBLOCKSIZE,
  * checked before any group moves a byte.
  */
-Test(hybrid, state_buffers_of_another_size_are_refused)
+Test(kvt_hybrid_rules, state_buffers_of_another_size_are_refused)
 {
     struct world w;
     struct cache full2, slide2;

@@ -43,7 +43,7 @@ static bool shared(kvt_client *c, const kvt_model *a, const kvt_model *b, uint64
  * shared blocks. Each is its own dtype now, through the model description
  * into the namespace; "fp8" is E4M3, as vLLM defines it.
  */
-Test(ns_identity, each_fp8_format_is_its_own_namespace)
+Test(kvt_ns_identity, each_fp8_format_is_its_own_namespace)
 {
     static const char *const names[][2] = {
         { "fp8", "fp8_e4m3" },          { "float8_e4m3fn", "fp8_e4m3" },
@@ -91,7 +91,7 @@ Test(ns_identity, each_fp8_format_is_its_own_namespace)
  * bytes that mean different values. Both are in the namespace now; a plain
  * descriptor is what it was (its layout as given).
  */
-Test(ns_identity, pipeline_stages_and_variants_are_namespaces)
+Test(kvt_ns_identity, pipeline_stages_and_variants_are_namespaces)
 {
     static const char scales_a[] = "k_scale=0.5,v_scale=0.25", scales_b[] = "k_scale=0.5";
     kvt_model base = t_model(BLK), st0 = base, st1 = base, st0_again = base, pp1 = base;
@@ -143,7 +143,7 @@ Test(ns_identity, pipeline_stages_and_variants_are_namespaces)
 
 /* A '#' in the caller's layout is always digested, so no plain layout can
  * pose as another descriptor's digest form; a long layout keeps its start. */
-Test(ns_identity, layouts_that_look_like_digests_stay_apart)
+Test(kvt_ns_identity, layouts_that_look_like_digests_stay_apart)
 {
     kvt_model a = t_model(BLK), b = t_model(BLK), st = t_model(BLK);
     char fake[sizeof(((kvt_ns_info *)0)->layout)];

@@ -19,45 +19,19 @@ enum { LAYERS = 4, BS = 16, H = 2, D = 64, NB = 128, ELEM = 2 };
 #define PAGE_ELEMS ((size_t)BS * H * D)
 #define TIER_BLOCK ((uint64_t)LAYERS * 2 * BS * H * D * ELEM)
 
-struct cache {
-    void *layer[LAYERS];
-    struct kvk_layout l;
-};
-
 /* vLLM flash-attn per layer: [2, num_blocks, block_size, kv_heads, head_dim] */
-static void cache_init(struct cache *c, bool fill)
+static void cache_init(struct t_cache *c, bool fill)
 {
-    for (int i = 0; i < LAYERS; i++) {
-        c->layer[i] = calloc(1, LAYER_BYTES);
-        cr_assert_not_null(c->layer[i]);
-        if (fill)
-            t_fill(c->layer[i], LAYER_BYTES, 100 + (uint64_t)i);
-    }
-    c->l = (struct kvk_layout){
-        .n_layers = LAYERS, .layer_base = c->layer, .elem_bytes = ELEM, .block_tokens = BS,
-        .kv_heads = H, .head_dim = D, .n_kv = 2, .num_blocks = NB,
-        .stride_kv = (int64_t)NB * PAGE_ELEMS, .stride_block = (int64_t)PAGE_ELEMS,
-        .stride_token = H * D, .stride_head = D, .stride_dim = 1,
-    };
+    t_cache_init(c, LAYERS, NB, BS, H, D, ELEM, fill ? 100 : 0);
 }
 
-static void cache_free(struct cache *c)
-{
-    for (int i = 0; i < LAYERS; i++)
-        free(c->layer[i]);
-}
-
-static const uint8_t *page(const struct cache *c, int layer, int kv, int64_t block)
-{
-    return (const uint8_t *)c->layer[layer] + ((size_t)kv * NB + (size_t)block) * PAGE_ELEMS * ELEM;
-}
 
 static kvt_ns *ns_for(kvt_client *c)
 {
     return t_ns(c, TIER_BLOCK);
 }
 
-Test(offload, another_process_restores_the_same_pages)
+Test(kvt_offload_e2e, another_process_restores_the_same_pages)
 {
     struct t_tierd d;
     kvt_key keys[64];
@@ -72,7 +46,7 @@ Test(offload, another_process_restores_the_same_pages)
     t_tierd_start(&d, NULL);
     a = fork();
     if (a == 0) {
-        struct cache c;
+        struct t_cache c;
         kvt_client *cl;
 
         cache_init(&c, true);
@@ -82,7 +56,7 @@ Test(offload, another_process_restores_the_same_pages)
     }
     cr_assert_eq(t_wait(a), 0, "the offloading process failed");
     {
-        struct cache src, dst;
+        struct t_cache src, dst;
         kvt_client *cl = t_connect(&d);
         kvt_ns *ns = ns_for(cl);
 
@@ -92,25 +66,26 @@ Test(offload, another_process_restores_the_same_pages)
         for (int i = 0; i < 64; i++)
             for (int l = 0; l < LAYERS; l++)
                 for (int kv = 0; kv < 2; kv++)
-                    cr_assert_eq(memcmp(page(&dst, l, kv, dst_ids[i]),
-                                        page(&src, l, kv, src_ids[i]), PAGE_ELEMS * ELEM), 0,
+                    cr_assert_eq(memcmp(t_cache_page(&dst, l, kv, dst_ids[i]),
+                                        t_cache_page(&src, l, kv, src_ids[i]),
+                                        PAGE_ELEMS * ELEM), 0,
                                  "block %d layer %d %s: wrong bytes", i, l, kv ? "V" : "K");
         /* nothing else was written: block 0..63 of the new cache stay zero */
         for (int l = 0; l < LAYERS; l++)
             for (size_t b = 0; b < (size_t)64 * PAGE_ELEMS * ELEM; b++)
                 if (((const uint8_t *)dst.layer[l])[b])
                     cr_assert_fail("layer %d: byte %zu of an untouched block written", l, b);
-        cache_free(&src);
-        cache_free(&dst);
+        t_cache_free(&src);
+        t_cache_free(&dst);
         kvt_close(cl);
     }
     t_tierd_stop(&d);
 }
 
-Test(offload, descriptors_that_do_not_fit_change_nothing)
+Test(kvt_offload_e2e, descriptors_that_do_not_fit_change_nothing)
 {
     struct t_tierd d;
-    struct cache c;
+    struct t_cache c;
     kvt_client *cl;
     kvt_ns *ns;
     kvt_key keys[4];
@@ -141,7 +116,7 @@ Test(offload, descriptors_that_do_not_fit_change_nothing)
     cr_assert_eq(st.reserved, 0);
     cr_assert_eq(st.tier[KVT_TIER_WARM].blocks, 0);
     cr_assert_eq(kvt_offload(ns, NULL, keys, 4, &c.l, ids, NULL), 4, "the fixed call works");
-    cache_free(&c);
+    t_cache_free(&c);
     kvt_close(cl);
     t_tierd_stop(&d);
 }
@@ -151,10 +126,10 @@ Test(offload, descriptors_that_do_not_fit_change_nothing)
  * tier blocks into one engine block (on the GPU, in parallel: a mix of
  * both). It is refused before anything is leased or written.
  */
-Test(offload, restore_into_a_repeated_block_id_is_refused)
+Test(kvt_offload_e2e, restore_into_a_repeated_block_id_is_refused)
 {
     struct t_tierd d;
-    struct cache src, dst;
+    struct t_cache src, dst;
     kvt_client *cl;
     kvt_ns *ns;
     kvt_key keys[3];
@@ -175,8 +150,8 @@ Test(offload, restore_into_a_repeated_block_id_is_refused)
                 cr_assert_fail("layer %d: byte %zu written by a refused restore", l, b);
     cr_assert_eq(kvt_stats_get(cl, &st), 0);
     cr_assert_eq(st.leases_active, 0, "a refused restore holds no lease");
-    cache_free(&src);
-    cache_free(&dst);
+    t_cache_free(&src);
+    t_cache_free(&dst);
     kvt_close(cl);
     t_tierd_stop(&d);
 }

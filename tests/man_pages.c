@@ -60,22 +60,22 @@ static void check_page(const char *prog, const char *page)
     free(warn);
 }
 
-Test(man, tierd_8_names_the_options_of_tierd_help)
+Test(man_pages, tierd_8_names_the_options_of_tierd_help)
 {
     check_page("tierd", "tierd.8");
 }
 
-Test(man, tierctl_1_names_the_options_of_tierctl_help)
+Test(man_pages, tierctl_1_names_the_options_of_tierctl_help)
 {
     check_page("tierctl", "tierctl.1");
 }
 
-Test(man, kvcalc_1_names_the_options_of_kvcalc_help)
+Test(man_pages, kvcalc_1_names_the_options_of_kvcalc_help)
 {
     check_page("kvcalc", "kvcalc.1");
 }
 
-Test(man, kvreplay_1_names_the_options_of_kvreplay_help)
+Test(man_pages, kvreplay_1_names_the_options_of_kvreplay_help)
 {
     check_page("kvreplay", "kvreplay.1");
 }

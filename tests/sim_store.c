@@ -46,17 +46,17 @@ static void run_seeds(uint64_t first, int n, bool faults)
 }
 
 /* Three runs of two seeds each, so that -j2 runs them side by side. */
-Test(sim, seeds_1_2, .timeout = 600)
+Test(sim_store, seeds_1_2, .timeout = 600)
 {
     run_seeds(1, 2, false);
 }
 
-Test(sim, seeds_3_4_with_disk_faults, .timeout = 600)
+Test(sim_store, seeds_3_4_with_disk_faults, .timeout = 600)
 {
     run_seeds(3, 2, true);
 }
 
-Test(sim, seeds_5_6, .timeout = 600)
+Test(sim_store, seeds_5_6, .timeout = 600)
 {
     run_seeds(5, 2, false);
 }

@@ -23,6 +23,7 @@
 #include "tier_nvme.h"
 #include <unistd.h>
 
+#include "kvt_common.h"
 #include "t.h"
 
 const char *t_bin(const char *name, char *buf, size_t cap)
@@ -67,12 +68,26 @@ static char *slurp_tmp(int fd)
 
 static int tmp_stream(void)
 {
-    char path[] = "/tmp/kvt-run-XXXXXX";
-    int fd = mkstemp(path);
+    char path[512];
+    int fd = cmn_tmpfile("kvt-run", path, sizeof(path));
 
-    cr_assert_geq(fd, 0, "mkstemp: %s", strerror(errno));
+    cr_assert_geq(fd, 0, "a temp file for a captured stream: %s", strerror(-fd));
     unlink(path);
     return fd;
+}
+
+void t_tmpdir(const char *tag, char *buf, size_t cap)
+{
+    int rc = cmn_tmpdir(tag, buf, cap);
+
+    cr_assert_eq(rc, 0, "a temp folder %s-XXXXXX: %s", tag, strerror(-rc));
+}
+
+void t_rmtree(const char *path)
+{
+    int rc = cmn_rmtree(path);
+
+    cr_assert_eq(rc, 0, "removing %s: %s", path, strerror(-rc));
 }
 
 int t_sh(const char *cmd, char **out)
@@ -182,8 +197,7 @@ void t_tierd_start(struct t_tierd *d, const char *const *args)
         snprintf(d->sock, sizeof(d->sock), "%s", attach);
         return;
     }
-    snprintf(d->dir, sizeof(d->dir), "/tmp/kvt-test-XXXXXX");
-    cr_assert_not_null(mkdtemp(d->dir), "mkdtemp: %s", strerror(errno));
+    t_tmpdir("kvt-test", d->dir, sizeof(d->dir));
     start_in(d, args);
 }
 
@@ -203,70 +217,64 @@ int t_tierd_kill(struct t_tierd *d, int sig)
     return st;
 }
 
+/* cmn_tierd_wait's test of readiness: a client gets through HELLO. */
+static int hello(const char *sock, void *arg)
+{
+    kvt_client *c;
+
+    (void)arg;
+    if (kvt_connect(sock, &c) != 0)
+        return -1;
+    kvt_close(c);
+    return 0;
+}
+
 static void start_in(struct t_tierd *d, const char *const *args)
 {
     char bin[512], data[300], supp[600];
     const char *argv[32];
+    int rc, st = 0, secs = getenv("KVT_TEST_VALGRIND") ? 60 : 30;
 
     snprintf(d->sock, sizeof(d->sock), "%s/tierd.sock", d->dir);
     snprintf(data, sizeof(data), "%s/data", d->dir);
     tierd_argv(argv, bin, sizeof(bin), supp, sizeof(supp), d->sock, data, args);
     snprintf(d->log, sizeof(d->log), "%s/tierd.log", d->dir);
-    d->pid = fork();
-    cr_assert(d->pid >= 0, "fork: %s", strerror(errno));
-    if (d->pid == 0) {
-        int log = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-
-        /* a test that dies or times out must not leave its daemon behind */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (!getenv("KVT_TEST_VERBOSE") && log >= 0)
-            dup2(log, 2);
-        execv(argv[0], (char *const *)argv);
-        /* here only if exec failed */
-        _exit(127);
+    /* dies with the test (a test that dies or times out leaves no daemon);
+     * ready within 30 s (60 s under valgrind): a loaded machine, shared
+     * with other builds, can take more than 10 s to start one */
+    d->pid = cmn_spawn(argv, getenv("KVT_TEST_VERBOSE") ? NULL : d->log, 0);
+    cr_assert(d->pid > 0, "spawning %s: %s", argv[0], strerror(-d->pid));
+    rc = cmn_tierd_wait(d->pid, d->sock, hello, NULL, (unsigned)secs * 1000, &st);
+    if (rc == -ECHILD) {
+        d->pid = 0;
+        cr_assert_fail("tierd (%s) exited at start with status %d", argv[0], st);
     }
-    /* ready when a client gets through HELLO; bounded at 10 s (60 s under
-     * valgrind) */
-    for (int i = 0; i < (getenv("KVT_TEST_VALGRIND") ? 6000 : 1000); i++) {
-        kvt_client *c;
-        int st;
-
-        if (kvt_connect(d->sock, &c) == 0) {
-            kvt_close(c);
-            return;
-        }
-        if (waitpid(d->pid, &st, WNOHANG) == d->pid)
-            cr_assert_fail("tierd (%s) exited at start with status %d", argv[0],
-                           WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
-        usleep(10000);
+    if (rc < 0) {
+        kill(d->pid, SIGKILL);
+        t_wait(d->pid);
+        d->pid = 0;
+        cr_assert_fail("tierd did not accept connections within %d s", secs);
     }
-    kill(d->pid, SIGKILL);
-    cr_assert_fail("tierd did not accept connections within 10 s");
 }
 
 int t_wait(pid_t pid)
 {
-    int st;
+    int st = cmn_wait(pid);
 
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR)
-            return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return st < 0 ? -1 : st;
 }
 
 void t_tierd_stop(struct t_tierd *d)
 {
-    char cmd[400];
-    int st;
+    int st, rc;
 
     if (d->pid <= 0)
         return;
     kill(d->pid, SIGTERM);
     st = t_wait(d->pid);
     d->pid = 0;
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "t: could not remove %s\n", d->dir);
+    if ((rc = cmn_rmtree(d->dir)) < 0)
+        fprintf(stderr, "t: could not remove %s: %s\n", d->dir, strerror(-rc));
     cr_assert_eq(st, 0, "tierd exit status: expected 0 (clean stop), got %d", st);
 }
 
@@ -352,6 +360,111 @@ long t_check(const void *buf, size_t len, uint64_t seed)
     return -1;
 }
 
+void t_cache_init(struct t_cache *c, uint32_t layers, uint32_t nb, uint32_t bs, uint32_t h,
+                  uint32_t d, uint32_t elem, uint64_t seed)
+{
+    size_t page_elems = (size_t)bs * h * d;
+
+    cr_assert_leq(layers, T_CACHE_LAYERS_MAX);
+    memset(c, 0, sizeof(*c));
+    c->page_bytes = page_elems * elem;
+    c->layer_bytes = 2 * (size_t)nb * c->page_bytes;
+    for (uint32_t i = 0; i < layers; i++) {
+        c->layer[i] = calloc(1, c->layer_bytes);
+        cr_assert_not_null(c->layer[i]);
+        if (seed)
+            t_fill(c->layer[i], c->layer_bytes, seed + i);
+    }
+    c->l = (struct kvk_layout){
+        .n_layers = layers, .layer_base = c->layer, .elem_bytes = elem, .block_tokens = bs,
+        .kv_heads = h, .head_dim = d, .n_kv = 2, .num_blocks = nb,
+        .stride_kv = (int64_t)nb * (int64_t)page_elems, .stride_block = (int64_t)page_elems,
+        .stride_token = (int64_t)h * d, .stride_head = d, .stride_dim = 1,
+    };
+}
+
+void t_cache_free(struct t_cache *c)
+{
+    for (int i = 0; i < T_CACHE_LAYERS_MAX; i++)
+        free(c->layer[i]);
+    memset(c, 0, sizeof(*c));
+}
+
+const uint8_t *t_cache_page(const struct t_cache *c, int layer, int kv, int64_t block)
+{
+    return (const uint8_t *)c->layer[layer] +
+           ((size_t)kv * c->l.num_blocks + (size_t)block) * c->page_bytes;
+}
+
+void *t_abuf(size_t len)
+{
+    void *p = NULL;
+
+    cr_assert_eq(posix_memalign(&p, 4096, len), 0);
+    memset(p, 0xa5, len);
+    return p;
+}
+
+void t_io_done(void *ctx, int64_t res)
+{
+    struct t_io *io = ctx;
+
+    io->calls++;
+    io->res = res;
+}
+
+int t_put_chain(kvt_ns *ns, const kvt_key *k, size_t n, size_t blk, uint64_t seed0,
+                unsigned flags)
+{
+    void *slots[KVT_BATCH_MAX];
+    int rc;
+
+    cr_assert_leq(n, KVT_BATCH_MAX);
+    rc = kvt_put_reserve(ns, NULL, k, n, slots);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < n; i++)
+        if (slots[i])
+            t_fill(slots[i], blk, seed0 + i);
+    return kvt_put_commit_flags(ns, k, n, flags);
+}
+
+int t_get_chain(kvt_ns *ns, const kvt_key *k, size_t n, size_t blk, uint64_t seed0,
+                void *const *bufs)
+{
+    int hits;
+
+    for (size_t i = 0; i < n; i++)
+        memset(bufs[i], 0x5a, blk);
+    hits = kvt_get(ns, k, n, bufs);
+    for (int i = 0; i < hits; i++) {
+        long bad = t_check(bufs[i], blk, seed0 + (uint64_t)i);
+
+        cr_assert_eq(bad, -1, "block %d of %zu: wrong byte at %ld", i, n, bad);
+    }
+    return hits;
+}
+
+int t_put_seeded(kvt_ns *ns, uint64_t key_seed, size_t n, size_t blk, uint64_t seed0,
+                 unsigned flags)
+{
+    kvt_key k[KVT_BATCH_MAX];
+
+    cr_assert_leq(n, KVT_BATCH_MAX);
+    t_keys(k, n, key_seed);
+    return t_put_chain(ns, k, n, blk, seed0, flags);
+}
+
+int t_get_seeded(kvt_ns *ns, uint64_t key_seed, size_t n, size_t blk, uint64_t seed0,
+                 void *const *bufs)
+{
+    kvt_key k[KVT_BATCH_MAX];
+
+    cr_assert_leq(n, KVT_BATCH_MAX);
+    t_keys(k, n, key_seed);
+    return t_get_chain(ns, k, n, blk, seed0, bufs);
+}
+
 void t_store_settle(struct tier *t, struct tier_cold *c, struct tier_hot *h)
 {
     struct tier_nvme *io = tier_cold_io(c);
@@ -369,14 +482,11 @@ void t_store_settle(struct tier *t, struct tier_cold *c, struct tier_hot *h)
 
 void t_store_close(struct tier *t, struct tier_cold *c, struct tier_hot *h, const char *dir)
 {
-    char cmd[160];
-
     t_store_settle(t, c, h);
     tier_hot_close(h);
     tier_cold_close(c);
     tier_destroy(t);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
+    t_rmtree(dir);
 }
 
 struct kvt_model_desc t_model_desc(const char *name)
@@ -400,12 +510,10 @@ const char *const t_config_two =
 
 const char *t_config(const char *text)
 {
-    static char path[64];
-    int fd;
+    static char path[512];
+    int fd = cmn_tmpfile("kvt-tenants", path, sizeof(path));
 
-    snprintf(path, sizeof(path), "/tmp/kvt-tenants-XXXXXX");
-    fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
+    cr_assert_geq(fd, 0, "a temp file for a config: %s", strerror(-fd));
     cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
     close(fd);
     chmod(path, 0644);

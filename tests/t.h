@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "kv_layout.h"
 #include "kvtier.h"
 
 struct t_tierd {
@@ -70,6 +71,38 @@ kvt_model t_model(uint64_t block_bytes);
 /* Open a test namespace of block_bytes blocks. */
 kvt_ns *t_ns(kvt_client *c, uint64_t block_bytes);
 
+/* A chain of n blocks (n <= KVT_BATCH_MAX) of blk bytes under keys k,
+ * block i's payload t_fill'ed from seed0 + i. t_put_chain reserves, fills
+ * the slots it got and commits with flags (KVT_COMMIT_*): the commit's
+ * return, or the reservation's error. t_get_chain gets into bufs (n buffers
+ * of blk bytes, poisoned first) and checks every byte of every block
+ * served, failing the test on a wrong one: the hits, or kvt_get's error. */
+int t_put_chain(kvt_ns *ns, const kvt_key *k, size_t n, size_t blk, uint64_t seed0,
+                unsigned flags);
+int t_get_chain(kvt_ns *ns, const kvt_key *k, size_t n, size_t blk, uint64_t seed0,
+                void *const *bufs);
+/* The same under the keys t_keys(key_seed) makes. */
+int t_put_seeded(kvt_ns *ns, uint64_t key_seed, size_t n, size_t blk, uint64_t seed0,
+                 unsigned flags);
+int t_get_seeded(kvt_ns *ns, uint64_t key_seed, size_t n, size_t blk, uint64_t seed0,
+                 void *const *bufs);
+
+/* An engine's paged cache in host memory, vLLM's flash-attention layout:
+ * per layer [2 (K, V), nb blocks, bs tokens, h heads, d dims] of elem-byte
+ * elements, each layer malloc'd; l describes it (kv_layout.h). */
+#define T_CACHE_LAYERS_MAX 8
+struct t_cache {
+    void *layer[T_CACHE_LAYERS_MAX];
+    struct kvk_layout l;
+    size_t layer_bytes, page_bytes; /* one layer; one (kv, block) page of a layer */
+};
+/* Allocate it, layer i filled from seed + i (t_fill), or zeroed for seed 0. */
+void t_cache_init(struct t_cache *c, uint32_t layers, uint32_t nb, uint32_t bs, uint32_t h,
+                  uint32_t d, uint32_t elem, uint64_t seed);
+void t_cache_free(struct t_cache *c);
+/* The page of (layer, kv, block): page_bytes bytes. */
+const uint8_t *t_cache_page(const struct t_cache *c, int layer, int kv, int64_t block);
+
 /* n distinct keys from a seed (keys of different seeds differ). */
 void t_keys(kvt_key *k, size_t n, uint64_t seed);
 /* Fill / check a payload derived from (seed, len). t_check returns the
@@ -92,8 +125,27 @@ void t_store_settle(struct tier *t, struct tier_cold *c, struct tier_hot *h);
  * the disk, then the store), after settling it, and remove its folder. */
 void t_store_close(struct tier *t, struct tier_cold *c, struct tier_hot *h, const char *dir);
 
+/* len bytes aligned for O_DIRECT (4096), filled with 0xa5 (never zeros a
+ * test could mistake for data); free() them. */
+void *t_abuf(size_t len);
+
+/* One tier_nvme request's outcome, as t_io_done (its completion callback,
+ * ctx: the struct t_io) records it. */
+struct t_io {
+    int calls;   /* times the callback ran: must end at exactly 1 */
+    int64_t res; /* what it got */
+};
+void t_io_done(void *ctx, int64_t res);
+
 /* Wait for a child and return its exit status (or 128+signal). */
 int t_wait(pid_t pid);
+
+/* A fresh temp folder <$TMPDIR or /tmp>/<tag>-XXXXXX into buf[cap]; fails
+ * the test when none can be made. */
+void t_tmpdir(const char *tag, char *buf, size_t cap);
+/* Remove path and all below it (cmn_rmtree, no shell); fails the test on
+ * an error. */
+void t_rmtree(const char *path);
 
 /* Two tenants of 8 MiB of warm each: alice (root, which runs the tests,
  * and uid T_ALICE) and bob (T_BOB); T_STRANGER is in neither. */

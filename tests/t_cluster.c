@@ -17,16 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvt_common.h"
 #include "t.h"
 #include "t_cluster.h"
-
-static uint64_t ms_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static bool bindable(int port)
 {
@@ -119,8 +112,7 @@ void t_cluster_start(struct t_cluster *c)
     memset(c, 0, sizeof(*c));
     if (!have("/usr/bin/redis-server") || !have("/usr/bin/redis-cli"))
         cr_skip_test("redis-server / redis-cli not installed (mk/deps.sh test)");
-    snprintf(c->dir, sizeof(c->dir), "/tmp/kvt-redis-XXXXXX");
-    cr_assert_not_null(mkdtemp(c->dir));
+    t_tmpdir("kvt-redis", c->dir, sizeof(c->dir));
     for (int i = 0; i < NODES; i++) {
         c->port[i] = free_port(i ? c->port[i - 1] : 0);
         snprintf(portstr[i], sizeof(portstr[i]), "%d", c->port[i]);
@@ -143,11 +135,11 @@ void t_cluster_start(struct t_cluster *c)
     }
     snprintf(c->seeds, sizeof(c->seeds), "%s,%s", addr[0], addr[1]);
     for (int i = 0; i < NODES; i++) {
-        uint64_t t0 = ms_now();
+        uint64_t t0 = cmn_now_ms();
         redisReply *r;
 
         while (!(r = t_cluster_cmd(c->port[i], "PING"))) {
-            cr_assert_lt(ms_now() - t0, 10000, "redis-server on %d did not start", c->port[i]);
+            cr_assert_lt(cmn_now_ms() - t0, 10000, "redis-server on %d did not start", c->port[i]);
             usleep(20000);
         }
         freeReplyObject(r);
@@ -160,10 +152,10 @@ void t_cluster_start(struct t_cluster *c)
                      "redis-cli --cluster create failed (see %s/cmd.log)", c->dir);
     }
     for (int i = 0; i < NODES; i++) {
-        uint64_t t0 = ms_now();
+        uint64_t t0 = cmn_now_ms();
 
         while (!reply_has(c->port[i], "CLUSTER INFO", "cluster_state:ok")) {
-            cr_assert_lt(ms_now() - t0, 20000, "the cluster did not come up");
+            cr_assert_lt(cmn_now_ms() - t0, 20000, "the cluster did not come up");
             usleep(50000);
         }
     }
@@ -171,16 +163,13 @@ void t_cluster_start(struct t_cluster *c)
 
 void t_cluster_stop(struct t_cluster *c)
 {
-    char rm[128];
-
     for (int i = 0; i < T_CLUSTER_NODES; i++)
         if (c->pid[i] > 0) {
             kill(c->pid[i], SIGKILL);
             t_wait(c->pid[i]);
             c->pid[i] = 0;
         }
-    snprintf(rm, sizeof(rm), "rm -rf '%s'", c->dir);
-    if (c->dir[0] && system(rm) != 0)
+    if (c->dir[0] && cmn_rmtree(c->dir) != 0)
         fprintf(stderr, "t_cluster: could not remove %s\n", c->dir);
 }
 

@@ -26,16 +26,12 @@ struct dir {
 
 static void mkdir_tmp(struct dir *d)
 {
-    snprintf(d->path, sizeof(d->path), "/tmp/kvt-cold-XXXXXX");
-    cr_assert_not_null(mkdtemp(d->path));
+    t_tmpdir("kvt-cold", d->path, sizeof(d->path));
 }
 
 static void rm_tmp(struct dir *d)
 {
-    char cmd[128];
-
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->path);
-    cr_assert_eq(system(cmd), 0);
+    t_rmtree(d->path);
 }
 
 static struct tier_cold *open_cold(const struct dir *d, uint64_t bytes, uint32_t batch)
@@ -127,7 +123,7 @@ static int parent_ok(void *ctx, uint32_t ns, const struct tier_key *key,
     return 0;
 }
 
-Test(tier_cold, roundtrip_batches_and_restart)
+Test(tier_cold_durable, roundtrip_batches_and_restart)
 {
     struct dir d;
     struct tier_cold *c;
@@ -182,7 +178,7 @@ Test(tier_cold, roundtrip_batches_and_restart)
     rm_tmp(&d);
 }
 
-Test(tier_cold, replace_remove_and_full_file)
+Test(tier_cold_durable, replace_remove_and_full_file)
 {
     struct dir d;
     struct tier_cold *c;
@@ -220,7 +216,7 @@ Test(tier_cold, replace_remove_and_full_file)
     rm_tmp(&d);
 }
 
-Test(tier_cold, flipped_bytes_are_a_counted_miss_never_served)
+Test(tier_cold_durable, flipped_bytes_are_a_counted_miss_never_served)
 {
     struct dir d;
     struct tier_cold *c;
@@ -266,7 +262,7 @@ Test(tier_cold, flipped_bytes_are_a_counted_miss_never_served)
     rm_tmp(&d);
 }
 
-Test(tier_cold, namespace_ids_are_stable_across_restarts)
+Test(tier_cold_durable, namespace_ids_are_stable_across_restarts)
 {
     struct dir d;
     struct tier_cold *c;
@@ -346,7 +342,7 @@ static int check_one(void *ctx, uint32_t ns, const struct tier_key *key,
     return 0;
 }
 
-Test(tier_cold, sigkill_keeps_every_acknowledged_block)
+Test(tier_cold_durable, sigkill_keeps_every_acknowledged_block)
 {
     static const int kill_after[] = { 1, 9, 40, 150, 333 };
 

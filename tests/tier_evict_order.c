@@ -75,7 +75,7 @@ static bool is_key(const struct tier_key *k, uint64_t seed, size_t i)
     return memcmp(k, &all[i], sizeof(*k)) == 0;
 }
 
-Test(evict, chain_goes_leaf_first_from_its_end_to_its_root)
+Test(tier_evict_order, chain_goes_leaf_first_from_its_end_to_its_root)
 {
     struct sink s = { .n = 0 };
     struct tier *t = store(&s, 0.5, 0.25);
@@ -99,7 +99,7 @@ Test(evict, chain_goes_leaf_first_from_its_end_to_its_root)
     tier_destroy(t);
 }
 
-Test(evict, shared_root_goes_after_all_its_children)
+Test(tier_evict_order, shared_root_goes_after_all_its_children)
 {
     struct sink s = { .n = 0 };
     struct tier *t = store(&s, 0.5, 0.01);
@@ -114,7 +114,7 @@ Test(evict, shared_root_goes_after_all_its_children)
     tier_destroy(t);
 }
 
-Test(evict, access_moves_a_chain_to_the_hot_end)
+Test(tier_evict_order, access_moves_a_chain_to_the_hot_end)
 {
     struct sink s = { .n = 0 };
     struct tier *t = store(&s, 0.5, 0.25);
@@ -133,7 +133,7 @@ Test(evict, access_moves_a_chain_to_the_hot_end)
     tier_destroy(t);
 }
 
-Test(evict, leased_blocks_are_never_evicted)
+Test(tier_evict_order, leased_blocks_are_never_evicted)
 {
     struct sink s = { .n = 0 };
     struct tier *t = store(&s, 0.99, 0.9);
@@ -184,7 +184,7 @@ Test(evict, leased_blocks_are_never_evicted)
     tier_destroy(t);
 }
 
-Test(evict, reserve_is_all_or_nothing_and_dedups)
+Test(tier_evict_order, reserve_is_all_or_nothing_and_dedups)
 {
     struct sink s = { .n = 0 };
     struct tier *t = store(&s, 0.99, 0.9);
@@ -213,7 +213,7 @@ Test(evict, reserve_is_all_or_nothing_and_dedups)
     tier_destroy(t);
 }
 
-Test(evict, aborted_parent_with_children_leaks_nothing)
+Test(tier_evict_order, aborted_parent_with_children_leaks_nothing)
 {
     struct sink s = { .n = 0 };
     struct tier *t = store(&s, 0.99, 0.9);
@@ -240,7 +240,7 @@ Test(evict, aborted_parent_with_children_leaks_nothing)
     tier_destroy(t);
 }
 
-Test(evict, reclaim_by_ids_drops_only_the_owners_reservations)
+Test(tier_evict_order, reclaim_by_ids_drops_only_the_owners_reservations)
 {
     struct sink s = { .n = 0 };
     struct tier *t = store(&s, 0.99, 0.9);
@@ -265,7 +265,7 @@ Test(evict, reclaim_by_ids_drops_only_the_owners_reservations)
 /* Bug found in review: a reservation of a second block size, with no
  * segment free, evicted nearly the whole pool one LRU block at a time (and
  * could still fail). Now it empties exactly one segment, or evicts nothing. */
-Test(evict, another_block_size_frees_one_segment_not_the_pool)
+Test(tier_evict_order, another_block_size_frees_one_segment_not_the_pool)
 {
     struct tier_cfg cfg = { .warm_bytes = 32 * MIB, .high_wm = 1.0, .low_wm = 1.0 };
     struct tier *t = NULL;

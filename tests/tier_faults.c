@@ -31,19 +31,6 @@
 
 #define SBLK (64u << 10) /* nvme-level test block */
 
-struct io {
-    int calls;   /* times the callback ran: must end at exactly 1 */
-    int64_t res; /* what it got */
-};
-
-static void on_done(void *ctx, int64_t res)
-{
-    struct io *io = ctx;
-
-    io->calls++;
-    io->res = res;
-}
-
 struct logrec {
     int calls;
     char all[4096]; /* every message, one per line (truncated) */
@@ -70,8 +57,7 @@ static void fx_fini(void)
 
 static void fx_dir(void)
 {
-    snprintf(g_dir, sizeof(g_dir), "/tmp/kvt-faults-XXXXXX");
-    cr_assert_not_null(mkdtemp(g_dir), "mkdtemp: %s", strerror(errno));
+    t_tmpdir("kvt-faults", g_dir, sizeof(g_dir));
     snprintf(g_path, sizeof(g_path), "%s/cold.dat", g_dir);
 }
 
@@ -99,15 +85,6 @@ static struct tier_nvme *open_plain(void)
     return n;
 }
 
-static void *abuf(size_t len)
-{
-    void *p = NULL;
-
-    cr_assert_eq(posix_memalign(&p, 4096, len), 0);
-    memset(p, 0xa5, len);
-    return p;
-}
-
 static void drain(struct tier_nvme *n)
 {
     cr_assert_eq(tier_nvme_submit(n), 0);
@@ -120,13 +97,13 @@ static void drain(struct tier_nvme *n)
 
 /* Queue nb reads or writes of SBLK at blocks first.. (in order), drain. */
 static void io_blocks(struct tier_nvme *n, bool wr, int first, int nb, uint8_t **bufs,
-                      struct io *io)
+                      struct t_io *io)
 {
     memset(io, 0, (size_t)nb * sizeof(*io));
     for (int i = 0; i < nb; i++) {
         uint64_t off = (uint64_t)(first + i) * SBLK;
-        int rc = wr ? tier_nvme_write(n, off, bufs[i], SBLK, on_done, &io[i])
-                    : tier_nvme_read(n, off, bufs[i], SBLK, on_done, &io[i]);
+        int rc = wr ? tier_nvme_write(n, off, bufs[i], SBLK, t_io_done, &io[i])
+                    : tier_nvme_read(n, off, bufs[i], SBLK, t_io_done, &io[i]);
 
         cr_assert_eq(rc, 0, "queue %d: %s", i, strerror(-rc));
     }
@@ -137,9 +114,9 @@ static void io_blocks(struct tier_nvme *n, bool wr, int first, int nb, uint8_t *
 
 static int64_t sync_res(struct tier_nvme *n)
 {
-    struct io io = { 0 };
+    struct t_io io = { 0 };
 
-    cr_assert_eq(tier_nvme_sync(n, on_done, &io), 0);
+    cr_assert_eq(tier_nvme_sync(n, t_io_done, &io), 0);
     drain(n);
     cr_assert_eq(io.calls, 1);
     return io.res;
@@ -149,10 +126,10 @@ static int64_t sync_res(struct tier_nvme *n)
 static void seed_blocks(struct tier_nvme *n, int first, int nb, uint64_t seed)
 {
     uint8_t *b[16];
-    struct io io[16];
+    struct t_io io[16];
 
     for (int i = 0; i < nb; i++) {
-        b[i] = abuf(SBLK);
+        b[i] = t_abuf(SBLK);
         t_fill(b[i], SBLK, seed + (uint64_t)i);
     }
     io_blocks(n, true, first, nb, b, io);
@@ -171,7 +148,7 @@ static void fx_init(void)
     cr_log_info("fault injector %s", inj ? "present (KVT_FAULTS)" : "absent (release)");
 }
 
-Test(faults, bad_specs_fail_open_with_einval_and_say_why, .init = fx_init, .fini = fx_fini)
+Test(tier_faults, bad_specs_fail_open_with_einval_and_say_why, .init = fx_init, .fini = fx_fini)
 {
     static const char *const bad[] = {
         "read", "read:", "reed:eio", "read:eio:", "read:eek", "read:eio:every=0",
@@ -242,10 +219,10 @@ Test(faults, bad_specs_fail_open_with_einval_and_say_why, .init = fx_init, .fini
     tier_nvme_close(n);
 }
 
-Test(faults, eio_and_enospc_follow_every_after_and_once, .init = fx_init, .fini = fx_fini)
+Test(tier_faults, eio_and_enospc_follow_every_after_and_once, .init = fx_init, .fini = fx_fini)
 {
     uint8_t *b[12];
-    struct io io[12];
+    struct t_io io[12];
     struct tier_nvme *n;
 
     fx_dir();
@@ -254,7 +231,7 @@ Test(faults, eio_and_enospc_follow_every_after_and_once, .init = fx_init, .fini 
     /* reads: the 3rd, 6th, 9th, 12th fail; their buffers stay untouched */
     cr_assert_eq(tier_nvme_fault_set(n, "read:eio:every=3"), inj ? 0 : -EOPNOTSUPP);
     for (int i = 0; i < 12; i++)
-        b[i] = abuf(SBLK);
+        b[i] = t_abuf(SBLK);
     io_blocks(n, false, 0, 12, b, io);
     for (int i = 0; i < 12; i++) {
         bool fail = inj && (i + 1) % 3 == 0;
@@ -302,11 +279,11 @@ Test(faults, eio_and_enospc_follow_every_after_and_once, .init = fx_init, .fini 
     tier_nvme_close(n);
 }
 
-Test(faults, short_transfers_are_finished_or_fail_without_progress, .init = fx_init,
+Test(tier_faults, short_transfers_are_finished_or_fail_without_progress, .init = fx_init,
      .fini = fx_fini)
 {
-    uint8_t *b[8], *src = abuf(SBLK), *dst = abuf(SBLK);
-    struct io io[8];
+    uint8_t *b[8], *src = t_abuf(SBLK), *dst = t_abuf(SBLK);
+    struct t_io io[8];
     struct tier_nvme *n;
 
     fx_dir();
@@ -314,7 +291,7 @@ Test(faults, short_transfers_are_finished_or_fail_without_progress, .init = fx_i
     /* every 2nd submission short: the remainders go on, callers see nothing */
     tier_nvme_fault_set(n, "write:short:every=2,read:short:every=2");
     for (int i = 0; i < 8; i++) {
-        b[i] = abuf(SBLK);
+        b[i] = t_abuf(SBLK);
         t_fill(b[i], SBLK, 300 + (uint64_t)i);
     }
     io_blocks(n, true, 0, 8, b, io);
@@ -362,20 +339,20 @@ Test(faults, short_transfers_are_finished_or_fail_without_progress, .init = fx_i
 /* The outcome of 200 reads of one page under spec, as a bit pattern. */
 static void pattern(struct tier_nvme *n, const char *spec, uint8_t *out)
 {
-    uint8_t *b = abuf(4096);
-    struct io io = { 0 };
+    uint8_t *b = t_abuf(4096);
+    struct t_io io = { 0 };
 
     tier_nvme_fault_set(n, spec);
     for (int i = 0; i < 200; i++) {
-        io = (struct io){ 0 };
-        cr_assert_eq(tier_nvme_read(n, 0, b, 4096, on_done, &io), 0);
+        io = (struct t_io){ 0 };
+        cr_assert_eq(tier_nvme_read(n, 0, b, 4096, t_io_done, &io), 0);
         drain(n);
         out[i] = io.res < 0;
     }
     free(b);
 }
 
-Test(faults, a_probability_replays_with_its_seed, .init = fx_init, .fini = fx_fini)
+Test(tier_faults, a_probability_replays_with_its_seed, .init = fx_init, .fini = fx_fini)
 {
     uint8_t a[200], b[200], c[200];
     struct tier_nvme *n;
@@ -438,8 +415,7 @@ static void rig_open(struct rig *r, const char *spec)
     int rc;
 
     memset(r, 0, sizeof(*r));
-    snprintf(r->dir, sizeof(r->dir), "/tmp/kvt-faults-XXXXXX");
-    cr_assert_not_null(mkdtemp(r->dir));
+    t_tmpdir("kvt-faults", r->dir, sizeof(r->dir));
     setenv(TIER_NVME_FAULTS_ENV, spec, 1);
     rc = tier_cold_open(&cc, &r->cold);
     cr_assert_eq(rc, 0, "cold open with %s=%s: %s", TIER_NVME_FAULTS_ENV, spec, strerror(-rc));
@@ -450,12 +426,9 @@ static void rig_open(struct rig *r, const char *spec)
 
 static void rig_close(struct rig *r)
 {
-    char cmd[128];
-
     tier_cold_close(r->cold); /* every callback lands while the store lives */
     tier_destroy(r->t);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", r->dir);
-    cr_assert_eq(system(cmd), 0);
+    t_rmtree(r->dir);
 }
 
 static void check(struct rig *r)
@@ -563,7 +536,7 @@ static void stats(struct rig *r, struct tier_stats *st, struct tier_cold_stats *
     tier_cold_stats_get(r->cold, cs);
 }
 
-Test(faults, failed_cold_reads_are_misses_never_wrong_bytes, .init = fx_init)
+Test(tier_faults, failed_cold_reads_are_misses_never_wrong_bytes, .init = fx_init)
 {
     struct tier_stats st;
     struct tier_cold_stats cs;
@@ -600,7 +573,7 @@ Test(faults, failed_cold_reads_are_misses_never_wrong_bytes, .init = fx_init)
     rig_close(&r);
 }
 
-Test(faults, short_transfers_are_invisible_to_the_store, .init = fx_init)
+Test(tier_faults, short_transfers_are_invisible_to_the_store, .init = fx_init)
 {
     struct tier_stats st;
     struct tier_cold_stats cs;
@@ -619,7 +592,7 @@ Test(faults, short_transfers_are_invisible_to_the_store, .init = fx_init)
     rig_close(&r);
 }
 
-Test(faults, reads_that_stay_short_are_misses, .init = fx_init)
+Test(tier_faults, reads_that_stay_short_are_misses, .init = fx_init)
 {
     struct tier_stats st;
     struct tier_cold_stats cs;
@@ -654,7 +627,7 @@ Test(faults, reads_that_stay_short_are_misses, .init = fx_init)
     rig_close(&r);
 }
 
-Test(faults, failed_writes_keep_blocks_in_warm_or_drop_them_counted, .init = fx_init)
+Test(tier_faults, failed_writes_keep_blocks_in_warm_or_drop_them_counted, .init = fx_init)
 {
     struct tier_stats st;
     struct tier_cold_stats cs;
@@ -697,7 +670,7 @@ Test(faults, failed_writes_keep_blocks_in_warm_or_drop_them_counted, .init = fx_
  * disk that failed every write kept tierd at 100% CPU (16,000 failed writes
  * a second). The mover now drops such a block (counted) as it does one the
  * disk refuses outright. */
-Test(faults, a_disk_that_fails_every_write_costs_blocks_not_a_spinning_mover, .init = fx_init)
+Test(tier_faults, a_disk_that_fails_every_write_costs_blocks_not_a_spinning_mover, .init = fx_init)
 {
     struct tier_stats st;
     struct tier_cold_stats cs;
@@ -753,7 +726,7 @@ static int commit_durable(struct rig *r, int c, int nb, int *failed)
     return rc;
 }
 
-Test(faults, a_failed_write_fails_its_durable_commit_and_the_block_stays, .init = fx_init)
+Test(tier_faults, a_failed_write_fails_its_durable_commit_and_the_block_stays, .init = fx_init)
 {
     struct tier_story story;
     struct tier_key k[4];
@@ -783,12 +756,12 @@ static void on_cold(void *ctx, int rc)
     *(int *)ctx = rc;
 }
 
-Test(faults, a_failed_sync_fails_its_batch_and_the_tier_stays_read_only, .init = fx_init)
+Test(tier_faults, a_failed_sync_fails_its_batch_and_the_tier_stays_read_only, .init = fx_init)
 {
     struct tier_cold_stats cs;
     struct tier_stats st;
     struct tier_key k[4];
-    uint8_t *b = abuf(BLK);
+    uint8_t *b = t_abuf(BLK);
     struct rig r;
     int failed, rc, res;
 
@@ -839,7 +812,7 @@ Test(faults, a_failed_sync_fails_its_batch_and_the_tier_stays_read_only, .init =
 
 /* Random puts and gets under random faults of every kind, tier_check after
  * each step, every served byte checked. The seed is fixed and printed. */
-Test(faults, random_faults_never_serve_wrong_bytes, .init = fx_init)
+Test(tier_faults, random_faults_never_serve_wrong_bytes, .init = fx_init)
 {
     const uint64_t seed = 20261201;
     uint64_t s = seed;
@@ -883,43 +856,23 @@ static uint8_t dbuf[CHAIN][DBLK];
 
 static int d_put_chain(kvt_ns *ns, int c, unsigned flags)
 {
-    kvt_key k[CHAIN];
-    void *slots[CHAIN];
-    int rc;
-
-    t_keys(k, CHAIN, 9100 + (uint64_t)c);
-    rc = kvt_put_reserve(ns, NULL, k, CHAIN, slots);
-    if (rc < 0)
-        return rc;
-    for (int i = 0; i < CHAIN; i++)
-        if (slots[i])
-            t_fill(slots[i], DBLK, seed_of(c, i));
-    return kvt_put_commit_flags(ns, k, CHAIN, flags);
+    return t_put_seeded(ns, 9100 + (uint64_t)c, CHAIN, DBLK, seed_of(c, 0), flags);
 }
 
 /* Get chain c; every byte of every block served is checked. */
 static int d_get_chain(kvt_ns *ns, int c)
 {
-    kvt_key k[CHAIN];
     void *dst[CHAIN];
     int hits;
 
-    t_keys(k, CHAIN, 9100 + (uint64_t)c);
-    for (int i = 0; i < CHAIN; i++) {
+    for (int i = 0; i < CHAIN; i++)
         dst[i] = dbuf[i];
-        memset(dbuf[i], 0x5a, DBLK);
-    }
-    hits = kvt_get(ns, k, CHAIN, dst);
-    cr_assert_geq(hits, 0, "get: %s", kvt_strerror(hits));
-    for (int i = 0; i < hits; i++) {
-        long bad = t_check(dbuf[i], DBLK, seed_of(c, i));
-
-        cr_assert_eq(bad, -1, "chain %d block %d: wrong byte at %ld", c, i, bad);
-    }
+    hits = t_get_seeded(ns, 9100 + (uint64_t)c, CHAIN, DBLK, seed_of(c, 0), dst);
+    cr_assert_geq(hits, 0, "get of chain %d: %s", c, kvt_strerror(hits));
     return hits;
 }
 
-Test(faults, tierd_turns_read_faults_into_misses_and_keeps_serving, .init = fx_init)
+Test(tier_faults, tierd_turns_read_faults_into_misses_and_keeps_serving, .init = fx_init)
 {
     struct t_tierd d;
     kvt_client *c;
@@ -961,7 +914,7 @@ Test(faults, tierd_turns_read_faults_into_misses_and_keeps_serving, .init = fx_i
     t_tierd_stop(&d);
 }
 
-Test(faults, tierd_answers_durable_puts_with_eio_after_a_failed_sync, .init = fx_init)
+Test(tier_faults, tierd_answers_durable_puts_with_eio_after_a_failed_sync, .init = fx_init)
 {
     struct t_tierd d;
     kvt_client *c;
@@ -990,7 +943,7 @@ Test(faults, tierd_answers_durable_puts_with_eio_after_a_failed_sync, .init = fx
     t_tierd_stop(&d); /* a clean stop although its flush to disk fails */
 }
 
-Test(faults, tierd_refuses_to_start_with_a_bad_spec, .init = fx_init)
+Test(tier_faults, tierd_refuses_to_start_with_a_bad_spec, .init = fx_init)
 {
     char bin[512], sock[400], data[400], errf[400], log[4096] = "";
     struct t_tierd d;
@@ -1011,8 +964,7 @@ Test(faults, tierd_refuses_to_start_with_a_bad_spec, .init = fx_init)
         t_tierd_stop(&d);
         return;
     }
-    snprintf(d.dir, sizeof(d.dir), "/tmp/kvt-faults-XXXXXX");
-    cr_assert_not_null(mkdtemp(d.dir));
+    t_tmpdir("kvt-faults", d.dir, sizeof(d.dir));
     snprintf(sock, sizeof(sock), "%s/s", d.dir);
     snprintf(data, sizeof(data), "%s/data", d.dir);
     snprintf(errf, sizeof(errf), "%s/stderr", d.dir);
@@ -1031,8 +983,7 @@ Test(faults, tierd_refuses_to_start_with_a_bad_spec, .init = fx_init)
     cr_assert_not_null(f);
     log[fread(log, 1, sizeof(log) - 1, f)] = '\0';
     fclose(f);
-    snprintf(bin, sizeof(bin), "rm -rf '%s'", d.dir);
-    cr_assert_eq(system(bin), 0);
+    t_rmtree(d.dir);
     cr_assert_eq(st, 71, "tierd with a bad %s: exit %d, expected 71 (EX_OSERR)",
                  TIER_NVME_FAULTS_ENV, st);
     cr_assert_not_null(strstr(log, "unknown kind 'sometimes'"), "stderr: %s", log);

@@ -41,7 +41,7 @@ static void done(void *ctx, int rc)
     (*n)++;
 }
 
-Test(tier_hot, copies_round_trip_through_the_device)
+Test(tier_hot_copy, copies_round_trip_through_the_device)
 {
     struct tier_hot_cfg cfg = { .kind = wanted(), .bytes = 64u << 20 };
     struct tier_hot *h = NULL;
@@ -81,7 +81,7 @@ Test(tier_hot, copies_round_trip_through_the_device)
     free(dst);
 }
 
-Test(tier_hot, ranges_outside_the_pool_are_refused)
+Test(tier_hot_copy, ranges_outside_the_pool_are_refused)
 {
     struct tier_hot_cfg cfg = { .kind = wanted(), .bytes = 3u << 20 };
     struct tier_hot *h = NULL;
@@ -97,7 +97,7 @@ Test(tier_hot, ranges_outside_the_pool_are_refused)
     tier_hot_close(h);
 }
 
-Test(tier_hot, without_a_gpu_auto_emulates_and_says_so)
+Test(tier_hot_copy, without_a_gpu_auto_emulates_and_says_so)
 {
     struct tier_hot_cfg cfg = { .kind = TIER_HOT_AUTO, .bytes = 2u << 20, .log = count_log };
     struct tier_hot *h = NULL;

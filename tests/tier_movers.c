@@ -53,8 +53,7 @@ static void rig_open(struct rig *r, bool fresh, bool write_through)
     int rc;
 
     if (fresh) {
-        snprintf(r->dir, sizeof(r->dir), "/tmp/kvt-movers-XXXXXX");
-        cr_assert_not_null(mkdtemp(r->dir));
+        t_tmpdir("kvt-movers", r->dir, sizeof(r->dir));
     }
     rc = tier_cold_open(&cc, &r->cold);
     cr_assert_eq(rc, 0, "cold open: %s", strerror(-rc));
@@ -80,10 +79,7 @@ static void rig_close(struct rig *r, bool flush)
 
 static void rig_rm(struct rig *r)
 {
-    char cmd[128];
-
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", r->dir);
-    cr_assert_eq(system(cmd), 0);
+    t_rmtree(r->dir);
 }
 
 static void check(struct rig *r)
@@ -159,7 +155,7 @@ static int get_chain(struct rig *r, const struct tier_key *k, int c)
     return want;
 }
 
-Test(movers, blocks_beyond_warm_are_demoted_and_come_back)
+Test(tier_movers, blocks_beyond_warm_are_demoted_and_come_back)
 {
     struct rig r;
     struct tier_key k[N];
@@ -184,7 +180,7 @@ Test(movers, blocks_beyond_warm_are_demoted_and_come_back)
     rig_rm(&r);
 }
 
-Test(movers, restart_serves_everything_from_cold)
+Test(tier_movers, restart_serves_everything_from_cold)
 {
     struct rig r;
     struct tier_key k[N];
@@ -207,7 +203,7 @@ Test(movers, restart_serves_everything_from_cold)
     rig_rm(&r);
 }
 
-Test(movers, purge_removes_a_namespace_from_every_tier_and_the_disk)
+Test(tier_movers, purge_removes_a_namespace_from_every_tier_and_the_disk)
 {
     struct rig r;
     struct tier_key k[N], other[10];
@@ -251,7 +247,7 @@ Test(movers, purge_removes_a_namespace_from_every_tier_and_the_disk)
     rig_rm(&r);
 }
 
-Test(movers, a_flush_makes_warm_durable_without_evicting_it)
+Test(tier_movers, a_flush_makes_warm_durable_without_evicting_it)
 {
     struct rig r;
     struct tier_key k[20];
@@ -291,7 +287,7 @@ Test(movers, a_flush_makes_warm_durable_without_evicting_it)
     rig_rm(&r);
 }
 
-Test(movers, flipped_bytes_on_disk_are_misses_never_served)
+Test(tier_movers, flipped_bytes_on_disk_are_misses_never_served)
 {
     struct rig r;
     struct tier_key k[N];
@@ -333,7 +329,7 @@ static uint64_t rnd(uint64_t *s)
     return *s;
 }
 
-Test(movers, random_operations_with_cold_keep_every_invariant)
+Test(tier_movers, random_operations_with_cold_keep_every_invariant)
 {
     uint64_t cold_evictions = 0;
 
@@ -430,7 +426,7 @@ Test(movers, random_operations_with_cold_keep_every_invariant)
     cr_assert_gt(cold_evictions, 0, "seeds 3-4: the small disk never evicted");
 }
 
-Test(movers, a_full_disk_evicts_its_oldest_leaves_first)
+Test(tier_movers, a_full_disk_evicts_its_oldest_leaves_first)
 {
     struct rig r;
     struct tier_key k[N];
@@ -508,12 +504,12 @@ static void dedup_durable(bool other_commits)
     rig_rm(&r);
 }
 
-Test(movers, durable_commit_waits_for_the_other_writer_and_is_durable)
+Test(tier_movers, durable_commit_waits_for_the_other_writer_and_is_durable)
 {
     dedup_durable(true);
 }
 
-Test(movers, durable_commit_of_a_key_whose_writer_aborted_fails_with_enodata)
+Test(tier_movers, durable_commit_of_a_key_whose_writer_aborted_fails_with_enodata)
 {
     dedup_durable(false);
 }
@@ -524,7 +520,7 @@ static bool busy(struct rig *r)
     return tier_cold_busy(r->cold) || (r->hot && tier_hot_inflight(r->hot));
 }
 
-Test(movers, hot_blocks_go_down_to_warm_and_cold_and_come_back)
+Test(tier_movers, hot_blocks_go_down_to_warm_and_cold_and_come_back)
 {
     struct rig r;
     struct tier_key k[N];
@@ -614,7 +610,7 @@ static void check_leased(struct rig *r, const struct tier_key *k, size_t at, int
     (void)k;
 }
 
-Test(movers, random_operations_with_hot_keep_every_invariant)
+Test(tier_movers, random_operations_with_hot_keep_every_invariant)
 {
     uint64_t hot_promotions = 0, hot_hits = 0;
 

@@ -31,20 +31,6 @@
 
 #define BLK (256u << 10) /* test block: 256 KiB */
 
-/* One request's outcome, filled by on_done. */
-struct io {
-    int calls;   /* times the callback ran: must end at exactly 1 */
-    int64_t res; /* what it got */
-};
-
-static void on_done(void *ctx, int64_t res)
-{
-    struct io *io = ctx;
-
-    io->calls++;
-    io->res = res;
-}
-
 struct logrec {
     int calls;       /* messages logged */
     int odirect;     /* of those, how many mention O_DIRECT */
@@ -119,25 +105,16 @@ static struct tier_nvme *open_nvme(uint64_t bytes, uint32_t qd, bool no_direct,
     return n;
 }
 
-static void *abuf(size_t len)
-{
-    void *p = NULL;
-
-    cr_assert_eq(posix_memalign(&p, 4096, len), 0);
-    memset(p, 0xa5, len);
-    return p;
-}
-
 /* Queue a read or write; while the table is full, submit and reap one
  * completion, as tierd would. Returns how many times it met -EBUSY. */
 static int queue_io(struct tier_nvme *n, bool wr, uint64_t off, void *buf, uint64_t len,
-                    struct io *io)
+                    struct t_io *io)
 {
     int busy = 0, rc;
 
     for (;;) {
-        rc = wr ? tier_nvme_write(n, off, buf, len, on_done, io)
-                : tier_nvme_read(n, off, buf, len, on_done, io);
+        rc = wr ? tier_nvme_write(n, off, buf, len, t_io_done, io)
+                : tier_nvme_read(n, off, buf, len, t_io_done, io);
         if (rc != -EBUSY)
             break;
         busy++;
@@ -162,7 +139,7 @@ static void drain(struct tier_nvme *n)
     }
 }
 
-static void check_done(const struct io *io, int nio, int64_t want, const char *what)
+static void check_done(const struct t_io *io, int nio, int64_t want, const char *what)
 {
     for (int i = 0; i < nio; i++) {
         cr_assert_eq(io[i].calls, 1, "%s %d: callback ran %d times, expected once", what, i,
@@ -174,9 +151,9 @@ static void check_done(const struct io *io, int nio, int64_t want, const char *w
 
 static void sync_now(struct tier_nvme *n)
 {
-    struct io io = { 0 };
+    struct t_io io = { 0 };
 
-    cr_assert_eq(tier_nvme_sync(n, on_done, &io), 0);
+    cr_assert_eq(tier_nvme_sync(n, t_io_done, &io), 0);
     drain(n);
     check_done(&io, 1, 0, "sync");
 }
@@ -188,15 +165,15 @@ static int roundtrip(struct tier_nvme *n, int nblk, uint32_t blk, uint64_t seed)
 {
     uint8_t **src = calloc((size_t)nblk, sizeof(*src));
     uint8_t **dst = calloc((size_t)nblk, sizeof(*dst));
-    struct io *wio = calloc((size_t)nblk, sizeof(*wio));
-    struct io *rio = calloc((size_t)nblk, sizeof(*rio));
+    struct t_io *wio = calloc((size_t)nblk, sizeof(*wio));
+    struct t_io *rio = calloc((size_t)nblk, sizeof(*rio));
     int busy = 0;
 
     cr_assert(src && dst && wio && rio);
     for (int i = 0; i < nblk; i++) {
         uint64_t off = (uint64_t)((i * 37) % nblk) * blk;
 
-        src[i] = abuf(blk);
+        src[i] = t_abuf(blk);
         t_fill(src[i], blk, seed + (uint64_t)i);
         busy += queue_io(n, true, off, src[i], blk, &wio[i]);
     }
@@ -206,7 +183,7 @@ static int roundtrip(struct tier_nvme *n, int nblk, uint32_t blk, uint64_t seed)
     for (int i = 0; i < nblk; i++) {
         uint64_t off = (uint64_t)((i * 37) % nblk) * blk;
 
-        dst[i] = abuf(blk);
+        dst[i] = t_abuf(blk);
         busy += queue_io(n, false, off, dst[i], blk, &rio[i]);
     }
     drain(n);
@@ -225,7 +202,7 @@ static int roundtrip(struct tier_nvme *n, int nblk, uint32_t blk, uint64_t seed)
     return busy;
 }
 
-Test(tier_nvme, roundtrip_64_blocks_at_qd_8_with_o_direct, .fini = fx_fini)
+Test(tier_nvme_io, roundtrip_64_blocks_at_qd_8_with_o_direct, .fini = fx_fini)
 {
     struct logrec lr = { 0 };
     struct tier_nvme *n;
@@ -245,7 +222,7 @@ Test(tier_nvme, roundtrip_64_blocks_at_qd_8_with_o_direct, .fini = fx_fini)
  * older kernels refuse it with EINVAL. Either way the file works, and the
  * fallback, when taken, is logged once. The refusal itself is covered on
  * ramfs below, and the forced fallback by no_direct. */
-Test(tier_nvme, tmpfs_works_with_or_without_o_direct, .fini = fx_fini)
+Test(tier_nvme_io, tmpfs_works_with_or_without_o_direct, .fini = fx_fini)
 {
     struct logrec lr = { 0 };
     struct tier_nvme *n;
@@ -263,7 +240,7 @@ Test(tier_nvme, tmpfs_works_with_or_without_o_direct, .fini = fx_fini)
     tier_nvme_close(n);
 }
 
-Test(tier_nvme, no_direct_on_tmpfs_uses_buffered_io_and_logs_once, .fini = fx_fini)
+Test(tier_nvme_io, no_direct_on_tmpfs_uses_buffered_io_and_logs_once, .fini = fx_fini)
 {
     struct logrec lr = { 0 };
     struct tier_nvme *n;
@@ -280,7 +257,7 @@ Test(tier_nvme, no_direct_on_tmpfs_uses_buffered_io_and_logs_once, .fini = fx_fi
 
 /* ramfs refuses O_DIRECT at open (EINVAL) on every kernel, and has no
  * fallocate: the file is used sparse, and both are logged. */
-Test(tier_nvme, ramfs_refuses_o_direct_and_falls_back_to_buffered, .fini = fx_fini)
+Test(tier_nvme_io, ramfs_refuses_o_direct_and_falls_back_to_buffered, .fini = fx_fini)
 {
     struct logrec lr = { 0 };
     struct tier_nvme *n;
@@ -296,39 +273,39 @@ Test(tier_nvme, ramfs_refuses_o_direct_and_falls_back_to_buffered, .fini = fx_fi
     tier_nvme_close(n);
 }
 
-Test(tier_nvme, bad_requests_are_einval_and_a_full_table_is_ebusy, .fini = fx_fini)
+Test(tier_nvme_io, bad_requests_are_einval_and_a_full_table_is_ebusy, .fini = fx_fini)
 {
     const uint64_t size = 1u << 20;
     struct logrec lr = { 0 };
-    struct io io[3] = { 0 };
+    struct t_io io[3] = { 0 };
     struct tier_nvme *n;
-    uint8_t *buf = abuf(2 * 8192);
+    uint8_t *buf = t_abuf(2 * 8192);
 
     fx_dir("/tmp");
     n = open_nvme(size, 2, false, &lr);
-    cr_assert_eq(tier_nvme_write(n, 512, buf, 4096, on_done, io), -EINVAL, "misaligned offset");
-    cr_assert_eq(tier_nvme_read(n, 0, buf, 4096 + 512, on_done, io), -EINVAL,
+    cr_assert_eq(tier_nvme_write(n, 512, buf, 4096, t_io_done, io), -EINVAL, "misaligned offset");
+    cr_assert_eq(tier_nvme_read(n, 0, buf, 4096 + 512, t_io_done, io), -EINVAL,
                  "misaligned length");
-    cr_assert_eq(tier_nvme_write(n, 0, buf + 512, 4096, on_done, io), -EINVAL,
+    cr_assert_eq(tier_nvme_write(n, 0, buf + 512, 4096, t_io_done, io), -EINVAL,
                  "misaligned buffer");
-    cr_assert_eq(tier_nvme_read(n, 0, buf, 0, on_done, io), -EINVAL, "zero length");
-    cr_assert_eq(tier_nvme_write(n, size - 4096, buf, 8192, on_done, io), -EINVAL,
+    cr_assert_eq(tier_nvme_read(n, 0, buf, 0, t_io_done, io), -EINVAL, "zero length");
+    cr_assert_eq(tier_nvme_write(n, size - 4096, buf, 8192, t_io_done, io), -EINVAL,
                  "runs past the end");
-    cr_assert_eq(tier_nvme_read(n, size, buf, 4096, on_done, io), -EINVAL, "starts at the end");
-    cr_assert_eq(tier_nvme_read(n, UINT64_MAX - 4095, buf, 8192, on_done, io), -EINVAL,
+    cr_assert_eq(tier_nvme_read(n, size, buf, 4096, t_io_done, io), -EINVAL, "starts at the end");
+    cr_assert_eq(tier_nvme_read(n, UINT64_MAX - 4095, buf, 8192, t_io_done, io), -EINVAL,
                  "off + len wraps around");
-    cr_assert_eq(tier_nvme_read(n, 4096, buf, UINT64_MAX - 4095, on_done, io), -EINVAL,
+    cr_assert_eq(tier_nvme_read(n, 4096, buf, UINT64_MAX - 4095, t_io_done, io), -EINVAL,
                  "huge length");
     cr_assert_eq(tier_nvme_inflight(n), 0, "refused requests must not take a slot");
 
     /* qd 2: two queued (not even submitted) fill the table */
     t_fill(buf, 8192, 5000);
-    cr_assert_eq(tier_nvme_write(n, 0, buf, 4096, on_done, &io[0]), 0);
-    cr_assert_eq(tier_nvme_write(n, size - 4096, buf + 4096, 4096, on_done, &io[1]), 0);
+    cr_assert_eq(tier_nvme_write(n, 0, buf, 4096, t_io_done, &io[0]), 0);
+    cr_assert_eq(tier_nvme_write(n, size - 4096, buf + 4096, 4096, t_io_done, &io[1]), 0);
     cr_assert_eq(tier_nvme_inflight(n), 2);
-    cr_assert_eq(tier_nvme_write(n, 8192, buf, 4096, on_done, &io[2]), -EBUSY);
-    cr_assert_eq(tier_nvme_read(n, 8192, buf, 4096, on_done, &io[2]), -EBUSY);
-    cr_assert_eq(tier_nvme_sync(n, on_done, &io[2]), -EBUSY);
+    cr_assert_eq(tier_nvme_write(n, 8192, buf, 4096, t_io_done, &io[2]), -EBUSY);
+    cr_assert_eq(tier_nvme_read(n, 8192, buf, 4096, t_io_done, &io[2]), -EBUSY);
+    cr_assert_eq(tier_nvme_sync(n, t_io_done, &io[2]), -EBUSY);
     cr_assert_eq(tier_nvme_submit(n), 0);
     cr_assert_eq(tier_nvme_reap(n, 2), 2, "reap(2) should wait for both");
     check_done(io, 2, 4096, "write");
@@ -342,11 +319,11 @@ Test(tier_nvme, bad_requests_are_einval_and_a_full_table_is_ebusy, .fini = fx_fi
 /* What was written before close (even requests never reaped: close waits
  * for them and runs their callbacks) is there after reopening; a reopen
  * with a smaller size keeps the larger file. */
-Test(tier_nvme, data_survives_close_and_reopen, .fini = fx_fini)
+Test(tier_nvme_io, data_survives_close_and_reopen, .fini = fx_fini)
 {
     const uint64_t size = 16ull * BLK;
     struct logrec lr = { 0 };
-    struct io wio[16] = { 0 }, rio[16] = { 0 };
+    struct t_io wio[16] = { 0 }, rio[16] = { 0 };
     uint8_t *src[16], *dst[16];
     struct tier_nvme *n;
     struct stat st;
@@ -354,9 +331,9 @@ Test(tier_nvme, data_survives_close_and_reopen, .fini = fx_fini)
     fx_dir("/tmp");
     n = open_nvme(size, 32, false, &lr);
     for (int i = 0; i < 16; i++) {
-        src[i] = abuf(BLK);
+        src[i] = t_abuf(BLK);
         t_fill(src[i], BLK, 6000 + (uint64_t)i);
-        cr_assert_eq(tier_nvme_write(n, (uint64_t)i * BLK, src[i], BLK, on_done, &wio[i]), 0);
+        cr_assert_eq(tier_nvme_write(n, (uint64_t)i * BLK, src[i], BLK, t_io_done, &wio[i]), 0);
     }
     tier_nvme_close(n); /* neither submitted nor reaped */
     check_done(wio, 16, BLK, "write before close");
@@ -370,7 +347,7 @@ Test(tier_nvme, data_survives_close_and_reopen, .fini = fx_fini)
     cr_assert_eq(stat(g_path, &st), 0);
     cr_assert_eq((uint64_t)st.st_size, size, "reopen must not truncate");
     for (int i = 0; i < 16; i++) {
-        dst[i] = abuf(BLK);
+        dst[i] = t_abuf(BLK);
         queue_io(n, false, (uint64_t)i * BLK, dst[i], BLK, &rio[i]);
     }
     drain(n);
@@ -385,12 +362,12 @@ Test(tier_nvme, data_survives_close_and_reopen, .fini = fx_fini)
     tier_nvme_close(n);
 }
 
-Test(tier_nvme, eventfd_becomes_readable_and_reap_0_runs_the_callback, .fini = fx_fini)
+Test(tier_nvme_io, eventfd_becomes_readable_and_reap_0_runs_the_callback, .fini = fx_fini)
 {
     struct logrec lr = { 0 };
-    struct io io = { 0 };
+    struct t_io io = { 0 };
     struct tier_nvme *n;
-    uint8_t *buf = abuf(BLK);
+    uint8_t *buf = t_abuf(BLK);
     struct pollfd p;
 
     fx_dir("/tmp");
@@ -399,7 +376,7 @@ Test(tier_nvme, eventfd_becomes_readable_and_reap_0_runs_the_callback, .fini = f
     cr_assert_geq(p.fd, 0);
     cr_assert_eq(poll(&p, 1, 0), 0, "eventfd readable before any I/O");
     t_fill(buf, BLK, 7000);
-    cr_assert_eq(tier_nvme_write(n, BLK, buf, BLK, on_done, &io), 0);
+    cr_assert_eq(tier_nvme_write(n, BLK, buf, BLK, t_io_done, &io), 0);
     cr_assert_eq(tier_nvme_submit(n), 0);
     cr_assert_eq(poll(&p, 1, 5000), 1, "eventfd not readable 5 s after a write");
     cr_assert(p.revents & POLLIN);
@@ -416,7 +393,7 @@ Test(tier_nvme, eventfd_becomes_readable_and_reap_0_runs_the_callback, .fini = f
 struct chain {
     struct tier_nvme *n;
     uint8_t *dst;
-    struct io wr, rd;
+    struct t_io wr, rd;
     int rd_rc;   /* what queueing the read returned inside the callback */
 };
 
@@ -424,19 +401,19 @@ static void on_write_then_read(void *ctx, int64_t res)
 {
     struct chain *c = ctx;
 
-    on_done(&c->wr, res);
-    c->rd_rc = tier_nvme_read(c->n, 0, c->dst, BLK, on_done, &c->rd);
+    t_io_done(&c->wr, res);
+    c->rd_rc = tier_nvme_read(c->n, 0, c->dst, BLK, t_io_done, &c->rd);
 }
 
-Test(tier_nvme, callback_can_queue_the_next_request, .fini = fx_fini)
+Test(tier_nvme_io, callback_can_queue_the_next_request, .fini = fx_fini)
 {
     struct logrec lr = { 0 };
     struct chain c = { 0 };
-    uint8_t *src = abuf(BLK);
+    uint8_t *src = t_abuf(BLK);
 
     fx_dir("/tmp");
     c.n = open_nvme(4ull * BLK, 1, false, &lr); /* qd 1: the read reuses the write's slot */
-    c.dst = abuf(BLK);
+    c.dst = t_abuf(BLK);
     t_fill(src, BLK, 8000);
     cr_assert_eq(tier_nvme_write(c.n, 0, src, BLK, on_write_then_read, &c), 0);
     drain(c.n);
@@ -454,11 +431,11 @@ Test(tier_nvme, callback_can_queue_the_next_request, .fini = fx_fini)
  * writes up to the limit and returns the count), which is the only way to
  * get one from a healthy disk. Raised again before reaping, the remainder
  * must go through and the callback see the full length. */
-Test(tier_nvme, short_write_is_completed_by_reap, .fini = fx_fini)
+Test(tier_nvme_io, short_write_is_completed_by_reap, .fini = fx_fini)
 {
     struct logrec lr = { 0 };
-    struct io wio = { 0 }, rio = { 0 };
-    uint8_t *src = abuf(BLK), *dst = abuf(BLK);
+    struct t_io wio = { 0 }, rio = { 0 };
+    uint8_t *src = t_abuf(BLK), *dst = t_abuf(BLK);
     struct rlimit old, lim;
     struct tier_nvme *n;
     struct pollfd p;
@@ -470,14 +447,14 @@ Test(tier_nvme, short_write_is_completed_by_reap, .fini = fx_fini)
     lim = (struct rlimit){ .rlim_cur = BLK + 64 * 1024, .rlim_max = old.rlim_max };
     cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
     t_fill(src, BLK, 9000);
-    cr_assert_eq(tier_nvme_write(n, BLK, src, BLK, on_done, &wio), 0);
+    cr_assert_eq(tier_nvme_write(n, BLK, src, BLK, t_io_done, &wio), 0);
     cr_assert_eq(tier_nvme_submit(n), 0);
     p = (struct pollfd){ .fd = tier_nvme_event_fd(n), .events = POLLIN };
     cr_assert_eq(poll(&p, 1, 5000), 1, "no completion within 5 s");
     cr_assert_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
     drain(n);
     check_done(&wio, 1, BLK, "write cut short by RLIMIT_FSIZE");
-    cr_assert_eq(tier_nvme_read(n, BLK, dst, BLK, on_done, &rio), 0);
+    cr_assert_eq(tier_nvme_read(n, BLK, dst, BLK, t_io_done, &rio), 0);
     drain(n);
     check_done(&rio, 1, BLK, "read");
     cr_assert_eq(t_check(dst, BLK, 9000), -1, "the remainder was not written");
@@ -488,11 +465,11 @@ Test(tier_nvme, short_write_is_completed_by_reap, .fini = fx_fini)
 
 /* The same with the limit left in place: the remainder fails, and the
  * callback gets that error, not the short count. */
-Test(tier_nvme, error_after_a_short_write_reaches_the_callback, .fini = fx_fini)
+Test(tier_nvme_io, error_after_a_short_write_reaches_the_callback, .fini = fx_fini)
 {
     struct logrec lr = { 0 };
-    struct io wio = { 0 };
-    uint8_t *src = abuf(BLK);
+    struct t_io wio = { 0 };
+    uint8_t *src = t_abuf(BLK);
     struct rlimit lim;
     struct tier_nvme *n;
 
@@ -503,7 +480,7 @@ Test(tier_nvme, error_after_a_short_write_reaches_the_callback, .fini = fx_fini)
     lim.rlim_cur = BLK + 64 * 1024;
     cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
     t_fill(src, BLK, 9500);
-    cr_assert_eq(tier_nvme_write(n, BLK, src, BLK, on_done, &wio), 0);
+    cr_assert_eq(tier_nvme_write(n, BLK, src, BLK, t_io_done, &wio), 0);
     drain(n);
     check_done(&wio, 1, -EFBIG, "write past RLIMIT_FSIZE");
     tier_nvme_close(n);
@@ -532,7 +509,7 @@ static int count_entries(const char *dir)
     return cnt;
 }
 
-Test(tier_nvme, preallocation_over_free_space_is_enospc_and_leaves_nothing, .fini = fx_fini)
+Test(tier_nvme_io, preallocation_over_free_space_is_enospc_and_leaves_nothing, .fini = fx_fini)
 {
     struct tier_nvme_cfg cfg = { .bytes = 64u << 20, .qd = 8 };
     struct tier_nvme *n = NULL;

@@ -36,8 +36,7 @@ static void store_open(struct store *s, uint64_t cold_bytes)
     if (cold_bytes) {
         struct tier_cold_cfg cc = { .bytes = cold_bytes, .qd = 8, .batch = 4, .sim = true };
 
-        snprintf(s->dir, sizeof(s->dir), "/tmp/kvt-pin-XXXXXX");
-        cr_assert_not_null(mkdtemp(s->dir));
+        t_tmpdir("kvt-pin", s->dir, sizeof(s->dir));
         cc.dir = s->dir;
         cr_assert_eq(tier_cold_open(&cc, &s->cold), 0);
         tc.cold = s->cold;
@@ -123,7 +122,7 @@ static int get_check(struct store *s, const struct tier_key *keys, size_t n, uin
     return got;
 }
 
-Test(pin, pinned_blocks_stay_in_warm_under_a_flood_of_puts)
+Test(tier_pin, pinned_blocks_stay_in_warm_under_a_flood_of_puts)
 {
     struct store s;
     struct tier_key a[RUN], b[RUN];
@@ -149,7 +148,7 @@ Test(pin, pinned_blocks_stay_in_warm_under_a_flood_of_puts)
     store_close(&s);
 }
 
-Test(pin, pinned_blocks_on_disk_are_read_back_and_outlive_disk_eviction)
+Test(tier_pin, pinned_blocks_on_disk_are_read_back_and_outlive_disk_eviction)
 {
     struct store s;
     struct tier_key a[RUN], b[RUN];
@@ -182,7 +181,7 @@ Test(pin, pinned_blocks_on_disk_are_read_back_and_outlive_disk_eviction)
 
 /* A pin of a chain whose blocks are absent after the first stops there,
  * like the lookup: nothing after a miss is held. */
-Test(pin, a_pin_holds_only_the_leading_run)
+Test(tier_pin, a_pin_holds_only_the_leading_run)
 {
     struct store s;
     struct tier_key a[RUN];

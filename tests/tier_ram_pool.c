@@ -18,7 +18,7 @@ static struct tier_ram *open_pool(uint64_t bytes)
     return r;
 }
 
-Test(tier_ram, slots_are_aligned_distinct_and_writable)
+Test(tier_ram_pool, slots_are_aligned_distinct_and_writable)
 {
     struct tier_ram *r = open_pool(32u << 20);
     int c = tier_ram_class(r, 12288);
@@ -45,7 +45,7 @@ Test(tier_ram, slots_are_aligned_distinct_and_writable)
     tier_ram_close(r);
 }
 
-Test(tier_ram, bad_classes_are_refused)
+Test(tier_ram_pool, bad_classes_are_refused)
 {
     struct tier_ram *r = open_pool(32u << 20);
 
@@ -56,7 +56,7 @@ Test(tier_ram, bad_classes_are_refused)
     tier_ram_close(r);
 }
 
-Test(tier_ram, full_pool_then_empty_segments_go_to_other_classes)
+Test(tier_ram_pool, full_pool_then_empty_segments_go_to_other_classes)
 {
     struct tier_ram *r = open_pool(32u << 20);
     uint64_t seg = tier_ram_seg_bytes(r);
@@ -78,7 +78,7 @@ Test(tier_ram, full_pool_then_empty_segments_go_to_other_classes)
 
 /* Bug found in review: size classes were never given back, so a 33rd block
  * size failed for ever even with an empty pool. */
-Test(tier_ram, classes_without_segments_are_recycled)
+Test(tier_ram_pool, classes_without_segments_are_recycled)
 {
     struct tier_ram *r = open_pool(32u << 20);
     uint64_t off;

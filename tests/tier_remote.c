@@ -24,7 +24,7 @@
 #include "tier.h"
 #include "tier_remote.h"
 
-Test(remote_unit, crc16_is_the_cluster_specs)
+Test(tier_remote, crc16_is_the_cluster_specs)
 {
     /* the spec's test vector: CRC16-CCITT XMODEM of "123456789" */
     cr_assert_eq(tier_remote_crc16("123456789", 9), 0x31C3, "got 0x%04X",
@@ -32,7 +32,7 @@ Test(remote_unit, crc16_is_the_cluster_specs)
     cr_assert_eq(tier_remote_crc16("", 0), 0);
 }
 
-Test(remote_unit, slots_follow_hash_tags)
+Test(tier_remote, slots_follow_hash_tags)
 {
     /* expected values from redis-server 7's CLUSTER KEYSLOT */
     static const struct {
@@ -69,7 +69,7 @@ static void id_of(const struct tier_remote_ns_desc *d, uint8_t id[TIER_REMOTE_NS
     cr_assert_eq(tier_remote_ns_id(d, id), 0);
 }
 
-Test(remote_unit, keys_keep_namespaces_apart)
+Test(tier_remote, keys_keep_namespaces_apart)
 {
     struct tier_key k;
     char a[TIER_REMOTE_KEY_MAX], b[TIER_REMOTE_KEY_MAX], c[TIER_REMOTE_KEY_MAX];
@@ -111,7 +111,7 @@ static size_t enc_str(uint8_t *p, const char *s)
     return n + strlen(s);
 }
 
-Test(remote_unit, ns_id_is_sha256_of_its_length_prefixed_fields)
+Test(tier_remote, ns_id_is_sha256_of_its_length_prefixed_fields)
 {
     static const char hex[] = "0123456789abcdef";
     struct tier_remote_ns_desc d = { .tenant = "alice", .model_id = "meta-llama/Llama-3.1-8B",
@@ -153,7 +153,7 @@ Test(remote_unit, ns_id_is_sha256_of_its_length_prefixed_fields)
 /* Every field counts, and no two ways of cutting the same text into fields
  * meet (the name format before issue 14 gave the pairs marked "old" the
  * very same string). */
-Test(remote_unit, ns_ids_differ_in_each_field_and_at_each_boundary)
+Test(tier_remote, ns_ids_differ_in_each_field_and_at_each_boundary)
 {
     /* tenant, model id, dtype, layout, block tokens, block bytes, tp rank, tp size */
     static const struct tier_remote_ns_desc v[] = {
@@ -194,7 +194,7 @@ Test(remote_unit, ns_ids_differ_in_each_field_and_at_each_boundary)
     cr_assert_arr_eq(id[0], again, sizeof(again));
 }
 
-Test(remote_unit, value_header_round_trip_and_rejections)
+Test(tier_remote, value_header_round_trip_and_rejections)
 {
     enum { LEN = 8192 };
     uint8_t *v = malloc(TIER_REMOTE_HDR_BYTES + LEN);
@@ -224,7 +224,7 @@ Test(remote_unit, value_header_round_trip_and_rejections)
     free(v);
 }
 
-Test(remote_unit, open_refuses_bad_seeds)
+Test(tier_remote, open_refuses_bad_seeds)
 {
     struct tier_remote *r = NULL;
     const char *bad[] = { "", "localhost", "127.0.0.1:", "127.0.0.1:0", "127.0.0.1:70000",
@@ -264,7 +264,7 @@ static void on_done(void *ctx, void *waiter, int count)
 /* A store whose cluster does not answer: a read of absent keys takes
  * slots, gets -EIO from the remote, gives everything back (a miss); writes
  * are counted as errors; the store stays consistent throughout. */
-Test(remote_unit, a_down_cluster_is_a_miss)
+Test(tier_remote, a_down_cluster_is_a_miss)
 {
     char seeds[64], why[256];
     struct tier_remote *r;
@@ -484,12 +484,12 @@ static void redirect_mid_batch(bool moved)
     t_cluster_stop(&cl);
 }
 
-Test(remote_cluster, a_moved_key_resends_only_itself)
+Test(tier_remote, a_moved_key_resends_only_itself)
 {
     redirect_mid_batch(true);
 }
 
-Test(remote_cluster, an_asked_key_resends_only_itself)
+Test(tier_remote, an_asked_key_resends_only_itself)
 {
     redirect_mid_batch(false);
 }

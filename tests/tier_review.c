@@ -59,8 +59,7 @@ static void rig_open(struct rig *r, uint64_t warm, uint64_t cold, uint32_t qd, u
     struct tier_cold_cfg cc = { .bytes = cold, .qd = qd, .batch = 4, .sim = true };
 
     memset(r, 0, sizeof(*r));
-    snprintf(r->dir, sizeof(r->dir), "/tmp/kvt-review-XXXXXX");
-    cr_assert_not_null(mkdtemp(r->dir));
+    t_tmpdir("kvt-review", r->dir, sizeof(r->dir));
     cc.dir = r->dir;
     cr_assert_eq(tier_cold_open(&cc, &r->cold), 0);
     tc.cold = r->cold;
@@ -115,7 +114,7 @@ static void put1(struct rig *r, uint32_t owner, struct tier_key k)
 /* A block's durable waits started (their queue full: kept for later) while
  * making room on disk evicted a block whose own waits were in the same list:
  * the list was walked through a freed node (ASan: heap-use-after-free). */
-Test(review, durable_waits_survive_a_disk_eviction_while_they_start)
+Test(tier_review, durable_waits_survive_a_disk_eviction_while_they_start)
 {
     static char A, C, D;
     struct rig r;
@@ -167,7 +166,7 @@ Test(review, durable_waits_survive_a_disk_eviction_while_they_start)
 /* The waits of one durable commit were retried one id per mover turn; when
  * the retry started no write, the rest had nothing in flight to bring the
  * next turn (tierd turns only on events), and the commit hung. */
-Test(review, durable_waits_are_all_retried_in_one_turn)
+Test(tier_review, durable_waits_are_all_retried_in_one_turn)
 {
     static char A, D, E;
     struct rig r;
@@ -202,7 +201,7 @@ Test(review, durable_waits_are_all_retried_in_one_turn)
  * slot size (48 KiB slots: 42 in 2 MiB), so a block whose child lived
  * elsewhere was taken as one whose children all go, and its children-first
  * loop waited for ever. */
-Test(review, freeing_a_segment_of_odd_sized_slots_ends, .timeout = 20)
+Test(tier_review, freeing_a_segment_of_odd_sized_slots_ends, .timeout = 20)
 {
     enum { A_BLK = 48u << 10, B_BLK = 64u << 10 };
     static char w;
@@ -251,7 +250,7 @@ Test(review, freeing_a_segment_of_odd_sized_slots_ends, .timeout = 20)
  * of the chain not yet on disk was a leaf the mover would write: the put was
  * refused -ENOSPC ("full of leased or reserved blocks") for ever, nothing
  * leased and the disk empty. */
-Test(review, a_chain_of_blocks_not_on_disk_can_be_extended)
+Test(tier_review, a_chain_of_blocks_not_on_disk_can_be_extended)
 {
     enum { FIRST = 58, MORE = 8, MIB = 1u << 20 };
     static struct tier_key k[FIRST + MORE];
@@ -289,7 +288,7 @@ Test(review, a_chain_of_blocks_not_on_disk_can_be_extended)
  * blocks still in warm too (so none it could evict), the mover dropped the
  * oldest blocks not on disk, though a block on disk leaving warm loses
  * nothing and gives the disk a leaf to evict for them. */
-Test(review, blocks_on_disk_leave_warm_before_any_is_dropped)
+Test(tier_review, blocks_on_disk_leave_warm_before_any_is_dropped)
 {
     static char A;
     struct rig r;

@@ -51,8 +51,7 @@ static void rig_open(struct rig *r, uint64_t warm, double high, uint64_t cold_by
                            .ready = on_ready, .ready_ctx = r };
 
     memset(r, 0, sizeof(*r));
-    snprintf(r->dir, sizeof(r->dir), "/tmp/kvt-trust-XXXXXX");
-    cr_assert_not_null(mkdtemp(r->dir));
+    t_tmpdir("kvt-trust", r->dir, sizeof(r->dir));
     cr_assert_eq(tier_cold_open(&cc, &r->cold), 0);
     cr_assert_eq(tier_hot_open(&hc, &r->hot), 0);
     tc.cold = r->cold;
@@ -127,7 +126,7 @@ static void put(struct rig *r, bool hot, const struct tier_key *parent, const st
 /* Finding 1: a block leased in place in hot is copied down for a plain
  * getter; the hot slot went back to the pool while still leased, and the
  * next hot put wrote into it under the reader. */
-Test(trust, a_hot_lease_keeps_its_bytes_when_the_block_moves_down)
+Test(tier_trust, a_hot_lease_keeps_its_bytes_when_the_block_moves_down)
 {
     struct rig r;
     struct tier_key k[2];
@@ -166,7 +165,7 @@ Test(trust, a_hot_lease_keeps_its_bytes_when_the_block_moves_down)
 /* Finding 2: a durable commit of a key whose hot-to-warm copy was in flight
  * joined that copy (one "moving" flag for both directions) and was
  * acknowledged when it landed, nothing on disk. */
-Test(trust, a_durable_commit_during_a_copy_down_waits_for_the_disk)
+Test(tier_trust, a_durable_commit_during_a_copy_down_waits_for_the_disk)
 {
     enum { N = 60 }; /* of 64 hot slots: past hot's high mark (0.8) */
     struct rig r;
@@ -200,7 +199,7 @@ Test(trust, a_durable_commit_during_a_copy_down_waits_for_the_disk)
 
 /* Finding 7: a hot get of [a block in hot, the next only on disk]: the hot
  * lease never reported ready, so tierd's get waited for it for ever. */
-Test(trust, a_hot_get_over_hot_and_disk_is_whole)
+Test(tier_trust, a_hot_get_over_hot_and_disk_is_whole)
 {
     struct rig r;
     struct tier_key k[2];
@@ -242,7 +241,7 @@ Test(trust, a_hot_get_over_hot_and_disk_is_whole)
 
 /* Finding 8: a second getter of a block already being read from disk for
  * another getter had its run stopped there. */
-Test(trust, a_second_getter_joins_a_read_in_flight)
+Test(tier_trust, a_second_getter_joins_a_read_in_flight)
 {
     struct rig r;
     struct tier_key k[4];
@@ -281,7 +280,7 @@ Test(trust, a_second_getter_joins_a_read_in_flight)
 
 /* Finding 5: a chain longer than the store kept blocks whose head was gone
  * (reachable by no lookup). What is kept of a chain is a prefix. */
-Test(trust, a_chain_longer_than_the_store_keeps_a_prefix)
+Test(tier_trust, a_chain_longer_than_the_store_keeps_a_prefix)
 {
     enum { N = 1024, B = 8 };
     static struct tier_key k[N];
@@ -338,7 +337,7 @@ Test(trust, a_chain_longer_than_the_store_keeps_a_prefix)
 
 /* Finding 6: blocks not yet on disk were dropped while the disk had room;
  * with --high-wm 1.0 the mover never ran, and puts dropped instead. */
-Test(trust, puts_beyond_warm_demote_and_drop_nothing_while_the_disk_has_room)
+Test(tier_trust, puts_beyond_warm_demote_and_drop_nothing_while_the_disk_has_room)
 {
     enum { N = 240 };
     static struct tier_key k[N];

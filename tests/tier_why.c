@@ -14,7 +14,7 @@
 
 #define MIB (1u << 20)
 
-Test(why, remembers_the_last_event_of_each_key)
+Test(tier_why, remembers_the_last_event_of_each_key)
 {
     struct tier_why *w;
     struct tier_key k[3];
@@ -39,7 +39,7 @@ Test(why, remembers_the_last_event_of_each_key)
     tier_why_destroy(w);
 }
 
-Test(why, stays_bounded_and_forgets_the_oldest)
+Test(tier_why, stays_bounded_and_forgets_the_oldest)
 {
     static struct tier_key k[4096];
     struct tier_why *w;
@@ -82,7 +82,7 @@ static void put(struct tier *t, const struct tier_key *k, size_t n, const struct
     cr_assert_eq(tier_commit(t, 1, MIB, 7, k, n), n);
 }
 
-Test(why, each_missed_key_gets_its_cause)
+Test(tier_why, each_missed_key_gets_its_cause)
 {
     struct tier *t = store();
     struct tier_key a[8], b[2], c[2], d[2], other[12];

@@ -50,7 +50,7 @@ static void traffic(const struct t_tierd *d, int n, int extra)
     kvt_close(c);
 }
 
-Test(tierctl, stats_table_and_json_tell_what_happened)
+Test(tierctl_cli, stats_table_and_json_tell_what_happened)
 {
     static char out[16384];
     struct t_tierd d;
@@ -79,7 +79,7 @@ Test(tierctl, stats_table_and_json_tell_what_happened)
     t_tierd_stop(&d);
 }
 
-Test(tierctl, top_refreshes_with_rates_and_health_answers)
+Test(tierctl_cli, top_refreshes_with_rates_and_health_answers)
 {
     static char out[32768];
     struct t_tierd d;
@@ -104,7 +104,7 @@ Test(tierctl, top_refreshes_with_rates_and_health_answers)
     t_tierd_stop(&d);
 }
 
-Test(tierctl, dead_socket_and_bad_usage_get_clear_errors)
+Test(tierctl_cli, dead_socket_and_bad_usage_get_clear_errors)
 {
     static char out[8192];
     static const char *const cmds[] = { "stats", "top", "health" };
@@ -139,7 +139,7 @@ static const char *hex_of(const kvt_key *k, char buf[65])
     return buf;
 }
 
-Test(tierctl, namespaces_and_why_tell_each_miss_its_cause)
+Test(tierctl_cli, namespaces_and_why_tell_each_miss_its_cause)
 {
     static char out[65536];
     struct t_tierd d;
@@ -205,7 +205,7 @@ Test(tierctl, namespaces_and_why_tell_each_miss_its_cause)
     t_tierd_stop(&d);
 }
 
-Test(tierctl, flush_makes_warm_durable_and_evict_purges_a_namespace)
+Test(tierctl_cli, flush_makes_warm_durable_and_evict_purges_a_namespace)
 {
     static char out[16384];
     struct t_tierd d;

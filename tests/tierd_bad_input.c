@@ -26,6 +26,7 @@
 
 #include "kvt_wire.h"
 #include "t.h"
+#include "t_wire.h"
 
 #define BLK (64u << 10)        /* block bytes of the default pre-attack chain */
 #define MIB (1u << 20)
@@ -33,7 +34,7 @@
 #define CHAIN_SEED 4242u       /* its keys; block i holds t_fill(CHAIN_SEED * 1000 + i) */
 #define GARBAGE_SEED 0x6b7674u /* the vanishing client's random messages */
 #define RECV_MS 5000           /* longest wait for an answer on a raw socket */
-#define HDR sizeof(struct kvt_wire_hdr)
+#define HDR T_WIRE_HDR
 
 /* 64 MiB pool in 16 segments of 4 MiB (tier_ram.c: pool / 16, 2..64 MiB),
  * so the largest block a namespace may declare is 4 MiB. */
@@ -176,34 +177,21 @@ static void expect_proto_errors(const kvt_stats *st, uint64_t grew, const char *
 
 static int raw_open(void)
 {
-    struct sockaddr_un a = { .sun_family = AF_UNIX };
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    int fd = t_wire_connect(F.d.sock);
 
-    cr_assert(fd >= 0, "socket: %s", strerror(errno));
-    cr_assert(strlen(F.d.sock) < sizeof(a.sun_path), "socket path too long: %s", F.d.sock);
-    memcpy(a.sun_path, F.d.sock, strlen(F.d.sock) + 1);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0, "connect %s: %s", F.d.sock,
-                 strerror(errno));
+    cr_assert(fd >= 0, "connect %s: %s", F.d.sock, strerror(-fd));
     return fd;
 }
 
-static struct kvt_wire_hdr hdr_of(uint16_t op, uint32_t req_id, uint32_t flags, size_t blen)
-{
-    return (struct kvt_wire_hdr){
-        .magic = KVT_WIRE_MAGIC, .version = KVT_WIRE_VERSION, .op = op, .req_id = req_id,
-        .body_len = (uint32_t)blen, .flags = flags,
-    };
-}
+#define hdr_of t_wire_hdr
 
 /* Send one message made of a then b, exactly as given. */
 static void raw_send2(int fd, const void *a, size_t alen, const void *b, size_t blen)
 {
-    struct iovec iov[2] = { { (void *)a, alen }, { (void *)b, blen } };
-    struct msghdr m = { .msg_iov = iov, .msg_iovlen = 2 };
-    ssize_t r = sendmsg(fd, &m, MSG_NOSIGNAL);
+    ssize_t r = t_wire_send2(fd, a, alen, b, blen);
 
     cr_assert_eq(r, (ssize_t)(alen + blen), "sendmsg of %zu bytes: %zd (%s)", alen + blen, r,
-                 r < 0 ? strerror(errno) : "short");
+                 r < 0 ? strerror((int)-r) : "short");
 }
 
 /* A well-framed request; returns its request id. */
@@ -220,35 +208,9 @@ static uint32_t raw_req(int fd, uint16_t op, uint32_t flags, const void *body, s
  * descriptor (the pool, with HELLO) is closed. Fails after RECV_MS. */
 static ssize_t raw_recv(int fd, struct kvt_wire_hdr *h, void *body, size_t cap)
 {
-    static _Alignas(16) uint8_t buf[KVT_WIRE_MSG_MAX + 64];
-    union {
-        char b[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } cm;
-    struct iovec iov = { buf, sizeof(buf) };
-    struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
-                        .msg_controllen = sizeof(cm.b) };
-    struct pollfd p = { .fd = fd, .events = POLLIN };
-    ssize_t r;
+    ssize_t r = t_wire_recv(fd, h, body, cap, NULL, RECV_MS);
 
-    cr_assert_eq(poll(&p, 1, RECV_MS), 1, "tierd neither answered nor closed within %d ms",
-                 RECV_MS);
-    r = recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    if (r < 0)
-        return -errno;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-            int pfd;
-
-            memcpy(&pfd, CMSG_DATA(c), sizeof(pfd));
-            close(pfd);
-        }
-    memset(h, 0, sizeof(*h));
-    if ((size_t)r >= HDR) {
-        memcpy(h, buf, HDR);
-        if (body && cap)
-            memcpy(body, buf + HDR, (size_t)r - HDR < cap ? (size_t)r - HDR : cap);
-    }
+    cr_assert_neq(r, -ETIMEDOUT, "tierd neither answered nor closed within %d ms", RECV_MS);
     return r;
 }
 
@@ -387,7 +349,7 @@ static kvt_stats raw_stats(int fd, const char *what)
 
 /* ---- framing: the connection is closed -------------------------------- */
 
-Test(bad_input, message_shorter_than_header_closes_connection, .fini = fx_fini)
+Test(tierd_bad_input, message_shorter_than_header_closes_connection, .fini = fx_fini)
 {
     struct kvt_wire_hdr h = hdr_of(KVT_OP_STATS, 1, 0, 0);
     static const size_t lens[] = { 1, 10, HDR - 1 };
@@ -413,7 +375,7 @@ Test(bad_input, message_shorter_than_header_closes_connection, .fini = fx_fini)
     check_served("an empty message");
 }
 
-Test(bad_input, wrong_magic_closes_connection, .fini = fx_fini)
+Test(tierd_bad_input, wrong_magic_closes_connection, .fini = fx_fini)
 {
     static const uint32_t magics[] = { 0, KVT_WIRE_MAGIC ^ 1u, 0x4b565431u /* byte-swapped */ };
     kvt_stats st;
@@ -433,7 +395,7 @@ Test(bad_input, wrong_magic_closes_connection, .fini = fx_fini)
     expect_proto_errors(&st, 3, "three wrong magics");
 }
 
-Test(bad_input, body_len_not_matching_message_closes_connection, .fini = fx_fini)
+Test(tierd_bad_input, body_len_not_matching_message_closes_connection, .fini = fx_fini)
 {
     static const struct {
         uint32_t claimed; /* body_len in the header */
@@ -458,7 +420,7 @@ Test(bad_input, body_len_not_matching_message_closes_connection, .fini = fx_fini
     expect_proto_errors(&st, 5, "five body_len mismatches");
 }
 
-Test(bad_input, message_over_max_is_truncated_and_closes_connection, .fini = fx_fini)
+Test(tierd_bad_input, message_over_max_is_truncated_and_closes_connection, .fini = fx_fini)
 {
     static const size_t sizes[] = { KVT_WIRE_MSG_MAX + 4096, 2 * KVT_WIRE_MSG_MAX };
     kvt_stats st;
@@ -482,7 +444,7 @@ Test(bad_input, message_over_max_is_truncated_and_closes_connection, .fini = fx_
 /* KVT_WIRE_MSG_MAX is the largest message either side sends, so one byte
  * more is a framing error like any larger message. (sess.c receives into
  * KVT_WIRE_MSG_MAX + 1 bytes, so exactly one byte over is not truncated.) */
-Test(bad_input, message_of_max_plus_one_bytes_closes_connection, .fini = fx_fini)
+Test(tierd_bad_input, message_of_max_plus_one_bytes_closes_connection, .fini = fx_fini)
 {
     static uint8_t body[KVT_WIRE_MSG_MAX + 1 - HDR];
     struct kvt_wire_hdr h = hdr_of(KVT_OP_STATS, 12, 0, sizeof(body));
@@ -497,7 +459,7 @@ Test(bad_input, message_of_max_plus_one_bytes_closes_connection, .fini = fx_fini
     expect_proto_errors(&st, 1, "one oversized message");
 }
 
-Test(bad_input, passed_descriptor_closes_connection, .fini = fx_fini)
+Test(tierd_bad_input, passed_descriptor_closes_connection, .fini = fx_fini)
 {
     struct kvt_wire_hdr h = hdr_of(KVT_OP_STATS, 13, 0, 0);
     union {
@@ -529,7 +491,7 @@ Test(bad_input, passed_descriptor_closes_connection, .fini = fx_fini)
     expect_proto_errors(&st, 1, "one passed descriptor");
 }
 
-Test(bad_input, wrong_version_gets_eversion_then_close, .fini = fx_fini)
+Test(tierd_bad_input, wrong_version_gets_eversion_then_close, .fini = fx_fini)
 {
     static const struct {
         uint16_t version;
@@ -562,7 +524,7 @@ Test(bad_input, wrong_version_gets_eversion_then_close, .fini = fx_fini)
 
 /* A KVT_EPROTO reply says "malformed message" (kvtier.h), which is what
  * proto_errors counts, whether or not the connection survives it. */
-Test(bad_input, request_before_hello_gets_eproto, .fini = fx_fini)
+Test(tierd_bad_input, request_before_hello_gets_eproto, .fini = fx_fini)
 {
     struct kvt_wire_ns_req model = test_model(BLK);
     kvt_stats st;
@@ -587,7 +549,7 @@ Test(bad_input, request_before_hello_gets_eproto, .fini = fx_fini)
     expect_proto_errors(&st, 2, "two requests before HELLO");
 }
 
-Test(bad_input, unknown_opcode_gets_eproto_and_connection_stays_up, .fini = fx_fini)
+Test(tierd_bad_input, unknown_opcode_gets_eproto_and_connection_stays_up, .fini = fx_fini)
 {
     static const uint16_t ops[] = { 0, KVT_OP_MAX_, 0xffff };
     struct kvt_wire_ns_req model = test_model(BLK);
@@ -614,7 +576,7 @@ Test(bad_input, unknown_opcode_gets_eproto_and_connection_stays_up, .fini = fx_f
     expect_proto_errors(&st, 3, "three unknown opcodes");
 }
 
-Test(bad_input, keys_request_over_batch_max_gets_e2big, .fini = fx_fini)
+Test(tierd_bad_input, keys_request_over_batch_max_gets_e2big, .fini = fx_fini)
 {
     static const uint16_t ops[] = { KVT_OP_LOOKUP, KVT_OP_PUT_RESERVE, KVT_OP_GET,
                                     KVT_OP_REMOVE };
@@ -648,7 +610,7 @@ Test(bad_input, keys_request_over_batch_max_gets_e2big, .fini = fx_fini)
 }
 
 /* As before HELLO: KVT_EPROTO replies are malformed messages, counted. */
-Test(bad_input, keys_count_not_matching_body_gets_eproto, .fini = fx_fini)
+Test(tierd_bad_input, keys_count_not_matching_body_gets_eproto, .fini = fx_fini)
 {
     struct kvt_wire_ns_req model = test_model(BLK);
     kvt_key parent;
@@ -687,7 +649,7 @@ Test(bad_input, keys_count_not_matching_body_gets_eproto, .fini = fx_fini)
     expect_proto_errors(&st, 5, "five keys requests answered KVT_EPROTO");
 }
 
-Test(bad_input, keys_request_for_unknown_namespace_gets_enons, .fini = fx_fini)
+Test(tierd_bad_input, keys_request_for_unknown_namespace_gets_enons, .fini = fx_fini)
 {
     static const uint32_t ids[] = { 0, 2 /* one past the only namespace */, 0x7fffffffu,
                                     UINT32_MAX };
@@ -715,7 +677,7 @@ Test(bad_input, keys_request_for_unknown_namespace_gets_enons, .fini = fx_fini)
     check_served("unknown namespaces");
 }
 
-Test(bad_input, keys_request_with_other_block_size_gets_eblocksize, .fini = fx_fini)
+Test(tierd_bad_input, keys_request_with_other_block_size_gets_eblocksize, .fini = fx_fini)
 {
     /* the namespace was opened through libkvtier with BLK; the raw client
      * joins it with the same descriptor and then lies about the size */
@@ -759,7 +721,7 @@ Test(bad_input, keys_request_with_other_block_size_gets_eblocksize, .fini = fx_f
     check_served("block size mismatches");
 }
 
-Test(bad_input, hot_requests_without_attach_or_hot_tier_are_refused, .fini = fx_fini)
+Test(tierd_bad_input, hot_requests_without_attach_or_hot_tier_are_refused, .fini = fx_fini)
 {
     static const char *const with_hot[] = { "--warm-bytes", "64M", "--no-mlock",
                                             "--hot-bytes", "8M", NULL };
@@ -795,7 +757,7 @@ Test(bad_input, hot_requests_without_attach_or_hot_tier_are_refused, .fini = fx_
     check_served("hot requests");
 }
 
-Test(bad_input, hot_attach_without_hot_tier_gets_eopnotsupp, .fini = fx_fini)
+Test(tierd_bad_input, hot_attach_without_hot_tier_gets_eopnotsupp, .fini = fx_fini)
 {
     uint32_t id;
     int fd;
@@ -810,7 +772,7 @@ Test(bad_input, hot_attach_without_hot_tier_gets_eopnotsupp, .fini = fx_fini)
 
 /* A peer that sends and never reads: its replies fill its socket, tierd
  * drops it instead of blocking on it, and serves everyone else meanwhile. */
-Test(bad_input, a_client_that_never_reads_its_replies_is_dropped, .fini = fx_fini)
+Test(tierd_bad_input, a_client_that_never_reads_its_replies_is_dropped, .fini = fx_fini)
 {
     struct kvt_wire_hdr h;
     uint64_t t0;
@@ -843,7 +805,7 @@ Test(bad_input, a_client_that_never_reads_its_replies_is_dropped, .fini = fx_fin
     check_served("a client that never reads");
 }
 
-Test(bad_input, operator_requests_with_bad_bodies_are_refused, .fini = fx_fini)
+Test(tierd_bad_input, operator_requests_with_bad_bodies_are_refused, .fini = fx_fini)
 {
     struct kvt_wire_ns_list_req list = { .start = 0, .max = 4 };
     struct kvt_wire_purge_req purge = { .ns_id = 77 };
@@ -883,7 +845,7 @@ Test(bad_input, operator_requests_with_bad_bodies_are_refused, .fini = fx_fini)
 
 /* ---- namespaces ------------------------------------------------------- */
 
-Test(bad_input, ns_open_with_bad_descriptor_gets_einval, .fini = fx_fini)
+Test(tierd_bad_input, ns_open_with_bad_descriptor_gets_einval, .fini = fx_fini)
 {
     struct kvt_wire_ns_req r;
     kvt_stats st;
@@ -918,7 +880,7 @@ Test(bad_input, ns_open_with_bad_descriptor_gets_einval, .fini = fx_fini)
     check_served("bad namespace descriptors");
 }
 
-Test(bad_input, ns_open_with_block_over_largest_slot_gets_efbig, .fini = fx_fini)
+Test(tierd_bad_input, ns_open_with_block_over_largest_slot_gets_efbig, .fini = fx_fini)
 {
     static const uint64_t sizes[] = { POOL64_SLOT_MAX + 1, KVT_BLOCK_MAX, UINT64_MAX };
     struct kvt_wire_ns_req r;
@@ -1031,7 +993,7 @@ static int fake_tierd(int lfd, int ctl)
     return recv(fd, buf, sizeof(buf), 0) == 0 ? 0 : 11; /* the client's close */
 }
 
-Test(bad_input, client_ns_open_with_bad_descriptor_is_einval_without_daemon, .fini = fx_fini)
+Test(tierd_bad_input, client_ns_open_with_bad_descriptor_is_einval_without_daemon, .fini = fx_fini)
 {
     char long_id[200], sock[64];
     struct sockaddr_un a = { .sun_family = AF_UNIX };
@@ -1044,8 +1006,7 @@ Test(bad_input, client_ns_open_with_bad_descriptor_is_einval_without_daemon, .fi
     char ack;
     pid_t pid;
 
-    snprintf(fake_dir, sizeof(fake_dir), "/tmp/kvt-fake-XXXXXX");
-    cr_assert_not_null(mkdtemp(fake_dir));
+    t_tmpdir("kvt-fake", fake_dir, sizeof(fake_dir));
     snprintf(sock, sizeof(sock), "%s/fake.sock", fake_dir);
     /* a call that does reach the stand-in gets no answer: fail fast */
     setenv("KVTIER_TIMEOUT_MS", "2000", 1);
@@ -1108,7 +1069,7 @@ Test(bad_input, client_ns_open_with_bad_descriptor_is_einval_without_daemon, .fi
 
 /* ---- leases and a full pool ---------------------------------------------- */
 
-Test(bad_input, release_of_foreign_lease_gets_enoent, .fini = fx_fini)
+Test(tierd_bad_input, release_of_foreign_lease_gets_enoent, .fini = fx_fini)
 {
     struct kvt_wire_ns_req model = test_model(BLK);
     struct {
@@ -1173,7 +1134,7 @@ Test(bad_input, release_of_foreign_lease_gets_enoent, .fini = fx_fini)
 /* 32 MiB pool = 32 slots of 1 MiB. --high-wm 1 turns off background
  * eviction, which would otherwise drop a just-committed block before the
  * second client can lease it; eviction on demand (in reserve) stays. */
-Test(bad_input, full_pool_of_leased_blocks_gets_enospc_all_or_nothing, .fini = fx_fini)
+Test(tierd_bad_input, full_pool_of_leased_blocks_gets_enospc_all_or_nothing, .fini = fx_fini)
 {
     static const char *const pool32[] = { "--warm-bytes", "32M", "--no-mlock", "--high-wm", "1",
                                           NULL };
@@ -1341,7 +1302,7 @@ static int garbage_child(const char *sock)
     _exit(0);
 }
 
-Test(bad_input, garbage_then_vanish_has_reservations_reclaimed, .fini = fx_fini)
+Test(tierd_bad_input, garbage_then_vanish_has_reservations_reclaimed, .fini = fx_fini)
 {
     kvt_stats st0, st;
     pid_t pid;
@@ -1394,7 +1355,7 @@ static uint64_t requests_seen(const kvt_stats *st)
     return st->lookups + st->puts + st->gets + st->removes + st->proto_errors + st->misses;
 }
 
-Test(bad_input, client_null_arguments_are_einval, .fini = fx_fini)
+Test(tierd_bad_input, client_null_arguments_are_einval, .fini = fx_fini)
 {
     const void *cslots[1];
     void *slots[1], *bufs[1];
@@ -1451,7 +1412,7 @@ Test(bad_input, client_null_arguments_are_einval, .fini = fx_fini)
     check_served("NULL arguments");
 }
 
-Test(bad_input, client_batch_over_max_is_e2big, .fini = fx_fini)
+Test(tierd_bad_input, client_batch_over_max_is_e2big, .fini = fx_fini)
 {
     enum { N = KVT_BATCH_MAX + 1 };
     static kvt_key keys[N];
@@ -1497,7 +1458,7 @@ Test(bad_input, client_batch_over_max_is_e2big, .fini = fx_fini)
     check_served("batches over KVT_BATCH_MAX (client side)");
 }
 
-Test(bad_input, client_lookup_of_3000_keys_is_split_and_counts_the_leading_run,
+Test(tierd_bad_input, client_lookup_of_3000_keys_is_split_and_counts_the_leading_run,
      .fini = fx_fini)
 {
     enum { N = 3000, PRESENT = 2100, PG = 4096 };

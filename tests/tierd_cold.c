@@ -29,37 +29,17 @@ static uint8_t buf[CHAIN][BLK];
 /* Put chain c (CHAIN blocks, payload seeds c*100+i). */
 static int put_chain(kvt_ns *ns, int c, unsigned flags)
 {
-    kvt_key k[CHAIN];
-    void *slots[CHAIN];
-    int rc;
-
-    t_keys(k, CHAIN, 9000 + (uint64_t)c);
-    rc = kvt_put_reserve(ns, NULL, k, CHAIN, slots);
-    if (rc < 0)
-        return rc;
-    for (int i = 0; i < CHAIN; i++)
-        if (slots[i])
-            t_fill(slots[i], BLK, (uint64_t)c * 100 + (uint64_t)i);
-    return kvt_put_commit_flags(ns, k, CHAIN, flags);
+    return t_put_seeded(ns, 9000 + (uint64_t)c, CHAIN, BLK, (uint64_t)c * 100, flags);
 }
 
 /* Get chain c into buf; returns the hits, every byte checked. */
 static int get_chain(kvt_ns *ns, int c)
 {
-    kvt_key k[CHAIN];
     void *dst[CHAIN];
-    int hits;
 
-    t_keys(k, CHAIN, 9000 + (uint64_t)c);
     for (int i = 0; i < CHAIN; i++)
         dst[i] = buf[i];
-    hits = kvt_get(ns, k, CHAIN, dst);
-    for (int i = 0; i < hits; i++) {
-        long bad = t_check(buf[i], BLK, (uint64_t)c * 100 + (uint64_t)i);
-
-        cr_assert_eq(bad, -1, "chain %d block %d: wrong byte at %ld", c, i, bad);
-    }
-    return hits;
+    return t_get_seeded(ns, 9000 + (uint64_t)c, CHAIN, BLK, (uint64_t)c * 100, dst);
 }
 
 /* Wait (bounded) until the mover has brought warm back under its mark. */
@@ -391,8 +371,7 @@ Test(tierd_cold, a_full_file_system_is_a_clear_error_not_a_crash)
     t_tierd_start(&d, fits);
     t_tierd_kill(&d, SIGTERM);
     snprintf(data, sizeof(data), "%s/data", d.dir);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", data);
-    cr_assert_eq(system(cmd), 0);
+    t_rmtree(data);
     if (!mount_small(data, 12))
         cr_skip_test("needs root to mount a small tmpfs");
 
@@ -436,8 +415,7 @@ Test(tierd_cold, a_full_file_system_is_a_clear_error_not_a_crash)
     st = t_tierd_kill(&d, SIGTERM);
     cr_assert(st == 0, "tierd must stop cleanly even with its disk full: %d", st);
     umount_small(data);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d.dir);
-    cr_assert_eq(system(cmd), 0);
+    t_rmtree(d.dir);
 }
 
 /* Bug found in review: a key that stands twice in one request made a

@@ -43,7 +43,7 @@ static int put_chain(const char *sock, uint64_t seed, size_t n)
     return 0;
 }
 
-Test(tierd, chain_put_by_one_process_is_served_to_another)
+Test(tierd_e2e, chain_put_by_one_process_is_served_to_another)
 {
     struct t_tierd d;
     pid_t a;
@@ -92,7 +92,7 @@ Test(tierd, chain_put_by_one_process_is_served_to_another)
     t_tierd_stop(&d);
 }
 
-Test(tierd, sigkilled_client_has_its_leases_and_reservations_reclaimed)
+Test(tierd_e2e, sigkilled_client_has_its_leases_and_reservations_reclaimed)
 {
     struct t_tierd d;
     int pfd[2];
@@ -222,7 +222,7 @@ static int worker(const char *sock, int w)
     return 0;
 }
 
-Test(tierd, eight_processes_put_and_get_concurrently)
+Test(tierd_e2e, eight_processes_put_and_get_concurrently)
 {
     struct t_tierd d;
     pid_t p[8];
@@ -255,7 +255,7 @@ Test(tierd, eight_processes_put_and_get_concurrently)
     t_tierd_stop(&d);
 }
 
-Test(tierd, unreachable_daemon_is_a_clear_error)
+Test(tierd_e2e, unreachable_daemon_is_a_clear_error)
 {
     kvt_client *c = NULL;
     int rc = kvt_connect("/tmp/kvt-no-such-dir/tierd.sock", &c);

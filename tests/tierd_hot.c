@@ -60,7 +60,7 @@ static void get_check(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags,
     cr_assert_eq(kvt_release(ns, &l), 0);
 }
 
-Test(hot, refused_without_a_hot_tier)
+Test(tierd_hot, refused_without_a_hot_tier)
 {
     struct t_tierd d;
     kvt_client *c;
@@ -86,7 +86,7 @@ Test(hot, refused_without_a_hot_tier)
     t_tierd_stop(&d);
 }
 
-Test(hot, written_in_hot_read_in_place_by_another_process)
+Test(tierd_hot, written_in_hot_read_in_place_by_another_process)
 {
     struct t_tierd d;
     kvt_key k[16];
@@ -155,7 +155,7 @@ Test(hot, written_in_hot_read_in_place_by_another_process)
     t_tierd_stop(&d);
 }
 
-Test(hot, a_getter_that_asks_gets_blocks_copied_up_from_warm)
+Test(tierd_hot, a_getter_that_asks_gets_blocks_copied_up_from_warm)
 {
     struct t_tierd d;
     kvt_key k[12];
@@ -188,7 +188,7 @@ Test(hot, a_getter_that_asks_gets_blocks_copied_up_from_warm)
     t_tierd_stop(&d);
 }
 
-Test(hot, a_prefetch_that_asks_brings_disk_blocks_up_to_hot)
+Test(tierd_hot, a_prefetch_that_asks_brings_disk_blocks_up_to_hot)
 {
     struct t_tierd d;
     kvt_key k[10];
@@ -227,36 +227,16 @@ enum { LAYERS = 2, BS = 16, H = 2, D = 64, NB = 64, ELEM = 2 };
 #define LAYER_BYTES ((size_t)2 * NB * PAGE_ELEMS * ELEM)
 #define TIER_BLOCK ((uint64_t)LAYERS * 2 * PAGE_ELEMS * ELEM)
 
-struct cache {
-    void *layer[LAYERS];
-    struct kvk_layout l;
-};
-
-static void cache_init(struct cache *c, uint64_t seed)
+static void cache_init(struct t_cache *c, uint64_t seed)
 {
-    for (int i = 0; i < LAYERS; i++) {
-        c->layer[i] = calloc(1, LAYER_BYTES);
-        cr_assert_not_null(c->layer[i]);
-        if (seed)
-            t_fill(c->layer[i], LAYER_BYTES, seed + (uint64_t)i);
-    }
-    c->l = (struct kvk_layout){
-        .n_layers = LAYERS, .layer_base = c->layer, .elem_bytes = ELEM, .block_tokens = BS,
-        .kv_heads = H, .head_dim = D, .n_kv = 2, .num_blocks = NB,
-        .stride_kv = (int64_t)NB * PAGE_ELEMS, .stride_block = (int64_t)PAGE_ELEMS,
-        .stride_token = H * D, .stride_head = D, .stride_dim = 1,
-    };
+    t_cache_init(c, LAYERS, NB, BS, H, D, ELEM, seed);
 }
 
-static const uint8_t *page(const struct cache *c, int layer, int kv, int64_t block)
-{
-    return (const uint8_t *)c->layer[layer] + ((size_t)kv * NB + (size_t)block) * PAGE_ELEMS * ELEM;
-}
 
-Test(hot, offload_and_restore_go_through_hot)
+Test(tierd_hot, offload_and_restore_go_through_hot)
 {
     struct t_tierd d;
-    struct cache src, dst;
+    struct t_cache src, dst;
     kvt_key k[32];
     int64_t sid[32], did[32];
     uint8_t tiers[32];
@@ -286,8 +266,9 @@ Test(hot, offload_and_restore_go_through_hot)
     for (int i = 0; i < 32; i++)
         for (int layer = 0; layer < LAYERS; layer++)
             for (int kv = 0; kv < 2; kv++)
-                cr_assert_eq(memcmp(page(&dst, layer, kv, did[i]), page(&src, layer, kv, sid[i]),
-                                    PAGE_ELEMS * ELEM), 0,
+                cr_assert_eq(memcmp(t_cache_page(&dst, layer, kv, did[i]),
+                                    t_cache_page(&src, layer, kv, sid[i]), PAGE_ELEMS * ELEM),
+                             0,
                              "block %d layer %d kv %d differs", i, layer, kv);
     cr_assert_eq(kvt_stats_get(b, &st), 0);
     cr_assert_geq(st.tier[KVT_TIER_HOT].hits, 32, "the restore did not read hot");

@@ -161,30 +161,45 @@ static void path_in(char *buf, size_t cap, const struct t_tierd *d, const char *
     snprintf(buf, cap, "%s/%s", d->dir, name);
 }
 
+/* kvload on d's socket with args (NULL-terminated, --socket and --json
+ * added here), its report in d's folder: it must exit 0 (no correctness
+ * error) and report no wrong byte, no leak, no unexpected error
+ * (assert_clean). The report, which the caller frees. */
+static json_t *clean_load(const struct t_tierd *d, const char *const *args, bool memcheck)
+{
+    const char *argv[32] = { "--socket", d->sock, "--json" };
+    char out[400];
+    json_t *j;
+    int n = 3, rc;
+
+    for (int i = 0; args[i] && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    path_in(out, sizeof(out), d, "kvload.json");
+    rc = kvload_run(out, argv, memcheck);
+    cr_assert_eq(rc, 0, "kvload exit status %d (1: correctness errors; see its output)", rc);
+    j = load_json(out);
+    assert_clean(j);
+    return j;
+}
+
 /* (a) A short load: every byte right, and no slot left behind. */
-Test(load, short_run_checks_every_byte_and_leaks_no_slot)
+Test(tierd_load, short_run_checks_every_byte_and_leaks_no_slot)
 {
     static const char *const targs[] = { "--warm-bytes", "16M", "--cold-bytes", "256M", NULL };
     struct t_tierd d;
-    char out[400];
     const char *clients = under_valgrind() ? "4" : "16";
     const char *secs = under_valgrind() ? "3" : "5";
     kvt_client *c;
     kvt_stats st;
     json_t *j;
-    int rc;
 
     t_tierd_start(&d, targs);
-    path_in(out, sizeof(out), &d, "kvload.json");
     /* 64 prompts x 8 blocks of 64 KiB: twice the warm tier, so blocks move
      * to disk and back while they are shared */
-    rc = kvload_run(out, (const char *const[]){ "--socket", d.sock, "--clients", clients,
-                                                "--seconds", secs, "--prefixes", "64",
-                                                "--chain", "8", "--json", NULL },
-                    true);
-    cr_assert_eq(rc, 0, "kvload exit status %d (1: correctness errors; see its output)", rc);
-    j = load_json(out);
-    assert_clean(j);
+    j = clean_load(&d, (const char *const[]){ "--clients", clients, "--seconds", secs,
+                                              "--prefixes", "64", "--chain", "8", NULL },
+                   true);
     cr_assert_gt(json_integer_value(json_object_get(json_object_get(json_object_get(j, "op"),
                                                                     "get"), "count")), 0);
     cr_log_info("load: %lld ops, %.0f ops/s, %lld blocks verified",
@@ -200,32 +215,25 @@ Test(load, short_run_checks_every_byte_and_leaks_no_slot)
 
 /* (b) Clients killed with SIGKILL at random moments, while holding leases
  * and reservations: the daemon reclaims them all and goes on serving. */
-Test(load, sigkilled_clients_leave_no_lease_or_reservation)
+Test(tierd_load, sigkilled_clients_leave_no_lease_or_reservation)
 {
     static const char *const targs[] = { "--warm-bytes", "32M", NULL };
     struct t_tierd d;
-    char out[400];
     const char *clients = under_valgrind() ? "4" : "12";
     const char *secs = under_valgrind() ? "4" : "5";
     const char *hold = under_valgrind() ? "50000" : "500";
     kvt_client *c;
     kvt_stats st;
     json_t *j;
-    int rc;
 
     t_tierd_start(&d, targs);
-    path_in(out, sizeof(out), &d, "kvload.json");
     /* each lease and reservation is held a while (longer than a request
      * takes, also under valgrind), so most kills land on a client that
      * holds something */
-    rc = kvload_run(out, (const char *const[]){ "--socket", d.sock, "--clients", clients,
-                                                "--seconds", secs, "--prefixes", "16",
-                                                "--chain", "8", "--kill-clients", "8",
-                                                "--hold-us", hold, "--json", NULL },
-                    false);
-    cr_assert_eq(rc, 0, "kvload exit status %d", rc);
-    j = load_json(out);
-    assert_clean(j);
+    j = clean_load(&d, (const char *const[]){ "--clients", clients, "--seconds", secs,
+                                              "--prefixes", "16", "--chain", "8",
+                                              "--kill-clients", "8", "--hold-us", hold, NULL },
+                   false);
     cr_assert_eq(jint(j, "killed"), 8, "expected 8 clients killed, got %lld", jint(j, "killed"));
     json_decref(j);
     c = t_connect(&d);
@@ -247,7 +255,7 @@ static off_t file_size(const char *path)
  * once (not a hang), the daemon restarts on the same folder while they
  * are stopped, every block acknowledged durable before the kill is on disk
  * and byte-identical, and then the clients reconnect and carry on. */
-Test(load, sigkilled_tierd_keeps_durable_blocks_and_clients_reconnect)
+Test(tierd_load, sigkilled_tierd_keeps_durable_blocks_and_clients_reconnect)
 {
     static const char *const targs[] = { "--warm-bytes", "32M", "--cold-bytes", "1G", NULL };
     struct t_tierd d;
@@ -310,7 +318,7 @@ Test(load, sigkilled_tierd_keeps_durable_blocks_and_clients_reconnect)
 
 /* (d) Over --max-clients, a client is told -EUSERS (not a hang-up), and
  * the ones admitted keep being served; once one leaves, another gets in. */
-Test(load, clients_over_the_limit_get_eusers)
+Test(tierd_load, clients_over_the_limit_get_eusers)
 {
     static const char *const targs[] = { "--max-clients", "4", NULL };
     struct t_tierd d;
@@ -407,7 +415,7 @@ static int raw_connect(const char *sock)
 /* (d) tierd out of file descriptors: a new client is told -EMFILE, tierd
  * does not spin on its listening socket, the clients it has keep being
  * served, and new ones get in once fds are free again. */
-Test(load, tierd_out_of_fds_refuses_clearly_and_does_not_spin)
+Test(tierd_load, tierd_out_of_fds_refuses_clearly_and_does_not_spin)
 {
     struct t_tierd d;
     kvt_client *first, *more[32];
@@ -462,7 +470,7 @@ Test(load, tierd_out_of_fds_refuses_clearly_and_does_not_spin)
 
 /* (d) A memlock limit too small for the warm pool (and no CAP_IPC_LOCK):
  * tierd says so and serves unpinned. */
-Test(load, tierd_under_a_tiny_memlock_limit_runs_unpinned)
+Test(tierd_load, tierd_under_a_tiny_memlock_limit_runs_unpinned)
 {
     static const char *const targs[] = { "--warm-bytes", "16M", NULL };
     struct rlimit rl = { 64 << 10, 64 << 10 };
@@ -507,26 +515,19 @@ Test(load, tierd_under_a_tiny_memlock_limit_runs_unpinned)
 
 /* (d) A cold tier far smaller than the load's durable puts: they get
  * -ENOSPC (counted, allowed), nothing comes back wrong, nothing crashes. */
-Test(load, full_cold_tier_costs_durable_puts_not_the_daemon)
+Test(tierd_load, full_cold_tier_costs_durable_puts_not_the_daemon)
 {
     static const char *const targs[] = { "--warm-bytes", "16M", "--cold-bytes", "4M", NULL };
     struct t_tierd d;
-    char out[400];
     const char *clients = under_valgrind() ? "4" : "8";
     kvt_client *c;
     json_t *j;
-    int rc;
 
     t_tierd_start(&d, targs);
-    path_in(out, sizeof(out), &d, "kvload.json");
-    rc = kvload_run(out, (const char *const[]){ "--socket", d.sock, "--clients", clients,
-                                                "--seconds", "3", "--prefixes", "32",
-                                                "--chain", "8", "--durable-every", "2",
-                                                "--json", NULL },
-                    false);
-    cr_assert_eq(rc, 0, "kvload exit status %d", rc);
-    j = load_json(out);
-    assert_clean(j);
+    j = clean_load(&d, (const char *const[]){ "--clients", clients, "--seconds", "3",
+                                              "--prefixes", "32", "--chain", "8",
+                                              "--durable-every", "2", NULL },
+                   false);
     cr_log_info("load: full cold tier: %lld -ENOSPC, %lld durable blocks",
                 jint(j, "enospc"), jint(j, "durable_blocks"));
     json_decref(j);
@@ -565,7 +566,7 @@ static int tierd_argv(const char **argv, char *bin, size_t cap, char *supp, size
  * killed twice under load: each time restarted on its data with the
  * clients stopped, and every block acknowledged durable so far checked.
  * Warm is small, so blocks keep moving between hot, warm and disk. */
-Test(load, oracle_through_tierd_hot_prefetch_and_tierd_kills)
+Test(tierd_load, oracle_through_tierd_hot_prefetch_and_tierd_kills)
 {
     /* 256 prompts x 8 blocks of 64 KiB: 128 MiB, 8 times warm, so blocks
      * keep moving between hot, warm and disk; all of it fits the cold tier,
@@ -576,12 +577,12 @@ Test(load, oracle_through_tierd_hot_prefetch_and_tierd_kills)
                                       "--mix", "35,35,30,0", "--json", NULL };
     static const char *const targs[] = { "--warm-bytes", "16M", "--hot-bytes", "8M",
                                          "--cold-bytes", "256M", NULL };
-    char dir[] = "/tmp/kvt-oracle-XXXXXX", out[64], dlog[64], bin[512], supp[600], cmd[96];
+    char dir[256], out[320], dlog[320], bin[512], supp[600];
     const char *args[48];
     json_t *j;
     int n = 0, rc;
 
-    cr_assert_not_null(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
+    t_tmpdir("kvt-oracle", dir, sizeof(dir));
     snprintf(out, sizeof(out), "%s/kvload.json", dir);
     snprintf(dlog, sizeof(dlog), "%s/durable.log", dir);
     args[n++] = "--clients";
@@ -625,6 +626,5 @@ Test(load, oracle_through_tierd_hot_prefetch_and_tierd_kills)
                 jint(j, "ops"), json_real_value(json_object_get(j, "ops_per_s")),
                 jint(j, "verified"), jint(j, "hot_blocks"), jint(j, "durable_checked"));
     json_decref(j);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
+    t_rmtree(dir);
 }

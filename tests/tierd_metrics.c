@@ -77,7 +77,7 @@ static void put_blocks(kvt_ns *ns, const kvt_key *keys, size_t n, uint64_t seed)
     cr_assert_eq(rc, (int)n, "put_commit: expected %zu, got %d", n, rc);
 }
 
-Test(metrics, counters_match_the_requests_and_promtool_accepts_the_page)
+Test(tierd_metrics, counters_match_the_requests_and_promtool_accepts_the_page)
 {
     struct t_tierd d;
     char port_s[8], ctype[256], lint[4096];
@@ -165,7 +165,7 @@ Test(metrics, counters_match_the_requests_and_promtool_accepts_the_page)
     t_tierd_stop(&d);
 }
 
-Test(metrics, disk_waits_are_counted_and_timed_to_their_reply)
+Test(tierd_metrics, disk_waits_are_counted_and_timed_to_their_reply)
 {
     struct t_tierd d;
     char port_s[8];
@@ -344,10 +344,10 @@ static double prom_wait(uint16_t port, const char *expr, double want, int secs)
 }
 
 /* With a bearer token, as the README configures both sides. */
-Test(metrics, prometheus_server_scrapes_tierd_and_sees_puts)
+Test(tierd_metrics, prometheus_server_scrapes_tierd_and_sees_puts)
 {
     struct t_tierd d;
-    char port_s[8], dir[] = "/tmp/kvt-test-XXXXXX", tok[64], cmd[64];
+    char port_s[8], dir[256], tok[320];
     const char *args[] = { "--warm-bytes", "64M", "--metrics-port", port_s,
                            "--metrics-token-file", tok, NULL };
     uint16_t port = t_metrics_free_port(), prom_port;
@@ -363,7 +363,7 @@ Test(metrics, prometheus_server_scrapes_tierd_and_sees_puts)
     cr_assert_eq(access("/usr/bin/prometheus", X_OK), 0,
                  "no /usr/bin/prometheus (Debian package prometheus)");
     snprintf(port_s, sizeof(port_s), "%u", port);
-    cr_assert_not_null(mkdtemp(dir));
+    t_tmpdir("kvt-test", dir, sizeof(dir));
     snprintf(tok, sizeof(tok), "%s/token", dir);
     f = fopen(tok, "w"); /* the umask may be 022: the mode is set below */
     cr_assert_not_null(f);
@@ -394,15 +394,14 @@ Test(metrics, prometheus_server_scrapes_tierd_and_sees_puts)
     cr_expect_eq(prometheus_stop(prom), 0, "Prometheus did not stop cleanly");
     kvt_close(c);
     t_tierd_stop(&d);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    cr_expect_eq(system(cmd), 0);
+    t_rmtree(dir);
 }
 
 /* ---- bad input ------------------------------------------------------------- */
 
-Test(metrics, port_in_use_is_a_clear_error_and_a_nonzero_exit)
+Test(tierd_metrics, port_in_use_is_a_clear_error_and_a_nonzero_exit)
 {
-    char dir[] = "/tmp/kvt-test-XXXXXX", port_s[8], want[64], err[8192], cmd[64];
+    char dir[256], port_s[8], want[64], err[8192];
     const char *args[] = { "--metrics-port", port_s, NULL };
     const char *bad[] = { "--metrics-port", "0", NULL };
     const char *bad_addr[] = { "--metrics-port", "9", "--metrics-addr", "localhost", NULL };
@@ -411,7 +410,7 @@ Test(metrics, port_in_use_is_a_clear_error_and_a_nonzero_exit)
     uint16_t port;
     int hold = t_metrics_hold_port(&port), st;
 
-    cr_assert_not_null(mkdtemp(dir));
+    t_tmpdir("kvt-test", dir, sizeof(dir));
     snprintf(port_s, sizeof(port_s), "%u", port);
     st = t_tierd_exit(dir, args, err, sizeof(err));
     snprintf(want, sizeof(want), "tierd: --metrics-port %u: address in use", port);
@@ -436,6 +435,5 @@ Test(metrics, port_in_use_is_a_clear_error_and_a_nonzero_exit)
     }
 
     close(hold);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    cr_expect_eq(system(cmd), 0);
+    t_rmtree(dir);
 }

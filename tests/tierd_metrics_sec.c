@@ -59,10 +59,7 @@ static char *tmp_dir(char *buf, size_t cap)
 
 static void rm_dir(const char *dir)
 {
-    char cmd[300];
-
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    cr_expect_eq(system(cmd), 0);
+    t_rmtree(dir);
 }
 
 /* Open a namespace of model id and do one lookup of one key in it. */
@@ -84,7 +81,7 @@ static kvt_ns *ns_looked_up(kvt_client *c, const char *model_id)
 
 /* ---- the bearer token ------------------------------------------------------- */
 
-Test(metrics_sec, without_the_token_the_page_is_refused_and_tells_nothing)
+Test(tierd_metrics_sec, without_the_token_the_page_is_refused_and_tells_nothing)
 {
     static const struct {
         const char *hdr;
@@ -147,7 +144,7 @@ Test(metrics_sec, without_the_token_the_page_is_refused_and_tells_nothing)
     rm_dir(dir);
 }
 
-Test(metrics_sec, a_token_file_others_can_read_stops_tierd)
+Test(tierd_metrics_sec, a_token_file_others_can_read_stops_tierd)
 {
     static const struct {
         const char *text;
@@ -204,7 +201,7 @@ Test(metrics_sec, a_token_file_others_can_read_stops_tierd)
 
 /* ---- model ids -------------------------------------------------------------- */
 
-Test(metrics_sec, no_model_ids_leaves_every_model_id_off_the_page)
+Test(tierd_metrics_sec, no_model_ids_leaves_every_model_id_off_the_page)
 {
     struct t_tierd d;
     char port_s[8];
@@ -257,7 +254,7 @@ static int slow_open(uint16_t port)
     return fd;
 }
 
-Test(metrics_sec, stalled_connections_do_not_lock_out_a_scrape)
+Test(tierd_metrics_sec, stalled_connections_do_not_lock_out_a_scrape)
 {
     static const char half[] = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: slo";
     struct t_tierd d;
@@ -348,7 +345,7 @@ static void many_namespaces(kvt_client *c)
     }
 }
 
-Test(metrics_sec, many_namespaces_give_a_page_of_bounded_size)
+Test(tierd_metrics_sec, many_namespaces_give_a_page_of_bounded_size)
 {
     const char *fam = "kvtier_namespace_lookups_total{";
     struct t_tierd d;
@@ -434,7 +431,7 @@ static bool scrape_read(int fd)
  * one request already in flight and no more (1 of each of 3 scrapes, before
  * the fix); off it, hundreds (dozens under valgrind, whose threads take
  * turns). */
-Test(metrics_sec, the_loop_answers_clients_while_a_big_page_is_built)
+Test(tierd_metrics_sec, the_loop_answers_clients_while_a_big_page_is_built)
 {
     struct t_tierd d;
     char port_s[8];

@@ -17,10 +17,10 @@
 
 #include "t.h"
 
-Test(notify, tierd_sends_ready_from_its_own_pid_once_it_accepts_clients)
+Test(tierd_notify, tierd_sends_ready_from_its_own_pid_once_it_accepts_clients)
 {
     struct sockaddr_un a = { .sun_family = AF_UNIX };
-    char dir[] = "/tmp/kvt-notify-XXXXXX", msg[256];
+    char dir[96], msg[256]; /* dir: short enough for a socket path */
     union {
         struct cmsghdr h;
         char buf[CMSG_SPACE(sizeof(struct ucred))];
@@ -36,7 +36,7 @@ Test(notify, tierd_sends_ready_from_its_own_pid_once_it_accepts_clients)
 
     if (getenv("KVT_TEST_ATTACH"))
         cr_skip_test("KVT_TEST_ATTACH: this test starts its own tierd");
-    cr_assert_not_null(mkdtemp(dir));
+    t_tmpdir("kvt-notify", dir, sizeof(dir));
     snprintf(a.sun_path, sizeof(a.sun_path), "%s/notify", dir);
     fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     cr_assert_geq(fd, 0, "socket: %s", strerror(errno));

@@ -37,7 +37,7 @@ static long rss_kib(pid_t pid)
     return kib;
 }
 
-Test(tierd_ns, ids_stay_dense_without_a_cold_tier)
+Test(tierd_ns_ids, ids_stay_dense_without_a_cold_tier)
 {
     static const char *const no_cold[] = { "--no-cold", "--warm-bytes", "64M", NULL };
     static uint8_t buf[BLK];

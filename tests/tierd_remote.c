@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "kvt_common.h"
 #include "kvt_wire.h"
 #include "t.h"
 #include "t_cluster.h"
@@ -35,14 +36,6 @@
 #define NODES T_CLUSTER_NODES
 
 static bool slow(void) { return getenv("KVT_TEST_VALGRIND") != NULL; }
-
-static uint64_t ms_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* A tierd on the cluster; with cfg, the tenants of that config file. */
 static void tierd_cfg_on(struct t_tierd *d, struct t_cluster *c, const char *policy,
@@ -96,13 +89,8 @@ static int get_chain(kvt_ns *ns, int chain)
     chain_keys(k, chain);
     for (int i = 0; i < CHAIN; i++)
         dst[i] = buf[i];
-    hits = kvt_get(ns, k, CHAIN, dst);
+    hits = t_get_chain(ns, k, CHAIN, BLK, (uint64_t)chain * 100, dst);
     cr_assert_geq(hits, 0, "get of chain %d: %s", chain, kvt_strerror(hits));
-    for (int i = 0; i < hits; i++) {
-        long bad = t_check(buf[i], BLK, (uint64_t)chain * 100 + (uint64_t)i);
-
-        cr_assert_eq(bad, -1, "chain %d block %d: wrong byte at %ld", chain, i, bad);
-    }
     return hits;
 }
 
@@ -111,11 +99,11 @@ static int get_chain(kvt_ns *ns, int chain)
  * Asserts nothing: tenants' children call it too. */
 static int puts_settled(kvt_client *c, uint64_t want, kvt_stats *st)
 {
-    uint64_t t0 = ms_now();
+    uint64_t t0 = cmn_now_ms();
     int rc;
 
     while ((rc = kvt_stats_get(c, st)) == 0 && st->remote_puts + st->remote_errors < want) {
-        if (ms_now() - t0 > (slow() ? 60000u : 15000u))
+        if (cmn_now_ms() - t0 > (slow() ? 60000u : 15000u))
             return -ETIMEDOUT;
         usleep(20000);
     }
@@ -137,43 +125,68 @@ static void wait_puts(kvt_client *c, uint64_t want)
 /* A stats request answers within the bound: the daemon is not stuck. */
 static void responsive(kvt_client *c, kvt_stats *st)
 {
-    uint64_t t0 = ms_now();
+    uint64_t t0 = cmn_now_ms();
 
     cr_assert_eq(kvt_stats_get(c, st), 0);
-    cr_assert_lt(ms_now() - t0, slow() ? 10000 : 2000, "stats took %llu ms",
-                 (unsigned long long)(ms_now() - t0));
+    cr_assert_lt(cmn_now_ms() - t0, slow() ? 10000 : 2000, "stats took %llu ms",
+                 (unsigned long long)(cmn_now_ms() - t0));
 }
 
-Test(remote, a_prefix_put_on_one_node_is_a_hit_on_another)
-{
+/* Two tierds (A and B) on one private cluster under policy, a client and a
+ * namespace on each; with chains, A puts chains 0..chains-1 and waits until
+ * the cluster holds every block. */
+struct pair {
     struct t_cluster cl;
     struct t_tierd a, b;
     kvt_client *ca, *cb;
-    kvt_ns *na, *nb, *other;
+    kvt_ns *na, *nb;
+};
+
+static void pair_open(struct pair *p, const char *policy, int chains)
+{
+    t_cluster_start(&p->cl);
+    tierd_on(&p->a, &p->cl, policy);
+    tierd_on(&p->b, &p->cl, policy);
+    p->ca = t_connect(&p->a);
+    p->cb = t_connect(&p->b);
+    p->na = t_ns(p->ca, BLK);
+    p->nb = t_ns(p->cb, BLK);
+    for (int c = 0; c < chains; c++)
+        put_chain(p->na, c);
+    if (chains)
+        wait_puts(p->ca, (uint64_t)chains * CHAIN);
+}
+
+/* Close both clients, stop both tierds (each must stop cleanly), stop the
+ * cluster. */
+static void pair_close(struct pair *p)
+{
+    kvt_close(p->ca);
+    kvt_close(p->cb);
+    t_tierd_stop(&p->a);
+    t_tierd_stop(&p->b);
+    t_cluster_stop(&p->cl);
+}
+
+Test(tierd_remote, a_prefix_put_on_one_node_is_a_hit_on_another)
+{
+    struct pair p;
+    kvt_ns *other;
     kvt_model m2 = t_model(BLK);
     kvt_key k[CHAIN];
     uint8_t tiers[CHAIN];
     kvt_stats st;
 
-    t_cluster_start(&cl);
-    tierd_on(&a, &cl, "write-through");
-    tierd_on(&b, &cl, "write-through");
-    ca = t_connect(&a);
-    cb = t_connect(&b);
-    na = t_ns(ca, BLK);
-    nb = t_ns(cb, BLK);
-    for (int c = 0; c < 3; c++)
-        put_chain(na, c);
-    wait_puts(ca, 3 * CHAIN);
+    pair_open(&p, "write-through", 3);
 
     /* B never saw these: its lookup asks the cluster, its get reads it */
     chain_keys(k, 0);
-    cr_assert_eq(kvt_lookup(nb, k, CHAIN, 0, tiers), CHAIN, "lookup through the second tierd");
+    cr_assert_eq(kvt_lookup(p.nb, k, CHAIN, 0, tiers), CHAIN, "lookup through the second tierd");
     for (int c = 0; c < 3; c++)
-        cr_assert_eq(get_chain(nb, c), CHAIN, "chain %d: not a full hit through B", c);
+        cr_assert_eq(get_chain(p.nb, c), CHAIN, "chain %d: not a full hit through B", c);
     /* now local in B: a hit without the cluster */
-    cr_assert_eq(get_chain(nb, 1), CHAIN);
-    responsive(cb, &st);
+    cr_assert_eq(get_chain(p.nb, 1), CHAIN);
+    responsive(p.cb, &st);
     cr_assert_eq(st.remote_hits, 3 * CHAIN, "remote hits %llu",
                  (unsigned long long)st.remote_hits);
     cr_assert_eq(st.remote_bytes_out, 3ull * CHAIN * BLK);
@@ -181,99 +194,67 @@ Test(remote, a_prefix_put_on_one_node_is_a_hit_on_another)
     cr_assert_eq(st.remote_checksum_errors, 0);
     /* another model never finds them: namespaces stay apart on the cluster */
     m2.model_id = "test/other-model";
-    cr_assert_eq(kvt_ns_open(cb, &m2, &other), 0);
+    cr_assert_eq(kvt_ns_open(p.cb, &m2, &other), 0);
     chain_keys(k, 2);
     cr_assert_eq(kvt_lookup(other, k, CHAIN, 0, NULL), 0);
 
-    kvt_close(ca);
-    kvt_close(cb);
-    t_tierd_stop(&a);
-    t_tierd_stop(&b);
-    t_cluster_stop(&cl);
+    pair_close(&p);
 }
 
-Test(remote, a_killed_master_turns_into_misses)
+Test(tierd_remote, a_killed_master_turns_into_misses)
 {
+    struct pair p;
     enum { CHAINS = 24, KILL_AT = 6 };
-    struct t_cluster cl;
-    struct t_tierd a, b;
-    kvt_client *ca, *cb;
-    kvt_ns *na, *nb;
     kvt_stats st;
     int full_after = 0, short_after = 0;
 
-    t_cluster_start(&cl);
-    tierd_on(&a, &cl, "write-through");
-    tierd_on(&b, &cl, "write-through");
-    ca = t_connect(&a);
-    cb = t_connect(&b);
-    na = t_ns(ca, BLK);
-    nb = t_ns(cb, BLK);
-    for (int c = 0; c < CHAINS; c++)
-        put_chain(na, c);
-    wait_puts(ca, CHAINS * CHAIN);
+    pair_open(&p, "write-through", CHAINS);
     /* B reads each chain once, from the cluster; a master dies midway */
     for (int c = 0; c < CHAINS; c++) {
-        uint64_t t0 = ms_now();
+        uint64_t t0 = cmn_now_ms();
         int hits;
 
         if (c == KILL_AT) {
-            kill(cl.pid[2], SIGKILL);
-            t_wait(cl.pid[2]);
-            cl.pid[2] = 0;
+            kill(p.cl.pid[2], SIGKILL);
+            t_wait(p.cl.pid[2]);
+            p.cl.pid[2] = 0;
         }
-        hits = get_chain(nb, c); /* never a wrong byte */
-        cr_assert_lt(ms_now() - t0, slow() ? 30000 : 5000, "a get took %llu ms",
-                     (unsigned long long)(ms_now() - t0));
+        hits = get_chain(p.nb, c); /* never a wrong byte */
+        cr_assert_lt(cmn_now_ms() - t0, slow() ? 30000 : 5000, "a get took %llu ms",
+                     (unsigned long long)(cmn_now_ms() - t0));
         if (c < KILL_AT)
             cr_assert_eq(hits, CHAIN, "chain %d before the kill: %d hits", c, hits);
         else if (hits == CHAIN)
             full_after++;
         else
             short_after++;
-        responsive(cb, &st);
+        responsive(p.cb, &st);
     }
     /* about a third of the keys lived there: most 4-block chains lose one */
     cr_assert_gt(short_after, 0, "no get after the kill missed (%d full)", full_after);
-    responsive(cb, &st);
+    responsive(p.cb, &st);
     cr_assert_gt(st.remote_errors, 0, "the dead master's keys were not counted as errors");
     cr_assert_eq(st.remote_checksum_errors, 0);
 
-    kvt_close(ca);
-    kvt_close(cb);
-    t_tierd_stop(&a);
-    t_tierd_stop(&b);
-    t_cluster_stop(&cl);
+    pair_close(&p);
 }
 
-Test(remote, a_resharding_during_reads_is_followed)
+Test(tierd_remote, a_resharding_during_reads_is_followed)
 {
+    struct pair p;
     enum { CHAINS = 32 };
-    struct t_cluster cl;
-    struct t_tierd a, b;
-    kvt_client *ca, *cb;
-    kvt_ns *na, *nb;
     kvt_stats st;
     char from[64], to[64], addr[32];
     pid_t mover;
 
-    t_cluster_start(&cl);
-    tierd_on(&a, &cl, "write-through");
-    tierd_on(&b, &cl, "write-through");
-    ca = t_connect(&a);
-    cb = t_connect(&b);
-    na = t_ns(ca, BLK);
-    nb = t_ns(cb, BLK);
-    for (int c = 0; c < CHAINS; c++)
-        put_chain(na, c);
-    wait_puts(ca, CHAINS * CHAIN);
-    cr_assert_eq(get_chain(nb, 0), CHAIN); /* B has its slot map now */
+    pair_open(&p, "write-through", CHAINS);
+    cr_assert_eq(get_chain(p.nb, 0), CHAIN); /* B has its slot map now */
 
     /* move half of the first master's slots to the second, keys and all,
      * while B reads */
-    t_cluster_node_id(cl.port[0], from, sizeof(from));
-    t_cluster_node_id(cl.port[1], to, sizeof(to));
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", cl.port[0]);
+    t_cluster_node_id(p.cl.port[0], from, sizeof(from));
+    t_cluster_node_id(p.cl.port[1], to, sizeof(to));
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", p.cl.port[0]);
     mover = fork();
     cr_assert(mover >= 0);
     if (mover == 0) {
@@ -281,75 +262,62 @@ Test(remote, a_resharding_during_reads_is_followed)
                                "--cluster-from", from, "--cluster-to", to, "--cluster-slots",
                                "2700", "--cluster-yes", NULL };
 
-        _exit(t_cluster_run(&cl, argv));
+        _exit(t_cluster_run(&p.cl, argv));
     }
     for (int c = 1; c < CHAINS / 2; c++)
-        cr_assert_eq(get_chain(nb, c), CHAIN, "chain %d during the resharding", c);
+        cr_assert_eq(get_chain(p.nb, c), CHAIN, "chain %d during the resharding", c);
     cr_assert_eq(t_wait(mover), 0, "redis-cli --cluster reshard failed (see %s/cmd.log)",
-                 cl.dir);
+                 p.cl.dir);
     for (int c = CHAINS / 2; c < CHAINS; c++)
-        cr_assert_eq(get_chain(nb, c), CHAIN, "chain %d after the resharding", c);
-    responsive(cb, &st);
+        cr_assert_eq(get_chain(p.nb, c), CHAIN, "chain %d after the resharding", c);
+    responsive(p.cb, &st);
     cr_assert_gt(st.remote_redirects, 0, "no MOVED/ASK was seen");
     cr_assert_eq(st.remote_hits, CHAINS * CHAIN);
     cr_assert_eq(st.remote_checksum_errors, 0);
 
-    kvt_close(ca);
-    kvt_close(cb);
-    t_tierd_stop(&a);
-    t_tierd_stop(&b);
-    t_cluster_stop(&cl);
+    pair_close(&p);
 }
 
-Test(remote, a_corrupted_value_is_a_counted_miss)
+Test(tierd_remote, a_corrupted_value_is_a_counted_miss)
 {
-    struct t_cluster cl;
-    struct t_tierd a, b;
-    kvt_client *ca, *cb;
-    kvt_ns *na, *nb;
+    struct pair p;
     kvt_key k[CHAIN];
     kvt_stats st;
     int changed = 0;
 
-    t_cluster_start(&cl);
-    tierd_on(&a, &cl, "on-demotion");
-    tierd_on(&b, &cl, "on-demotion");
-    ca = t_connect(&a);
-    cb = t_connect(&b);
-    na = t_ns(ca, BLK);
-    nb = t_ns(cb, BLK);
-    put_chain(na, 0);
+    pair_open(&p, "on-demotion", 0);
+    put_chain(p.na, 0);
     /* on-demotion: nothing goes out until the blocks leave warm; a flush
      * writes them to cold, which is not leaving warm either */
-    responsive(ca, &st);
+    responsive(p.ca, &st);
     cr_assert_eq(st.remote_puts, 0, "on-demotion wrote at commit");
-    kvt_close(ca);
+    kvt_close(p.ca);
     /* a clean stop flushes warm to cold through the mover's demotions,
      * which write to the cluster too (drained before tierd exits) */
-    t_tierd_stop(&a);
-    cr_assert_eq(get_chain(nb, 0), CHAIN, "on-demotion: the demoted blocks are not there");
-    tierd_on(&a, &cl, "write-through");
-    ca = t_connect(&a);
-    na = t_ns(ca, BLK);
+    t_tierd_stop(&p.a);
+    cr_assert_eq(get_chain(p.nb, 0), CHAIN, "on-demotion: the demoted blocks are not there");
+    tierd_on(&p.a, &p.cl, "write-through");
+    p.ca = t_connect(&p.a);
+    p.na = t_ns(p.ca, BLK);
     chain_keys(k, 1);
-    put_chain(na, 1);
-    wait_puts(ca, CHAIN);
+    put_chain(p.na, 1);
+    wait_puts(p.ca, CHAIN);
 
     /* behind tierd's back: overwrite one payload byte of chain 1's first
      * block (its key is the only one whose value holds chain 1's data; find
      * it by reading every kvt: key on every master) */
     for (int i = 0; i < NODES && !changed; i++) {
-        redisReply *keys = t_cluster_cmd(cl.port[i], "KEYS kvt:*");
+        redisReply *keys = t_cluster_cmd(p.cl.port[i], "KEYS kvt:*");
 
         cr_assert(keys && keys->type == REDIS_REPLY_ARRAY);
         for (size_t j = 0; j < keys->elements && !changed; j++) {
-            redisReply *v = t_cluster_cmd(cl.port[i], "GET %s", keys->element[j]->str);
+            redisReply *v = t_cluster_cmd(p.cl.port[i], "GET %s", keys->element[j]->str);
             static uint8_t want[BLK];
 
             t_fill(want, BLK, 100);
             if (v && v->type == REDIS_REPLY_STRING && v->len == 32 + BLK &&
                 memcmp(v->str + 32, want, BLK) == 0) {
-                redisReply *w = t_cluster_cmd(cl.port[i], "SETRANGE %s %d %b",
+                redisReply *w = t_cluster_cmd(p.cl.port[i], "SETRANGE %s %d %b",
                                               keys->element[j]->str, 32 + 1000, "\xff\x00",
                                               (size_t)2);
 
@@ -363,18 +331,14 @@ Test(remote, a_corrupted_value_is_a_counted_miss)
         freeReplyObject(keys);
     }
     cr_assert(changed, "chain 1's first block is not on the cluster");
-    cr_assert_eq(get_chain(nb, 1), 0, "a corrupted block was served");
-    responsive(cb, &st);
+    cr_assert_eq(get_chain(p.nb, 1), 0, "a corrupted block was served");
+    responsive(p.cb, &st);
     cr_assert_eq(st.remote_checksum_errors, 1, "checksum errors: %llu",
                  (unsigned long long)st.remote_checksum_errors);
     cr_assert_eq(st.remote_hits, CHAIN, "remote hits %llu: chain 0's only",
                  (unsigned long long)st.remote_hits);
 
-    kvt_close(ca);
-    kvt_close(cb);
-    t_tierd_stop(&a);
-    t_tierd_stop(&b);
-    t_cluster_stop(&cl);
+    pair_close(&p);
 }
 
 /* ---- issue 14: a tenant's model id that collides with another's name ---- */
@@ -475,7 +439,7 @@ static int bobby_forges(const char *sock, void *arg)
  * find or read it, and his blocks put under the same keys through the
  * first must never be served to alice through the second (whose alice has
  * nothing local: every read goes to the cluster). */
-Test(remote, a_colliding_model_id_reaches_no_other_tenants_blocks)
+Test(tierd_remote, a_colliding_model_id_reaches_no_other_tenants_blocks)
 {
     char a_name[256], b_name[256], b_model[KVT_WIRE_MODEL_ID_MAX];
     static uint8_t buf[CHAIN][BLK];

@@ -30,6 +30,7 @@
 
 #include "kvt_wire.h"
 #include "t.h"
+#include "t_wire.h"
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
@@ -41,8 +42,6 @@
 #define STRANGER T_STRANGER
 #define config_two t_config_two
 
-static void rm_rf(const char *path);
-
 static void need_root(void)
 {
     if (geteuid() != 0)
@@ -51,30 +50,15 @@ static void need_root(void)
 
 /* ---- a hostile client's own socket ------------------------------------ */
 
-static int sock_open(const char *path)
-{
-    struct sockaddr_un a = { .sun_family = AF_UNIX };
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-    if (fd < 0 || strlen(path) >= sizeof(a.sun_path))
-        return -1;
-    strcpy(a.sun_path, path);
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
+#define sock_open t_wire_connect
 
 /* Send request op with body, without waiting for the reply: 0, or -errno. */
 static int sock_send(int fd, uint16_t op, const void *body, uint32_t len)
 {
-    struct kvt_wire_hdr h = { .magic = KVT_WIRE_MAGIC, .version = KVT_WIRE_VERSION, .op = op,
-                              .req_id = 7, .body_len = len };
-    struct iovec out[2] = { { &h, sizeof(h) }, { (void *)body, len } };
-    struct msghdr m = { .msg_iov = out, .msg_iovlen = 2 };
+    struct kvt_wire_hdr h = t_wire_hdr(op, 7, 0, len);
+    ssize_t r = t_wire_send2(fd, &h, sizeof(h), body, len);
 
-    return sendmsg(fd, &m, MSG_NOSIGNAL) < 0 ? -errno : 0;
+    return r < 0 ? (int)r : 0;
 }
 
 /* Send request op with body, wait for its reply (5 s at most): its status
@@ -83,34 +67,18 @@ static int sock_send(int fd, uint16_t op, const void *body, uint32_t len)
 static int sock_call(int fd, uint16_t op, const void *body, uint32_t len, void *rep, size_t cap,
                      int *pass_fd)
 {
-    static _Alignas(16) uint8_t buf[KVT_WIRE_MSG_MAX + 64];
     struct kvt_wire_hdr h;
-    struct msghdr m;
-    union {
-        char b[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } cm;
-    struct iovec in = { buf, sizeof(buf) };
-    struct pollfd p = { .fd = fd, .events = POLLIN };
     ssize_t r;
 
     if (pass_fd)
         *pass_fd = -1;
     if (sock_send(fd, op, body, len) < 0)
         return KVT_EDISCONNECTED;
-    if (poll(&p, 1, 5000) != 1)
+    r = t_wire_recv(fd, &h, rep, cap, pass_fd, 5000);
+    if (r == -ETIMEDOUT)
         return -ETIMEDOUT;
-    m = (struct msghdr){ .msg_iov = &in, .msg_iovlen = 1, .msg_control = cm.b,
-                         .msg_controllen = sizeof(cm.b) };
-    r = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
     if (r < (ssize_t)sizeof(h))
         return KVT_EDISCONNECTED;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && pass_fd)
-            memcpy(pass_fd, CMSG_DATA(c), sizeof(int));
-    memcpy(&h, buf, sizeof(h));
-    if (rep)
-        memcpy(rep, buf + sizeof(h), (size_t)r - sizeof(h) < cap ? (size_t)r - sizeof(h) : cap);
     return h.status;
 }
 
@@ -151,7 +119,7 @@ static int attack_pool(int pool, const char *what)
     return won;
 }
 
-Test(security, a_client_cannot_resize_or_seal_the_pools_and_tierd_survives_it)
+Test(tierd_security, a_client_cannot_resize_or_seal_the_pools_and_tierd_survives_it)
 {
     static const char *const args[] = { "--warm-bytes", "32M", "--hot-bytes", "8M",
                                         "--no-mlock", NULL };
@@ -231,7 +199,7 @@ static int stranger_floods(const char *sock, void *arg)
     return closed == open_n ? 0 : 22;
 }
 
-Test(security, an_idle_flood_of_unadmitted_peers_leaves_every_tenant_served)
+Test(tierd_security, an_idle_flood_of_unadmitted_peers_leaves_every_tenant_served)
 {
     const char *cfg;
     struct t_tierd d;
@@ -299,7 +267,7 @@ static int bob_connects_all(const char *sock, void *arg)
     return n;
 }
 
-Test(security, a_tenant_has_its_share_of_the_connections_and_no_more)
+Test(tierd_security, a_tenant_has_its_share_of_the_connections_and_no_more)
 {
     static const char *const conf =
         "[tenant.alice]\n"
@@ -332,20 +300,20 @@ Test(security, a_tenant_has_its_share_of_the_connections_and_no_more)
     t_tierd_stop(&d);
     /* fewer clients than tenants: some tenant could never connect */
     {
-        char dir[] = "/tmp/kvt-test-XXXXXX", err[4096];
+        char dir[256], err[4096];
 
-        cr_assert_not_null(mkdtemp(dir));
+        t_tmpdir("kvt-test", dir, sizeof(dir));
         st = t_tierd_exit(dir, (const char *const[]){ "--config", cfg, "--max-clients", "1",
                                                       NULL },
                           err, sizeof(err));
         cr_expect_eq(st, EX_CONFIG, "exit %d: %s", st, err);
         cr_expect(strstr(err, "2 tenants but --max-clients 1"), "%s", err);
-        rm_rf(dir);
+        t_rmtree(dir);
     }
     unlink(cfg);
 }
 
-Test(security, an_admitted_peer_that_never_says_hello_is_hung_up)
+Test(tierd_security, an_admitted_peer_that_never_says_hello_is_hung_up)
 {
     struct t_tierd d;
     kvt_client *c;
@@ -428,7 +396,7 @@ static void commit_key_waiting(int fd, uint32_t ns, uint64_t seed)
  * durable commit waits on; B's reply fails too and B closes from inside A's
  * close, while the deadline walk holds B as its next (a use after free,
  * seen under ASan, before sessions were freed only after each turn). */
-Test(security, a_session_closed_inside_another_ones_close_is_not_used_after_it)
+Test(tierd_security, a_session_closed_inside_another_ones_close_is_not_used_after_it)
 {
     struct t_tierd d;
     uint32_t na, nb, nc;
@@ -461,7 +429,7 @@ Test(security, a_session_closed_inside_another_ones_close_is_not_used_after_it)
  * waiting on S's key; W reads nothing, so its reply fails and it closes
  * from within, failing V's wait on W's key, which the store's loop over its
  * waits pointed into (a use after free in dwaits_fail, under ASan). */
-Test(security, a_wait_failed_from_within_another_failed_wait_is_not_used_after_it)
+Test(tierd_security, a_wait_failed_from_within_another_failed_wait_is_not_used_after_it)
 {
     struct t_tierd d;
     uint32_t ns_s, ns_w, ns_v;
@@ -493,7 +461,7 @@ static uint64_t rss_kib(pid_t pid);
  * answered -EAGAIN at its bound, over and over: each left 1,024 waits in
  * the store, which the next walked again (memory without bound, and the
  * one thread every tenant shares stalled). */
-Test(security, durable_commits_that_time_out_leave_nothing_behind)
+Test(tierd_security, durable_commits_that_time_out_leave_nothing_behind)
 {
     static _Alignas(8) uint8_t body[KVT_WIRE_MSG_MAX];
     struct t_tierd d;
@@ -542,7 +510,7 @@ Test(security, durable_commits_that_time_out_leave_nothing_behind)
 /* Pinning lookups of a namespace of 1-byte blocks, 1,024 references to one
  * block at a time: the pin budget counted block bytes (1 each), so pins
  * could take 4 bytes of tierd per reference up to the budget in bytes. */
-Test(security, pins_of_tiny_blocks_are_bounded_by_the_slots_they_hold)
+Test(tierd_security, pins_of_tiny_blocks_are_bounded_by_the_slots_they_hold)
 {
     static kvt_key k[KVT_BATCH_MAX];
     uint8_t one = 7;
@@ -616,7 +584,7 @@ static int lease_until_refused(kvt_client *c, const kvt_key *k)
     return n;
 }
 
-Test(security, leases_taken_over_and_over_are_bounded_by_the_tenant)
+Test(tierd_security, leases_taken_over_and_over_are_bounded_by_the_tenant)
 {
     static kvt_key k[KVT_BATCH_MAX];
     static uint8_t blk[TINY];
@@ -712,7 +680,7 @@ static uint64_t session_id(const char *sock)
     return rep.session_id;
 }
 
-Test(security, stats_and_ids_tell_a_tenant_nothing_of_another)
+Test(tierd_security, stats_and_ids_tell_a_tenant_nothing_of_another)
 {
     const char *cfg;
     struct t_tierd d;
@@ -786,15 +754,7 @@ static void socket_refused(const char *dir, const char *data, const char *sock, 
     cr_expect(strstr(err, "refusing socket") && strstr(err, why), "socket %s: %s", sock, err);
 }
 
-static void rm_rf(const char *path)
-{
-    char cmd[600];
-
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
-    cr_assert_eq(system(cmd), 0);
-}
-
-Test(security, a_data_folder_another_user_could_have_prepared_is_refused)
+Test(tierd_security, a_data_folder_another_user_could_have_prepared_is_refused)
 {
     char base[64], run[64] = "/tmp/kvt-srun-XXXXXX", data[128], link[256], victim[128];
     char err[4096];
@@ -802,8 +762,7 @@ Test(security, a_data_folder_another_user_could_have_prepared_is_refused)
     int st, fd;
 
     need_root();
-    snprintf(base, sizeof(base), "/tmp/kvt-sec-XXXXXX");
-    cr_assert_not_null(mkdtemp(base));
+    t_tmpdir("kvt-sec", base, sizeof(base));
     cr_assert_not_null(mkdtemp(run)); /* its socket */
     snprintf(data, sizeof(data), "%s/data", base);
     snprintf(victim, sizeof(victim), "%s/victim", base);
@@ -881,7 +840,7 @@ Test(security, a_data_folder_another_user_could_have_prepared_is_refused)
     static const char *const files[] = { "tierd.lock", "cold.data", "cold.lmdb/data.mdb",
                                          "cold.lmdb/lock.mdb", "cold.lmdb" };
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-        rm_rf(data);
+        t_rmtree(data);
         cr_assert_eq(mkdir(data, 0700), 0);
         if (strchr(files[i], '/')) {
             snprintf(link, sizeof(link), "%s/cold.lmdb", data);
@@ -897,6 +856,6 @@ Test(security, a_data_folder_another_user_could_have_prepared_is_refused)
         cr_expect_eq(sb.st_size, 6, "%s a link: root's file is now %lld bytes", files[i],
                      (long long)sb.st_size);
     }
-    rm_rf(base);
-    rm_rf(run);
+    t_rmtree(base);
+    t_rmtree(run);
 }

@@ -157,7 +157,7 @@ static int alice_floods(const char *sock, void *arg)
     return 0;
 }
 
-Test(tenants, two_uids_see_and_touch_only_their_own)
+Test(tierd_tenants, two_uids_see_and_touch_only_their_own)
 {
     struct t_tierd d;
     const char *cfg;
@@ -207,7 +207,7 @@ static int bob_unpins(const char *sock, void *arg)
     return 0;
 }
 
-Test(tenants, a_pin_is_released_only_within_its_tenant)
+Test(tierd_tenants, a_pin_is_released_only_within_its_tenant)
 {
     struct t_tierd d;
     const char *cfg;
@@ -247,7 +247,7 @@ Test(tenants, a_pin_is_released_only_within_its_tenant)
 
 /* Each tenant's blocks survive a restart in its own folder, and only
  * there. */
-Test(tenants, each_tenant_has_its_own_disk)
+Test(tierd_tenants, each_tenant_has_its_own_disk)
 {
     struct t_tierd d;
     const char *cfg;
@@ -277,11 +277,10 @@ Test(tenants, each_tenant_has_its_own_disk)
 /* Run tierd with a config; its exit status, stderr into err. */
 static int tierd_with(const char *cfg, char *err, size_t cap)
 {
-    char dir[64], sock[128], data[128], cmd[128], *e;
+    char dir[64], sock[128], data[128], *e;
     int st;
 
-    snprintf(dir, sizeof(dir), "/tmp/kvt-tcfg-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
+    t_tmpdir("kvt-tcfg", dir, sizeof(dir));
     snprintf(sock, sizeof(sock), "%s/s", dir);
     snprintf(data, sizeof(data), "%s/d", dir);
     st = t_run("tierd",
@@ -290,12 +289,11 @@ static int tierd_with(const char *cfg, char *err, size_t cap)
                0, NULL, &e);
     snprintf(err, cap, "%s", e);
     free(e);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
+    t_rmtree(dir);
     return st;
 }
 
-Test(tenants, bad_config_files_stop_tierd_with_the_line_and_the_reason)
+Test(tierd_tenants, bad_config_files_stop_tierd_with_the_line_and_the_reason)
 {
     static const struct {
         const char *text, *want;

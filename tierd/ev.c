@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvt_common.h"
 #include "ev.h"
 
 struct handler {
@@ -87,14 +88,6 @@ void ev_set_spin(struct ev_loop *l, int spin_us)
     l->spin_us = spin_us;
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 int ev_run(struct ev_loop *l, void (*idle)(void *ctx), void *ctx)
 {
     struct epoll_event ev[64];
@@ -109,12 +102,12 @@ int ev_run(struct ev_loop *l, void (*idle)(void *ctx), void *ctx)
         int n = epoll_wait(l->epfd, ev, 64, spin_until ? 0 : -1);
 
         if (n == 0 && spin_until) {
-            if (now_ns() >= spin_until)
+            if (cmn_now_ns() >= spin_until)
                 spin_until = 0;
             continue;
         }
         if (n > 0 && l->spin_us > 0)
-            spin_until = now_ns() + (uint64_t)l->spin_us * 1000u;
+            spin_until = cmn_now_ns() + (uint64_t)l->spin_us * 1000u;
 
         if (n < 0) {
             if (errno == EINTR)

@@ -39,6 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvt_common.h"
 #include "ev.h"
 #include "metrics.h"
 #include "metrics_int.h"
@@ -80,17 +81,9 @@ struct metrics {
 
 /* ---- latency ----------------------------------------------------------- */
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 uint64_t metrics_req_start(const struct metrics *m)
 {
-    return m ? now_ns() : 0;
+    return m ? cmn_now_ns() : 0;
 }
 
 void metrics_req_done(struct metrics *m, uint16_t op, uint64_t t0)
@@ -101,7 +94,7 @@ void metrics_req_done(struct metrics *m, uint16_t op, uint64_t t0)
 
     if (!m || !t0 || op == 0 || op >= KVT_OP_MAX_)
         return;
-    dt = now_ns() - t0;
+    dt = cmn_now_ns() - t0;
     h = &m->lat[op];
     while (i < METRICS_NBUCKET && dt > metrics_bucket[i].ns) /* linear: 21 bounds */
         i++;

@@ -180,56 +180,32 @@ static uint64_t st_u64(const struct tier_stats *st, size_t field, int i)
 /* A family with a sample per tenant: one figure of each tenant's store. */
 struct tenant_family {
     const char *name, *type; /* type: "counter" or "gauge" */
+    const char *key;         /* the field's name (kvtier.h's list) */
     size_t field;            /* offset of the uint64_t in struct tier_stats */
     const char *help;
 };
 
-/* The stores' figures, in the page's order. */
-static const struct tenant_family store_fam[] = {
-    { "kvtier_index_entries", "gauge", ST_FIELD(index_entries),
-      "Blocks in the index (every tier)." },
-    { "kvtier_index_memory_bytes", "gauge", ST_FIELD(index_bytes), "Memory the index uses." },
-    { "kvtier_leases_active", "gauge", ST_FIELD(leases_active),
-      "Blocks leased to readers now." },
-    { "kvtier_reserved_blocks", "gauge", ST_FIELD(reserved),
-      "Blocks reserved by writers, not committed." },
-    { "kvtier_reclaimed_blocks_total", "counter", ST_FIELD(reclaimed),
-      "Leases and reservations taken back from clients that went away." },
-    { "kvtier_dedup_blocks_total", "counter", ST_FIELD(dedup_blocks),
-      "Blocks a put offered that were already stored or reserved." },
-    { "kvtier_demotions_total", "counter", ST_FIELD(demotions),
-      "Warm blocks written to cold." },
-    { "kvtier_promotions_total", "counter", ST_FIELD(promotions),
-      "Cold blocks read back into warm." },
-    { "kvtier_hot_promotions_total", "counter", ST_FIELD(hot_promotions),
-      "Warm blocks copied up into hot." },
-    { "kvtier_dropped_blocks_total", "counter", ST_FIELD(dropped),
-      "Warm blocks evicted with no cold copy (lost)." },
-    { "kvtier_cold_errors_total", "counter", ST_FIELD(cold_errors),
-      "Demotions or promotions that failed." },
-    { "kvtier_checksum_errors_total", "counter", ST_FIELD(checksum_errors),
-      "Cold blocks read back with a wrong checksum (counted as misses)." },
-    { "kvtier_io_errors_total", "counter", ST_FIELD(io_errors),
-      "Cold tier read or write errors." },
+/* The stores' figures, from kvtier.h's list of counters (those with a
+ * metric name; the remote tier's in their own table), in its order. */
+#define FAM_STORE(name, type, metric, help) { metric, #type, #name, ST_FIELD(name), help },
+#define FAM_TIERD(name, type, metric, help)
+#define FAM_TIERS(name, type, metric, help)
+#define FAM(src, name, type, metric, help) FAM_##src(name, type, metric, help)
+
+static const struct tenant_family list_fam[] = { KVT_STATS_LIST(FAM) };
+
+/* The one store figure that is not a field of kvt_stats (the page alone shows it). */
+static const struct tenant_family cold_errors_fam = {
+    "kvtier_cold_errors_total", "counter", "cold_errors", ST_FIELD(cold_errors),
+    "Demotions or promotions that failed.",
 };
 
-/* The remote tier's, when one is configured. */
-static const struct tenant_family remote_fam[] = {
-    { "kvtier_remote_misses_total", "counter", ST_FIELD(remote_misses),
-      "Blocks asked of the remote tier that it did not hold." },
-    { "kvtier_remote_puts_total", "counter", ST_FIELD(remote_puts),
-      "Blocks written to the remote tier." },
-    { "kvtier_remote_errors_total", "counter", ST_FIELD(remote_errors),
-      "Remote tier operations failed (node down, timeout, cluster error) or writes skipped." },
-    { "kvtier_remote_checksum_errors_total", "counter", ST_FIELD(remote_checksum_errors),
-      "Remote values read back with a wrong checksum (counted as misses)." },
-    { "kvtier_remote_probe_keys_total", "counter", ST_FIELD(remote_probes),
-      "Keys lookups asked the remote tier about." },
-    { "kvtier_remote_probe_hit_keys_total", "counter", ST_FIELD(remote_probe_hits),
-      "Keys lookups found on the remote tier." },
-    { "kvtier_remote_redirects_total", "counter", ST_FIELD(remote_redirects),
-      "Cluster MOVED / ASK redirections followed." },
-};
+/* A figure of the remote tier (its counters are named remote_*): only with
+ * one configured. */
+static bool remote_fam(const struct tenant_family *f)
+{
+    return strncmp(f->key, "remote_", 7) == 0;
+}
 
 static void per_tenant(struct buf *b, const struct metrics_snap *s,
                        const struct tenant_family *f)
@@ -265,9 +241,25 @@ static void per_tier(struct buf *b, const struct metrics_snap *s, const char *na
 /* The remote tier's own families, when some tenant has one. */
 static void remote_families(struct buf *b, const struct metrics_snap *s)
 {
-    for (size_t i = 0; s->remote && i < sizeof(remote_fam) / sizeof(remote_fam[0]); i++)
-        per_tenant(b, s, &remote_fam[i]);
+    for (size_t i = 0; s->remote && i < sizeof(list_fam) / sizeof(list_fam[0]); i++)
+        if (*list_fam[i].name && remote_fam(&list_fam[i]))
+            per_tenant(b, s, &list_fam[i]);
 }
+
+/* The offset in struct tier_stats of the store counter named key (kvtier.h's
+ * list), SIZE_MAX for "" or none. O(list): a few dozen compares a family. */
+static size_t field_named(const char *key)
+{
+    for (size_t i = 0; *key && i < sizeof(list_fam) / sizeof(list_fam[0]); i++)
+        if (!strcmp(list_fam[i].key, key))
+            return list_fam[i].field;
+    return SIZE_MAX;
+}
+
+/* The per-tier families, from kvtier.h's list (remote: the name of the
+ * remote tier's figure, "": it has none). */
+#define TIER_FAM(name, type, metric, help, remote)                                         \
+    per_tier(b, s, metric, #type, help, ST_FIELD(name), field_named(remote));
 
 /* The label set of namespace series e, without the closing brace. The ns
  * label is what people read: the descriptor, or with no_model_ids the
@@ -453,23 +445,12 @@ static void page(struct buf *b, const struct metrics_snap *s, const struct label
     one(b, "kvtier_metrics_unauthorized_requests_total", "counter",
         "Requests for this page refused for a missing or wrong bearer token.",
         s->unauthorized);
-    for (size_t i = 0; i < sizeof(store_fam) / sizeof(store_fam[0]); i++)
-        per_tenant(b, s, &store_fam[i]);
+    for (size_t i = 0; i < sizeof(list_fam) / sizeof(list_fam[0]); i++)
+        if (*list_fam[i].name && !remote_fam(&list_fam[i]))
+            per_tenant(b, s, &list_fam[i]);
+    per_tenant(b, s, &cold_errors_fam);
 
-    per_tier(b, s, "kvtier_tier_hits_total", "counter", "Blocks served from the tier.",
-             ST_FIELD(hits), ST_FIELD(remote_hits));
-    per_tier(b, s, "kvtier_tier_in_bytes_total", "counter", "Bytes written into the tier.",
-             ST_FIELD(bytes_in), ST_FIELD(remote_bytes_in));
-    per_tier(b, s, "kvtier_tier_out_bytes_total", "counter", "Bytes read out of the tier.",
-             ST_FIELD(bytes_out), ST_FIELD(remote_bytes_out));
-    per_tier(b, s, "kvtier_tier_evictions_total", "counter",
-             "Blocks evicted from the tier.", ST_FIELD(evictions), SIZE_MAX);
-    per_tier(b, s, "kvtier_tier_blocks", "gauge", "Blocks held in the tier.",
-             ST_FIELD(blocks), SIZE_MAX);
-    per_tier(b, s, "kvtier_tier_used_bytes", "gauge", "Bytes of the tier in use.",
-             ST_FIELD(bytes_used), SIZE_MAX);
-    per_tier(b, s, "kvtier_tier_capacity_bytes", "gauge", "Size of the tier.",
-             ST_FIELD(bytes_capacity), SIZE_MAX);
+    KVT_TIER_STATS_LIST(TIER_FAM)
     remote_families(b, s);
 
     per_ns(b, s, L, "kvtier_namespace_lookups_total", "Lookup requests.",

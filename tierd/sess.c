@@ -1314,57 +1314,35 @@ static int do_unpin(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t 
     return reply(s, h, 0, NULL, 0, NULL, 0, -1);
 }
 
+/* The reply's counters come from kvtier.h's list: a STORE one is the same
+ * field of the store's counters, the TIERS entry the per-tier array, and
+ * the TIERD ones are tierd's own (set in do_stats). */
+#define STAT_TIER(name, type, metric, help, remote) st->tier[i].name = ts->name[i];
+#define STAT_STORE(name) st->name = ts->name;
+#define STAT_TIERD(name)
+#define STAT_TIERS(name)                                                                   \
+    for (int i = 0; i < KVT_TIER_COUNT; i++) {                                             \
+        KVT_TIER_STATS_LIST(STAT_TIER)                                                     \
+    }
+#define STAT(src, name, type, metric, help) STAT_##src(name)
+
+static void stats_from_store(kvt_stats *st, const struct tier_stats *ts)
+{
+    KVT_STATS_LIST(STAT)
+}
+
 static int do_stats(struct sess *s, const struct kvt_wire_hdr *h)
 {
     struct tier_stats ts;
     kvt_stats st = { .version = KVT_STATS_VERSION };
 
     tier_stats_get(s->t->store, &ts);
+    stats_from_store(&st, &ts);
     st.clients = s->t->clients; /* of its own tenant: others are none of its business */
     st.namespaces = s->t->nns;
     st.uptime_ms = tierd_now_ms() - s->d->start_ms;
-    st.lookups = ts.lookups;
-    st.lookup_keys = ts.lookup_keys;
-    st.lookup_hits = ts.lookup_hits;
-    st.misses = ts.misses;
-    st.puts = ts.puts;
-    st.put_blocks = ts.put_blocks;
-    st.dedup_blocks = ts.dedup_blocks;
-    st.gets = ts.gets;
-    st.get_blocks = ts.get_blocks;
-    st.removes = ts.removes;
-    st.leases_active = ts.leases_active;
-    st.reserved = ts.reserved;
-    st.reclaimed = ts.reclaimed;
     st.proto_errors = s->t->proto_errors; /* its own: another's say what it does */
-    st.index_entries = ts.index_entries;
-    st.index_bytes = ts.index_bytes;
-    st.demotions = ts.demotions;
-    st.promotions = ts.promotions;
-    st.hot_promotions = ts.hot_promotions;
-    st.dropped = ts.dropped;
-    st.checksum_errors = ts.checksum_errors;
-    st.io_errors = ts.io_errors;
     st.deadline_misses = s->t->deadline_misses;
-    st.remote_hits = ts.remote_hits;
-    st.remote_misses = ts.remote_misses;
-    st.remote_puts = ts.remote_puts;
-    st.remote_bytes_in = ts.remote_bytes_in;
-    st.remote_bytes_out = ts.remote_bytes_out;
-    st.remote_errors = ts.remote_errors;
-    st.remote_checksum_errors = ts.remote_checksum_errors;
-    st.remote_probes = ts.remote_probes;
-    st.remote_probe_hits = ts.remote_probe_hits;
-    st.remote_redirects = ts.remote_redirects;
-    for (int i = 0; i < KVT_TIER_COUNT; i++) {
-        st.tier[i].hits = ts.hits[i];
-        st.tier[i].bytes_in = ts.bytes_in[i];
-        st.tier[i].bytes_out = ts.bytes_out[i];
-        st.tier[i].evictions = ts.evictions[i];
-        st.tier[i].blocks = ts.blocks[i];
-        st.tier[i].bytes_used = ts.bytes_used[i];
-        st.tier[i].bytes_capacity = ts.bytes_capacity[i];
-    }
     return reply(s, h, 0, &st, sizeof(st), NULL, 0, -1);
 }
 

@@ -28,12 +28,13 @@ struct parse {
     bool failed;
 };
 
-/* A size for a config key: bytes, "0" too; -1 when malformed. */
+/* A size for a config key (cmn_parse_size's grammar), 0 too; -1 when
+ * malformed or too large. */
 static int64_t size_of(const char *s)
 {
-    uint64_t v = strcmp(s, "0") == 0 ? 0 : tierd_parse_size(s);
+    uint64_t v;
 
-    return (v == 0 && strcmp(s, "0") != 0) || v > INT64_MAX ? -1 : (int64_t)v;
+    return cmn_parse_size(s, &v) < 0 ? -1 : (int64_t)v;
 }
 
 /* A comma or space separated list of ids or names into out (users when

@@ -115,6 +115,24 @@ static void usage(FILE *f)
             KVT_DEFAULT_SOCKET, DEFAULT_DATA, METRICS_MAX_NS_DEFAULT);
 }
 
+/* A size option (cmn_parse_size's grammar) of at least min bytes into
+ * *out; -1, with the reason on stderr, when it is not one. */
+static int size_opt(const char *name, const char *arg, uint64_t min, uint64_t *out)
+{
+    int rc = cmn_parse_size(arg, out);
+
+    if (rc < 0) {
+        fprintf(stderr, "tierd: %s: bad size '%s': %s\n", name, arg, cmn_size_why(rc));
+        return -1;
+    }
+    if (*out < min) {
+        fprintf(stderr, "tierd: %s: bad size '%s' (%s)\n", name, arg,
+                min == 1 ? "it may not be 0" : "at least 1M");
+        return -1;
+    }
+    return 0;
+}
+
 static double parse_frac(const char *s)
 {
     char *end;
@@ -123,19 +141,25 @@ static double parse_frac(const char *s)
     return (*end || end == s || v <= 0 || v > 1) ? -1 : v;
 }
 
-/* A bound in ms, 0 (none) to an hour, for option opt: 0, or -1 after
- * saying what is wrong. */
-static int parse_ms(const char *opt, const char *s, uint32_t *out)
+/* A whole number in [min, max] for option opt (cmn_parse_uint): 0, or -1
+ * after saying what is wrong. */
+static int num_opt(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
-    char *end;
-    unsigned long v = strtoul(s, &end, 10);
-
-    if (*end || end == s || *s < '0' || *s > '9' || v > 3600000) {
-        fprintf(stderr, "tierd: %s: want 0..3600000, got '%s'\n", opt, s);
+    if (cmn_parse_uint(s, min, max, out) < 0) {
+        fprintf(stderr, "tierd: %s: want %llu..%llu, got '%s'\n", opt, (unsigned long long)min,
+                (unsigned long long)max, s);
         return -1;
     }
-    *out = (uint32_t)v;
     return 0;
+}
+
+/* The long name of option c in lo. */
+static const char *long_name(const struct option *lo, int c)
+{
+    for (; lo->name; lo++)
+        if (lo->val == c)
+            return lo->name;
+    return "?";
 }
 
 static int parse_opts(int argc, char **argv, struct opts *o)
@@ -173,6 +197,20 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
+    /* the options that take a number or a size, and their bounds: checked
+     * (and said what is wrong) before the switch, which only stores v */
+    static const struct {
+        int c;
+        bool size;         /* cmn_parse_size, else cmn_parse_uint */
+        uint64_t min, max; /* a size's max: none */
+    } nums[] = {
+        { 'w', true, 1, 0 },          { 'C', true, 1u << 20, 0 },  { 'T', true, 0, 0 },
+        { 'c', false, 1, 1000000 },   { 'b', false, 0, 100000 },   { 'Q', false, 4, 4096 },
+        { 'D', false, 0, 1024 },      { 'm', false, 1, 65535 },    { 't', false, 1, 60000 },
+        { 'X', false, 0, METRICS_MAX_NS_LIMIT },
+        { 'u', false, 0, 3600000 },   { 'k', false, 0, 3600000 }, /* ms: 0 (none) to an hour */
+    };
+    uint64_t v = 0;
     int c;
 
     *o = (struct opts){
@@ -188,16 +226,21 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     if (!o->data || !*o->data)
         o->data = DEFAULT_DATA;
     while ((c = getopt_long(argc, argv, "vh", lo, NULL)) != -1) {
+        for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
+            char name[64];
+
+            if (nums[i].c != c)
+                continue;
+            snprintf(name, sizeof(name), "--%s", long_name(lo, c));
+            if (nums[i].size ? size_opt(name, optarg, nums[i].min, &v) < 0
+                             : num_opt(name, optarg, nums[i].min, nums[i].max, &v) < 0)
+                return -1;
+        }
         switch (c) {
         case 's': o->socket = optarg; break;
         case 'f': o->config = optarg; break;
         case 'd': o->data = optarg; break;
-        case 'w':
-            if (!(o->warm_bytes = tierd_parse_size(optarg))) {
-                fprintf(stderr, "tierd: --warm-bytes: bad size '%s' (e.g. 512M, 8G)\n", optarg);
-                return -1;
-            }
-            break;
+        case 'w': o->warm_bytes = v; break;
         case 'H':
             if ((o->high_wm = parse_frac(optarg)) < 0) {
                 fprintf(stderr, "tierd: --high-wm: want a fraction in (0, 1], got '%s'\n", optarg);
@@ -212,77 +255,16 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             break;
         case 'M': o->no_mlock = true; break;
         case 'P': o->no_huge = true; break;
-        case 'c': {
-            char *end;
-            unsigned long v = strtoul(optarg, &end, 10);
-
-            if (*end || end == optarg || v == 0 || v > 1000000) {
-                fprintf(stderr, "tierd: --max-clients: bad number '%s'\n", optarg);
-                return -1;
-            }
-            o->max_clients = (uint32_t)v;
-            break;
-        }
-        case 'b': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-
-            if (*end || end == optarg || v < 0 || v > 100000) {
-                fprintf(stderr, "tierd: --busy-poll-us: want 0..100000, got '%s'\n", optarg);
-                return -1;
-            }
-            o->busy_poll_us = (int)v;
-            break;
-        }
-        case 'C':
-            if (!(o->cold_bytes = tierd_parse_size(optarg)) || o->cold_bytes < (1u << 20)) {
-                fprintf(stderr, "tierd: --cold-bytes: bad size '%s' (at least 1M)\n", optarg);
-                return -1;
-            }
-            break;
-        case 'Q': {
-            char *end;
-            unsigned long v = strtoul(optarg, &end, 10);
-
-            if (*end || end == optarg || v < 4 || v > 4096) {
-                fprintf(stderr, "tierd: --cold-qd: want 4..4096, got '%s'\n", optarg);
-                return -1;
-            }
-            o->cold_qd = (uint32_t)v;
-            break;
-        }
+        case 'c': o->max_clients = (uint32_t)v; break;
+        case 'b': o->busy_poll_us = (int)v; break;
+        case 'C': o->cold_bytes = v; break;
+        case 'Q': o->cold_qd = (uint32_t)v; break;
         case 'N': o->no_cold = true; break;
         case 'W': o->write_through = true; break;
         case 'F': o->no_flush = true; break;
-        case 'T':
-            if (strcmp(optarg, "0") != 0 && !(o->hot_bytes = tierd_parse_size(optarg))) {
-                fprintf(stderr, "tierd: --hot-bytes: bad size '%s'\n", optarg);
-                return -1;
-            }
-            break;
-        case 'D': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-
-            if (*end || end == optarg || v < 0 || v > 1024) {
-                fprintf(stderr, "tierd: --hot-device: bad device '%s'\n", optarg);
-                return -1;
-            }
-            o->hot_device = (int)v;
-            break;
-        }
-        case 'm': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-
-            if (*end || end == optarg || v < 1 || v > 65535) {
-                fprintf(stderr, "tierd: --metrics-port: want a port 1..65535, got '%s'\n",
-                        optarg);
-                return -1;
-            }
-            o->metrics_port = (uint16_t)v;
-            break;
-        }
+        case 'T': o->hot_bytes = v; break;
+        case 'D': o->hot_device = (int)v; break;
+        case 'm': o->metrics_port = (uint16_t)v; break;
         case 'A': {
             struct in_addr a;
 
@@ -296,19 +278,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         }
         case 'K': o->metrics_token_file = optarg; break;
         case 'I': o->metrics_no_model_ids = true; break;
-        case 'X': {
-            char *end;
-            unsigned long v = strtoul(optarg, &end, 10);
-
-            if (*end || end == optarg || *optarg < '0' || *optarg > '9' ||
-                v > METRICS_MAX_NS_LIMIT) {
-                fprintf(stderr, "tierd: --metrics-max-namespaces: want 0..%d, got '%s'\n",
-                        METRICS_MAX_NS_LIMIT, optarg);
-                return -1;
-            }
-            o->metrics_max_ns = (uint32_t)v;
-            break;
-        }
+        case 'X': o->metrics_max_ns = (uint32_t)v; break;
         case 'R': o->remote_seeds = optarg; break;
         case 'n': o->remote_ns = optarg; break;
         case 'p': {
@@ -322,26 +292,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             o->remote_policy = (int)pol;
             break;
         }
-        case 't': {
-            char *end;
-            unsigned long v = strtoul(optarg, &end, 10);
-
-            if (*end || end == optarg || v < 1 || v > 60000) {
-                fprintf(stderr, "tierd: --remote-timeout-ms: want 1..60000, got '%s'\n",
-                        optarg);
-                return -1;
-            }
-            o->remote_timeout_ms = (uint32_t)v;
-            break;
-        }
-        case 'u':
-            if (parse_ms("--durable-wait-ms", optarg, &o->durable_wait_ms) < 0)
-                return -1;
-            break;
-        case 'k':
-            if (parse_ms("--handshake-timeout-ms", optarg, &o->handshake_ms) < 0)
-                return -1;
-            break;
+        case 't': o->remote_timeout_ms = (uint32_t)v; break;
+        case 'u': o->durable_wait_ms = (uint32_t)v; break;
+        case 'k': o->handshake_ms = (uint32_t)v; break;
         case 'v': o->verbose = true; break;
         case 'h': usage(stdout); exit(EX_OK);
         default: usage(stderr); return -1;
@@ -523,80 +476,46 @@ static void store_log(void *ctx, const char *msg)
     tierd_log("%s", msg);
 }
 
-/* Open tenant t's tiers: cold (its own folder), hot, warm; index what its
- * disk holds. 0, or a sysexits code after logging why (what was opened is
- * closed by close_tenant). */
-static int open_tenant(struct tierd *d, struct tenant *t, const struct opts *o)
+/* Why tier_open failed for tenant t (part, rc), logged; its sysexits code. */
+static int open_failed(struct tierd *d, struct tenant *t, enum tier_part part, int rc)
 {
-    struct tier_cfg tc = {
-        .warm_bytes = t->warm_bytes, .high_wm = o->high_wm, .low_wm = o->low_wm,
-        .lock_memory = !o->no_mlock, .log = store_log,
-        .ready = sess_on_ready, .ready_ctx = d, .write_through = o->write_through,
-    };
+    switch (part) {
+    case TIER_PART_COLD:
+        tierd_log("tenant %s: cannot open the cold tier in %s (%llu bytes): %s", t->name,
+                  t->dir, (unsigned long long)t->cold_bytes,
+                  rc == -ELOOP ? "a file of it is a symbolic link or not a regular file"
+                               : strerror(-rc));
+        return rc == -ENOSPC ? EX_CANTCREAT : EX_OSERR;
+    case TIER_PART_REMOTE:
+        tierd_log("tenant %s: remote tier on %s: %s", t->name, d->remote.seeds,
+                  rc == -EINVAL ? "want host:port[,host:port...]" : strerror(-rc));
+        return rc == -EINVAL ? EX_CONFIG : EX_OSERR;
+    case TIER_PART_HOT:
+        tierd_log("tenant %s: cannot open the hot tier (%llu bytes): %s", t->name,
+                  (unsigned long long)t->hot_bytes, strerror(-rc));
+        return EX_OSERR;
+    case TIER_PART_WARM:
+        break;
+    }
+    tierd_log("tenant %s: cannot create the warm tier (%llu bytes): %s", t->name,
+              (unsigned long long)t->warm_bytes, strerror(-rc));
+    return EX_OSERR;
+}
+
+/* Say what tenant t's tiers are, once open; index what its disk holds. 0,
+ * or a sysexits code after logging why. */
+static int tenant_ready(struct tierd *d, struct tenant *t)
+{
     struct tier_stats st;
     int rc;
 
-    /* no hugetlb pool for clients of other users: a hole one punches in it
-     * (fallocate, which no seal forbids short of forbidding writes) could
-     * leave no free huge page for our next touch of it, and SIGBUS would
-     * take tierd down for every tenant; a page pool refaults instead */
-    tc.huge_pages = !o->no_huge && !tenant_foreign(d, t);
-    if (t->cold_bytes) {
-        struct tier_cold_cfg cc = { .dir = t->dir, .bytes = t->cold_bytes, .qd = o->cold_qd,
-                                    .log = store_log };
-
-        if (safe_folder(t->dir, "the cold tier's folder") < 0)
-            return EX_CANTCREAT;
-        rc = tier_cold_open(&cc, &t->cold);
-        if (rc < 0) {
-            tierd_log("tenant %s: cannot open the cold tier in %s (%llu bytes): %s", t->name,
-                      t->dir, (unsigned long long)t->cold_bytes,
-                      rc == -ELOOP ? "a file of it is a symbolic link or not a regular file"
-                                   : strerror(-rc));
-            return rc == -ENOSPC ? EX_CANTCREAT : EX_OSERR;
-        }
-    }
-    tc.cold = t->cold;
-    if (d->remote.seeds[0]) {
-        /* each tenant its own workers and connections: its completions
-         * land in its own store */
-        struct tier_remote_cfg rc_cfg = { .seeds = d->remote.seeds,
-                                          .timeout_ms = d->remote.timeout_ms, .log = store_log };
-
-        rc = tier_remote_open(&rc_cfg, &t->remote);
-        if (rc < 0) {
-            tierd_log("tenant %s: remote tier on %s: %s", t->name, d->remote.seeds,
-                      rc == -EINVAL ? "want host:port[,host:port...]" : strerror(-rc));
-            return rc == -EINVAL ? EX_CONFIG : EX_OSERR;
-        }
-        tc.remote = t->remote;
-        tc.remote_policy = d->remote.policy;
-        tc.remote_done = sess_on_remote;
+    if (t->remote)
         tierd_log("tenant %s: remote tier on Redis Cluster %s (%s, timeout %u ms, "
                   "namespaces: %s%s)", t->name, d->remote.seeds,
                   d->remote.policy == TIER_REMOTE_ON_DEMOTION ? "on-demotion" : "write-through",
                   d->remote.timeout_ms ? d->remote.timeout_ms : 100,
                   d->remote.ns_prefix[0] ? "model ids starting with " : "all",
                   d->remote.ns_prefix);
-    }
-    if (t->hot_bytes) {
-        struct tier_hot_cfg hc = { .kind = TIER_HOT_AUTO, .bytes = t->hot_bytes,
-                                   .device = o->hot_device, .log = store_log };
-
-        rc = tier_hot_open(&hc, &t->hot);
-        if (rc < 0) {
-            tierd_log("tenant %s: cannot open the hot tier (%llu bytes): %s", t->name,
-                      (unsigned long long)t->hot_bytes, strerror(-rc));
-            return EX_OSERR;
-        }
-        tc.hot = t->hot;
-    }
-    rc = tier_create(&tc, &t->store);
-    if (rc < 0) {
-        tierd_log("tenant %s: cannot create the warm tier (%llu bytes): %s", t->name,
-                  (unsigned long long)t->warm_bytes, strerror(-rc));
-        return EX_OSERR;
-    }
     /* the pool travels by SCM_RIGHTS to the tenant's clients only; no one
      * else may open it by path (/proc/<pid>/fd) */
     if (fchmod(tier_pool_fd(t->store), 0600) < 0)
@@ -634,21 +553,60 @@ static int open_tenant(struct tierd *d, struct tenant *t, const struct opts *o)
     return 0;
 }
 
-/* Close what open_tenant opened. Completions name the store: the cold
- * tier closes (every callback landed or cancelled) while the store is
- * still there. */
+/* Open tenant t's store with its tiers (tier_open): cold (its own folder),
+ * remote, hot, warm; index what its disk holds. 0, or a sysexits code after
+ * logging why (what was opened is closed by close_tenant). */
+static int open_tenant(struct tierd *d, struct tenant *t, const struct opts *o)
+{
+    /* each tenant its own remote workers and connections: its completions
+     * land in its own store */
+    struct tier_cold_cfg cc = { .dir = t->dir, .bytes = t->cold_bytes, .qd = o->cold_qd,
+                                .log = store_log };
+    struct tier_remote_cfg rc_cfg = { .seeds = d->remote.seeds,
+                                      .timeout_ms = d->remote.timeout_ms, .log = store_log };
+    struct tier_hot_cfg hc = { .kind = TIER_HOT_AUTO, .bytes = t->hot_bytes,
+                               .device = o->hot_device, .log = store_log };
+    struct tier_open_cfg oc = {
+        .store = { .warm_bytes = t->warm_bytes, .high_wm = o->high_wm, .low_wm = o->low_wm,
+                   .lock_memory = !o->no_mlock, .log = store_log, .ready = sess_on_ready,
+                   .ready_ctx = d, .write_through = o->write_through },
+        .cold = t->cold_bytes ? &cc : NULL,
+        .remote = d->remote.seeds[0] ? &rc_cfg : NULL,
+        .hot = t->hot_bytes ? &hc : NULL,
+    };
+    enum tier_part part;
+    int rc;
+
+    /* no hugetlb pool for clients of other users: a hole one punches in it
+     * (fallocate, which no seal forbids short of forbidding writes) could
+     * leave no free huge page for our next touch of it, and SIGBUS would
+     * take tierd down for every tenant; a page pool refaults instead */
+    oc.store.huge_pages = !o->no_huge && !tenant_foreign(d, t);
+    if (oc.remote) {
+        oc.store.remote_policy = d->remote.policy;
+        oc.store.remote_done = sess_on_remote;
+    }
+    if (oc.cold && safe_folder(t->dir, "the cold tier's folder") < 0)
+        return EX_CANTCREAT;
+    rc = tier_open(&oc, &t->store, &part);
+    if (rc < 0)
+        return open_failed(d, t, part, rc);
+    /* borrowed from the store, which owns them */
+    t->cold = tier_cold_of(t->store);
+    t->remote = tier_remote_of(t->store);
+    t->hot = tier_hot_of(t->store);
+    return tenant_ready(d, t);
+}
+
+/* Close what open_tenant opened: the store closes its tiers in the order
+ * their callbacks need (tier_close). */
 static void close_tenant(struct tenant *t)
 {
-    tier_cold_close(t->cold);
-    t->cold = NULL;
-    /* after cold (whose callbacks may queue remote writes), before hot
-     * (the remote's callbacks may start copies up) */
-    tier_remote_close(t->remote);
-    t->remote = NULL;
-    tier_hot_close(t->hot);
-    t->hot = NULL;
-    tier_destroy(t->store);
+    tier_close(t->store);
     t->store = NULL;
+    t->cold = NULL;
+    t->remote = NULL;
+    t->hot = NULL;
 }
 
 /* Who may reach the socket: only us (0600), a configured group (0660), or

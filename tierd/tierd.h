@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "kvt_common.h"
 #include "kvt_wire.h"
 #include "tier.h"
 
@@ -54,10 +55,10 @@ struct tenant {
     uint32_t nuids, ngids;
     uint64_t warm_bytes, cold_bytes, hot_bytes; /* its quotas: the tier sizes */
     char dir[4096];           /* its cold tier's folder */
-    struct tier *store;
-    struct tier_cold *cold;   /* NULL with --no-cold or cold_bytes = 0 */
-    struct tier_hot *hot;     /* NULL without hot_bytes */
-    struct tier_remote *remote; /* NULL without a remote tier (tierd_remote) */
+    struct tier *store;       /* tier_open: owns the three below */
+    struct tier_cold *cold;   /* the store's (borrowed); NULL with --no-cold or cold_bytes = 0 */
+    struct tier_hot *hot;     /* the store's (borrowed); NULL without hot_bytes */
+    struct tier_remote *remote; /* the store's (borrowed); NULL without a remote tier */
     struct tierd_ns *ns;      /* registry, ns id = index + 1 (with holes: ids of the
                                  cold index not opened in this run) */
     uint32_t nns, ns_cap;     /* open namespaces; entries in ns */
@@ -113,11 +114,11 @@ extern bool tierd_quiet;
 /* Log a line to stderr with the daemon's prefix. */
 void tierd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-uint64_t tierd_now_ms(void);
-
-/* "64M", "1G", "4096" (K/M/G/T binary suffixes, optional "B"/"iB"): bytes,
- * or 0 when malformed. */
-uint64_t tierd_parse_size(const char *s);
+/* The monotonic clock in ms (common/'s): the name the sessions use. */
+static inline uint64_t tierd_now_ms(void)
+{
+    return cmn_now_ms();
+}
 
 /* "write-through" / "on-demotion" into *out: 0, or -EINVAL. */
 int tierd_parse_policy(const char *s, enum tier_remote_policy *out);

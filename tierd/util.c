@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * util.c - what every part of tierd uses: the log, the clock, the
- * parsers shared by the command line and the config file, and the check of
- * the folders it writes in.
+ * util.c - what every part of tierd uses: the log, the parsers shared by
+ * the command line and the config file (sizes: common/'s grammar), and the
+ * check of the folders it writes in.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "tierd.h"
@@ -33,37 +32,6 @@ void tierd_log(const char *fmt, ...)
     va_end(ap);
     fputc('\n', stderr);
     funlockfile(stderr);
-}
-
-uint64_t tierd_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-uint64_t tierd_parse_size(const char *s)
-{
-    char *end;
-    unsigned long long v;
-    int shift = 0;
-
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno || end == s || *s == '-')
-        return 0;
-    switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    case 't': case 'T': shift = 40; end++; break;
-    }
-    if (*end == 'i' || *end == 'B')
-        end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
-    if (*end || v > (UINT64_MAX >> shift))
-        return 0;
-    return (uint64_t)v << shift;
 }
 
 int tierd_parse_policy(const char *s, enum tier_remote_policy *out)

@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 
+#include "kvt_common.h"
 #include "kvtier.h"
 
 #define EXIT_CONFIG 1 /* the config could not be read or understood */
@@ -63,45 +64,29 @@ static int usage_error(const char *fmt, const char *arg)
     return EXIT_USAGE;
 }
 
-/* "80G", "1.5T", "4096": bytes; -1 when malformed. */
-static int parse_size(const char *s, uint64_t *out)
+/* Option name's value arg, a count in [1, max] (cmn_parse_uint) into *out:
+ * 0, or the usage error. */
+static int count_opt(const char *name, const char *arg, uint64_t max, uint64_t *out)
 {
-    char *end;
-    double v, mul = 1;
+    char fmt[96];
 
-    errno = 0;
-    v = strtod(s, &end);
-    if (errno || end == s || !isfinite(v) || v < 0 || *s == '-' || *s == '+')
-        return -1;
-    switch (*end) {
-    case 'k': case 'K': mul = 0x1p10; end++; break;
-    case 'm': case 'M': mul = 0x1p20; end++; break;
-    case 'g': case 'G': mul = 0x1p30; end++; break;
-    case 't': case 'T': mul = 0x1p40; end++; break;
-    }
-    if (*end == 'i' && end[1] == 'B')
-        end += 2;
-    else if (*end == 'B')
-        end++;
-    v *= mul;
-    if (*end || v >= 0x1p63)
-        return -1;
-    *out = (uint64_t)v;
-    return 0;
+    if (cmn_parse_uint(arg, 1, max, out) == 0)
+        return 0;
+    snprintf(fmt, sizeof(fmt), "%s: '%%s' is not a count from 1 to %llu", name,
+             (unsigned long long)max);
+    return usage_error(fmt, arg);
 }
 
-/* A decimal count in [1, max]; -1 when malformed. */
-static int parse_count(const char *s, uint64_t max, uint64_t *out)
+/* Option name's value arg, a size (cmn_parse_size), above 0 unless zero_ok,
+ * into *out: 0, or the usage error. */
+static int size_opt(const char *name, const char *arg, bool zero_ok, uint64_t *out)
 {
-    char *end;
-    unsigned long long v;
+    char fmt[96];
 
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || *s == '-' || *s == '+' || v == 0 || v > max)
-        return -1;
-    *out = v;
-    return 0;
+    if (cmn_parse_size(arg, out) == 0 && (zero_ok || *out))
+        return 0;
+    snprintf(fmt, sizeof(fmt), "%s: '%%s' is not a size%s", name, zero_ok ? "" : " above 0");
+    return usage_error(fmt, arg);
 }
 
 static int parse_args(int argc, char **argv, struct opts *o)
@@ -116,7 +101,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         {"json", no_argument, NULL, 'j'},          {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    int opt, have_weights = 0;
+    int opt, have_weights = 0, rc = 0;
     uint64_t v;
     char *end;
 
@@ -127,38 +112,19 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case 'd': o->dtype = optarg; break;
         case 'j': o->json = 1; break;
         case 'h': fputs(usage_text, stdout); exit(0);
-        case 't':
-            if (parse_count(optarg, UINT32_MAX, &o->tokens))
-                return usage_error("--tokens: '%s' is not a count from 1 to 4294967295", optarg);
-            break;
+        case 't': rc = count_opt("--tokens", optarg, UINT32_MAX, &o->tokens); break;
         case 'b':
-            if (parse_count(optarg, 1u << 20, &v))
-                return usage_error("--block-tokens: '%s' is not a count from 1 to 1048576",
-                                   optarg);
-            o->block_tokens = (uint32_t)v;
+            if (!(rc = count_opt("--block-tokens", optarg, 1u << 20, &v)))
+                o->block_tokens = (uint32_t)v;
             break;
-        case 'l':
-            if (parse_count(optarg, UINT32_MAX, &o->max_model_len))
-                return usage_error("--max-model-len: '%s' is not a count from 1 to 4294967295",
-                                   optarg);
-            break;
-        case 'g':
-            if (parse_size(optarg, &o->gpu_mem) || !o->gpu_mem)
-                return usage_error("--gpu-mem: '%s' is not a size above 0", optarg);
-            break;
+        case 'l': rc = count_opt("--max-model-len", optarg, UINT32_MAX, &o->max_model_len); break;
+        case 'g': rc = size_opt("--gpu-mem", optarg, false, &o->gpu_mem); break;
         case 'w':
-            if (parse_size(optarg, &o->weights))
-                return usage_error("--weights: '%s' is not a size", optarg);
+            rc = size_opt("--weights", optarg, true, &o->weights);
             have_weights = 1;
             break;
-        case 'r':
-            if (parse_size(optarg, &o->ram) || !o->ram)
-                return usage_error("--ram: '%s' is not a size above 0", optarg);
-            break;
-        case 'n':
-            if (parse_size(optarg, &o->nvme) || !o->nvme)
-                return usage_error("--nvme: '%s' is not a size above 0", optarg);
-            break;
+        case 'r': rc = size_opt("--ram", optarg, false, &o->ram); break;
+        case 'n': rc = size_opt("--nvme", optarg, false, &o->nvme); break;
         case 'u':
             errno = 0;
             o->util = strtod(optarg, &end);
@@ -170,6 +136,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
         default:
             return usage_error("unknown option '%s'", argv[optind - 1]);
         }
+        if (rc)
+            return rc;
     }
     if (optind != argc - 1)
         return usage_error("%s", optind >= argc ? "no config file given"

@@ -53,6 +53,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "kvt_common.h"
 #include "kvtier.h"
 
 #define HDR_MAGIC 0x6b766c6f61642131ull /* "kvload!1" in each block's header */
@@ -172,14 +173,6 @@ struct recent_hot {
 static struct recent_hot *recent;
 
 /* ---- small helpers ---------------------------------------------------- */
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void sleep_us(uint64_t us)
 {
@@ -407,7 +400,7 @@ static bool connect_retry(struct cl *k)
             k->cs->last_unexpected = rc;
             k->cs->unexpected_op = OP_N;
         }
-        if (now_ns() >= end_ns())
+        if (cmn_now_ns() >= end_ns())
             return false;
         sleep_us(backoff);
         backoff = backoff * 2 > 100000 ? 100000 : backoff * 2;
@@ -466,9 +459,9 @@ static void op_lookup(struct cl *k, int p, int l)
         op_pin(k, p, l);
         return;
     }
-    t0 = now_ns();
+    t0 = cmn_now_ns();
     rc = kvt_lookup(k->ns, key_at(p, 0), (size_t)l, pf ? KVT_LOOKUP_PREFETCH : 0, NULL);
-    dt = now_ns() - t0;
+    dt = cmn_now_ns() - t0;
 
     if (rc < 0) {
         failed(k, OP_LOOKUP, rc, dt, false);
@@ -565,9 +558,9 @@ static void op_put(struct cl *k, int p, int l)
     if (durable && opt.hot && rnd(&k->rng) % 4 != 0)
         recent_pick(k, &p, &s, &l);
     n = l - s;
-    t0 = now_ns();
+    t0 = cmn_now_ns();
     rc = reserve(k, p, s, l, durable, slots, &hot);
-    t_rpc = now_ns() - t0;
+    t_rpc = cmn_now_ns() - t0;
     if (rc < 0) {
         failed(k, OP_PUT, rc, t_rpc, false);
         return;
@@ -579,13 +572,13 @@ static void op_put(struct cl *k, int p, int l)
         }
     if (opt.hold_us)
         sleep_us(opt.hold_us);
-    t0 = now_ns();
+    t0 = cmn_now_ns();
     if (abort_it)
         rc = kvt_put_abort(k->ns, key_at(p, s), (size_t)n);
     else
         rc = kvt_put_commit_flags(k->ns, key_at(p, s), (size_t)n,
                                   durable ? KVT_COMMIT_DURABLE : 0);
-    t_rpc += now_ns() - t0;
+    t_rpc += cmn_now_ns() - t0;
     if (rc < 0) {
         if (!failed(k, OP_PUT, rc, t_rpc, durable))
             kvt_put_abort(k->ns, key_at(p, s), (size_t)n); /* nothing left reserved */
@@ -662,14 +655,14 @@ static int op_get(struct cl *k, int p, int l, int flags_or_any)
     bool ok[MAX_CHAIN];
     unsigned flags = flags_or_any < 0 ? get_flags(k) : (unsigned)flags_or_any;
     kvt_lease lease;
-    uint64_t t0 = now_ns(), dt;
+    uint64_t t0 = cmn_now_ns(), dt;
     int rc, hits;
 
     memset(tiers, KVT_TIER_WARM, sizeof(tiers)); /* where a plain lease's slots are */
     rc = flags ? kvt_get_lease_flags(k->ns, key_at(p, 0), (size_t)l, flags, slots, tiers,
                                      &lease)
                : kvt_get_lease(k->ns, key_at(p, 0), (size_t)l, slots, &lease);
-    dt = now_ns() - t0;
+    dt = cmn_now_ns() - t0;
     if (rc < 0) {
         failed(k, OP_GET, rc, dt, false);
         return -1;
@@ -704,14 +697,14 @@ static void op_pin(struct cl *k, int p, int l)
      * by design is no error */
     uint64_t hold_ms = 2000 + 2 * (uint64_t)opt.hold_us / 1000;
     uint8_t tiers[MAX_CHAIN];
-    uint64_t t0 = now_ns(), dt, got_at;
+    uint64_t t0 = cmn_now_ns(), dt, got_at;
     kvt_pin pin;
     int rc, mem = 0, got;
 
     if (hold_ms > KVT_PIN_MAX_MS)
         hold_ms = KVT_PIN_MAX_MS;
     rc = kvt_lookup_pin(k->ns, key_at(p, 0), (size_t)l, (uint32_t)hold_ms, &pin, tiers);
-    got_at = now_ns();
+    got_at = cmn_now_ns();
     dt = got_at - t0;
     if (rc < 0) {
         failed(k, OP_LOOKUP, rc, dt, false);
@@ -725,7 +718,7 @@ static void op_pin(struct cl *k, int p, int l)
     if (opt.hold_us)
         sleep_us(opt.hold_us);
     /* hot blocks in place: a plain get would need warm room to copy them */
-    t0 = now_ns();
+    t0 = cmn_now_ns();
     got = op_get(k, p, l, opt.hot ? KVT_GET_HOT : 0);
     /* (a get sent after the hold, on a machine slow enough, may rightly miss) */
     if (got >= 0 && got < mem && t0 - got_at < (uint64_t)pin.hold_ms * 1000000ull) {
@@ -743,9 +736,9 @@ static void op_pin(struct cl *k, int p, int l)
 
 static void op_remove(struct cl *k, int p, int l)
 {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = cmn_now_ns();
     int rc = kvt_remove(k->ns, key_at(p, 0), (size_t)l);
-    uint64_t dt = now_ns() - t0;
+    uint64_t dt = cmn_now_ns() - t0;
 
     if (rc < 0)
         failed(k, OP_REMOVE, rc, dt, false);
@@ -762,7 +755,7 @@ static void op_remove(struct cl *k, int p, int l)
  * the clients are stopped), as new conversations arrive. */
 static int pick_prompt(struct cl *k)
 {
-    uint64_t run_ns = (uint64_t)(opt.seconds * 1e9), now = now_ns(), end = end_ns();
+    uint64_t run_ns = (uint64_t)(opt.seconds * 1e9), now = cmn_now_ns(), end = end_ns();
     uint64_t left = end > now ? end - now : 0;
     int n = opt.prefixes, base = 0, p;
 
@@ -787,7 +780,7 @@ static int client_main(int slot, uint64_t gen)
     for (int i = 0; i < OP_N; i++)
         total += opt.mix[i];
     k.cs->started++;
-    while (now_ns() < end_ns()) {
+    while (cmn_now_ns() < end_ns()) {
         int p, l, r;
 
         if (!k.c && !connect_retry(&k))
@@ -963,7 +956,7 @@ static int check_log_now(struct dcheck *dc)
 
 /* ---- a private tierd ----------------------------------------------------- */
 
-static char tmpdir[64], tierd_sock[128];
+static char tmpdir[96], tierd_sock[128];
 static pid_t tierd_pid;
 
 static void show_tierd_log(void)
@@ -980,13 +973,26 @@ static void show_tierd_log(void)
  * client: 60 s at most, as it may run under valgrind. Our --socket and
  * --data come last, so that they win over TIERD-ARGS, and so that BIN may
  * be a wrapper (valgrind) whose arguments name the real tierd. */
+/* cmn_tierd_wait's test of readiness: a client gets through HELLO. */
+static int hello(const char *sock, void *arg)
+{
+    kvt_client *c;
+
+    (void)arg;
+    if (kvt_connect(sock, &c) != 0)
+        return -1;
+    kvt_close(c);
+    return 0;
+}
+
 static int exec_tierd(void)
 {
-    char data[128];
+    char data[128], logp[128];
     const char *argv[64];
-    int n = 0;
+    int n = 0, rc;
 
     snprintf(data, sizeof(data), "%s/data", tmpdir);
+    snprintf(logp, sizeof(logp), "%s/tierd.log", tmpdir); /* shown if it fails */
     argv[n++] = opt.tierd;
     for (int i = 0; opt.tierd_args && opt.tierd_args[i] && n < 59; i++)
         argv[n++] = opt.tierd_args[i];
@@ -995,48 +1001,25 @@ static int exec_tierd(void)
     argv[n++] = "--data";
     argv[n++] = data;
     argv[n] = NULL;
-    tierd_pid = fork();
+    tierd_pid = cmn_spawn(argv, logp, 0);
     if (tierd_pid < 0) {
+        rc = (int)tierd_pid;
         tierd_pid = 0;
-        return -errno;
+        return rc;
     }
-    if (tierd_pid == 0) {
-        char logp[128];
-        int fd;
-
-        /* its log beside its data; shown if it fails */
-        snprintf(logp, sizeof(logp), "%s/tierd.log", tmpdir);
-        fd = open(logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-        if (fd >= 0)
-            dup2(fd, 2);
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        execv(argv[0], (char *const *)argv);
-        fprintf(stderr, "kvload: exec %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    for (int i = 0; i < 6000; i++) {
-        kvt_client *c;
-        int st;
-
-        if (kvt_connect(tierd_sock, &c) == 0) {
-            kvt_close(c);
-            return 0;
-        }
-        if (waitpid(tierd_pid, &st, WNOHANG) == tierd_pid) {
-            tierd_pid = 0;
-            return -ECHILD;
-        }
-        sleep_us(10000);
-    }
-    return -ETIMEDOUT;
+    rc = cmn_tierd_wait(tierd_pid, tierd_sock, hello, NULL, 60000, NULL);
+    if (rc == -ECHILD)
+        tierd_pid = 0;
+    return rc;
 }
 
 static int start_tierd(void)
 {
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvload-XXXXXX");
-    if (!mkdtemp(tmpdir)) {
+    int rc = cmn_tmpdir("kvload", tmpdir, sizeof(tmpdir));
+
+    if (rc < 0) {
         tmpdir[0] = '\0';
-        return -errno;
+        return rc;
     }
     snprintf(tierd_sock, sizeof(tierd_sock), "%s/tierd.sock", tmpdir);
     opt.socket = tierd_sock;
@@ -1075,14 +1058,11 @@ static uint64_t held_after(void)
  * exit status (0: clean), or -1 when none ran. */
 static int stop_tierd(bool show_log)
 {
-    char cmd[160];
-    int st, status = -1;
+    int status = -1, rc;
 
     if (tierd_pid > 0) {
         kill(tierd_pid, SIGTERM);
-        while (waitpid(tierd_pid, &st, 0) < 0 && errno == EINTR) {
-        }
-        status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        status = cmn_wait(tierd_pid);
         tierd_pid = 0;
         if (status != 0)
             fprintf(stderr, "kvload: tierd's stop was not clean: status %d\n", status);
@@ -1090,9 +1070,8 @@ static int stop_tierd(bool show_log)
     if (tmpdir[0] && (show_log || status > 0))
         show_tierd_log();
     if (tmpdir[0]) {
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "kvload: could not remove %s\n", tmpdir);
+        if ((rc = cmn_rmtree(tmpdir)) < 0)
+            fprintf(stderr, "kvload: could not remove %s: %s\n", tmpdir, strerror(-rc));
         tmpdir[0] = '\0';
     }
     return status;
@@ -1240,11 +1219,10 @@ static void signal_clients(int sig)
 static bool kill_tierd_once(struct totals *t, double at_s)
 {
     struct dcheck dc = { 0 };
-    int st, rc;
+    int rc;
 
     kill(tierd_pid, SIGKILL);
-    while (waitpid(tierd_pid, &st, 0) < 0 && errno == EINTR) {
-    }
+    cmn_wait(tierd_pid);
     tierd_pid = 0;
     signal_clients(SIGSTOP);
     rc = exec_tierd();
@@ -1307,7 +1285,7 @@ static void set_end(uint64_t end)
 static int run_load(struct totals *t)
 {
     size_t bytes = (size_t)opt.clients * sizeof(struct cstat);
-    uint64_t t0 = now_ns(), run_ns = (uint64_t)(opt.seconds * 1e9), end = t0 + run_ns;
+    uint64_t t0 = cmn_now_ns(), run_ns = (uint64_t)(opt.seconds * 1e9), end = t0 + run_ns;
     uint64_t rng = opt.seed * 77 + 5, gen = 0, grace_ns, paused = 0;
     int live = 0, next_kill = 0, next_tkill = 0;
     const char *tmo = getenv("KVTIER_TIMEOUT_MS");
@@ -1344,7 +1322,7 @@ static int run_load(struct totals *t)
     grace_ns = ((tmo && atoi(tmo) > 0) ? (uint64_t)atoi(tmo) : 30000) * 1000000ull +
                5000000000ull;
     while (live > 0) {
-        uint64_t now = now_ns(), clock = now - paused;
+        uint64_t now = cmn_now_ns(), clock = now - paused;
         int st;
         pid_t w;
 
@@ -1352,10 +1330,10 @@ static int run_load(struct totals *t)
             tierd_pid > 0) {
             next_tkill++;
             if (kill_tierd_once(t, (double)(clock - t0) / 1e9)) {
-                paused += now_ns() - now;
-                end += now_ns() - now;
+                paused += cmn_now_ns() - now;
+                end += cmn_now_ns() - now;
             } else {
-                end = now_ns(); /* no daemon to run against */
+                end = cmn_now_ns(); /* no daemon to run against */
             }
             set_end(end);
             continue;
@@ -1391,7 +1369,7 @@ static int run_load(struct totals *t)
             live -= pids[c] == w;
         reaped(t, w, st, now > end + grace_ns);
     }
-    t->secs = (double)(now_ns() - t0 - paused) / 1e9;
+    t->secs = (double)(cmn_now_ns() - t0 - paused) / 1e9;
     if (t->secs > opt.seconds)
         t->secs = opt.seconds; /* processes stop at the end; the wait after is not load */
     sum_stats(t);
@@ -1547,7 +1525,7 @@ static const char usage_text[] =
     "       kvload --check-durable LOG [--socket PATH]\n"
     "  --clients N        client processes (64)\n"
     "  --seconds S        length of the run (60)\n"
-    "  --block-bytes N    bytes per block, K/M suffix ok (64K)\n"
+    "  --block-bytes N    bytes per block, K/M suffix ok (64K, 1M)\n"
     "  --prefixes N       prompts (64), each --chain blocks (16), the first\n"
     "  --chain N          --shared (2) of them the same in every prompt\n"
     "  --shared N\n"
@@ -1573,19 +1551,6 @@ static const char usage_text[] =
     "its lease among them) / unexpected errors / hung or crashed clients /\n"
     "durable blocks missing or wrong / tierd not back after a kill, dead by\n"
     "itself or not stopping cleanly, 2 usage or setup.\n";
-
-static uint64_t parse_size(const char *s)
-{
-    char *e;
-    uint64_t v = strtoull(s, &e, 10);
-
-    switch (*e) {
-    case 'k': case 'K': return v << 10;
-    case 'm': case 'M': return v << 20;
-    case '\0': return v;
-    default: return 0;
-    }
-}
 
 static int parse_args(int argc, char **argv)
 {
@@ -1621,7 +1586,16 @@ static int parse_args(int argc, char **argv)
         case 's': opt.socket = optarg; break;
         case 'c': opt.clients = atoi(optarg); break;
         case 't': opt.seconds = atof(optarg); break;
-        case 'b': opt.block_bytes = parse_size(optarg); break;
+        case 'b': {
+            int rc = cmn_parse_size(optarg, &opt.block_bytes);
+
+            if (rc < 0) {
+                fprintf(stderr, "kvload: --block-bytes: bad size '%s': %s\n", optarg,
+                        cmn_size_why(rc));
+                return -1;
+            }
+            break;
+        }
         case 'p': opt.prefixes = atoi(optarg); break;
         case 'l': opt.chain = atoi(optarg); break;
         case 'S': opt.shared = atoi(optarg); break;

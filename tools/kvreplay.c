@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "kvreplay.h"
+#include "kvt_common.h"
 #include "kvtier.h"
 
 #define MAX_CAPS 64 /* capacities in one curve */
@@ -133,31 +134,6 @@ static int parse_num(const char *s, double *out)
     return 0;
 }
 
-/* A size: a number with an optional K/M/G/T/P suffix (binary units), or a
- * plain byte count. 0 or -EINVAL. */
-static int parse_size(const char *s, uint64_t *out)
-{
-    static const char sfx[] = "KMGTP";
-    char *end;
-    double v;
-    const char *u;
-
-    errno = 0;
-    v = strtod(s, &end);
-    if (errno || end == s || !isfinite(v) || v < 0)
-        return -EINVAL;
-    if (*end) {
-        u = strchr(sfx, *end >= 'a' ? *end - 32 : *end);
-        if (!u || (end[1] && strcmp(end + 1, "iB") != 0 && strcmp(end + 1, "B") != 0))
-            return -EINVAL;
-        v *= pow(1024, (double)(u - sfx + 1));
-    }
-    if (v >= 18e18 || v != floor(v))
-        return -EINVAL;
-    *out = (uint64_t)v;
-    return 0;
-}
-
 static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -175,7 +151,7 @@ static int parse_caps(const char *list, struct opts *o)
         return -EINVAL;
     strcpy(buf, list);
     for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (n == MAX_CAPS || parse_size(tok, &o->caps[n]) < 0 || o->caps[n] == 0)
+        if (n == MAX_CAPS || cmn_parse_size(tok, &o->caps[n]) < 0 || o->caps[n] == 0)
             return -EINVAL;
         n++;
     }
@@ -238,7 +214,7 @@ static int set_opt(struct opts *o, int opt, const char *arg)
     bool size = opt == O_BT || opt == O_BPT || opt == O_BB || opt == O_NVME || opt == O_RAM ||
                 opt == O_LIMIT;
 
-    if (size && parse_size(arg, &u) < 0)
+    if (size && cmn_parse_size(arg, &u) < 0)
         return -EINVAL;
     if (!size && opt != O_CAP && parse_num(arg, &d) < 0)
         return -EINVAL;

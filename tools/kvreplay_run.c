@@ -18,20 +18,11 @@
 #include <time.h>
 
 #include "kvreplay.h"
+#include "kvt_common.h"
 #include "kvtier.h"
 
 #define NS 1    /* the one namespace of an in-process replay */
-#define OWNER 1 /* the one "client" owning its reservations */
-
-static double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Count request r's hits: the first `hit` blocks, by tier (tiers NULL: all
+#define OWNER 1 /* Count request r's hits: the first `hit` blocks, by tier (tiers NULL: all
  * warm). Token shares follow kvr_tokens_of, block by block, so the partial
  * last block of a prompt adds only its own tokens. */
 static void count_hits(struct kvr_result *res, const struct kvr_req *r, uint64_t hit,
@@ -138,7 +129,7 @@ int kvr_run_store(const struct kvr_trace *tr, const struct kvr_run_opts *o, uint
     res->slots = res->pool_bytes / tier_block_max(t) *
                  (tier_block_max(t) / tier_slot_bytes(o->block_bytes));
     res->ram_bytes = res->pool_bytes;
-    t0 = now_s();
+    t0 = cmn_now_s();
     for (size_t i = 0; i < tr->nreq; i++) {
         rc = store_request(t, tr, &tr->req[i], o, ids, offs, tiers, res);
         if (rc < 0) {
@@ -147,7 +138,7 @@ int kvr_run_store(const struct kvr_trace *tr, const struct kvr_run_opts *o, uint
             goto out_destroy;
         }
     }
-    res->seconds = now_s() - t0;
+    res->seconds = cmn_now_s() - t0;
     tier_stats_get(t, &st);
     res->evicted = st.evictions[TIER_L_WARM];
     /* the replay leans on the store's invariants; a broken one is a bug to
@@ -193,7 +184,7 @@ int kvr_run_unbounded(struct kvr_trace *tr, const struct kvr_run_opts *o,
 {
     struct keyset s = { .keys = tr->keys };
     size_t cap = 16;
-    double t0 = now_s();
+    double t0 = cmn_now_s();
 
     memset(res, 0, sizeof(*res));
     while (cap < 2 * tr->nkeys)
@@ -222,7 +213,7 @@ int kvr_run_unbounded(struct kvr_trace *tr, const struct kvr_run_opts *o,
         }
     }
     free(s.slot);
-    res->seconds = now_s() - t0;
+    res->seconds = cmn_now_s() - t0;
     res->capacity = tr->distinct * o->block_bytes;
     res->pool_bytes = res->capacity;
     res->slots = tr->distinct;
@@ -302,7 +293,7 @@ static void pace(const struct kvr_trace *tr, const struct kvr_req *r, double spe
         return;
     due = (double)(r->ts_ms >= tr->req[0].ts_ms ? r->ts_ms - tr->req[0].ts_ms : 0) / 1e3 /
           speed;
-    late = now_s() - t0 - due;
+    late = cmn_now_s() - t0 - due;
     if (late < 0) {
         struct timespec ts = { .tv_sec = (time_t)-late,
                                .tv_nsec = (long)((-late - (double)(time_t)-late) * 1e9) };
@@ -381,7 +372,7 @@ static int client_put(kvt_ns *ns, struct cscratch *s, size_t from, size_t n, uin
 static int client_replay(kvt_ns *ns, const struct kvr_trace *tr, const struct kvr_run_opts *o,
                          struct cscratch *s, struct kvr_result *res, char *err, size_t errcap)
 {
-    double t0 = now_s();
+    double t0 = cmn_now_s();
 
     for (size_t q = 0; q < tr->nreq; q++) {
         const struct kvr_req *r = &tr->req[q];
@@ -411,7 +402,7 @@ static int client_replay(kvt_ns *ns, const struct kvr_trace *tr, const struct kv
             return rc;
         }
     }
-    res->seconds = now_s() - t0;
+    res->seconds = cmn_now_s() - t0;
     return 0;
 }
 

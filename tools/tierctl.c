@@ -348,46 +348,58 @@ static void print_table(const char *path, const kvt_stats *s)
     }
 }
 
-/* One JSON object: every field of kvt_stats (pad excepted), plus hit_rate. */
-static void print_json(const kvt_stats *s)
+/* The JSON of kvtier.h's list of counters: top-level fields, the remote
+ * tier's (remote_*) in "remote" without the prefix, the per-tier array in
+ * "tiers"; hit_rate follows lookup_hits. */
+#define JSON_TOP_TIERD(name) JSON_TOP_STORE(name)
+#define JSON_TOP_STORE(name)                                                               \
+    if (strncmp(#name, "remote_", 7))                                                      \
+        json_u64(#name, s->name, &first);                                                  \
+    if (!strcmp(#name, "lookup_hits"))                                                     \
+        json_hit_rate(s);
+#define JSON_TOP_TIERS(name)
+#define JSON_TOP(src, name, type, metric, help) JSON_TOP_##src(name)
+#define JSON_REMOTE_TIERD(name)
+#define JSON_REMOTE_STORE(name)                                                            \
+    if (!strncmp(#name, "remote_", 7))                                                     \
+        json_u64(#name + 7, s->name, &first);
+#define JSON_REMOTE_TIERS(name)
+#define JSON_REMOTE(src, name, type, metric, help) JSON_REMOTE_##src(name)
+#define JSON_TIER(name, type, metric, help, remote) json_u64(#name, t->name, &first);
+
+static void json_u64(const char *name, uint64_t v, bool *first)
 {
-    printf("{\"version\":%" PRIu32 ",\"clients\":%" PRIu32 ",\"namespaces\":%" PRIu32,
-           s->version, s->clients, s->namespaces);
-    printf(",\"uptime_ms\":%" PRIu64 ",\"lookups\":%" PRIu64 ",\"lookup_keys\":%" PRIu64
-           ",\"lookup_hits\":%" PRIu64,
-           s->uptime_ms, s->lookups, s->lookup_keys, s->lookup_hits);
+    printf("%s\"%s\":%" PRIu64, *first ? "" : ",", name, v);
+    *first = false;
+}
+
+static void json_hit_rate(const kvt_stats *s)
+{
     if (s->lookup_keys)
         printf(",\"hit_rate\":%.6f", (double)s->lookup_hits / (double)s->lookup_keys);
     else
         printf(",\"hit_rate\":null");
-    printf(",\"misses\":%" PRIu64 ",\"puts\":%" PRIu64 ",\"put_blocks\":%" PRIu64
-           ",\"dedup_blocks\":%" PRIu64 ",\"gets\":%" PRIu64 ",\"get_blocks\":%" PRIu64,
-           s->misses, s->puts, s->put_blocks, s->dedup_blocks, s->gets, s->get_blocks);
-    printf(",\"removes\":%" PRIu64 ",\"leases_active\":%" PRIu64 ",\"reserved\":%" PRIu64
-           ",\"reclaimed\":%" PRIu64 ",\"proto_errors\":%" PRIu64,
-           s->removes, s->leases_active, s->reserved, s->reclaimed, s->proto_errors);
-    printf(",\"index_entries\":%" PRIu64 ",\"index_bytes\":%" PRIu64,
-           s->index_entries, s->index_bytes);
-    printf(",\"demotions\":%" PRIu64 ",\"promotions\":%" PRIu64 ",\"dropped\":%" PRIu64
-           ",\"checksum_errors\":%" PRIu64 ",\"io_errors\":%" PRIu64
-           ",\"deadline_misses\":%" PRIu64 ",\"hot_promotions\":%" PRIu64,
-           s->demotions, s->promotions, s->dropped, s->checksum_errors, s->io_errors,
-           s->deadline_misses, s->hot_promotions);
-    printf(",\"remote\":{\"hits\":%" PRIu64 ",\"misses\":%" PRIu64 ",\"puts\":%" PRIu64
-           ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 ",\"errors\":%" PRIu64
-           ",\"checksum_errors\":%" PRIu64 ",\"probes\":%" PRIu64 ",\"probe_hits\":%" PRIu64
-           ",\"redirects\":%" PRIu64 "},\"tiers\":{",
-           s->remote_hits, s->remote_misses, s->remote_puts, s->remote_bytes_in,
-           s->remote_bytes_out, s->remote_errors, s->remote_checksum_errors, s->remote_probes,
-           s->remote_probe_hits, s->remote_redirects);
+}
+
+/* One JSON object: every field of kvt_stats (pad excepted), plus hit_rate. */
+static void print_json(const kvt_stats *s)
+{
+    bool first = false;
+
+    printf("{\"version\":%" PRIu32 ",\"clients\":%" PRIu32 ",\"namespaces\":%" PRIu32,
+           s->version, s->clients, s->namespaces);
+    KVT_STATS_LIST(JSON_TOP)
+    printf(",\"remote\":{");
+    first = true;
+    KVT_STATS_LIST(JSON_REMOTE)
+    printf("},\"tiers\":{");
     for (int i = KVT_TIER_HOT; i < KVT_TIER_COUNT; i++) {
         const kvt_tier_stats *t = &s->tier[i];
 
-        printf("%s\"%s\":{\"blocks\":%" PRIu64 ",\"bytes_used\":%" PRIu64
-               ",\"bytes_capacity\":%" PRIu64 ",\"hits\":%" PRIu64 ",\"bytes_in\":%" PRIu64
-               ",\"bytes_out\":%" PRIu64 ",\"evictions\":%" PRIu64 "}",
-               i == KVT_TIER_HOT ? "" : ",", tier_names[i], t->blocks, t->bytes_used,
-               t->bytes_capacity, t->hits, t->bytes_in, t->bytes_out, t->evictions);
+        printf("%s\"%s\":{", i == KVT_TIER_HOT ? "" : ",", tier_names[i]);
+        first = true;
+        KVT_TIER_STATS_LIST(JSON_TIER)
+        printf("}");
     }
     printf("}}\n");
 }

@@ -35,6 +35,7 @@
 #include "ev.h"
 #include "fuzz_wire.h"
 #include "sess.h"
+#include "t_wire.h"
 #include "tenant.h"
 #include "tier.h"
 #include "tier_hot.h"
@@ -131,31 +132,18 @@ static int pools[2] = { -1, -1 };
  * kept, other descriptors closed. */
 static void drain(int c)
 {
-    static uint8_t buf[KVT_WIRE_MSG_MAX + 64];
+    struct kvt_wire_hdr h;
+    int fd;
 
-    for (;;) {
-        union {
-            char b[CMSG_SPACE(sizeof(int))];
-            struct cmsghdr align;
-        } cm;
-        struct iovec iov = { buf, sizeof(buf) };
-        struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
-                            .msg_controllen = sizeof(cm.b) };
-
-        if (recvmsg(c, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) <= 0)
-            return;
-        for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h))
-            if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS) {
-                int fd;
-
-                memcpy(&fd, CMSG_DATA(h), sizeof(fd));
-                if (pools[0] < 0)
-                    pools[0] = fd;
-                else if (pools[1] < 0)
-                    pools[1] = fd;
-                else
-                    close(fd);
-            }
+    while (t_wire_recv(c, &h, NULL, 0, &fd, 0) > 0) {
+        if (fd < 0)
+            continue;
+        if (pools[0] < 0)
+            pools[0] = fd;
+        else if (pools[1] < 0)
+            pools[1] = fd;
+        else
+            close(fd);
     }
 }
 

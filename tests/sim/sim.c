@@ -39,6 +39,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "kvt_common.h"
 #include "sim.h"
 #include "tier.h"
 #include "tier_cold.h"
@@ -1194,7 +1195,7 @@ static void op_crash(struct world *w)
                 story(w, ns, c, p, &s);
                 w->m[ns][c][p].was = s.present;
             }
-    char cmd[256];
+    char cmd[256], saved[256];
 
     tier_nvme_sim_crash(tier_cold_io(w->cold), mix(&w->rng));
     /* the index as the crash leaves it: the teardown below runs code a dead
@@ -1209,9 +1210,9 @@ static void op_crash(struct world *w)
     w->crashing = true;
     world_close(w);
     w->crashing = false;
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s/cold.lmdb' && mv '%s/crash.lmdb' '%s/cold.lmdb'",
-             w->dir, w->dir, w->dir);
-    if (system(cmd) != 0) {
+    snprintf(cmd, sizeof(cmd), "%s/cold.lmdb", w->dir);
+    snprintf(saved, sizeof(saved), "%s/crash.lmdb", w->dir);
+    if (cmn_rmtree(cmd) != 0 || rename(saved, cmd) != 0) {
         fail(w, "could not restore the index of the crash");
         return;
     }
@@ -1394,7 +1395,6 @@ static void dump_trace(struct world *w)
 int sim_run(const struct sim_opts *o, struct sim_result *r)
 {
     struct world *w = calloc(1, sizeof(*w));
-    char cmd[128];
     int rc;
 
     if (!w)
@@ -1453,8 +1453,7 @@ int sim_run(const struct sim_opts *o, struct sim_result *r)
     w->crashing = true;
     world_close(w);
 out:
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", w->dir);
-    if (system(cmd) != 0)
+    if (cmn_rmtree(w->dir) != 0)
         rc = rc ? rc : -EIO;
     free(w->buf);
     free(w);

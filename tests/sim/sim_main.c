@@ -14,15 +14,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "kvt_common.h"
 #include "sim.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static int num(const char *opt, const char *s, unsigned long long *out)
 {
@@ -42,7 +35,7 @@ int main(int argc, char **argv)
     unsigned long long seed = 1, steps = 20000, seeds = 1, seconds = 0;
     struct sim_opts o = { 0 };
     struct sim_result r, sum = { 0 };
-    double t0 = now_s(), el;
+    double t0 = cmn_now_s(), el;
     unsigned long long runs = 0;
 
     for (int i = 1; i < argc; i++) {
@@ -71,7 +64,7 @@ int main(int argc, char **argv)
     for (unsigned long long s = seed;; s++) {
         int rc;
 
-        if (seconds ? now_s() - t0 >= (double)seconds : runs >= seeds)
+        if (seconds ? cmn_now_s() - t0 >= (double)seconds : runs >= seeds)
             break;
         o.seed = s;
         rc = sim_run(&o, &r);
@@ -88,7 +81,7 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    el = now_s() - t0;
+    el = cmn_now_s() - t0;
     printf("sim: %llu seeds, %llu steps in %.1f s (%.0f steps/s): %llu crashes, %llu durable "
            "acks checked, %llu pinned runs got, %.1f GiB of bytes checked\n", runs,
            (unsigned long long)sum.steps, el, (double)sum.steps / (el > 0 ? el : 1),

@@ -1,14 +1,35 @@
 # SPDX-License-Identifier: MIT
-"""Write a tiny Llama-architecture model with random weights into a folder:
-2 layers, hidden size 64, 2 heads of 32 (both KV heads), vocabulary 1024,
-float32. Made here from a fixed seed; nothing is downloaded.
+"""Write a tiny model with random weights into a folder, from a fixed seed;
+nothing is downloaded. llama (the default): 2 layers, hidden size 64, 2
+heads of 32 (both KV heads), vocabulary 1024, float32. gemma2: a hybrid of
+2 sliding-window layers (window 64 tokens) and 2 full-attention layers,
+alternating, 2 query heads of 32 and 1 KV head: vLLM's hybrid allocator
+gives it a sliding and a full KV cache group.
 
-usage: make_model.py DIR
+usage: make_model.py DIR [llama|gemma2]
 """
 import sys
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM
+
+WINDOW = 64
+
+
+def make_gemma2(path):
+    torch.manual_seed(1234)
+    cfg = Gemma2Config(vocab_size=1024, hidden_size=64, intermediate_size=128,
+                       num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1,
+                       head_dim=32, max_position_embeddings=2048, torch_dtype="float32",
+                       bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                       # vLLM's Gemma 2 has no lm_head of its own
+                       tie_word_embeddings=True, initializer_range=INIT_RANGE,
+                       sliding_window=WINDOW,
+                       layer_types=["sliding_attention", "full_attention"] * 2)
+    Gemma2ForCausalLM(cfg).save_pretrained(path, safe_serialization=True)
+
+
+INIT_RANGE = 0.3
 
 
 def make(path):
@@ -24,4 +45,5 @@ def make(path):
 
 
 if __name__ == "__main__":
-    make(sys.argv[1])
+    {"llama": make, "gemma2": make_gemma2}[sys.argv[2] if len(sys.argv) > 2 else "llama"](
+        sys.argv[1])

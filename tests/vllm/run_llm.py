@@ -48,7 +48,11 @@ def generate(llm, sp, tokens, salt):
     t0 = time.monotonic()
     outs = llm.generate([prompt], sp)
     res = {c: v - before[c] for c, v in counters(llm).items()}
-    res.update(tokens=list(outs[0].outputs[0].token_ids),
+    out = outs[0].outputs[0]
+    # each generated token's log-probability: it moves with any change in
+    # the KV it was computed from, even where the greedy token does not
+    res.update(tokens=list(out.token_ids),
+               logprobs=[lp[t].logprob for t, lp in zip(out.token_ids, out.logprobs or ())],
                num_cached_tokens=outs[0].num_cached_tokens,
                generate_s=round(time.monotonic() - t0, 2))
     return res
@@ -90,7 +94,7 @@ def main():
               **kw)
     startup = round(time.monotonic() - t0, 1)
     sp = SamplingParams(temperature=0.0, max_tokens=req["max_tokens"], ignore_eos=True,
-                        detokenize=False)
+                        detokenize=False, logprobs=0)
     if "steps" not in req:
         res = generate(llm, sp, req["prompt"], req.get("cache_salt"))
         res["startup_s"] = startup

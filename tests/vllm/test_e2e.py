@@ -6,7 +6,9 @@ private tierd. Each run is a new vLLM instance in a process of its own
   baseline  no connector, prompt P + suffix S      -> tokens T
   run 1     connector, P (512 tokens)              -> P's 16 blocks land in tierd
   run 2     connector, P + S                       -> vLLM counts 512 external
-                                                      prefix-cache hits; tokens == T
+                                                      prefix-cache hits, loaded
+                                                      asynchronously; tokens == T
+  run 2s    as run 2, "async": false               -> the same, loaded in the step
   run 3     connector, P + S, another cache_salt   -> no hits; tokens == T
 
 then the same at tensor_parallel_size=2 (test_tensor_parallel_2), and one
@@ -87,9 +89,10 @@ def tp_env(tp):
             if len(cpus) >= tp else "nobind"}
 
 
-def run_vllm(tmp, name, model, tierd, tokens, connector, salt=None, tp=1):
+def run_vllm(tmp, name, model, tierd, tokens, connector, salt=None, extra=None, tp=1):
     req = {"prompt": tokens, "max_tokens": MAX_TOKENS, "connector": connector,
-           "cache_salt": salt, "block_size": BS, "tensor_parallel_size": tp}
+           "cache_salt": salt, "block_size": BS, "extra_config": extra or {},
+           "tensor_parallel_size": tp}
     p, out, logf = start_vllm(tmp, name, model, req, vllm_env(tierd, **tp_env(tp)))
     try:
         p.wait(timeout=RUN_TIMEOUT)
@@ -99,6 +102,7 @@ def run_vllm(tmp, name, model, tierd, tokens, connector, salt=None, tp=1):
     if p.returncode != 0:
         vllm_failed(name, p, logf)
     res = json.load(open(out))
+    res["log"] = open(logf).read()
     print("  %-9s connector=%-5s salt=%-8s prompt=%d tokens: external hits %d of %d queried, "
           "local hits %d, startup %.0f s; generated %s"
           % (name, connector, salt, len(tokens), res["external_prefix_cache_hits"],
@@ -151,6 +155,14 @@ def test_prefix_blocks_shared_across_vllm_instances(tierd, model, baseline, tmp_
     assert r2["tokens"] == base_tokens, "tokens differ from the run without kvtier"
     ns2 = ns_info(tierd, model)
     assert ns2["get_blocks"] - ns["get_blocks"] == 512 // BS    # restored through kvtier
+    assert "asynchronous loads and saves" in r2["log"]
+
+    r2s = run_vllm(tmp, "run2s", model, tierd, prompt + suffix, connector=True,
+                   extra={"async": False})
+    assert "; synchronous loads and saves" in r2s["log"]
+    assert r2s["external_prefix_cache_hits"] == 512
+    assert r2s["tokens"] == base_tokens, "synchronous: tokens differ from the run without kvtier"
+    assert ns_info(tierd, model)["get_blocks"] - ns2["get_blocks"] == 512 // BS
 
     r3 = run_vllm(tmp, "run3", model, tierd, prompt + suffix, connector=True, salt="other")
     assert r3["external_prefix_cache_queries"] > 0
@@ -348,6 +360,7 @@ def test_tierd_failures(model, baseline, tmp_path):
         run.go()
 
         r, log = step("tierd killed before the load")
+        killed_log = log
         assert not os.path.exists(arm), "the fault did not fire"
         assert r["external_prefix_cache_hits"] == n * BS     # counted at the lookup
         assert "0 of %d blocks restored" % n in log
@@ -357,7 +370,10 @@ def test_tierd_failures(model, baseline, tmp_path):
 
         r, log = step("tierd away")
         assert r["external_prefix_cache_queries"] > 0 and r["external_prefix_cache_hits"] == 0
-        assert "tierd on %s is away" % d.sock in log     # the scheduler's lookup found out
+        # the scheduler's lookup found out: here, or already in step 1, where
+        # vLLM looks a request whose asynchronous load failed up again
+        assert re.search(r"EngineCore.*tierd on %s is away" % re.escape(d.sock),
+                         killed_log + log)
         d.start()
         time.sleep(0.3)                        # past reconnect_ms
         run.go()

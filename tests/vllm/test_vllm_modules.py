@@ -87,7 +87,12 @@ def test_lora_hashes_are_kvtier_keys():
                                       lora_path="/adapters/sql")
 
 
-def fake_config(socket, algo="sha256_cbor", tp=1, block=BS, cache_dtype="auto", **extra):
+def fake_config(socket, algo="sha256_cbor", tp=1, block=BS, cache_dtype="auto",
+                asynchronous=False, **extra):
+    """A vLLM config as the connector reads it; synchronous unless asked
+    (these tests call the worker's steps by hand; test_vllm_async.py drives
+    the asynchronous mode)."""
+    extra["async"] = asynchronous
     cache = CacheConfig(block_size=block, prefix_caching_hash_algo=algo,
                         cache_dtype=cache_dtype)
     return SimpleNamespace(
@@ -196,10 +201,20 @@ def test_failed_loads_are_recomputed_not_failed(tierd):
                            KVConnectorRole.SCHEDULER, kcc)
 
 
-def test_refuses_hybrid_models(tierd):
+def test_refuses_state_groups_and_mixed_block_sizes(tierd):
+    """Recurrent-state groups (Mamba, linear attention) are not handled yet,
+    and groups must share a block size (a hash covers one run of tokens)."""
+    from vllm.v1.kv_cache_interface import MambaSpec
     kcc = fake_kv_cache_config()
-    kcc.kv_cache_groups.append(kcc.kv_cache_groups[0])
-    with pytest.raises(vc.KvtierConfigError, match="one KV cache group"):
+    mamba = MambaSpec(block_size=BS, shapes=((3, 64),), dtypes=(torch.float32,))
+    kcc.kv_cache_groups.append(SimpleNamespace(layer_names=["m"], kv_cache_spec=mamba))
+    with pytest.raises(vc.KvtierConfigError, match="recurrent state"):
+        vc.KvtierConnector(fake_config(tierd.sock), KVConnectorRole.SCHEDULER, kcc)
+    kcc = fake_kv_cache_config()
+    other = FullAttentionSpec(block_size=2 * BS, num_kv_heads=2, head_size=32,
+                              dtype=torch.float32)
+    kcc.kv_cache_groups.append(SimpleNamespace(layer_names=["x"], kv_cache_spec=other))
+    with pytest.raises(vc.KvtierConfigError, match="several block sizes"):
         vc.KvtierConnector(fake_config(tierd.sock), KVConnectorRole.SCHEDULER, kcc)
 
 

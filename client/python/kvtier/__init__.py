@@ -30,7 +30,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "KEY_BYTES", "BATCH_MAX", "KvtierError", "Client", "Namespace", "Reservation",
-    "Lease", "Layout", "ModelDesc", "hash_prompt", "none_hash", "default_socket",
+    "Lease", "Layout", "ModelDesc", "HybridNamespace", "GroupIO", "hash_prompt", "none_hash", "default_socket",
     "model_from_config", "strerror", "TIER_NONE", "TIER_HOT", "TIER_WARM", "TIER_COLD",
     "lib_path", "EDISCONNECTED",
 ]
@@ -159,6 +159,17 @@ class _ModelDesc(ctypes.Structure):
                 ("group", _LayerGroup * len(LAYER_KINDS))]
 
 
+class _HybridOpts(ctypes.Structure):
+    _fields_ = [("block_tokens", ctypes.c_uint32), ("state_every", ctypes.c_uint32),
+                ("sliding_all", ctypes.c_uint32)]
+
+
+class _GroupIO(ctypes.Structure):
+    _fields_ = [("layout", ctypes.POINTER(_Layout)), ("block_ids", ctypes.POINTER(ctypes.c_int64)),
+                ("states", ctypes.POINTER(ctypes.c_void_p)), ("state_out", ctypes.c_void_p),
+                ("state_bytes", ctypes.c_uint64)]
+
+
 # ---- the library ------------------------------------------------------------
 
 SONAME = "libkvtier.so.%s" % __version__.split(".")[0]
@@ -230,6 +241,12 @@ _admin_flush = _proto("kvt_admin_flush", _c_int, _vp)
 _model_parse_file = _proto("kvt_model_parse_file", _c_int, ctypes.c_char_p, _P(_ModelDesc),
                            ctypes.c_char_p, _sz)
 _model_set_dtype = _proto("kvt_model_set_dtype", _c_int, _P(_ModelDesc), ctypes.c_char_p)
+_ns_open_hybrid = _proto("kvt_ns_open_hybrid", _c_int, _vp, _P(_Model), _P(_ModelDesc),
+                         _P(_HybridOpts), _P(_vp))
+_ns_groups = _proto("kvt_ns_groups", ctypes.c_uint32, _vp)
+_ns_group = _proto("kvt_ns_group", _vp, _vp, ctypes.c_uint32)
+_offload_hybrid = _proto("kvt_offload_hybrid", _c_int, _vp, _KP, _KP, _sz, _P(_GroupIO), _vp)
+_restore_hybrid = _proto("kvt_restore_hybrid", _c_int, _vp, _KP, _sz, _P(_GroupIO), _vp)
 _model_block_bytes = _proto("kvt_model_block_bytes", ctypes.c_uint64, _P(_ModelDesc),
                             ctypes.c_uint32, ctypes.c_uint32)
 
@@ -500,17 +517,36 @@ class Client:
         """Open (or join) the namespace of a model (kvt_ns_open). pp_rank /
         pp_size: the pipeline stage; variant: bytes of anything else that
         changes the blocks' bytes (KV scales, ...), None for none."""
-        var = None if variant is None else ctypes.create_string_buffer(bytes(variant),
-                                                                       len(variant))
-        m = _Model(_b(model_id), _b(dtype), _b(layout), block_tokens, tp_rank, tp_size,
-                   block_bytes, pp_rank, pp_size,
-                   ctypes.cast(var, _vp) if var is not None else None,
-                   len(variant) if variant is not None else 0)
+        m, _keep = _model(model_id, dtype, layout, block_tokens, block_bytes, tp_rank,
+                          tp_size, pp_rank, pp_size, variant)
         h = _vp()
         with self.lock:
             _check(_ns_open(self._handle(), ctypes.byref(m), ctypes.byref(h)),
                    "kvt_ns_open(%s)" % model_id)
         return Namespace(self, h)
+
+    def ns_open_hybrid(self, model_id, dtype, layout, groups, block_tokens, tp_rank=0,
+                       tp_size=1, pp_rank=0, pp_size=1, variant=None, state_every=1,
+                       sliding_all=False):
+        """Open (or join) a hybrid model's namespaces, one per layer group
+        (kvt_ns_open_hybrid). groups: a ModelDesc, or a list of dicts with
+        "kind" (LAYER_KINDS) and the group's shape ("layers", "kv_heads",
+        "head_dim", "n_kv", "elem_bytes"; "window" for a sliding group,
+        "state_bytes" for a state group), in an order every process of the
+        model keeps: a group's index is part of its namespace's identity."""
+        if isinstance(groups, ModelDesc):
+            desc = groups.c
+        else:
+            desc = _model_desc(dtype, groups)
+        m, _keep = _model(model_id, dtype, layout, block_tokens, 0, tp_rank, tp_size, pp_rank,
+                          pp_size, variant)
+        o = _HybridOpts(block_tokens, state_every, 1 if sliding_all else 0)
+        h = _vp()
+        with self.lock:
+            _check(_ns_open_hybrid(self._handle(), ctypes.byref(m), ctypes.byref(desc),
+                                   ctypes.byref(o), ctypes.byref(h)),
+                   "kvt_ns_open_hybrid(%s)" % model_id)
+        return HybridNamespace(self, h)
 
     def unpin(self, pin_id):
         """Release a pin (kvt_unpin) that Namespace.lookup_pin returned, to this
@@ -627,6 +663,84 @@ class Lease:
 
     def __exit__(self, *exc):
         self.release()
+
+
+def _model(model_id, dtype, layout, block_tokens, block_bytes, tp_rank, tp_size, pp_rank,
+           pp_size, variant):
+    """A kvt_model, and the buffer its variant points into (keep it alive)."""
+    var = None if variant is None else ctypes.create_string_buffer(bytes(variant),
+                                                                   len(variant))
+    m = _Model(_b(model_id), _b(dtype), _b(layout), block_tokens, tp_rank, tp_size,
+               block_bytes, pp_rank, pp_size,
+               ctypes.cast(var, _vp) if var is not None else None,
+               len(variant) if variant is not None else 0)
+    return m, var
+
+
+_GROUP_NAMES = {"full": b"full_attention", "sliding": b"sliding_attention", "mla": b"mla",
+                "indexer": b"indexer", "state": b"mamba2", "none": b"mlp"}
+
+
+def _model_desc(dtype, groups):
+    """A kvt_model_desc of groups (dicts, see Client.ns_open_hybrid)."""
+    groups = list(groups)
+    if not 1 <= len(groups) <= len(LAYER_KINDS):
+        raise ValueError("a hybrid namespace has 1 to %d groups, not %d"
+                         % (len(LAYER_KINDS), len(groups)))
+    d = _ModelDesc()
+    d.dtype = _b(dtype)
+    d.n_groups = len(groups)
+    for i, g in enumerate(groups):
+        kind = g["kind"]
+        if kind not in LAYER_KINDS:
+            raise ValueError("unknown layer group kind %r (one of %s)"
+                             % (kind, ", ".join(LAYER_KINDS)))
+        d.group[i] = _LayerGroup(LAYER_KINDS.index(kind), _GROUP_NAMES[kind],
+                                 g.get("layers", 0), g.get("kv_heads", 0), g.get("head_dim", 0),
+                                 g.get("n_kv", 0), g.get("elem_bytes", 0), g.get("window", 0),
+                                 g.get("state_bytes", 0))
+        d.num_layers += g.get("layers", 0)
+    return d
+
+
+class GroupIO:
+    """Where one group of a hybrid namespace's data is in the engine
+    (kvt_group_io): a KV group's Layout and block ids (one per key of the
+    call), or a state group's buffers: states (offload: one address per key,
+    None where the engine has none) or state_out (restore: one address), of
+    state_bytes each."""
+
+    def __init__(self, layout=None, block_ids=None, states=None, state_out=None,
+                 state_bytes=0):
+        self.layout, self.block_ids = layout, block_ids
+        self.states, self.state_out, self.state_bytes = states, state_out, state_bytes
+
+
+def _group_ios(ios, n):
+    """A ctypes array of kvt_group_io for ios (GroupIO, one per group) over n
+    keys, and what it points into (keep it alive)."""
+    arr = (_GroupIO * max(1, len(ios)))()
+    keep = []
+    for i, io in enumerate(ios):
+        c = arr[i]
+        if io.layout is not None:
+            c.layout = ctypes.pointer(io.layout.c)
+            keep.append(c.layout)
+        if io.block_ids is not None:
+            ids = list(io.block_ids)
+            if len(ids) != n:
+                raise ValueError("group %d: %d block ids for %d keys" % (i, len(ids), n))
+            c.block_ids = (ctypes.c_int64 * max(1, n))(*ids)
+            keep.append(c.block_ids)
+        if io.states is not None:
+            st = list(io.states)
+            if len(st) != n:
+                raise ValueError("group %d: %d states for %d keys" % (i, len(st), n))
+            c.states = (_vp * max(1, n))(*st)
+            keep.append(c.states)
+        c.state_out = io.state_out
+        c.state_bytes = io.state_bytes
+    return arr, keep
 
 
 class Namespace:
@@ -764,6 +878,49 @@ class Namespace:
         arr, n = _keys(keys)
         with self.client.lock:
             return _check(_remove(self._handle(), arr, n), "kvt_remove")
+
+
+class HybridNamespace(Namespace):
+    """A hybrid model's namespace (Client.ns_open_hybrid): lookup answers the
+    longest prefix every group can restore; offload and restore move every
+    group's part of a chain at once; group(g) is group g's own plain
+    namespace. The plain block calls (put, get, reserve, lease, offload,
+    restore) are refused by libkvtier on it."""
+
+    def __init__(self, client, h):
+        super().__init__(client, h)
+        self.groups = _ns_groups(h)
+
+    def group(self, g):
+        if not 0 <= g < self.groups:
+            raise IndexError("group %d of %d" % (g, self.groups))
+        return Namespace(self.client, _ns_group(self._handle(), g))
+
+    def offload_groups(self, keys, ios, parent=None, stream=None):
+        """Store the chain keys from every group's engine data (ios: a GroupIO
+        per group, kvt_offload_hybrid), at most BATCH_MAX keys. Returns the
+        objects newly stored (all groups)."""
+        keys = list(keys)
+        if len(ios) != self.groups:
+            raise ValueError("%d group ios for %d groups" % (len(ios), self.groups))
+        arr, n = _keys(keys)
+        io, _keep = _group_ios(ios, n)
+        with self.client.lock:
+            return _check(_offload_hybrid(self._handle(), _parent(parent), arr, n, io, stream),
+                          "kvt_offload_hybrid")
+
+    def restore_groups(self, keys, ios, stream=None):
+        """Restore the longest prefix of keys that every group can restore
+        into ios (kvt_restore_hybrid), at most BATCH_MAX keys: its length in
+        blocks (0: nothing restored, whatever a group may have written)."""
+        keys = list(keys)
+        if len(ios) != self.groups:
+            raise ValueError("%d group ios for %d groups" % (len(ios), self.groups))
+        arr, n = _keys(keys)
+        io, _keep = _group_ios(ios, n)
+        with self.client.lock:
+            return _check(_restore_hybrid(self._handle(), arr, n, io, stream),
+                          "kvt_restore_hybrid")
 
 
 # ---- a model's KV cache from its config.json ------------------------------------

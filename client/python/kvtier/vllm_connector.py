@@ -12,6 +12,9 @@ Load it with vLLM's standard option:
 $PYTHONHASHSEED, or without it with vLLM's fixed default ("vllm-none-hash",
 vLLM 0.32 and later); the connector logs the seed it found.
 
+Loads and saves are asynchronous by default ("async": true in
+kv_connector_extra_config); "async": false does both inside the step.
+
 How vLLM's calls map onto kvtier:
   - keys: vLLM's own block hashes (request.block_hashes, sha256_cbor) are the
     kvtier keys, byte for byte; kvtier computes nothing.
@@ -21,22 +24,29 @@ How vLLM's calls map onto kvtier:
     kvtier, whatever else is put, until the worker loads it (they expire
     after pin_ms if it never does; beyond the tenant's pin budget, a quarter
     of its warm tier, a hit is unheld and may be evicted, as without pins);
-    update_state_after_alloc records which new engine blocks receive the hit
-    and hands the pins to the load (or releases them when vLLM loads
-    nothing); build_connector_meta hands the worker that load plan and the
-    blocks that become full and computed during the step (to save);
+    asynchronous, the request then waits for its KV (vLLM's
+    WAITING_FOR_REMOTE_KVS) while other requests run. update_state_after_alloc
+    records which new engine blocks receive the hit and hands the pins to
+    the load (or releases them when vLLM loads nothing);
+    build_connector_meta hands the workers that load plan, the blocks that
+    become full and computed during the step (to save), the requests
+    preempted in it and those finished with saves behind them;
     update_connector_output has blocks that failed to load saved again once
-    recomputed; request_finished forgets the request (saves are
-    synchronous, so its blocks may be freed at once).
+    recomputed; request_finished forgets the request, and asynchronous,
+    keeps its blocks from being freed (returns True) while its saves run.
   - worker side: register_kv_caches describes vLLM's per-layer KV tensors as
-    a kvk_layout (data pointers and strides); start_load_kv restores every
-    planned block by kvt_restore (lease + scatter, all layers at once),
-    then releases its namespace's pin;
-    save_kv_layer has nothing to do per layer, wait_for_save offloads the
-    step's new full blocks by kvt_offload (gather + put) before the step
-    ends; get_finished has nothing pending to report, and blocks a restore
-    could not fill are reported through get_block_ids_with_load_errors, so
-    vLLM recomputes them.
+    a kvk_layout (data pointers and strides). Synchronous: start_load_kv
+    restores every planned block by kvt_restore (lease + scatter, all
+    layers at once) and releases its namespace's pin; wait_for_save
+    offloads the step's new full blocks by kvt_offload (gather + put) before
+    the step ends. Asynchronous: both go to worker threads (_Mover), a
+    loader and a saver, each with a connection of its own, and get_finished
+    reports the loads done (finished_recving) and the finished requests
+    whose saves are done (finished_sending), after which vLLM frees their
+    blocks; handle_preemptions waits for the saves of preempted requests,
+    whose blocks vLLM frees at once, before the step can write into them.
+    Blocks a restore could not fill are reported through
+    get_block_ids_with_load_errors, so vLLM recomputes them.
   - namespace: model id, KV dtype (each FP8 format its own), block size, the
     tier block's shape (layers, KV heads per rank, head size), the tensor-
     and pipeline-parallel rank and size, and for an FP8 cache where its
@@ -56,6 +66,8 @@ How vLLM's calls map onto kvtier:
 import errno
 import hashlib
 import os
+import queue
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -66,6 +78,10 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorMetadata,
     KVConnectorRole,
 )
+try:       # vLLM keeps its hybrid allocator on with a connector that says it copes
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA
+except ImportError:
+    SupportsHMA = object
 from vllm.logger import init_logger
 
 import kvtier
@@ -90,6 +106,8 @@ class _Load:
     block_ids: list     # engine blocks that receive them
     pins: list = field(default_factory=list)  # the lookup's pin per namespace
     #                     (stage-major, then rank; 0: none): each worker unpins its own
+    first: int = 0      # hybrid: keys and group_ids start at the prompt's first block,
+    group_ids: list | None = None  # and blocks [first, len(keys)) are loaded, per group
 
 
 @dataclass
@@ -98,14 +116,20 @@ class _Save:
     parent: bytes | None  # key of the block before keys[0], None at the start
     keys: list
     block_ids: list
+    group_ids: list | None = None  # hybrid: engine block ids per group, for keys
 
 
 @dataclass
 class KvtierConnectorMetadata(KVConnectorMetadata):
-    """One step's work for the workers: loads before the forward pass,
-    saves after it."""
+    """One step's work for the workers: loads before the forward pass (or
+    beside it, asynchronous), saves after it; asynchronous, the requests
+    preempted in this step (their saves must end before the step writes
+    into their freed blocks) and the finished ones whose blocks vLLM keeps
+    until their saves are done."""
     loads: list = field(default_factory=list)
     saves: list = field(default_factory=list)
+    preempted: list = field(default_factory=list)
+    finished: list = field(default_factory=list)
 
 
 @dataclass
@@ -118,6 +142,10 @@ class _ReqState:
     pending_load: _Load | None = None   # planned by update_state_after_alloc
     pins: list = field(default_factory=list)  # the last lookup's pins, until a load takes them
     loaded: tuple | None = None  # the last load: (first block index, engine block ids)
+    saving: bool = False      # a save was handed to the workers (asynchronous: its
+    #                           blocks stay allocated after the request ends until it is done)
+    load_failed: bool = False  # hybrid: a load failed; vLLM recomputes all of it, and
+    #                            asks again: answered with no hit, or it would loop
 
 
 def hash_seed():
@@ -193,28 +221,55 @@ def _model_id(model_config):
     return mid
 
 
-def _the_group(kv_cache_config):
-    groups = kv_cache_config.kv_cache_groups
-    if len(groups) != 1:
+def _group_kind(spec):
+    """kvtier's kind of layer group ("full" or "sliding") for a vLLM KV cache
+    spec; KvtierConfigError for any other."""
+    name = type(spec).__name__
+    if name in ("MambaSpec",) or not hasattr(spec, "num_kv_heads"):
         raise KvtierConfigError(
-            "kvtier: the connector handles models with one KV cache group (plain "
-            "full attention); this model has %d" % len(groups))
-    spec = groups[0].kv_cache_spec
+            "kvtier: unsupported KV cache spec %s: recurrent state (Mamba, linear "
+            "attention) groups are not handled by the connector yet" % name)
     for a in ("block_size", "num_kv_heads", "head_size", "dtype"):
         if not hasattr(spec, a):
-            raise KvtierConfigError("kvtier: unsupported KV cache spec %s (no %s)"
-                                    % (type(spec).__name__, a))
-    if type(spec).__name__ != "FullAttentionSpec":
-        raise KvtierConfigError("kvtier: unsupported KV cache spec %s: only full "
-                                "attention" % type(spec).__name__)
+            raise KvtierConfigError("kvtier: unsupported KV cache spec %s (no %s)" % (name, a))
+    window = getattr(spec, "sliding_window", None)
+    if name == "FullAttentionSpec" and window is None:
+        kind = "full"
+    elif name == "SlidingWindowSpec" and window:
+        kind = "sliding"
+    else:
+        raise KvtierConfigError("kvtier: unsupported KV cache spec %s: full or sliding-"
+                                "window attention only" % name)
     odd = [a for a, ok in (
-        ("sliding_window", getattr(spec, "sliding_window", None) is None),
         ("head_size_v", getattr(spec, "head_size_v", None) in (None, spec.head_size)),
         ("kv_quant_mode", getattr(getattr(spec, "kv_quant_mode", None), "name",
                                   "NONE") == "NONE")) if not ok]
     if odd:
         raise KvtierConfigError("kvtier: unsupported KV cache (%s set)" % ", ".join(odd))
-    return groups[0]
+    return kind
+
+
+def kv_groups(kv_cache_config):
+    """vLLM's KV cache groups with kvtier's kind of each, [(group, kind)]:
+    one full-attention group is a plain namespace, anything else (several
+    groups, sliding windows) a hybrid one. Every group must have the same
+    block size: a block's hash covers the same tokens in each."""
+    groups = list(kv_cache_config.kv_cache_groups)
+    if not groups:
+        raise KvtierConfigError("kvtier: the model has no KV cache group")
+    if len(groups) > len(kvtier.LAYER_KINDS):
+        raise KvtierConfigError("kvtier: %d KV cache groups; kvtier handles at most %d"
+                                % (len(groups), len(kvtier.LAYER_KINDS)))
+    out = [(g, _group_kind(g.kv_cache_spec)) for g in groups]
+    sizes = {g.kv_cache_spec.block_size for g, _ in out}
+    if len(sizes) != 1:
+        raise KvtierConfigError("kvtier: KV cache groups of several block sizes %s"
+                                % sorted(sizes))
+    return out
+
+
+def _hybrid(groups):
+    return len(groups) > 1 or groups[0][1] != "full"
 
 
 def _torch_name(dtype):
@@ -280,8 +335,11 @@ def stage_layers(vllm_config, group, pp_rank, pp_size):
 
 def namespace_desc(vllm_config, kv_cache_config, tp_rank, pp_rank=0):
     """The kvt_model fields of this instance's namespace (tensor-parallel
-    rank tp_rank of pipeline stage pp_rank), as a dict."""
-    group = _the_group(kv_cache_config)
+    rank tp_rank of pipeline stage pp_rank), as a dict. A hybrid model's
+    (several groups, or sliding windows) has "groups": its layer groups in
+    vLLM's order, each its own namespace (Client.ns_open_hybrid)."""
+    groups = kv_groups(kv_cache_config)
+    group = groups[0][0]
     spec = group.kv_cache_spec
     dtype, esize = kv_dtype(vllm_config, spec)
     pp_size = getattr(vllm_config.parallel_config, "pipeline_parallel_size", 1)
@@ -291,6 +349,8 @@ def namespace_desc(vllm_config, kv_cache_config, tp_rank, pp_rank=0):
             % (spec.block_size, vllm_config.cache_config.block_size))
     if getattr(vllm_config.parallel_config, "decode_context_parallel_size", 1) != 1:
         raise KvtierConfigError("kvtier: decode context parallelism is not supported")
+    if _hybrid(groups):
+        return _hybrid_desc(vllm_config, groups, tp_rank, pp_rank, pp_size)
     layers = stage_layers(vllm_config, group, pp_rank, pp_size)
     return {
         "model_id": _model_id(vllm_config.model_config),
@@ -305,6 +365,45 @@ def namespace_desc(vllm_config, kv_cache_config, tp_rank, pp_rank=0):
         "block_bytes": layers * 2 * spec.block_size * spec.num_kv_heads * spec.head_size
         * esize,
     }
+
+
+def _hybrid_desc(vllm_config, groups, tp_rank, pp_rank, pp_size):
+    if pp_size != 1:
+        raise KvtierConfigError("kvtier: pipeline parallelism with a hybrid model (several KV "
+                                "cache groups) is not supported")
+    spec0 = groups[0][0].kv_cache_spec
+    dtype, esize = kv_dtype(vllm_config, spec0)
+    gs = []
+    for g, kind in groups:
+        spec = g.kv_cache_spec
+        if kv_dtype(vllm_config, spec) != (dtype, esize):
+            raise KvtierConfigError("kvtier: KV cache groups of several dtypes")
+        d = {"kind": kind, "layers": len(g.layer_names), "kv_heads": spec.num_kv_heads,
+             "head_dim": spec.head_size, "n_kv": 2, "elem_bytes": esize}
+        if kind == "sliding":
+            d["window"] = spec.sliding_window
+        gs.append(d)
+    return {
+        "model_id": _model_id(vllm_config.model_config),
+        "dtype": dtype,
+        # the groups' shapes and order are in each group's identity (kvt_ns_open_hybrid)
+        "layout": "vllm:hybrid:%dG" % len(gs),
+        "block_tokens": spec0.block_size,
+        "tp_rank": tp_rank,
+        "tp_size": vllm_config.parallel_config.tensor_parallel_size,
+        "pp_rank": pp_rank,
+        "pp_size": pp_size,
+        "variant": kv_variant(vllm_config, dtype),
+        "groups": gs,
+        "block_bytes": [d["layers"] * 2 * spec0.block_size * d["kv_heads"] * d["head_dim"]
+                        * esize for d in gs],
+    }
+
+
+def window_blocks(window, block_tokens):
+    """Blocks of a sliding group kvtier stores for a prefix's next token: the
+    C hybrid API's rule, ceil(window / block)."""
+    return -(-window // block_tokens)
 
 
 def layout_for_tensors(tensors, block_size, kv_heads, head_size):
@@ -406,12 +505,21 @@ class _Tierd:
     def _where(self):
         return self.socket or kvtier.default_socket()
 
+    @staticmethod
+    def _ns_open(c, d):
+        if "groups" in d:
+            # a state for every block (state_every 1), a window per offload
+            return c.ns_open_hybrid(d["model_id"], d["dtype"], d["layout"], d["groups"],
+                                    d["block_tokens"], d["tp_rank"], d["tp_size"],
+                                    d["pp_rank"], d["pp_size"], d["variant"])
+        return c.ns_open(d["model_id"], d["dtype"], d["layout"], d["block_tokens"],
+                         d["block_bytes"], d["tp_rank"], d["tp_size"], d["pp_rank"],
+                         d["pp_size"], d["variant"])
+
     def _open(self):
         c = kvtier.Client(self.socket)
         try:
-            self.ns = [c.ns_open(d["model_id"], d["dtype"], d["layout"], d["block_tokens"],
-                                 d["block_bytes"], d["tp_rank"], d["tp_size"], d["pp_rank"],
-                                 d["pp_size"], d["variant"]) for d in self._descs]
+            self.ns = [self._ns_open(c, d) for d in self._descs]
         except BaseException:
             c.close()
             raise
@@ -492,9 +600,93 @@ class _Tierd:
         self.client, self.ns = None, None
 
 
-class KvtierConnector(KVConnectorBase_V1):
+class _Mover:
+    """A worker thread that runs one direction's transfers (loads or saves)
+    in order, on a connection of its own (tierd: a _Tierd, which only this
+    thread uses from then on: a kvt_client serves one thread at a time),
+    while the engine's steps go on: libkvtier's calls run without the GIL.
+
+    submit(req_id, fn) queues fn(tierd, stream) for request req_id; stream
+    is the thread's own CUDA stream (a torch.cuda.Stream) for a device
+    cache, else None. What fn returns, unless None, is kept for collect()
+    when keep is set. busy(req_id) says whether a job of req_id is queued or running;
+    wait(req_ids) blocks until none is (a hung tierd holds each job for
+    KVTIER_TIMEOUT_MS at most). A job that keeps a result must not raise;
+    one that raises anyway is logged and keeps none."""
+
+    def __init__(self, name, tierd, device, keep):
+        self.tierd, self._name, self._device, self._keep = tierd, name, device, keep
+        self._q = queue.SimpleQueue()
+        self._cv = threading.Condition()
+        self._pending = {}     # req_id -> jobs queued or running
+        self._done = []        # (req_id, result) not yet collected (keep only)
+        self._thread = threading.Thread(target=self._run, name="kvtier-" + name,
+                                        daemon=True)
+        self._thread.start()
+
+    def submit(self, req_id, fn):
+        with self._cv:
+            self._pending[req_id] = self._pending.get(req_id, 0) + 1
+        self._q.put((req_id, fn))
+
+    def _run(self):
+        stream = None
+        if self._device is not None:
+            torch.cuda.set_device(self._device)
+            stream = torch.cuda.Stream(self._device)
+        while True:
+            job = self._q.get()
+            if job is None:
+                return
+            req_id, fn = job
+            try:
+                res = fn(self.tierd, stream)
+            except Exception:
+                log.exception("kvtier: %s of request %s", self._name, req_id)
+                res = None
+            with self._cv:
+                if self._keep and res is not None:
+                    self._done.append((req_id, res))
+                left = self._pending[req_id] - 1
+                if left:
+                    self._pending[req_id] = left
+                else:
+                    del self._pending[req_id]
+                self._cv.notify_all()
+
+    def collect(self):
+        with self._cv:
+            done, self._done = self._done, []
+        return done
+
+    def busy(self, req_id):
+        with self._cv:
+            return req_id in self._pending
+
+    def wait(self, req_ids=None):
+        """Until no job of req_ids (None: of any request) is left."""
+        with self._cv:
+            self._cv.wait_for(lambda: not (self._pending if req_ids is None else
+                                           any(r in self._pending for r in req_ids)))
+
+    def close(self, timeout_s):
+        """Stop after the jobs queued (waiting timeout_s at most), then close
+        the connection; True if the thread ended."""
+        self._q.put(None)
+        self._thread.join(timeout_s)
+        ended = not self._thread.is_alive()
+        if ended:
+            self.tierd.close()
+        else:
+            log.warning("kvtier: the %s thread is still in a call to tierd at shutdown",
+                        self._name)
+        return ended
+
+
+class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
     """vLLM KV connector over kvtier: prefix blocks saved to and restored from
-    tierd by vLLM's own block hashes. Loads and saves are synchronous."""
+    tierd by vLLM's own block hashes, asynchronously unless "async" is
+    false."""
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
@@ -515,14 +707,30 @@ class KvtierConnector(KVConnectorBase_V1):
             raise KvtierConfigError("kvtier: reconnect_ms must be 0 or more, not %d"
                                     % retry_ms)
         policy = load_failure_policy(vllm_config, extra)
+        # asynchronous by default: a load holds up only its own request and a
+        # save no request at all, where the synchronous mode holds the batch
+        self._async = extra.get("async", True)
+        if not isinstance(self._async, bool):
+            raise KvtierConfigError("kvtier: \"async\" is true or false, not %r"
+                                    % (self._async,))
+        self._socket, self._retry_s = socket, retry_ms / 1000.0
         self._vllm = vllm_config
         tp_size = vllm_config.parallel_config.tensor_parallel_size
         pp_size = getattr(vllm_config.parallel_config, "pipeline_parallel_size", 1)
-        group = _the_group(kv_cache_config)
+        self._groups = kv_groups(kv_cache_config)
+        self._hybrid = _hybrid(self._groups)
+        group = self._groups[0][0]
         self._layer_names = list(group.layer_names)
         self._block_size = group.kv_cache_spec.block_size
         self._kv_heads = group.kv_cache_spec.num_kv_heads
         self._head_size = group.kv_cache_spec.head_size
+        if self._hybrid and not self._async:
+            # with several groups vLLM hears of a failed load only from an
+            # asynchronous one (failed_recving): a synchronous one would leave
+            # blocks it never received in its prefix cache
+            log.warning("kvtier: loads and saves are asynchronous for a hybrid model, "
+                        "whatever \"async\" says")
+            self._async = True
         if role == KVConnectorRole.SCHEDULER:
             # one scheduler serves every rank of every stage: a hit counts
             # only where all have it
@@ -530,11 +738,13 @@ class KvtierConnector(KVConnectorBase_V1):
                      for p in range(pp_size) for r in range(tp_size)]
             self._reqs = {}
             self._seed_checked = False
+            self._finished = []    # ended with saves behind them, for the next metadata
         else:
             rank, stage = _worker_ranks()
             self._pin_at = stage * tp_size + rank   # this worker's pin in a load's list
             self._desc = namespace_desc(vllm_config, kv_cache_config, rank, stage)
-            expect = stage_layers(vllm_config, group, stage, pp_size)
+            expect = len(self._layer_names) if self._hybrid else \
+                stage_layers(vllm_config, group, stage, pp_size)
             if len(self._layer_names) != expect:
                 raise KvtierConfigError(
                     "kvtier: pipeline stage %d holds %d KV layers, not the %d of vLLM's "
@@ -542,12 +752,17 @@ class KvtierConnector(KVConnectorBase_V1):
                     "namespace" % (stage, len(self._layer_names), expect))
             descs = [self._desc]
             self._layout = None
+            self._layouts = None      # hybrid: one per group, in the namespace's order
             self._stream_dev = None
             self._load_errors = set()
-        self._tierd = _Tierd(socket, descs, retry_ms / 1000.0)
+            self._failed_recving = set()   # hybrid: loads that failed, for vLLM
+            self._loader = self._saver = None   # asynchronous: made with the layout
+            self._finishing = set()   # finished requests whose saves may still run
+        self._tierd = _Tierd(socket, descs, self._retry_s)
         log.info("kvtier: %s connector on %s; block hashes seeded with %r (%s); failed "
-                 "loads: %s", role.name.lower(), socket or kvtier.default_socket(),
-                 self._seed, origin, policy)
+                 "loads: %s; %s loads and saves", role.name.lower(),
+                 socket or kvtier.default_socket(), self._seed, origin, policy,
+                 "asynchronous" if self._async else "synchronous")
 
     # ---- scheduler side --------------------------------------------------
 
@@ -569,6 +784,10 @@ class KvtierConnector(KVConnectorBase_V1):
         # vLLM computes at least the prompt's last token itself
         usable = min(len(keys), (request.num_tokens - 1) // self._block_size)
         st = self._reqs.setdefault(request.request_id, _ReqState(request))
+        if st.load_failed:
+            usable = 0
+        elif self._hybrid:
+            usable = min(usable, kvtier.BATCH_MAX)   # a hybrid lookup's most blocks
         # asked again (vLLM could not schedule it): the new pins replace the
         # old, which go first so that both never count against the budget
         self._tierd.unpin(st.pins)
@@ -582,6 +801,12 @@ class KvtierConnector(KVConnectorBase_V1):
             for ns in spaces:
                 if hit == 0:
                     break
+                if isinstance(ns, kvtier.HybridNamespace):
+                    # its groups hold different ranges: unpinned, and a hit
+                    # evicted before its load is a failed load, recomputed
+                    pins.append(0)
+                    hit = min(hit, ns.lookup(keys[:hit]))
+                    continue
                 try:
                     found, pin_id, _ = ns.lookup_pin(keys[:hit], self._pin_ms)
                 except kvtier.KvtierError as e:
@@ -605,7 +830,9 @@ class KvtierConnector(KVConnectorBase_V1):
         st.local_tokens = num_computed_tokens
         st.hit_blocks = hit
         extra = hit * self._block_size - num_computed_tokens
-        return (extra if extra > 0 else 0), False
+        if extra <= 0:
+            return 0, False
+        return extra, self._async
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         st = self._reqs.setdefault(request.request_id, _ReqState(request))
@@ -616,12 +843,20 @@ class KvtierConnector(KVConnectorBase_V1):
             return
         first = st.local_tokens // self._block_size
         n = num_external_tokens // self._block_size
-        ids = blocks.get_block_ids()[0]
-        load = _Load(request.request_id, list(request.block_hashes[first:first + n]),
-                     list(ids[first:first + n]), st.pins)
+        if self._hybrid:
+            # a sliding group's blocks before its window are vLLM's null block
+            # (0): the worker fills only the others
+            load = _Load(request.request_id, list(request.block_hashes[:first + n]), [],
+                         st.pins, first=first,
+                         group_ids=[list(g[:first + n]) for g in blocks.get_block_ids()])
+            st.loaded = None       # failures come whole (failed_recving), not by block
+        else:
+            ids = blocks.get_block_ids()[0]
+            load = _Load(request.request_id, list(request.block_hashes[first:first + n]),
+                         list(ids[first:first + n]), st.pins)
+            st.loaded = (first, load.block_ids)
         st.pins = []               # the workers release them once loaded
         st.pending_load = load
-        st.loaded = (first, load.block_ids)
         # what is loaded is in kvtier already: no need to save it again
         st.saved_blocks = max(st.saved_blocks, first + n)
 
@@ -631,6 +866,11 @@ class KvtierConnector(KVConnectorBase_V1):
         # them again (a block that failed its checksum is gone from it). A
         # stale match (a preempted request's block loaded into by another)
         # costs a save of blocks kvtier mostly holds already
+        for req_id in getattr(connector_output, "failed_recving", None) or ():
+            st = self._reqs.get(req_id)
+            if st is not None:     # vLLM computes the whole request again
+                st.load_failed = True
+                st.saved_blocks = 0
         bad = getattr(connector_output, "invalid_block_ids", None)
         if not bad:
             return
@@ -649,6 +889,12 @@ class KvtierConnector(KVConnectorBase_V1):
             if st.pending_load is not None:
                 meta.loads.append(st.pending_load)
                 st.pending_load = None
+        if self._async:
+            meta.finished, self._finished = self._finished, []
+            # vLLM frees a preempted request's blocks at once: the workers end
+            # its saves before this step may write into them
+            meta.preempted = [r for r in getattr(scheduler_output, "preempted_req_ids", None)
+                              or () if r in self._reqs and self._reqs[r].saving]
         for req_id, n_sched in scheduler_output.num_scheduled_tokens.items():
             st = self._reqs.get(req_id)
             if st is None:
@@ -659,44 +905,72 @@ class KvtierConnector(KVConnectorBase_V1):
                        (req.num_computed_tokens + n_sched) // self._block_size)
             if done <= st.saved_blocks:
                 continue
-            ids = self._block_ids(req_id)
-            if ids is None or len(ids) < done:
+            groups = self._block_ids(req_id)
+            if groups is None or any(len(g) < done for g in groups):
                 continue
             first = st.saved_blocks
-            meta.saves.append(_Save(req_id, req.block_hashes[first - 1] if first else None,
-                                    list(req.block_hashes[first:done]), list(ids[first:done])))
+            sv = _Save(req_id, req.block_hashes[first - 1] if first else None,
+                       list(req.block_hashes[first:done]), list(groups[0][first:done]))
+            if self._hybrid:
+                sv.group_ids = [list(g[first:done]) for g in groups]
+            meta.saves.append(sv)
             st.saved_blocks = done
+            st.saving = True
         return meta
 
     def _block_ids(self, req_id):
+        """The request's engine block ids, a list per KV cache group."""
         mgr = self._kv_cache_manager
         if mgr is None:
             return None
-        return list(mgr.get_block_ids(req_id)[0])
+        return [list(g) for g in mgr.get_block_ids(req_id)]
 
     def request_finished(self, request, block_ids):
         st = self._reqs.pop(request.request_id, None)
-        if st is not None:
-            self._tierd.unpin(st.pins)
-            if st.pending_load is not None:   # planned, never sent to the workers
-                self._tierd.unpin(st.pending_load.pins)
-        return False, None
+        if st is None:
+            return False, None
+        self._tierd.unpin(st.pins)
+        if st.pending_load is not None:   # planned, never sent to the workers
+            self._tierd.unpin(st.pending_load.pins)
+        # asynchronous saves read the blocks after the step: vLLM frees them
+        # once every worker has said its saves are done (get_finished). A
+        # request still waiting for its load has no save behind it (one
+        # preempted before was waited for), and vLLM keeps its blocks for
+        # the load already
+        if (not self._async or not st.saving
+                or getattr(request.status, "name", None) == "WAITING_FOR_REMOTE_KVS"):
+            return False, None
+        self._finished.append(request.request_id)
+        return True, None
+
+    def request_finished_all_groups(self, request, block_ids):
+        # vLLM's hybrid allocator (SupportsHMA) calls this instead
+        return self.request_finished(request, block_ids)
 
     # ---- worker side ------------------------------------------------------
 
     def register_kv_caches(self, kv_caches):
-        missing = [n for n in self._layer_names if n not in kv_caches]
+        names = [n for g, _ in self._groups for n in g.layer_names]
+        missing = [n for n in names if n not in kv_caches]
         if missing:
             raise KvtierConfigError("kvtier: no KV tensor for layers %s" % missing[:4])
-        tensors = [kv_caches[n] for n in self._layer_names]
-        self._layout = layout_for_tensors(tensors, self._block_size, self._kv_heads,
-                                          self._head_size)
-        if self._layout.block_bytes != self._desc["block_bytes"]:
-            raise KvtierConfigError("kvtier: KV tensors give %d-byte blocks, the namespace %d"
-                                    % (self._layout.block_bytes, self._desc["block_bytes"]))
+        # a group's blocks are touched only through its own layers: vLLM's
+        # groups share one allocation, and a block id is one group's
+        layouts = []
+        want = self._desc["block_bytes"] if self._hybrid else [self._desc["block_bytes"]]
+        for (g, _), bb in zip(self._groups, want):
+            spec = g.kv_cache_spec
+            lay = layout_for_tensors([kv_caches[n] for n in g.layer_names], spec.block_size,
+                                     spec.num_kv_heads, spec.head_size)
+            if lay.block_bytes != bb:
+                raise KvtierConfigError("kvtier: KV tensors give %d-byte blocks, the namespace "
+                                        "%d" % (lay.block_bytes, bb))
+            layouts.append(lay)
+        tensors = [kv_caches[n] for n in names]
+        self._layouts, self._layout = layouts, layouts[0]
         # the namespace named the scales from the config (kv_variant); scales
         # it did not account for would share other bytes under one name
-        odd = scaled_layers(self._vllm, self._layer_names)
+        odd = scaled_layers(self._vllm, names)
         if odd and self._desc["dtype"].startswith("fp8") and self._desc["variant"] is None:
             raise KvtierConfigError(
                 "kvtier: layers %s hold KV scales other than 1.0 that neither a quantization "
@@ -704,9 +978,18 @@ class KvtierConnector(KVConnectorBase_V1):
                 "with unscaled ones" % odd[:4])
         dev = tensors[0].device
         self._stream_dev = dev if dev.type == "cuda" else None
-        log.info("kvtier: %d layers, %d blocks of %d bytes, namespace %s %s %s rank %d/%d "
+        if self._async and self._loader is None:
+            # the loader has the worker's connection; the saver one of its own,
+            # so that saves never wait behind loads, nor loads behind saves
+            self._loader = _Mover("load", self._tierd, self._stream_dev, keep=True)
+            self._saver = _Mover("save", _Tierd(self._socket, [self._desc], self._retry_s),
+                                 self._stream_dev, keep=False)
+        log.info("kvtier: %d layers, %d blocks of %s bytes, namespace %s %s %s rank %d/%d "
                  "stage %d/%d%s", len(tensors), self._layout.c.num_blocks,
-                 self._layout.block_bytes, self._desc["model_id"], self._desc["dtype"],
+                 "+".join(str(lay.block_bytes) for lay in layouts) + (
+                     " (groups %s)" % ", ".join(k for _, k in self._groups)
+                     if self._hybrid else ""),
+                 self._desc["model_id"], self._desc["dtype"],
                  self._desc["layout"], self._desc["tp_rank"], self._desc["tp_size"],
                  self._desc["pp_rank"], self._desc["pp_size"],
                  " " + self._desc["variant"].decode() if self._desc["variant"] else "")
@@ -716,24 +999,137 @@ class KvtierConnector(KVConnectorBase_V1):
             return None
         return torch.cuda.current_stream(self._stream_dev).cuda_stream
 
+    def _load(self, tierd, ld, stream):
+        """Restore load ld's blocks through tierd (a _Tierd) and release this
+        worker's pin: how many of them arrived (the leading run; hybrid: all
+        or none)."""
+        if self._hybrid:
+            ok, got = tierd.call("request %s: restore" % ld.req_id,
+                                 lambda spaces: self._restore_groups(spaces[0], ld, stream))
+        else:
+            ok, got = tierd.call(
+                "request %s: restore" % ld.req_id,
+                lambda spaces: spaces[0].restore(ld.keys, self._layout, ld.block_ids,
+                                                 stream=stream))
+        got = got if ok else 0
+        if self._pin_at < len(ld.pins):
+            tierd.unpin(ld.pins[self._pin_at:self._pin_at + 1])   # loaded: let go
+        return got
+
+    def _restore_groups(self, ns, ld, stream):
+        """A hybrid load: blocks [ld.first, len(ld.keys)) of every group, or
+        none (0). Each group fills every block vLLM gave it there but its
+        null ones (0: a sliding group's blocks before its window): a block
+        vLLM holds as computed and was not given would be read, or served
+        to a later prefix hit, with someone else's bytes."""
+        n = len(ld.keys)
+        if ns.lookup(ld.keys) < n:
+            return 0
+        for g, ((_, kind), lay, ids) in enumerate(zip(self._groups, self._layouts,
+                                                      ld.group_ids)):
+            a = ld.first
+            if kind == "sliding":
+                while a < n and ids[a] == 0:
+                    a += 1
+            if a == n:
+                continue
+            if 0 in ids[a:] or ns.group(g).restore(ld.keys[a:], lay, ids[a:],
+                                                   stream=stream) != n - a:
+                return 0           # evicted since the lookup, or a hole: recomputed
+        return n - ld.first
+
+    def _loaded(self, ld, got):
+        if self._hybrid:
+            if got < len(ld.keys) - ld.first:
+                log.warning("kvtier: request %s: the load of %d blocks failed; vLLM "
+                            "recomputes it", ld.req_id, len(ld.keys) - ld.first)
+                if len(self._groups) > 1:
+                    # block ids are per group: vLLM takes a whole request back
+                    self._failed_recving.add(ld.req_id)
+                else:
+                    self._load_errors.update(b for b in ld.group_ids[0][ld.first:] if b)
+            return
+        if got < len(ld.keys):
+            # not held (tierd away or restarted, a checksum or disk error):
+            # vLLM recomputes these blocks (the restore wrote none of them)
+            self._load_errors.update(ld.block_ids[got:])
+            log.warning("kvtier: request %s: %d of %d blocks restored", ld.req_id, got,
+                        len(ld.keys))
+
+    def _save(self, tierd, sv, stream, ready=None):
+        """Offload save sv's blocks through tierd, once the step that
+        computed them is done on the device (ready: its CUDA event)."""
+        if ready is not None:
+            ready.synchronize()
+        if self._hybrid:
+            tierd.call("request %s: offload of %d blocks" % (sv.req_id, len(sv.keys)),
+                       lambda spaces: self._offload_groups(spaces[0], sv, stream))
+            return
+        # a save lost (tierd away, a failure) is a future miss, never a wrong
+        # answer
+        tierd.call("request %s: offload of %d blocks" % (sv.req_id, len(sv.keys)),
+                   lambda spaces: spaces[0].offload(sv.keys, self._layout, sv.block_ids,
+                                                    parent=sv.parent, stream=stream))
+
+    def _offload_groups(self, ns, sv, stream):
+        """A hybrid save, in batches of BATCH_MAX: each batch stores every
+        full group's blocks and each sliding group's window of the batch's
+        last block (kvt_offload_hybrid). A null block where a group would
+        read (vLLM freed it) skips the rest: a block never stored is a miss,
+        one stored from the null block a wrong answer."""
+        stored = 0
+        for i in range(0, len(sv.keys), kvtier.BATCH_MAX):
+            keys = sv.keys[i:i + kvtier.BATCH_MAX]
+            ios = []
+            for (g, kind), lay, ids in zip(self._groups, self._layouts, sv.group_ids):
+                ids = ids[i:i + kvtier.BATCH_MAX]
+                read = ids if kind == "full" else \
+                    ids[-window_blocks(g.kv_cache_spec.sliding_window, self._block_size):]
+                if 0 in read:
+                    log.warning("kvtier: request %s: a block to save is no longer held by "
+                                "vLLM; %d blocks not saved", sv.req_id, len(sv.keys) - i)
+                    return stored
+                ios.append(kvtier.GroupIO(lay, ids))
+            stored += ns.offload_groups(keys, ios, parent=sv.keys[i - 1] if i else sv.parent,
+                                        stream=stream)
+        return stored
+
     def start_load_kv(self, forward_context, **kwargs):
         if not self.has_connector_metadata() or self._layout is None:
             return
         meta = self._get_connector_metadata()
+        if self._hybrid and meta.loads:
+            # a sliding block vLLM freed since the last step may be one a
+            # load now fills: the saves that read it end first
+            self._saver.wait()
         for ld in meta.loads:
-            ok, got = self._tierd.call(
-                "request %s: restore" % ld.req_id,
-                lambda spaces: spaces[0].restore(ld.keys, self._layout, ld.block_ids,
-                                                 stream=self._stream()))
-            got = got if ok else 0
-            if self._pin_at < len(ld.pins):
-                self._tierd.unpin(ld.pins[self._pin_at:self._pin_at + 1])   # loaded: let go
-            if got < len(ld.keys):
-                # not held (tierd away or restarted, a checksum or disk error):
-                # vLLM recomputes these blocks (the restore wrote none of them)
-                self._load_errors.update(ld.block_ids[got:])
-                log.warning("kvtier: request %s: %d of %d blocks restored", ld.req_id, got,
-                            len(ld.keys))
+            if self._async:
+                def job(tierd, stream, ld=ld):
+                    try:
+                        got = self._load(tierd, ld,
+                                         None if stream is None else stream.cuda_stream)
+                        if stream is not None:
+                            stream.synchronize()   # in vLLM's blocks before it hears so
+                    except Exception:
+                        log.exception("kvtier: request %s: restore", ld.req_id)
+                        got = 0                    # vLLM recomputes them all
+                    return ld, got
+                self._loader.submit(ld.req_id, job)
+            else:
+                self._loaded(ld, self._load(self._tierd, ld, self._stream()))
+
+    def handle_preemptions(self, kv_connector_metadata):
+        # vLLM frees a preempted request's blocks at once, and this step may
+        # write another request's KV into them: its saves must be done first.
+        # A hybrid model's sliding groups free the blocks that left their
+        # window at every step, unannounced: all saves end before the next
+        # forward pass (they still overlap the scheduling between steps)
+        if self._saver is None:
+            return
+        if self._hybrid:
+            self._saver.wait()
+        elif kv_connector_metadata.preempted:
+            self._saver.wait(kv_connector_metadata.preempted)
 
     def wait_for_layer_load(self, layer_name):
         return      # start_load_kv restored every layer already
@@ -745,20 +1141,58 @@ class KvtierConnector(KVConnectorBase_V1):
         if not self.has_connector_metadata() or self._layout is None:
             return
         meta = self._get_connector_metadata()
+        if not self._async:
+            for sv in meta.saves:
+                self._save(self._tierd, sv, self._stream())
+            return
+        ready = None
+        if meta.saves and self._stream_dev is not None:
+            # the step's kernels that compute these blocks are queued, not done
+            ready = torch.cuda.Event()
+            ready.record(torch.cuda.current_stream(self._stream_dev))
         for sv in meta.saves:
-            # a save lost (tierd away, a failure) is a future miss, never a
-            # wrong answer
-            self._tierd.call(
-                "request %s: offload of %d blocks" % (sv.req_id, len(sv.keys)),
-                lambda spaces: spaces[0].offload(sv.keys, self._layout, sv.block_ids,
-                                                 parent=sv.parent, stream=self._stream()))
+            def job(tierd, stream, sv=sv):
+                self._save(tierd, sv, None if stream is None else stream.cuda_stream, ready)
+                if stream is not None:
+                    stream.synchronize()
+            self._saver.submit(sv.req_id, job)
 
     def get_finished(self, finished_req_ids):
-        return None, None   # loads and saves complete within their step
+        """Asynchronous: (requests whose blocks vLLM kept for their saves and
+        whose saves are done, requests whose load is done, failed or not);
+        the blocks a load could not fill go to get_block_ids_with_load_errors,
+        which vLLM asks next, in the same step."""
+        if not self._async or self._loader is None:
+            return None, None
+        if self.has_connector_metadata():
+            self._finishing.update(self._get_connector_metadata().finished)
+        recving = set()
+        for req_id, (ld, got) in self._loader.collect():
+            recving.add(req_id)
+            self._loaded(ld, got)
+        sending = {r for r in self._finishing if not self._saver.busy(r)}
+        self._finishing -= sending
+        return sending or None, recving or None
+
+    def get_transfer_results(self, finished_req_ids):
+        """get_finished's sets, and a hybrid model's failed loads
+        (failed_recving, also finished: vLLM recomputes the request whole)."""
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+            KVConnectorTransferResults)
+        sending, recving = self.get_finished(finished_req_ids)
+        failed, self._failed_recving = self._failed_recving, set()
+        return KVConnectorTransferResults(finished_sending=set(sending or ()),
+                                          finished_recving=set(recving or ()) | failed,
+                                          failed_recving=failed)
 
     def get_block_ids_with_load_errors(self):
         errs, self._load_errors = self._load_errors, set()
         return errs
 
     def shutdown(self):
-        self._tierd.close()
+        movers = [m for m in (getattr(self, "_loader", None), getattr(self, "_saver", None))
+                  if m is not None]
+        for m in movers:
+            m.close(10)       # each closes its connection (the loader's is self._tierd)
+        if not movers:
+            self._tierd.close()

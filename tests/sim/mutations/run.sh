@@ -2,7 +2,7 @@
 # Reintroduce one store bug of issue 13 and run the simulation's make-test
 # budget on it (seeds 1, 2, 5, 6 plain; 3, 4 with disk faults; 20000 steps):
 #   tests/sim/mutations/run.sh 5a
-# in a scratch copy of the tree (it patches store/tier.c, builds kvtsim, runs,
+# in a scratch copy of the tree (it patches the store, builds kvtsim, runs,
 # then takes the patch back). Exit 0: the simulation found the bug.
 set -u
 cd "$(dirname "$0")/../../.."

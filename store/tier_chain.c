@@ -1,0 +1,230 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tier_chain.c - chains and the LRU lists of leaves: parent links, child
+ * counts, ghosts, and which list (if any) each entry is on.
+ *
+ * Design note: leaf-first LRU. Each entry names its parent (the block before
+ * it in its chain), counts its children (nchild) and the children whose data
+ * is in warm (nwarm). Only warm "leaves" can leave warm: committed, in warm,
+ * unleased, not moving, with no child in warm. Those, and only those, are
+ * linked into an LRU list of their size class (IDX_F_LRU), so picking a
+ * victim is O(1): a list's tail. Accessed blocks go to the head. When the
+ * last warm child of a parent leaves, the parent becomes a leaf and goes to
+ * the *tail*: its subtree was the coldest thing in the pool, so the rest of
+ * that chain should follow before anything warmer. A chain thus leaves warm
+ * from its end back towards its root.
+ */
+#include <errno.h>
+
+#include "tier_int.h"
+
+/* The list e is on (or would go on): the cold list, or its class's warm
+ * list for blocks on disk or not. What decides it (level, cls, cold bit)
+ * changes only while e is unlinked. */
+static struct lru *list_of(struct tier *t, const struct idx_entry *e)
+{
+    if (e->flags & IDX_F_CLRU)
+        return &t->clru;
+    if (e->flags & IDX_F_HLRU)
+        return &t->hlru[e->cls];
+    return &t->lru[e->cls][e->flags & IDX_F_COLD ? TIER_LRU_CLEAN : TIER_LRU_DIRTY];
+}
+
+void tier_lru_unlink(struct tier *t, uint32_t id)
+{
+    struct idx_entry *e = idx_at(t->idx, id);
+    struct lru *l = list_of(t, e);
+
+    if (e->prev != TIER_NONE)
+        idx_at(t->idx, e->prev)->next = e->next;
+    else
+        l->head = e->next;
+    if (e->next != TIER_NONE)
+        idx_at(t->idx, e->next)->prev = e->prev;
+    else
+        l->tail = e->prev;
+    e->prev = e->next = TIER_NONE;
+    e->flags &= ~(IDX_F_LRU | IDX_F_CLRU | IDX_F_HLRU);
+}
+
+static void lru_link(struct tier *t, uint32_t id, bool at_tail, uint8_t which)
+{
+    struct idx_entry *e = idx_at(t->idx, id);
+    struct lru *l;
+
+    e->flags |= which;
+    l = list_of(t, e);
+    if (at_tail) {
+        e->next = TIER_NONE;
+        e->prev = l->tail;
+        if (l->tail != TIER_NONE)
+            idx_at(t->idx, l->tail)->next = id;
+        else
+            l->head = id;
+        l->tail = id;
+    } else {
+        e->prev = TIER_NONE;
+        e->next = l->head;
+        if (l->head != TIER_NONE)
+            idx_at(t->idx, l->head)->prev = id;
+        else
+            l->tail = id;
+        l->head = id;
+    }
+}
+
+/* Put id on the list it belongs to now: its class's warm list when it is a
+ * warm leaf, the cold list when it is a cold leaf, none otherwise. */
+void tier_settle(struct tier *t, uint32_t id, bool at_tail)
+{
+    struct idx_entry *e = idx_at(t->idx, id);
+    uint8_t want = tier_warm_leaf(t, e) ? IDX_F_LRU : tier_cold_leaf(e) ? IDX_F_CLRU
+                 : tier_hot_leaf(e)  ? IDX_F_HLRU : 0;
+    uint8_t have = e->flags & (IDX_F_LRU | IDX_F_CLRU | IDX_F_HLRU);
+
+    if (want == have)
+        return;
+    if (have)
+        tier_lru_unlink(t, id);
+    if (want)
+        lru_link(t, id, at_tail, want);
+}
+
+/* A child of p went away. Ghosts disappear with their last child, which
+ * may free their parent in turn. */
+void tier_child_gone(struct tier *t, uint32_t p, bool at_tail)
+{
+    while (p != TIER_NONE) {
+        struct idx_entry *e = idx_at(t->idx, p);
+        uint32_t up = e->parent;
+
+        e->nchild--;
+        if (e->state != IDX_GHOST || e->nchild > 0 || e->leases > 0) {
+            tier_settle(t, p, at_tail);
+            return;
+        }
+        idx_delete(t->idx, p);
+        p = up;
+    }
+}
+
+void tier_set_parent(struct tier *t, uint32_t id, uint32_t p)
+{
+    idx_at(t->idx, id)->parent = p;
+    if (p != TIER_NONE) {
+        idx_at(t->idx, p)->nchild++;
+        tier_settle(t, p, false); /* a parent is not a leaf */
+    }
+}
+
+/* id's data moved to level lvl and/or its promotion started or ended: keep
+ * its parent's nwarm / nhot (and so the parent's leaf status) right. */
+void tier_set_res(struct tier *t, uint32_t id, uint8_t lvl, bool promoting, bool at_tail)
+{
+    struct idx_entry *e = idx_at(t->idx, id);
+    uint32_t p = e->parent;
+    int ow = tier_warm_res(e), oh = tier_hot_res(e);
+
+    e->level = lvl;
+    if (promoting)
+        e->flags |= IDX_F_PROMOTING;
+    else
+        e->flags &= (uint16_t)~IDX_F_PROMOTING;
+    if (p == TIER_NONE || (ow == tier_warm_res(e) && oh == tier_hot_res(e)))
+        return;
+    e = idx_at(t->idx, p);
+    e->nwarm += (uint32_t)(tier_warm_res(idx_at(t->idx, id)) - ow);
+    e->nhot += (uint32_t)(tier_hot_res(idx_at(t->idx, id)) - oh);
+    tier_settle(t, p, at_tail);
+}
+
+void tier_set_level(struct tier *t, uint32_t id, uint8_t lvl, bool at_tail)
+{
+    tier_set_res(t, id, lvl, idx_at(t->idx, id)->flags & IDX_F_PROMOTING, at_tail);
+}
+
+void tier_warm_lose(struct tier *t, uint32_t id, bool at_tail)
+{
+    tier_set_level(t, id, TIER_L_COLD, at_tail);
+}
+
+/* An entry whose data is gone (in no tier): delete it, or keep it as a
+ * ghost while children or leases still name it. */
+void tier_forget(struct tier *t, uint32_t id, bool at_tail)
+{
+    struct idx_entry *e = idx_at(t->idx, id);
+    uint32_t p = e->parent;
+
+    if (t->dwaits) /* durable commits waiting for it: nothing to make durable */
+        tier_dwaits_fail(t, id, -ENODATA);
+    e = idx_at(t->idx, id);
+    e->level = TIER_L_NONE;
+    e->flags &= (uint16_t)~IDX_F_COLD;
+    if (e->nchild > 0 || e->leases > 0) {
+        /* its children can be reached by no lookup now: the mover drops them */
+        t->orphans |= e->nchild > 0;
+        e->state = IDX_GHOST;
+        return;
+    }
+    idx_delete(t->idx, id);
+    tier_child_gone(t, p, at_tail);
+}
+
+/* A ghost nothing names any more (no child, no lease) goes, and may free
+ * its parent in turn. Returns whether id went. */
+bool tier_drop_idle_ghost(struct tier *t, uint32_t id)
+{
+    struct idx_entry *e = idx_at(t->idx, id);
+    uint32_t p = e->parent;
+
+    if (e->state != IDX_GHOST || e->leases > 0 || e->nchild > 0)
+        return false;
+    idx_delete(t->idx, id);
+    tier_child_gone(t, p, false);
+    return true;
+}
+
+/* Make *best the older (by access stamp) of itself and list l's tail. */
+static void older(const struct tier *t, const struct lru *l, uint32_t *best, uint32_t *age)
+{
+    uint32_t a;
+
+    if (l->tail == TIER_NONE)
+        return;
+    a = t->clock - idx_at(t->idx, l->tail)->stamp; /* wrap-safe difference */
+    if (*best == TIER_NONE || a > *age) {
+        *best = l->tail;
+        *age = a;
+    }
+}
+
+/* The victim for warm's watermarks: the oldest warm leaf. O(classes). */
+uint32_t tier_pick_victim(struct tier *t)
+{
+    uint32_t best = TIER_NONE, age = 0;
+
+    for (int c = 0; c < TIER_RAM_CLASSES; c++)
+        for (int k = 0; k < 2; k++)
+            older(t, &t->lru[c][k], &best, &age);
+    return best;
+}
+
+/* The oldest warm leaf already on disk, of any class. O(classes). */
+uint32_t tier_pick_clean(struct tier *t)
+{
+    uint32_t best = TIER_NONE, age = 0;
+
+    for (int c = 0; c < TIER_RAM_CLASSES; c++)
+        older(t, &t->lru[c][TIER_LRU_CLEAN], &best, &age);
+    return best;
+}
+
+/* The victim for hot's watermarks: the oldest hot leaf. O(classes). */
+uint32_t tier_pick_hot_victim(struct tier *t)
+{
+    uint32_t best = TIER_NONE, age = 0;
+
+    for (int c = 0; c < TIER_RAM_CLASSES; c++)
+        older(t, &t->hlru[c], &best, &age);
+    return best;
+}

@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tier_durable.c - durable commits: every key of a batch made durable in
+ * the cold tier, whoever wrote it, with the waits for a key another client
+ * is still writing (dwaits) and for a copy down from hot.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "tier_int.h"
+
+/* Make committed id durable for waiter: 0 when it is already, 1 when waiter
+ * now waits for a write (one ready callback for id will come), or an error
+ * (-EBUSY: the disk's queue is full, try again after a poll). */
+static int durable_one(struct tier *t, uint32_t id, void *waiter)
+{
+    struct idx_entry *e = idx_at(t->idx, id);
+    struct move *m;
+    int rc;
+
+    if (e->flags & IDX_F_COLD)
+        return 0;
+    if (e->flags & IDX_F_DEMOTING) { /* a write to disk: join it */
+        m = tier_move_of(t, id, TIER_MV_DEMOTE);
+        if (!m)
+            return -EIO; /* the flag without its move: cannot happen */
+        rc = tier_wait_add(&m->ws, waiter);
+        m->evict = false; /* a block someone made durable stays warm, as it would */
+        return rc < 0 ? rc : 1;
+    }
+    if (!(e->flags & IDX_F_HOTDOWN) && e->level == TIER_L_HOT) {
+        /* on the device: copied down first, then written */
+        rc = tier_hot_down(t, id, NULL, NULL);
+        if (rc < 0)
+            return rc;
+        e = idx_at(t->idx, id);
+    }
+    if (e->flags & IDX_F_HOTDOWN) { /* a copy from hot to warm: wait for what follows it */
+        m = tier_move_of(t, id, TIER_MV_HOT_DOWN);
+        if (!m)
+            return -EIO;
+        rc = tier_wait_add(&m->dws, waiter);
+        return rc < 0 ? rc : 1;
+    }
+    if (e->level != TIER_L_WARM)
+        return -EIO; /* a committed block is in hot, warm or on disk */
+    rc = tier_demote_for(t, id, false, waiter);
+    return rc < 0 ? rc : 1;
+}
+
+static int dwait_add(struct tier *t, uint32_t id, void *waiter)
+{
+    struct dwait *d;
+
+    /* once per (waiter, id) among this waiter's latest, at the head of the
+     * list (a commit's keys are added in one run): O(batch), not O(every
+     * wait of every client); a duplicate elsewhere costs one callback more,
+     * which finds its positions answered and does nothing */
+    for (d = t->dwaits; d && d->waiter == waiter; d = d->next)
+        if (d->id == id)
+            return 0;
+    d = malloc(sizeof(*d));
+    if (!d)
+        return -ENOMEM;
+    *d = (struct dwait){ .id = id, .waiter = waiter, .next = t->dwaits };
+    t->dwaits = d;
+    return 0;
+}
+
+static void ready_cb(struct tier *t, void *waiter, uint32_t id, int rc)
+{
+    if (t->cfg.ready && waiter) /* NULL: a detached commit's write, told to nobody */
+        t->cfg.ready(t->cfg.ready_ctx, waiter, id, rc);
+}
+
+/* After a hot-to-warm copy landed (rc): start the writes its durable
+ * commits wait for, or tell them why not. */
+void tier_durable_after(struct tier *t, uint32_t id, struct waiters *dws, int rc)
+{
+    for (uint32_t i = 0; i < dws->n; i++) {
+        int r = rc;
+
+        if (r == 0 && idx_at(t->idx, id)->state == IDX_COMMITTED)
+            r = durable_one(t, id, dws->w[i]);
+        if (r == -EBUSY && dwait_add(t, id, dws->w[i]) == 0)
+            continue; /* the disk's queue is full: tier_maintain tries again */
+        if (r != 1)
+            ready_cb(t, dws->w[i], id, r > 0 ? 0 : r);
+    }
+}
+
+/* id, which durable commits waited for, was committed: start their writes.
+ * Its entries leave the list before any write starts: a write can evict a
+ * block from the disk, and that block's own waits are failed (and freed)
+ * from within, so nothing may hold a pointer into the list meanwhile. */
+void tier_dwaits_run(struct tier *t, uint32_t id)
+{
+    struct dwait *mine = NULL, **pp = &t->dwaits;
+
+    if (idx_at(t->idx, id)->state != IDX_COMMITTED)
+        return;
+    while (*pp) {
+        struct dwait *d = *pp;
+
+        if (d->id != id) {
+            pp = &d->next;
+            continue;
+        }
+        *pp = d->next;
+        d->next = mine;
+        mine = d;
+    }
+    while (mine) {
+        struct dwait *d = mine;
+        int r = idx_at(t->idx, id)->state == IDX_COMMITTED ? durable_one(t, id, d->waiter)
+                                                           : -ENODATA;
+
+        mine = d->next;
+        if (r == -EBUSY) { /* the disk's queue is full: back on the list for the next turn */
+            d->next = t->dwaits;
+            t->dwaits = d;
+            continue;
+        }
+        if (r != 1)
+            ready_cb(t, d->waiter, id, r);
+        free(d);
+    }
+}
+
+/* The waits tier_maintain tries again (their disk queue was full): every
+ * committed id waited for, each once (ids gathered first: the list changes
+ * under each run). O(waits^2) for the gathering: the list holds a few. */
+void tier_dwaits_retry(struct tier *t)
+{
+    uint32_t lim = idx_id_limit(t->idx), n = 0, cap = 0, *ids;
+
+    for (struct dwait *d = t->dwaits; d; d = d->next)
+        cap++;
+    ids = malloc(cap * sizeof(*ids));
+    if (!ids)
+        return; /* tried again at the next turn */
+    for (struct dwait *d = t->dwaits; d; d = d->next) {
+        bool seen = false;
+
+        for (uint32_t i = 0; i < n && !seen; i++)
+            seen = ids[i] == d->id;
+        if (!seen && d->id < lim && idx_at(t->idx, d->id)->state == IDX_COMMITTED)
+            ids[n++] = d->id;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        tier_dwaits_run(t, ids[i]);
+    free(ids);
+}
+
+/* id will never be committed (its reservation is gone): fail its waiters.
+ * They leave the list before any is told: a waiter told may close, and
+ * its close give back reservations that fail waits of this list from
+ * within (no pointer into it may be held across a callback). */
+void tier_dwaits_fail(struct tier *t, uint32_t id, int rc)
+{
+    struct dwait *mine = NULL, **pp = &t->dwaits;
+
+    while (*pp) {
+        struct dwait *d = *pp;
+
+        if (d->id != id) {
+            pp = &d->next;
+            continue;
+        }
+        *pp = d->next;
+        d->next = mine;
+        mine = d;
+    }
+    while (mine) {
+        struct dwait *d = mine;
+
+        mine = d->next;
+        ready_cb(t, d->waiter, id, rc);
+        free(d);
+    }
+}
+
+int tier_commit_durable(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
+                        const struct tier_key *keys, size_t n, void *waiter, uint32_t *ids,
+                        uint32_t *pending)
+{
+    size_t done;
+    int err = 0;
+
+    *pending = 0;
+    if (!t->cold)
+        return -EOPNOTSUPP;
+    done = tier_commit(t, ns, block_bytes, owner, keys, n);
+    /* every key of the batch, whoever wrote it: a durable ack vouches for
+     * each, so a key not stored (or not stored yet) is never skipped */
+    for (size_t i = 0; i < n; i++) {
+        uint32_t id = idx_find(t->idx, ns, &keys[i]);
+        int rc;
+
+        if (id == TIER_NONE || idx_at(t->idx, id)->state == IDX_GHOST) {
+            /* deduplicated at reserve against a block dropped (or a put
+             * aborted) since: there is nothing to make durable */
+            err = -ENODATA;
+            continue;
+        }
+        if (idx_at(t->idx, id)->state == IDX_RESERVED) {
+            /* another client is still writing it: wait for its commit */
+            rc = dwait_add(t, id, waiter);
+            if (rc < 0)
+                return rc;
+            ids[(*pending)++] = id;
+            continue;
+        }
+        while ((rc = durable_one(t, id, waiter)) == -EBUSY)
+            tier_cold_poll(t->cold, true);
+        if (rc < 0)
+            return rc;
+        if (rc == 1)
+            ids[(*pending)++] = id;
+    }
+    return err ? err : (int)done;
+}

@@ -1,0 +1,279 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tier_int.h - the store's internals, shared by its files and never
+ * installed: struct tier, the moves in flight, the entry predicates, and the
+ * calls the store's files make into one another. Callers use tier.h.
+ *
+ * The files, one job each:
+ *   tier.c              tier_open/tier_close, pools, poll, counters
+ *   tier_chain.c        chains (parents, children, ghosts) and the LRU lists of leaves
+ *   tier_slot.c         warm slots and segments: room for a block now, a block leaving warm
+ *   tier_move.c         moves in flight and their waiters
+ *   tier_mover.c        the cold mover: demotion, flush, tier_maintain, promotion
+ *   tier_hot_mover.c    copies between hot and warm
+ *   tier_remote_moves.c writes to, reads from and probes of the remote tier
+ *   tier_get.c          lookups, prefetch, pins, leases
+ *   tier_put.c          reservations, commits, aborts
+ *   tier_durable.c      durable commits
+ *   tier_drop.c         remove, purge, the orphan sweep
+ *   tier_restart.c      indexing the disk at start, flushing warm at a clean stop
+ *   tier_why.c          miss attribution: remembered events and causes
+ *   tier_check.c        the invariant checker
+ * One thread calls the store (tier.h), so nothing here takes a lock.
+ */
+#ifndef TIER_INT_H
+#define TIER_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "idx.h"
+#include "tier.h"
+#include "tier_cold.h"
+#include "tier_hot.h"
+#include "tier_ram.h"
+#include "tier_remote.h"
+#include "tier_why.h"
+
+struct lru {
+    uint32_t head, tail; /* most / least recently used leaf of a list */
+};
+
+/* Each size class has two LRU lists of leaves: dirty (no cold copy: leaving
+ * warm means a demotion, or a loss) and clean (on disk too: leaving warm is
+ * free). A slot needed right now comes from a clean leaf first. */
+enum { TIER_LRU_DIRTY = 0, TIER_LRU_CLEAN = 1 };
+
+/* Who waits for a move: any number of getters and durable commits (a
+ * second getter of a block being read joins the read, never misses). */
+struct waiters {
+    void **w;
+    uint32_t n, cap;
+};
+
+/* A block moving between tiers (a cold or hot tier callback's context). */
+struct move {
+    struct tier *t;
+    uint32_t id;
+    bool promote;        /* cold -> warm; else warm -> cold */
+    bool evict;          /* demotion by the mover: leave warm once durable */
+    bool hot_down;       /* hot -> warm: the copy into warm_off */
+    bool hot_up;         /* warm -> hot: the copy into hot_off */
+    bool flush;          /* warm -> cold for an operator's flush */
+    uint8_t warm_cls;    /* hot_down: class of the warm slot */
+    uint8_t hot_cls;     /* hot_up: class of the hot slot */
+    uint64_t warm_off;   /* hot_down: the warm slot being filled */
+    uint64_t hot_off;    /* hot_up: the hot slot being filled */
+    struct waiters ws;   /* who waits for it */
+    struct waiters dws;  /* hot_down: durable commits, waiting for the write that follows */
+    struct move *prev, *next; /* moves in flight (tier_forget_waiter) */
+};
+
+enum move_kind { TIER_MV_DEMOTE, TIER_MV_PROMOTE, TIER_MV_HOT_DOWN, TIER_MV_HOT_UP };
+
+/* A durable commit waiting for a key another client is still writing. */
+struct dwait {
+    uint32_t id;
+    void *waiter;
+    struct dwait *next;
+};
+
+/* A remote read or probe in flight (tier_get_remote, tier_lookup_remote). */
+struct rop {
+    struct tier *t;
+    void *waiter;        /* who waits for it (NULL: nobody, or forgotten) */
+    bool probe;          /* EXISTS, else a read into reserved slots */
+    uint32_t n;          /* keys */
+    uint64_t bytes;      /* read: block bytes (counters) */
+    uint32_t *ids;       /* read: the reserved entries, in chain order */
+    void **bufs;         /* read: their slots */
+    int *res;            /* per key, filled by the remote tier */
+    struct rop *prev, *next; /* in flight (tier_forget_waiter) */
+};
+
+/* A remote write holding a lease on its block (see the design note). */
+struct rput {
+    struct tier *t;
+    uint32_t id;
+    uint64_t bytes;      /* slot bytes pinned */
+    bool at_tail;        /* back on the LRU's cold end when done (on-demotion) */
+};
+
+struct tier {
+    struct idx *idx;
+    struct tier_ram *ram;
+    struct lru lru[TIER_RAM_CLASSES][2];
+    struct lru clru;                  /* disk-only leaves, for a full disk */
+    struct tier_hot *hot;             /* NULL: no tier above warm */
+    struct tier_ram *hram;            /* slots of the hot pool (offsets only) */
+    struct lru hlru[TIER_RAM_CLASSES]; /* hot leaves per class */
+    uint64_t hot_high, hot_low;       /* hot watermarks in slot bytes */
+    uint64_t hot_moving;              /* hot slot bytes whose copy to warm is in flight */
+    bool hot_draining;                /* passed the high mark, not yet at the low one */
+    bool warm_draining;               /* the same for warm (or hot is waiting for room) */
+    uint32_t clock;                   /* bumps on every access; entries keep a stamp */
+    uint64_t high_bytes, low_bytes;   /* watermarks in slot bytes */
+    uint64_t demoting_bytes;          /* slot bytes whose demotion is in flight */
+    struct tier_cold *cold;           /* NULL: no tier below warm */
+    bool write_through;
+    struct move *moves;               /* moves in flight */
+    struct dwait *dwaits;             /* durable commits waiting for others' writes */
+    bool orphans;                     /* blocks may be unreachable: tier_maintain sweeps */
+    bool room_wanted;                 /* a put found no room: the mover writes some now */
+    struct tier_why *why;             /* what happened to blocks that are gone */
+    bool flushing;                    /* tier_flush_begin: writing warm to disk */
+    uint32_t flush_at;                /* ... the next entry id to look at */
+    uint32_t flush_inflight;          /* ... its writes not durable yet */
+    struct tier_remote *remote;       /* NULL: no remote tier */
+    struct rop *rops;                 /* remote reads and probes in flight */
+    uint64_t remote_pins;             /* leases held by remote writes */
+    uint64_t remote_pinned;           /* ... their slot bytes */
+    uint64_t remote_skipped;          /* writes not started: the remote fell behind */
+    uint64_t remote_hits;             /* blocks read from the remote tier and committed */
+    bool owns_tiers;                  /* tier_open: cold, remote and hot are ours to close */
+    struct tier_cfg cfg;              /* callbacks */
+    struct tier_stats st;             /* counters; gauges filled in tier_stats_get */
+};
+
+/* Demotions in flight at most: enough to keep the disk busy, few enough
+ * that the cold tier's queue never refuses (it has 32 slots by default). */
+#define TIER_DEMOTE_INFLIGHT 24
+
+static inline uint8_t *tier_slot_ptr(const struct tier *t, const struct idx_entry *e)
+{
+    return (uint8_t *)tier_ram_base(t->ram) + e->off;
+}
+
+/* In warm with no child in warm: it may leave warm (dropped, written to
+ * disk, or freed when it is on disk already). Without a cold tier leaving
+ * warm means a loss, so only a block with no child at all qualifies: a
+ * block with a resident child anywhere is never dropped before that child. */
+static inline bool tier_warm_leaf(const struct tier *t, const struct idx_entry *e)
+{
+    return e->state == IDX_COMMITTED && e->level == TIER_L_WARM && e->leases == 0 &&
+           e->nwarm == 0 && !(e->flags & IDX_F_MOVING) && (t->cold || e->nchild == 0);
+}
+
+/* Whether a warm block may be dropped (lost) now: nothing below it anywhere. */
+static inline bool tier_droppable(const struct idx_entry *e)
+{
+    return e->nchild == 0 && !(e->flags & IDX_F_COLD);
+}
+
+/* Where a block counts for its parent's leaf status: warm while its bytes
+ * are on their way into a warm slot too (a promotion in flight), so making
+ * room for the next block of a run never takes the one before it. */
+static inline bool tier_warm_res(const struct idx_entry *e)
+{
+    return e->state != IDX_GHOST &&
+           (e->level == TIER_L_WARM || (e->flags & IDX_F_PROMOTING));
+}
+
+static inline bool tier_hot_res(const struct idx_entry *e)
+{
+    return e->state != IDX_GHOST && e->level == TIER_L_HOT;
+}
+
+/* In hot with no child in hot: the hot mover may copy it down to warm. */
+static inline bool tier_hot_leaf(const struct idx_entry *e)
+{
+    return e->state == IDX_COMMITTED && e->level == TIER_L_HOT && e->leases == 0 &&
+           e->nhot == 0 && !(e->flags & IDX_F_MOVING);
+}
+
+/* On disk only, and nothing depends on it: the cold tier may evict it. */
+static inline bool tier_cold_leaf(const struct idx_entry *e)
+{
+    return e->state == IDX_COMMITTED && e->level == TIER_L_COLD && (e->flags & IDX_F_COLD) &&
+           e->leases == 0 && e->nchild == 0 && !(e->flags & IDX_F_MOVING);
+}
+
+/* ---- tier.c ---- */
+uint64_t tier_now_ms(void); /* CLOCK_MONOTONIC_COARSE, in ms */
+/* id's data is gone for reason ev (enum tier_event), from tier lvl. */
+void tier_remember(struct tier *t, uint32_t id, uint8_t ev, uint8_t lvl);
+
+/* ---- tier_chain.c: chains and LRU lists (at_tail: the cold end) ---- */
+void tier_lru_unlink(struct tier *t, uint32_t id);
+/* Put id on the list it belongs to now (a warm, cold or hot leaf), or none. */
+void tier_settle(struct tier *t, uint32_t id, bool at_tail);
+/* A child of p went away; ghosts go with their last child, up the chain. */
+void tier_child_gone(struct tier *t, uint32_t p, bool at_tail);
+void tier_set_parent(struct tier *t, uint32_t id, uint32_t p);
+/* id's data moved to level lvl and/or its promotion started or ended: its
+ * parent's nwarm / nhot follow. */
+void tier_set_res(struct tier *t, uint32_t id, uint8_t lvl, bool promoting, bool at_tail);
+void tier_set_level(struct tier *t, uint32_t id, uint8_t lvl, bool at_tail);
+void tier_warm_lose(struct tier *t, uint32_t id, bool at_tail); /* level COLD */
+/* id's data is in no tier: delete it, or keep a ghost while named. */
+void tier_forget(struct tier *t, uint32_t id, bool at_tail);
+/* A ghost with no child and no lease goes; returns whether it went. */
+bool tier_drop_idle_ghost(struct tier *t, uint32_t id);
+/* The oldest warm leaf; the oldest one on disk too; the oldest hot leaf
+ * (TIER_NONE: none). O(classes). */
+uint32_t tier_pick_victim(struct tier *t);
+uint32_t tier_pick_clean(struct tier *t);
+uint32_t tier_pick_hot_victim(struct tier *t);
+
+/* ---- tier_slot.c: slots and segments ---- */
+/* Free id's warm slot now (committed, unleased, not moving): cold-only with
+ * a copy on disk, else dropped. */
+void tier_leave_warm(struct tier *t, uint32_t id);
+/* The disk is full: evict its least recently demoted leaf. -ENOSPC: none. */
+int tier_cold_make_room(struct tier *t);
+/* The oldest dirty leaf of class cls that nothing depends on, or TIER_NONE. */
+uint32_t tier_dirty_droppable(struct tier *t, int cls);
+/* A warm slot of class cls for entry id, now. -EAGAIN: the mover is asked
+ * for room (retry after a completion); -ENOSPC: nothing can go. */
+int tier_alloc_slot(struct tier *t, int cls, uint32_t id, uint64_t *off);
+
+/* ---- tier_move.c: moves in flight ---- */
+void tier_moves_add(struct tier *t, struct move *m);
+void tier_moves_del(struct tier *t, struct move *m);
+/* id's move of kind k in flight, or NULL. O(moves in flight). */
+struct move *tier_move_of(struct tier *t, uint32_t id, enum move_kind k);
+int tier_wait_add(struct waiters *ws, void *w); /* once; NULL waits for nothing; -ENOMEM */
+/* Tell a move's waiters (it has left the list) its outcome, then free it. */
+void tier_move_done(struct tier *t, struct move *m, int rc);
+
+/* ---- tier_mover.c: the cold mover ---- */
+/* Start writing id (committed, in warm, no cold copy) to cold. evict: leave
+ * warm once durable; waiter: told when durable. -EBUSY: the disk's queue is
+ * full. */
+int tier_demote_for(struct tier *t, uint32_t id, bool evict, void *waiter);
+int tier_demote(struct tier *t, uint32_t id); /* the mover's: evict, nobody told */
+/* Start reading cold-only id into a new warm slot of slot bytes. */
+int tier_promote(struct tier *t, uint32_t id, uint64_t slot, void *waiter);
+
+/* ---- tier_hot_mover.c ---- */
+/* Start copying id (committed, in hot) down into a new warm slot (its
+ * offset in *warm_off, NULL: not wanted). */
+int tier_hot_down(struct tier *t, uint32_t id, void *waiter, uint64_t *warm_off);
+size_t tier_hot_maintain(struct tier *t); /* hot past its watermarks: copies down */
+void tier_maybe_hot_up(struct tier *t, uint32_t id); /* wanted in hot and free to go up */
+
+/* ---- tier_remote_moves.c ---- */
+/* Write id's warm block to the remote tier when its namespace uses it; pin:
+ * leased until written, else copied at once. */
+void tier_put_remote(struct tier *t, uint32_t id, bool pin);
+
+/* ---- tier_put.c ---- */
+/* Reserve one absent (or ghost) key under parent p, in hot or warm. */
+int tier_reserve_one(struct tier *t, uint32_t ns, int cls, bool hot, uint32_t owner,
+                     uint32_t p, const struct tier_key *key, uint32_t ghost,
+                     uint32_t *id_out, uint64_t *off_out);
+
+/* ---- tier_durable.c: what durable commits wait for ---- */
+/* A hot-to-warm copy landed (rc): start the writes dws wait for. */
+void tier_durable_after(struct tier *t, uint32_t id, struct waiters *dws, int rc);
+void tier_dwaits_run(struct tier *t, uint32_t id);  /* id was committed */
+void tier_dwaits_retry(struct tier *t);             /* queues were full: again */
+void tier_dwaits_fail(struct tier *t, uint32_t id, int rc); /* id will never commit */
+
+/* ---- tier_drop.c ---- */
+/* Note that id may be an orphan (its parent a ghost): the mover sweeps. */
+void tier_orphan_check(struct tier *t, uint32_t id);
+void tier_sweep_orphans(struct tier *t);
+
+#endif /* TIER_INT_H */

@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tier_move.c - the moves in flight between tiers (a callback's context in
+ * the cold and hot tiers) and who waits for them; a waiter that leaves.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "tier_int.h"
+
+void tier_moves_add(struct tier *t, struct move *m)
+{
+    m->prev = NULL;
+    m->next = t->moves;
+    if (t->moves)
+        t->moves->prev = m;
+    t->moves = m;
+}
+
+void tier_moves_del(struct tier *t, struct move *m)
+{
+    if (m->prev)
+        m->prev->next = m->next;
+    else
+        t->moves = m->next;
+    if (m->next)
+        m->next->prev = m->prev;
+}
+
+static enum move_kind kind_of(const struct move *m)
+{
+    return m->promote ? TIER_MV_PROMOTE : m->hot_down ? TIER_MV_HOT_DOWN
+         : m->hot_up  ? TIER_MV_HOT_UP  : TIER_MV_DEMOTE;
+}
+
+/* id's move of one kind (a block may have a write to disk and a copy up in
+ * flight at once, never two of one kind). */
+struct move *tier_move_of(struct tier *t, uint32_t id, enum move_kind k)
+{
+    /* O(moves in flight): a few batches at most */
+    for (struct move *m = t->moves; m; m = m->next)
+        if (m->id == id && kind_of(m) == k)
+            return m;
+    return NULL;
+}
+
+/* Add w to ws (once). NULL waits for nothing. */
+int tier_wait_add(struct waiters *ws, void *w)
+{
+    if (!w)
+        return 0;
+    for (uint32_t i = 0; i < ws->n; i++)
+        if (ws->w[i] == w)
+            return 0;
+    if (ws->n == ws->cap) {
+        uint32_t cap = ws->cap ? 2 * ws->cap : 2;
+        void **n = realloc(ws->w, cap * sizeof(*n));
+
+        if (!n)
+            return -ENOMEM;
+        ws->w = n;
+        ws->cap = cap;
+    }
+    ws->w[ws->n++] = w;
+    return 0;
+}
+
+static void wait_del(struct waiters *ws, void *w)
+{
+    for (uint32_t i = 0; i < ws->n; i++)
+        if (ws->w[i] == w)
+            ws->w[i--] = ws->w[--ws->n];
+}
+
+/* Tell every waiter of a move that has left the list of moves (so a
+ * callback that forgets a waiter cannot change it under us), then free it. */
+void tier_move_done(struct tier *t, struct move *m, int rc)
+{
+    for (uint32_t i = 0; i < m->ws.n; i++)
+        if (t->cfg.ready && m->ws.w[i])
+            t->cfg.ready(t->cfg.ready_ctx, m->ws.w[i], m->id, rc);
+    for (uint32_t i = 0; i < m->dws.n; i++) /* (NULL: a detached durable commit's) */
+        if (t->cfg.ready && m->dws.w[i])
+            t->cfg.ready(t->cfg.ready_ctx, m->dws.w[i], m->id, rc);
+    free(m->ws.w);
+    free(m->dws.w);
+    free(m);
+}
+
+/* No callback names waiter any more. keep: the writes its durable commit
+ * queued (behind a copy from hot, or for a full disk queue) still start,
+ * for nobody (a NULL waiter); else they are dropped with it. */
+static void waiter_leaves(struct tier *t, void *waiter, bool keep)
+{
+    for (struct move *m = t->moves; m; m = m->next) {
+        wait_del(&m->ws, waiter); /* the move itself goes on regardless */
+        if (!keep)
+            wait_del(&m->dws, waiter);
+        for (uint32_t i = 0; i < m->dws.n; i++)
+            if (m->dws.w[i] == waiter)
+                m->dws.w[i] = NULL;
+    }
+    for (struct dwait **pp = &t->dwaits; *pp;) {
+        struct dwait *d = *pp;
+
+        /* a wait for a key another client still writes goes with its
+         * waiter, kept or not: that write is the other client's, and a
+         * commit answered at its bound must leave nothing behind that the
+         * next commit of the same keys would add to again */
+        if (d->waiter == waiter && (!keep || idx_at(t->idx, d->id)->state != IDX_COMMITTED)) {
+            *pp = d->next;
+            free(d);
+            continue;
+        }
+        if (d->waiter == waiter)
+            d->waiter = NULL; /* a write queued for a full disk: it still starts */
+        pp = &d->next;
+    }
+    for (struct rop *o = t->rops; o; o = o->next)
+        if (o->waiter == waiter)
+            o->waiter = NULL;
+}
+
+void tier_forget_waiter(struct tier *t, void *waiter)
+{
+    waiter_leaves(t, waiter, false);
+}
+
+void tier_detach_waiter(struct tier *t, void *waiter)
+{
+    waiter_leaves(t, waiter, true);
+}

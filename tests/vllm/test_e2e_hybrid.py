@@ -1,0 +1,128 @@
+# SPDX-License-Identifier: MIT
+"""End to end with a hybrid model in real vLLM (its CPU build): a tiny
+Gemma 2 with random weights (tests/vllm/make_model.py gemma2: sliding-window
+and full-attention layers, alternating), which vLLM's hybrid allocator
+splits into a sliding and a full KV cache group, and a private tierd:
+
+  baseline  no connector, prompt P + suffix S    -> tokens T, log-probs L
+  run 1     connector, P (512 tokens)            -> the full group's 16 blocks
+                                                    and the sliding group's
+                                                    window (2 blocks) in tierd
+  run 2     connector, P + S, a new instance     -> 512 external hits; T and L
+
+The random model's greedy tokens barely move, so the log-probability of
+every generated token is compared too: it changes with any wrong byte of
+the KV it was computed from. Prints the bytes kvtier stores per token of P
+against the naive figure (every layer stored as full attention).
+"""
+import math
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+import kvtier
+from test_e2e import BS, HERE, run_vllm
+
+WINDOW = 64
+
+
+@pytest.fixture(scope="module")
+def gemma2(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny-gemma2")
+    subprocess.run([sys.executable, os.path.join(HERE, "make_model.py"), str(d), "gemma2"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   timeout=300)
+    return str(d)
+
+
+def same_logprobs(a, b):
+    return len(a) == len(b) and all(math.isclose(x, y, rel_tol=1e-3, abs_tol=1e-4)
+                                    for x, y in zip(a, b))
+
+
+def test_hybrid_model_shares_prefixes_through_kvtier(tierd, gemma2, tmp_path):
+    rng = random.Random(17)
+    prompt = [rng.randrange(3, 1024) for _ in range(512)]
+    suffix = [rng.randrange(3, 1024) for _ in range(10)]
+    tmp = str(tmp_path)
+    print()
+    base = run_vllm(tmp, "h-base", gemma2, tierd, prompt + suffix, connector=False)
+    assert base["logprobs"] and len(base["logprobs"]) == len(base["tokens"])
+
+    r1 = run_vllm(tmp, "h-run1", gemma2, tierd, prompt, connector=True)
+    assert r1["external_prefix_cache_hits"] == 0
+    assert "groups sliding, full" in r1["log"], "vLLM did not keep its hybrid allocator"
+    with kvtier.Client(tierd.sock) as c:
+        # a group's listed layout: "vllm:hybrid:2G|<kind>", shortened with a
+        # hash of its identity where it does not fit
+        mine = {n["layout"].split("|")[1][:3]: n for n in c.namespaces()
+                if n["model_id"] == gemma2}
+    assert sorted(mine) == ["ful", "sli"], sorted(mine)
+    full, slide = mine["ful"], mine["sli"]
+    n = len(prompt) // BS
+    assert full["put_blocks"] == n
+    assert slide["put_blocks"] == -(-WINDOW // BS), \
+        "the sliding group keeps the window of the prompt's last block"
+    stored = full["put_blocks"] * full["block_bytes"] + slide["put_blocks"] * slide["block_bytes"]
+    naive = n * (full["block_bytes"] + slide["block_bytes"])
+    print("  stored %.0f bytes per token of the prompt, naive (every layer as full "
+          "attention) %.0f: %.2fx less" % (stored / len(prompt), naive / len(prompt),
+                                           naive / stored))
+
+    r2 = run_vllm(tmp, "h-run2", gemma2, tierd, prompt + suffix, connector=True)
+    assert r2["external_prefix_cache_hits"] == len(prompt), r2["external_prefix_cache_hits"]
+    assert r2["tokens"] == base["tokens"], "tokens differ from the run without kvtier"
+    assert same_logprobs(r2["logprobs"], base["logprobs"]), \
+        "log-probs differ from the run without kvtier: %r vs %r" % (r2["logprobs"],
+                                                                   base["logprobs"])
+    print("  PASS: a new instance loaded 512 tokens of both groups from kvtier; tokens and "
+          "log-probs equal the run without kvtier")
+
+
+def test_hybrid_failed_load_is_recomputed(gemma2, tmp_path):
+    """tierd killed between the lookup and the load (the test subclass of
+    the connector kills it): the hybrid load fails whole, vLLM takes the
+    request back (failed_recving) and recomputes it once, without asking
+    kvtier again in a loop; tokens and log-probs equal the run without
+    kvtier."""
+    from conftest import Tierd
+    from test_e2e import MAX_TOKENS, Steps, vllm_env
+    rng = random.Random(18)
+    prompt = [rng.randrange(3, 1024) for _ in range(512)]
+    suffix = [rng.randrange(3, 1024) for _ in range(10)]
+    tmp = str(tmp_path)
+    d = Tierd("--warm-bytes", "256M")
+    print()
+    try:
+        base = run_vllm(tmp, "hf-base", gemma2, d, prompt + suffix, connector=False)
+        arm = os.path.join(tmp, "kill-before-load")
+        req = {"steps": [prompt, prompt + suffix], "pause_dir": tmp, "max_tokens": MAX_TOKENS,
+               "connector": True, "block_size": BS, "connector_class": "FaultyKvtierConnector",
+               "connector_module": "kvt_fault_connector", "extra_config": {"reconnect_ms": 100}}
+        run = Steps(tmp, "hfail", gemma2, req, vllm_env(d, KVT_TEST_FAULT_DIR=tmp))
+        try:
+            run.next()
+            with open(arm, "w") as f:
+                f.write(str(d.proc.pid))
+            run.go()
+            r = run.next()
+            log = run.log()
+            assert not os.path.exists(arm), "the fault did not fire"
+            # vLLM logs nothing of a failed_recving: the tokens show it recomputed
+            assert "the load of 16 blocks failed" in log
+            assert r["tokens"] == base["tokens"]
+            assert same_logprobs(r["logprobs"], base["logprobs"])
+            # looked up once more after the failure, then answered with no hit
+            assert r["external_prefix_cache_queries"] <= 2 * len(prompt + suffix)
+            print("  PASS: the failed hybrid load was recomputed once; tokens and log-probs "
+                  "equal the run without kvtier")
+            d.kill(9)
+            run.go()
+            run.finish()
+        finally:
+            run.stop()
+    finally:
+        d.stop()

@@ -1,0 +1,167 @@
+# SPDX-License-Identifier: MIT
+"""The connector with a hybrid model (issue 16, part 2) against vLLM's own
+modules, without a forward pass: a KV cache config of a sliding-window
+group and a full-attention group, as vLLM's hybrid allocator makes for
+Gemma 2 and gpt-oss. Its blocks go through the C hybrid API: every block of
+the full group, the window of the sliding one; a load fills exactly the
+blocks vLLM gave it (never its null block), and a failed one goes back to
+vLLM whole (failed_recving), after which that request is a miss."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import kvtier
+from kvtier import vllm_connector as vc
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole, supports_hma
+from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+
+from test_vllm_modules import BS, Blocks, fake_config, prompt, vllm_request, \
+    none_hash  # noqa: F401 (none_hash: the module's autouse fixture)
+from test_vllm_async import step, until
+
+WINDOW = 2 * BS                   # 2 blocks
+H, D = 2, 32
+
+
+def hybrid_config():
+    sw = SlidingWindowSpec(block_size=BS, num_kv_heads=H, head_size=D, dtype=torch.float32,
+                           sliding_window=WINDOW)
+    full = FullAttentionSpec(block_size=BS, num_kv_heads=H, head_size=D, dtype=torch.float32)
+    return SimpleNamespace(kv_cache_groups=[
+        SimpleNamespace(layer_names=["layers.0.attn", "layers.2.attn"], kv_cache_spec=sw),
+        SimpleNamespace(layer_names=["layers.1.attn", "layers.3.attn"], kv_cache_spec=full)])
+
+
+def cache(nb, fill=None, seed=5):
+    g = torch.Generator().manual_seed(seed)
+    return {"layers.%d.attn" % i:
+            (torch.randn(nb, H, BS, 2 * D, generator=g) if fill is None
+             else torch.full((nb, H, BS, 2 * D), float(fill))) for i in range(4)}
+
+
+def pair(sock, kv):
+    cfg, kcc = fake_config(sock, asynchronous=True), hybrid_config()
+    s = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
+    w = vc.KvtierConnector(cfg, KVConnectorRole.WORKER, kcc)
+    w.register_kv_caches(kv)
+    return s, w
+
+
+def manager(ids):
+    return SimpleNamespace(get_block_ids=lambda rid: tuple(ids))
+
+
+def save_prompt(sock, toks, kv, ids):
+    """Instance A prefills toks in one step and saves it; returns its pair."""
+    s, w = pair(sock, kv)
+    req = vllm_request(toks, "a")
+    assert s.get_num_new_matched_tokens(req, 0) == (0, False)
+    s._kv_cache_manager = manager(ids)
+    s.update_state_after_alloc(req, Blocks(ids[0]), 0)
+    meta = s.build_connector_meta(SimpleNamespace(num_scheduled_tokens={"a": len(toks)}))
+    assert len(meta.saves) == 1 and meta.saves[0].group_ids == [list(g[:6]) for g in ids]
+    step(w, meta)
+    w.handle_preemptions(vc.KvtierConnectorMetadata())     # the next step: saves done
+    return s, w
+
+
+class GroupBlocks(Blocks):
+    def __init__(self, groups):
+        self.groups = groups
+
+    def get_block_ids(self):
+        return tuple(list(g) for g in self.groups)
+
+
+def test_hybrid_is_hma_and_names_its_groups(tierd):
+    assert supports_hma(vc.KvtierConnector)
+    d = vc.namespace_desc(fake_config(tierd.sock), hybrid_config(), 0)
+    assert d["layout"] == "vllm:hybrid:2G"
+    assert [(g["kind"], g["layers"], g.get("window")) for g in d["groups"]] == \
+        [("sliding", 2, WINDOW), ("full", 2, None)]
+    assert d["block_bytes"] == [2 * 2 * BS * H * D * 4] * 2
+
+
+def test_hybrid_round_trip_by_group_rules(tierd):
+    kv_a, kv_b = cache(16), cache(16, fill=0)
+    toks = prompt(6 * BS + 5, 61)
+    ids_a = [[1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11, 12, 13, 14]]
+    sa, wa = save_prompt(tierd.sock, toks, kv_a, ids_a)
+    keys = kvtier.hash_prompt(toks, BS, seed="0")
+    ns = wa._tierd.ns[0]
+    assert isinstance(ns, kvtier.HybridNamespace)
+    # the sliding group keeps the window of the save's last block, the full all
+    assert [ns.group(g).lookup(keys[i:6]) for g, i in ((0, 4), (1, 0))] == [2, 6]
+    assert ns.group(0).lookup(keys[:4]) == 0
+    assert ns.lookup(keys) == 6
+
+    # instance B: 6 blocks hit; vLLM gives the sliding group null blocks (0)
+    # before the window, and block 15 of the sliding group is local already
+    sb, wb = pair(tierd.sock, kv_b)
+    req = vllm_request(toks, "b")
+    assert sb.get_num_new_matched_tokens(req, BS) == (5 * BS, True)
+    ids_b = [[0, 0, 0, 0, 2, 3, 4], [15, 5, 6, 7, 8, 9, 10]]
+    sb.update_state_after_alloc(req, GroupBlocks(ids_b), 5 * BS)
+    meta = sb.build_connector_meta(SimpleNamespace(num_scheduled_tokens={}))
+    ld = meta.loads[0]
+    assert (ld.first, len(ld.keys), ld.group_ids) == (1, 6, [g[:6] for g in ids_b])
+    sending, recving, errs = until(wb, lambda s, r, e: r, meta)
+    assert (recving, errs) == ({"b"}, set())
+    for name, (g, src, dst) in {"layers.0.attn": (0, ids_a[0], ids_b[0]),
+                                "layers.2.attn": (0, ids_a[0], ids_b[0]),
+                                "layers.1.attn": (1, ids_a[1], ids_b[1]),
+                                "layers.3.attn": (1, ids_a[1], ids_b[1])}.items():
+        for pos in range(6):
+            if dst[pos] == 0 or (g == 1 and pos == 0):
+                continue
+            assert torch.equal(kv_b[name][dst[pos]], kv_a[name][src[pos]]), (name, pos)
+        assert not kv_b[name][0].any(), "the null block was written"
+    assert not kv_b["layers.1.attn"][15].any(), "the local block was written"
+    for c in (sa, wa, sb, wb):
+        c.shutdown()
+
+
+def test_hybrid_failed_load_goes_back_whole_and_is_not_offered_again(tierd):
+    kv_a, kv_b = cache(16, seed=7), cache(16, fill=0)
+    toks = prompt(6 * BS + 5, 62)
+    ids = [[1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11, 12, 13, 14]]
+    sa, wa = save_prompt(tierd.sock, toks, kv_a, ids)
+    sb, wb = pair(tierd.sock, kv_b)
+    req = vllm_request(toks, "f")
+    assert sb.get_num_new_matched_tokens(req, 0) == (6 * BS, True)
+    sb.update_state_after_alloc(req, GroupBlocks([[0, 0, 0, 0, 2, 3, 4],
+                                                  [5, 6, 7, 8, 9, 10, 11]]), 6 * BS)
+    meta = sb.build_connector_meta(SimpleNamespace(num_scheduled_tokens={}))
+    keys = kvtier.hash_prompt(toks, BS, seed="0")
+    wb._loader.wait()
+    assert wa._tierd.ns[0].group(0).remove(keys[5:6]) == 1   # the window's last block
+    wb.bind_connector_metadata(meta)
+    wb.start_load_kv(None)
+    wb._loader.wait()
+    res = wb.get_transfer_results(set())
+    assert (res.finished_recving, res.failed_recving) == ({"f"}, {"f"})
+    assert wb.get_block_ids_with_load_errors() == set(), \
+        "block-level errors kill vLLM with several groups"
+    wb.clear_connector_metadata()
+    sb.update_connector_output(SimpleNamespace(failed_recving={"f"}, invalid_block_ids=set()))
+    assert sb.get_num_new_matched_tokens(req, 0) == (0, False), "offered again: a loop"
+    for c in (sa, wa, sb, wb):
+        c.shutdown()
+
+
+def test_hybrid_save_never_reads_a_freed_block(tierd):
+    """A sliding block vLLM has already freed (its null block in the table)
+    where the save would read: nothing of it is stored."""
+    kv = cache(16, seed=9)
+    s, w = pair(tierd.sock, kv)
+    toks = prompt(4 * BS + 1, 63)
+    keys = kvtier.hash_prompt(toks, BS, seed="0")
+    sv = vc._Save("n", None, keys, [5, 6, 7, 8], group_ids=[[1, 2, 0, 4], [5, 6, 7, 8]])
+    step(w, vc.KvtierConnectorMetadata(saves=[sv]))
+    w._saver.wait()
+    ns = w._tierd.ns[0]
+    assert [ns.group(g).lookup(keys) for g in (0, 1)] == [0, 0]
+    for c in (s, w):
+        c.shutdown()
