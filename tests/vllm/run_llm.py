@@ -9,6 +9,9 @@ REQUEST_JSON: {"prompt": [ids], "max_tokens": N, "connector": bool,
   "connector_class", "connector_module": another connector (a test's
       subclass of KvtierConnector), "extra_config": its
       kv_connector_extra_config;
+  "tensor_parallel_size": N: N ranks, each a worker process of its own
+      (vLLM's multiprocessing executor; the caller sets
+      VLLM_CPU_OMP_THREADS_BIND);
   "steps": [[ids], ...] and "pause_dir": several prompts in turn instead of
       "prompt", with a pause after each: step I's results (as for one
       prompt, counters counted over the step) go to PAUSE_DIR/stepI.json,
@@ -80,6 +83,9 @@ def main():
             kv_connector=req.get("connector_class", "KvtierConnector"),
             kv_connector_module_path=req.get("connector_module", "kvtier.vllm_connector"),
             kv_role="kv_both", kv_connector_extra_config=req.get("extra_config", {}))
+    tp = req.get("tensor_parallel_size", 1)
+    if tp > 1:
+        kw.update(tensor_parallel_size=tp, distributed_executor_backend="mp")
     t0 = time.monotonic()
     llm = LLM(model=model, skip_tokenizer_init=True, dtype="float32",
               block_size=req["block_size"], max_model_len=2048, max_num_seqs=4,

@@ -11,7 +11,8 @@ private tierd. Each run is a new vLLM instance in a process of its own
   run 2s    as run 2, "async": false               -> the same, loaded in the step
   run 3     connector, P + S, another cache_salt   -> no hits; tokens == T
 
-and one instance through tierd's failures (test_tierd_failures).
+then the same at tensor_parallel_size=2 (test_tensor_parallel_2), and one
+instance through tierd's failures (test_tierd_failures).
 """
 import json
 import os
@@ -23,6 +24,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 import kvtier
 
@@ -76,10 +78,22 @@ def vllm_failed(name, p, logf):
     pytest.fail("vLLM run %s exited %s; log %s ends:\n%s" % (name, p.returncode, logf, tail))
 
 
-def run_vllm(tmp, name, model, tierd, tokens, connector, salt=None, extra=None):
+def tp_env(tp):
+    """vLLM's CPU build binds each rank's OpenMP threads to NUMA nodes of
+    their own and refuses more ranks than nodes: one CPU per rank instead
+    (all of them shared where there are fewer CPUs than ranks)."""
+    if tp == 1:
+        return {}
+    cpus = sorted(os.sched_getaffinity(0))
+    return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(str(c) for c in cpus[:tp])
+            if len(cpus) >= tp else "nobind"}
+
+
+def run_vllm(tmp, name, model, tierd, tokens, connector, salt=None, extra=None, tp=1):
     req = {"prompt": tokens, "max_tokens": MAX_TOKENS, "connector": connector,
-           "cache_salt": salt, "block_size": BS, "extra_config": extra or {}}
-    p, out, logf = start_vllm(tmp, name, model, req, vllm_env(tierd))
+           "cache_salt": salt, "block_size": BS, "extra_config": extra or {},
+           "tensor_parallel_size": tp}
+    p, out, logf = start_vllm(tmp, name, model, req, vllm_env(tierd, **tp_env(tp)))
     try:
         p.wait(timeout=RUN_TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -111,9 +125,9 @@ def baseline(tierd, model, tmp_path_factory):
     return prompt, suffix, base["tokens"]
 
 
-def ns_info(tierd, model):
+def ns_info(tierd, model, tp_size=1):
     with kvtier.Client(tierd.sock) as c:
-        mine = [n for n in c.namespaces() if n["model_id"] == model]
+        mine = [n for n in c.namespaces() if n["model_id"] == model and n["tp_size"] == tp_size]
     assert len(mine) == 1, "expected one namespace for %s, got %r" % (model, mine)
     return mine[0]
 
@@ -156,6 +170,87 @@ def test_prefix_blocks_shared_across_vllm_instances(tierd, model, baseline, tmp_
     assert r3["tokens"] == base_tokens
     print("  PASS: run 2 restored %d tokens from kvtier and generated the baseline's tokens; "
           "run 3 (other salt) had no hits" % r2["external_prefix_cache_hits"])
+
+
+def test_tensor_parallel_2(tierd, model, baseline, tmp_path):
+    """tensor_parallel_size=2 in vLLM's CPU build (it runs here: two worker
+    processes, one CPU each, talking over gloo; about a minute to start).
+    Each rank saves its own KV heads to a namespace shard of its own, and
+    the scheduler's hit is the shortest run over the ranks:
+      baseline2  TP=2, no connector, P + S          -> tokens T2
+      tp-run1    TP=2, connector, P                 -> 16 blocks in each rank's
+                                                       namespace, head r's KV in rank r's
+      the test removes blocks 8..15 from rank 1's namespace (kvt_remove takes
+      a chain's tail only: a block with children stays)
+      tp-run2    a new TP=2 instance, P + S         -> 256 external hits (rank 1
+                                                       holds 8 blocks), tokens == T2;
+                 then, its own cache emptied, P + S -> 512 hits (the recomputed
+                                                       blocks were saved again), == T2
+    """
+    prompt, suffix, base_tokens = baseline
+    tmp = str(tmp_path)
+    n = len(prompt) // BS
+    keys = kvtier.hash_prompt(prompt, BS, seed="0")
+    print()
+    base2 = run_vllm(tmp, "baseline2", model, tierd, prompt + suffix, connector=False, tp=2)
+    print("  TP=2 tokens %s TP=1's" % ("==" if base2["tokens"] == base_tokens else "!="))
+    t2 = base2["tokens"]
+
+    r1 = run_vllm(tmp, "tp-run1", model, tierd, prompt, connector=True, tp=2)
+    assert r1["external_prefix_cache_hits"] == 0
+    with kvtier.Client(tierd.sock) as c:
+        shards = sorted((d for d in c.namespaces() if d["model_id"] == model
+                         and d["tp_size"] == 2), key=lambda d: d["tp_rank"])
+        assert [d["tp_rank"] for d in shards] == [0, 1], shards
+        # 2 KV heads over 2 ranks: one head per rank, half of TP=1's block
+        for d in shards:
+            assert (d["layout"], d["block_bytes"], d["put_blocks"]) == \
+                ("vllm:2Lx1Hx32D", 2 * 2 * BS * 1 * 32 * 4, n), d
+        ns = [c.ns_open(model, "fp32", "vllm:2Lx1Hx32D", BS, shards[0]["block_bytes"],
+                        tp_rank=r, tp_size=2) for r in (0, 1)]
+        assert [h.lookup(keys) for h in ns] == [n, n]
+        # rank r's blocks are head r of the TP=1 instance's blocks (same prompt,
+        # same weights; only the tensor-parallel sums round differently)
+        one = c.ns_open(model, "fp32", "vllm:2Lx2Hx32D", BS, 2 * 2 * BS * 2 * 32 * 4)
+        if one.lookup(keys) < n:
+            run_vllm(tmp, "tp1-ref", model, tierd, prompt, connector=True)
+        full = torch.frombuffer(bytearray(b"".join(one.get(keys))), dtype=torch.float32)
+        full = full.view(n, 2, 2, BS, 2, 32)       # block, layer, K/V, token, head, dim
+        for r, h in enumerate(ns):
+            mine = torch.frombuffer(bytearray(b"".join(h.get(keys))), dtype=torch.float32)
+            mine = mine.view(n, 2, 2, BS, 32)
+            assert torch.allclose(mine, full[:, :, :, :, r, :], rtol=1e-3, atol=1e-4), \
+                "rank %d's namespace does not hold KV head %d" % (r, r)
+        assert ns[1].remove(keys[8:]) == n - 8
+        assert [h.lookup(keys) for h in ns] == [n, 8]
+        put1 = shards[1]["put_blocks"]
+
+    req = {"steps": [prompt + suffix] * 2, "pause_dir": tmp, "max_tokens": MAX_TOKENS,
+           "connector": True, "block_size": BS, "tensor_parallel_size": 2}
+    run = Steps(tmp, "tp-run2", model, req, vllm_env(tierd, **tp_env(2)))
+    try:
+        r = run.next()
+        print("  tp-run2 step 0 (blocks 8.. missing in rank 1): external hits %d of %d queried; "
+              "tokens %s" % (r["external_prefix_cache_hits"], r["external_prefix_cache_queries"],
+                             "== baseline2" if r["tokens"] == t2 else r["tokens"]))
+        assert r["external_prefix_cache_hits"] == 8 * BS, "the hit is not the min over ranks"
+        assert r["tokens"] == t2, "tokens differ from the TP=2 run without kvtier"
+        with kvtier.Client(tierd.sock) as c:
+            now = {d["tp_rank"]: d for d in c.namespaces()
+                   if d["model_id"] == model and d["tp_size"] == 2}
+            assert now[1]["put_blocks"] - put1 == n - 8, "rank 1 did not save the rest again"
+        run.go()
+        r = run.next()
+        print("  tp-run2 step 1 (own cache emptied): external hits %d; tokens %s"
+              % (r["external_prefix_cache_hits"],
+                 "== baseline2" if r["tokens"] == t2 else r["tokens"]))
+        assert r["external_prefix_cache_hits"] == n * BS
+        assert r["tokens"] == t2
+        run.go()
+        run.finish()
+    finally:
+        run.stop()
+    print("  PASS: TP=2 ranks keep their own shards; the hit is the shortest over the ranks")
 
 
 class Steps:

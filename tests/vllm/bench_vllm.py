@@ -1,0 +1,464 @@
+# SPDX-License-Identifier: MIT
+"""`make bench-vllm`: the kvtier connector measured in vLLM (its CPU build),
+with a model of a realistic shape and random weights made here (nothing is
+downloaded), against a private tierd. Prints one line per figure:
+
+    bench: NAME VALUE UNIT target OP NUMBER     (a figure with a target)
+    bench: NAME VALUE UNIT target none          (a figure reported as is)
+
+and a summary of the targets met and missed. Figures (issue 16):
+  - TTFT of a 4K- and a 16K-token prompt four ways: recompute (kvtier
+    connected, nothing to hit: the miss with its save); a kvtier warm hit
+    in a fresh instance; a kvtier cold hit in a fresh instance after a
+    tierd restart (warm empty: the blocks come from the cold file, read
+    with O_DIRECT); vLLM's in-engine prefix hit (the same prompt again in
+    the first instance). Targets: warm <= 1.25x in-engine; cold <= 2x
+    in-engine + the disk's time for those bytes (both parts printed; the
+    disk time measured here by an O_DIRECT read of as many bytes of the
+    cold file).
+  - under load: the first REQUESTS requests of
+    data/traces/conversation_trace.jsonl, each hash id a block of
+    TOKENS_PER_HASH tokens (the same id, the same tokens), a prompt at most
+    MAX_HASH_IDS blocks (its leading ones), at most MAX_OUT tokens out, all submitted at once to one vLLM instance whose KV
+    cache (KV_BLOCKS blocks) is too small for the working set; without
+    kvtier, with it in "async": false (sync) and "async": true mode, each
+    with a fresh tierd. Requests/s, mean and p99 TTFT (from arrival: queueing
+    included), the tokens kvtier supplied and those vLLM's own cache did.
+    Targets: requests/s with kvtier / without >= 1.5; async / sync >= 1.0.
+
+usage: bench_vllm.py [--model NAME] [--requests N] [--part all|ttft|replay] [--quick]
+       bench_vllm.py --instance JOB.json   (one vLLM instance; internal)
+
+Each vLLM instance runs in a process of its own (this file, --instance), as
+vLLM does not give its memory back within one process.
+"""
+import argparse
+import json
+import math
+import mmap
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
+BIN = os.environ.get("KVT_TEST_BIN") or os.path.join(SRC, "build")
+TRACE = os.environ.get("KVT_BENCH_TRACE",
+                       "/work/shared/data/traces/conversation_trace.jsonl")
+BLOCK = 32                # vLLM's CPU attention takes multiples of 32
+MAX_MODEL_LEN = 16 * 1024 + 64
+INSTANCE_TIMEOUT = 1200
+
+# The models measured. A hybrid model (several KV cache groups) is one more
+# entry: its "make" writes its config and weights, and "kv_bytes_per_token"
+# gives the naive figure the bench compares kvtier's stored bytes against.
+MODELS = {
+    # Qwen2-0.5B's shape as a Llama: 24 layers, GQA 14 query / 2 KV heads of
+    # 64. float32: without AVX-512 (this machine's AVX2 EPYC) vLLM's CPU build
+    # runs bfloat16 emulated, several times slower
+    "llama-24L-gqa": {
+        "arch": "llama", "layers": 24, "hidden": 896, "heads": 14, "kv_heads": 2,
+        "head_dim": 64, "intermediate": 4864, "vocab": 32000, "dtype": "float32",
+    },
+}
+
+
+def bench(name, value, unit, op=None, target=None):
+    """One figure's line; returns whether it meets its target (None: none)."""
+    if op is None:
+        print("bench: %s %s %s target none" % (name, fmt(value), unit), flush=True)
+        return None
+    print("bench: %s %s %s target %s %s" % (name, fmt(value), unit, op, fmt(target)),
+          flush=True)
+    return value <= target if op == "<=" else value >= target
+
+
+def fmt(v):
+    if isinstance(v, int):
+        return str(v)
+    return "%.4g" % v
+
+
+# ---- the model --------------------------------------------------------------
+
+def make_model(spec, path):
+    """Write spec's model with random weights (fixed seed) into path."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    if spec["arch"] != "llama":
+        raise SystemExit("bench_vllm: no maker for %s models" % spec["arch"])
+    torch.manual_seed(1234)
+    cfg = LlamaConfig(vocab_size=spec["vocab"], hidden_size=spec["hidden"],
+                      intermediate_size=spec["intermediate"],
+                      num_hidden_layers=spec["layers"],
+                      num_attention_heads=spec["heads"],
+                      num_key_value_heads=spec["kv_heads"], head_dim=spec["head_dim"],
+                      max_position_embeddings=MAX_MODEL_LEN, torch_dtype=spec["dtype"],
+                      bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+                      initializer_range=0.05)
+    model = LlamaForCausalLM(cfg).to(getattr(torch, spec["dtype"]))
+    model.save_pretrained(path, safe_serialization=True)
+
+
+def kv_bytes_per_token(spec):
+    esize = {"float32": 4, "bfloat16": 2, "float16": 2}[spec["dtype"]]
+    return spec["layers"] * 2 * spec["kv_heads"] * spec["head_dim"] * esize
+
+
+# ---- one vLLM instance (a process of its own) -------------------------------
+
+def counters(llm):
+    out = {}
+    for m in llm.get_metrics():
+        for c in ("external_prefix_cache_queries", "external_prefix_cache_hits",
+                  "prefix_cache_queries", "prefix_cache_hits"):
+            if m.name == "vllm:" + c:
+                out[c] = out.get(c, 0) + getattr(m, "value", 0)
+    return out
+
+
+def instance(job_path):
+    """Run the job: {"model", "connector": null | extra_config, "kv_blocks":
+    null | N, "phases": [...], "out"}; a phase is {"ttft": name, "prompt":
+    ids} (one prompt alone, max_tokens 1, timed) or {"replay": [[ids,
+    max_tokens], ...]} (all at once)."""
+    job = json.load(open(job_path))
+    from vllm import LLM, SamplingParams
+    from vllm.config import KVTransferConfig
+    kw = {}
+    if job["connector"] is not None:
+        kw["kv_transfer_config"] = KVTransferConfig(
+            kv_connector="KvtierConnector", kv_connector_module_path="kvtier.vllm_connector",
+            kv_role="kv_both", kv_connector_extra_config=job["connector"])
+    if job.get("kv_blocks"):
+        kw["num_gpu_blocks_override"] = job["kv_blocks"]
+    t0 = time.monotonic()
+    llm = LLM(model=job["model"], skip_tokenizer_init=True, dtype=job["dtype"],
+              block_size=BLOCK, max_model_len=job.get("max_model_len") or MAX_MODEL_LEN,
+              max_num_seqs=job.get("max_num_seqs", 8), enforce_eager=True,
+              enable_prefix_caching=True, prefix_caching_hash_algo="sha256_cbor",
+              disable_log_stats=False, seed=0, **kw)
+    res = {"startup_s": time.monotonic() - t0, "phases": []}
+    # a first request of its own, untimed: a process's first forward passes
+    # pay one-time costs (allocations, kernel setup) a serving instance
+    # has long paid
+    g = random.Random(job["model"] + "warmup")
+    llm.generate([{"prompt_token_ids": [g.randrange(3, 30000) for _ in range(2 * BLOCK + 5)]}],
+                 SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True,
+                                detokenize=False), use_tqdm=False)
+    for ph in job["phases"]:
+        before = counters(llm)
+        if "ttft" in ph:
+            sp = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True,
+                                detokenize=False)
+            t = time.monotonic()
+            o = llm.generate([{"prompt_token_ids": ph["prompt"]}], sp, use_tqdm=False)
+            r = {"ttft": ph["ttft"], "s": time.monotonic() - t,
+                 "tokens": list(o[0].outputs[0].token_ids)}
+        else:
+            prompts = [{"prompt_token_ids": p} for p, _ in ph["replay"]]
+            sps = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True,
+                                  detokenize=False) for _, n in ph["replay"]]
+            t = time.monotonic()
+            outs = llm.generate(prompts, sps, use_tqdm=False)
+            r = {"replay": True, "s": time.monotonic() - t,
+                 "ttfts": [o.metrics.first_token_latency if o.metrics else None
+                           for o in outs],
+                 "tokens": [list(o.outputs[0].token_ids) for o in outs]}
+        after = counters(llm)
+        r.update({k: after.get(k, 0) - before.get(k, 0) for k in after})
+        res["phases"].append(r)
+        print("bench-instance: %s" % {k: v for k, v in r.items()
+                                      if k not in ("tokens", "ttfts")}, flush=True)
+    json.dump(res, open(job["out"], "w"))
+
+
+# ---- the driver -------------------------------------------------------------
+
+class Tierd:
+    """A private tierd: socket and data folder in work_dir."""
+
+    def __init__(self, work_dir, warm, cold):
+        self.dir = tempfile.mkdtemp(prefix="tierd-", dir=work_dir)
+        self.sock = os.path.join(self.dir, "tierd.sock")
+        self.args = ["--socket", self.sock, "--data", os.path.join(self.dir, "data"),
+                     "--warm-bytes", warm, "--cold-bytes", cold, "--no-mlock"]
+        self.proc = None
+        self.start()
+
+    def start(self):
+        import kvtier
+        self.proc = subprocess.Popen([os.path.join(BIN, "tierd")] + self.args,
+                                     stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                kvtier.Client(self.sock).close()
+                return
+            except kvtier.KvtierError:
+                if self.proc.poll() is not None:
+                    raise SystemExit("bench_vllm: tierd exited at start (%d)"
+                                     % self.proc.returncode)
+                time.sleep(0.05)
+        raise SystemExit("bench_vllm: tierd did not start")
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=60)
+            self.proc = None
+
+    def remove(self):
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def stats(self):
+        import kvtier
+        with kvtier.Client(self.sock) as c:
+            return c.stats()
+
+
+def run_instance(work, name, model, dtype, phases, tierd=None, connector=None,
+                 kv_blocks=None, max_model_len=None):
+    job = {"model": model, "dtype": dtype, "connector": connector, "kv_blocks": kv_blocks,
+           "max_model_len": max_model_len,
+           "phases": phases, "out": os.path.join(work, name + ".out.json")}
+    jp = os.path.join(work, name + ".job.json")
+    json.dump(job, open(jp, "w"))
+    env = dict(os.environ)
+    env.update({"PYTHONHASHSEED": "0", "VLLM_TARGET_DEVICE": "cpu",
+                # one step of a 16K prefill outlasts vLLM's default 300 s here
+                "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "3000",
+                "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "2"),
+                "PYTHONPATH": os.pathsep.join([os.path.join(SRC, "client", "python"),
+                                               env.get("PYTHONPATH", "")])})
+    if tierd is not None:
+        env["KVTIER_SOCKET"] = tierd.sock
+    logf = os.path.join(work, name + ".log")
+    t = time.monotonic()
+    with open(logf, "w") as lf:
+        p = subprocess.run([sys.executable, os.path.abspath(__file__), "--instance", jp],
+                           env=env, stdout=lf, stderr=subprocess.STDOUT,
+                           timeout=INSTANCE_TIMEOUT)
+    if p.returncode != 0:
+        sys.stdout.write(open(logf).read()[-4000:])
+        raise SystemExit("bench_vllm: instance %s exited %d (log %s)"
+                         % (name, p.returncode, logf))
+    res = json.load(open(job["out"]))
+    print("  instance %s: started in %.0f s, ran %.0f s in all"
+          % (name, res["startup_s"], time.monotonic() - t), flush=True)
+    return res["phases"]
+
+
+def disk_read_s(path, nbytes):
+    """Seconds an O_DIRECT read of nbytes of path takes (4 MiB reads): the
+    disk's time for that many bytes, past the page cache."""
+    chunk = 4 << 20
+    buf = mmap.mmap(-1, chunk)            # page-aligned, as O_DIRECT wants
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
+    try:
+        size = os.fstat(fd).st_size
+        nbytes = min(nbytes, size - size % 4096)
+        done, t = 0, time.monotonic()
+        while done < nbytes:
+            got = os.preadv(fd, [buf], done)
+            if got <= 0:
+                break
+            done += got
+        return (time.monotonic() - t) * nbytes / max(done, 1)
+    finally:
+        os.close(fd)
+        buf.close()
+
+
+def ttft_figures(work, model, spec, lengths, results):
+    rng = random.Random(4)
+    prompts = {n: [rng.randrange(3, spec["vocab"]) for _ in range(n)] for n in lengths}
+    names = {n: "%dk" % (n // 1024) for n in lengths}
+    block_bytes = kv_bytes_per_token(spec) * BLOCK
+    need = sum(n // BLOCK + 1 for n in lengths) * block_bytes
+    size = "%dM" % (2 * need // (1 << 20) + 64)
+    d = Tierd(work, size, size)
+    ext = {"socket": d.sock}
+    try:
+        # instance A: each prompt recomputed (its blocks saved), then again
+        # (vLLM's own prefix cache)
+        ph = []
+        for n in lengths:
+            ph += [{"ttft": "recompute", "prompt": prompts[n]},
+                   {"ttft": "in_engine", "prompt": prompts[n]}]
+        a = run_instance(work, "ttft-a", model, spec["dtype"], ph, d, ext)
+        # instance B: a fresh one, the blocks in kvtier's warm tier
+        b = run_instance(work, "ttft-warm", model, spec["dtype"],
+                         [{"ttft": "warm", "prompt": prompts[n]} for n in lengths], d, ext)
+        # tierd stopped (its warm blocks written to cold) and started again:
+        # warm empty, every block on disk
+        with __import__("kvtier").Client(d.sock) as c:
+            c.flush()
+        d.stop()
+        d.start()
+        warm_after = d.stats()["tier"]["warm"]
+        cold_file = os.path.join(d.dir, "data", "cold.data")
+        c_ = run_instance(work, "ttft-cold", model, spec["dtype"],
+                          [{"ttft": "cold", "prompt": prompts[n]} for n in lengths], d, ext)
+        cold_hits = d.stats()["tier"]["cold"]["hits"]
+        d.stop()
+        disk_s = {n: disk_read_s(cold_file, (n - 1) // BLOCK * block_bytes) for n in lengths}
+    finally:
+        d.remove()
+    print("  tierd after its restart: warm tier %s; cold hits in the cold instance: %d"
+          % ({k: warm_after[k] for k in list(warm_after)[:4]}, cold_hits))
+    ok = []
+    for i, n in enumerate(lengths):
+        rec, inb = a[2 * i], a[2 * i + 1]
+        warm, cold = b[i], c_[i]
+        k = names[n]
+        disk = disk_s[n]
+        bench("ttft_%s_recompute" % k, rec["s"], "s")
+        bench("ttft_%s_in_engine_hit" % k, inb["s"], "s")
+        ok.append(bench("ttft_%s_warm_hit" % k, warm["s"], "s", "<=", 1.25 * inb["s"]))
+        bench("ttft_%s_warm_vs_in_engine" % k, warm["s"] / inb["s"], "x", "<=", 1.25)
+        bench("ttft_%s_cold_disk_time" % k, disk, "s")
+        bench("ttft_%s_cold_2x_in_engine" % k, 2 * inb["s"], "s")
+        ok.append(bench("ttft_%s_cold_hit" % k, cold["s"], "s", "<=", 2 * inb["s"] + disk))
+        bench("ttft_%s_kvtier_tokens_warm" % k, warm["external_prefix_cache_hits"], "tokens")
+        bench("ttft_%s_kvtier_tokens_cold" % k, cold["external_prefix_cache_hits"], "tokens")
+        same = rec["tokens"] == inb["tokens"] == warm["tokens"] == cold["tokens"]
+        print("  %s: first token %s four ways (%s)" % (k, "identical" if same else "DIFFERS",
+              [x["tokens"] for x in (rec, inb, warm, cold)]))
+        results[k] = same
+    return ok
+
+
+def trace_requests(n, tokens_per_hash, max_hash_ids, max_out):
+    """The first n requests of the trace: a prompt of token ids (hash id h is
+    a block of tokens drawn from seed h; input_length scaled as the block;
+    at most max_hash_ids blocks, the leading ones, where prefixes are
+    shared) and a number of tokens out. Also the share of the prompts'
+    blocks that continue a prefix an earlier request had: what any prefix
+    cache could serve at best."""
+    out, seen, blocks, again = [], set(), 0, 0
+    with open(TRACE) as f:
+        for line in f:
+            if len(out) == n:
+                break
+            r = json.loads(line)
+            ids = r["hash_ids"][:max_hash_ids]
+            run = True
+            for i in range(len(ids)):
+                run = run and tuple(ids[:i + 1]) in seen
+                again += run
+                seen.add(tuple(ids[:i + 1]))
+            blocks += len(ids)
+            toks = []
+            for h in ids:
+                g = random.Random(h)
+                toks += [g.randrange(3, 30000) for _ in range(tokens_per_hash)]
+            want = max(1, math.ceil(r["input_length"] * tokens_per_hash / 512))
+            out.append((toks[:min(want, len(toks))], max(1, min(r["output_length"], max_out))))
+    return out, len(seen), again / max(blocks, 1)
+
+
+def replay_figures(work, model, spec, n_req, tph, max_ids, max_out, kv_blocks):
+    reqs, uniq, share = trace_requests(n_req, tph, max_ids, max_out)
+    block_bytes = kv_bytes_per_token(spec) * BLOCK
+    print("  replay: the first %d requests of %s, %d prompt tokens (%d per hash id, at most "
+          "%d hash ids a prompt; %d distinct prefixes: %.0f MiB of KV), at most %d tokens "
+          "out, all submitted at once; vLLM's KV cache %d blocks of %d tokens (%.0f MiB)"
+          % (len(reqs), os.path.basename(TRACE), sum(len(p) for p, _ in reqs), tph, max_ids,
+             uniq, uniq * block_bytes / 2**20, max_out, kv_blocks, BLOCK,
+             kv_blocks * block_bytes / 2**20), flush=True)
+    bench("replay_prefix_repeat_share", share, "ratio")
+    size = "%dM" % (2 * uniq * block_bytes // (1 << 20) + 64)
+    # vLLM refuses a max_model_len its KV cache cannot hold
+    max_len = (max(len(p) + n for p, n in reqs) // BLOCK + 1) * BLOCK
+    if max_len > kv_blocks * BLOCK:
+        raise SystemExit("bench_vllm: %d KV blocks cannot hold a %d-token request"
+                         % (kv_blocks, max_len))
+    runs = {}
+    for name, ext in (("without", None), ("sync", {"async": False}),
+                      ("async", {"async": True})):
+        d = None if ext is None else Tierd(work, size, size)
+        try:
+            if d is not None:
+                ext = dict(ext, socket=d.sock)
+            runs[name] = run_instance(work, "replay-" + name, model, spec["dtype"],
+                                      [{"replay": reqs}], d, ext, kv_blocks, max_len)[0]
+        finally:
+            if d is not None:
+                d.remove()
+    for name, r in runs.items():
+        t = sorted(x for x in r["ttfts"] if x is not None)
+        label = "replay_%s" % ("without_kvtier" if name == "without" else "kvtier_" + name)
+        r["rps"] = len(reqs) / r["s"]
+        bench(label + "_requests_per_s", r["rps"], "req/s")
+        bench(label + "_ttft_mean", sum(t) / len(t), "s")
+        bench(label + "_ttft_p99", t[min(len(t) - 1, int(math.ceil(0.99 * len(t))) - 1)], "s")
+        bench(label + "_kvtier_tokens", r.get("external_prefix_cache_hits", 0), "tokens")
+        bench(label + "_in_engine_tokens", r.get("prefix_cache_hits", 0), "tokens")
+        if name != "without":
+            diff = sum(a != b for a, b in zip(r["tokens"], runs["without"]["tokens"]))
+            print("  %s: %d of %d requests generated other tokens than without kvtier"
+                  % (label, diff, len(reqs)))
+    ok = [bench("replay_requests_per_s_kvtier_vs_without",
+                runs["async"]["rps"] / runs["without"]["rps"], "x", ">=", 1.5),
+          bench("replay_requests_per_s_async_vs_sync",
+                runs["async"]["rps"] / runs["sync"]["rps"], "x", ">=", 1.0)]
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--instance")
+    ap.add_argument("--model", default="llama-24L-gqa", choices=sorted(MODELS))
+    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--tokens-per-hash", type=int, default=BLOCK)
+    # sized for 2 shared AVX2 cores (about 40 prompt tokens/s for this model):
+    # the whole bench in about 30 minutes
+    ap.add_argument("--max-hash-ids", type=int, default=2)
+    ap.add_argument("--max-out", type=int, default=2)
+    ap.add_argument("--kv-blocks", type=int, default=32)
+    ap.add_argument("--quick", action="store_true",
+                    help="a 512- and a 1024-token prompt and 20 requests: checks the bench runs")
+    ap.add_argument("--lengths", type=lambda v: [int(x) for x in v.split(",")],
+                    default=[4096, 16384], help="the TTFT prompts' lengths (tokens)")
+    ap.add_argument("--part", choices=("all", "ttft", "replay"), default="all")
+    ap.add_argument("--work", default=os.path.join(SRC, "build", "bench-vllm"))
+    a = ap.parse_args()
+    if a.instance:
+        return instance(a.instance)
+    sys.path.insert(0, os.path.join(SRC, "client", "python"))
+    os.environ.setdefault("KVTIER_LIB", os.path.join(BIN, "libkvtier.so"))
+    spec = MODELS[a.model]
+    lengths = [512, 1024] if a.quick else a.lengths
+    n_req = 20 if a.quick else a.requests
+    shutil.rmtree(a.work, ignore_errors=True)
+    os.makedirs(a.work)
+    t0 = time.monotonic()
+    model = os.path.join(a.work, a.model)
+    make_model(spec, model)
+    print("bench-vllm: model %s (%s), random weights, %s; %d bytes of KV per token; "
+          "vLLM block size %d; nproc %d; load average %.1f" % (a.model, ", ".join("%s=%s" % kv for kv in
+          spec.items()), spec["dtype"], kv_bytes_per_token(spec), BLOCK, os.cpu_count(),
+          os.getloadavg()[0]),
+          flush=True)
+    same = {}
+    ok = []
+    if a.part in ("all", "ttft"):
+        ok += ttft_figures(a.work, model, spec, lengths, same)
+    if a.part in ("all", "replay"):
+        ok += replay_figures(a.work, model, spec, n_req, a.tokens_per_hash, a.max_hash_ids,
+                             a.max_out, a.kv_blocks)
+    met = sum(1 for x in ok if x)
+    print("bench-vllm: %d of %d targets met; %.0f s in all; load average at the end %.1f "
+          "(this machine's CPUs are shared: figures move with the others' load)"
+          % (met, len(ok), time.monotonic() - t0, os.getloadavg()[1]))
+
+
+if __name__ == "__main__":
+    main()
