@@ -4,8 +4,9 @@
  * them: the session and what it holds (leases, pins, reservations, its one
  * pending request), and the calls each of the three files offers the
  * others. sess.c owns the session's life, the framing, the replies and the
- * timer; sess_data.c the data operations; sess_admin.c the handshake and
- * the operators' requests.
+ * timer; sess_data.c the data operations and the pending request;
+ * sess_pin.c the pins; sess_admin.c the handshake and the operators'
+ * requests.
  */
 #ifndef SESS_INT_H
 #define SESS_INT_H
@@ -19,6 +20,7 @@
 
 struct tierd;
 struct tenant;
+struct tier_key;
 
 struct lease {
     uint64_t id;   /* as told to the client: from the session's random start */
@@ -120,6 +122,19 @@ struct sess {
     struct sess *dead_next;    /* closed sessions, until sess_reap() */
 };
 
+/* A keys request (LOOKUP, PUT_*, GET, REMOVE), decoded and checked by
+ * sess_data.c's parse_keys; keys and parent point into the message. */
+struct kreq {
+    uint32_t ns_id;
+    uint32_t n;
+    uint32_t flags;
+    uint32_t deadline_ms;
+    uint64_t block_bytes;
+    const struct tier_key *parent; /* NULL: none */
+    uint64_t pin_id;               /* KVT_WIRE_KF_PIN: the pin to extend (0: a new one) */
+    const struct tier_key *keys;
+};
+
 /* Every open session, newest first; a walk that may close sessions takes
  * next before each step (a closed session's next stays valid). */
 extern struct sess *sess_all;
@@ -155,10 +170,9 @@ static inline uint64_t sess_earliest(uint64_t a, uint64_t b)
 /* LOOKUP, PUT_RESERVE, PUT_COMMIT, PUT_ABORT, GET, REMOVE. */
 int sess_op_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body);
 int sess_op_release(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body);
-int sess_op_unpin(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body);
 
-/* Release s's pins that expired and answer its pending request if its
- * deadline passed, at now; returns next lowered to s's next deadline. */
+/* Release s's pins that expired (sess_pin_expire) and answer its pending
+ * request if its deadline passed, at now; returns next lowered to s's next deadline. */
 uint64_t sess_data_expire(struct sess *s, uint64_t now, uint64_t next);
 
 /* Give back everything s holds in the store (its pending get's leases, its
@@ -168,6 +182,28 @@ size_t sess_data_reclaim(struct sess *s);
 
 /* Free what sess_data.c allocated for s (after sess_data_reclaim). */
 void sess_data_free(struct sess *s);
+
+/* ---- sess_pin.c: pinning lookups' holds ------------------------------ */
+
+/* Pin the first `local` keys of k (a pinning lookup), as far as the
+ * tenant's pin budget goes: a new pin, or k->pin_id extended (a longer
+ * chain's next batch), held k->deadline_ms from now. 0 and *out, or the
+ * error. */
+int sess_pin_run(struct sess *s, const struct kreq *k, uint32_t local,
+                 struct kvt_wire_pin_rep *out);
+
+/* UNPIN: a pin of any session of the tenant, by id. */
+int sess_op_unpin(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body);
+
+/* Release s's pins that expired at now; returns next lowered to the
+ * earliest expiry left. */
+uint64_t sess_pin_expire(struct sess *s, uint64_t now, uint64_t next);
+
+/* Give back s's pins (its session goes); returns the blocks they held. */
+size_t sess_pin_reclaim(struct sess *s);
+
+/* Free s's pins (after sess_pin_reclaim). */
+void sess_pin_free(struct sess *s);
 
 /* ---- sess_admin.c: the handshake, namespaces, operators' requests ----- */
 
