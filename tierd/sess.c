@@ -478,6 +478,50 @@ static int admit(struct tierd *d, const struct tenant *t, const struct ucred *cr
     return 0;
 }
 
+/* A session for the connection fd of a peer with credentials cr, on l and
+ * the session list; refuse != 0: it is told so at its first message, else it
+ * is a client of tenant t. NULL (fd dropped): out of memory. */
+static struct sess *sess_new(struct tierd *d, struct ev_loop *l, int fd,
+                             const struct ucred *cr, struct tenant *t, int refuse)
+{
+    struct sess *s = calloc(1, sizeof(*s));
+
+    if (!s || ev_add(l, fd, on_read, s) < 0) {
+        free(s);
+        drop(fd);
+        return NULL;
+    }
+    s->d = d;
+    s->fd = fd;
+    s->id = new_sess_id();
+    if (getrandom(&s->pin_seq, sizeof(s->pin_seq), GRND_NONBLOCK) != sizeof(s->pin_seq))
+        s->pin_seq = (uint32_t)tierd_now_ms(); /* (no entropy yet at boot) */
+    if (getrandom(&s->lease_seq, sizeof(s->lease_seq), GRND_NONBLOCK) != sizeof(s->lease_seq))
+        s->lease_seq = tierd_now_ms() << 20; /* (no entropy yet at boot) */
+    s->uid = cr->uid;
+    s->pid = cr->pid;
+    s->refuse = refuse;
+    if (d->handshake_ms) {
+        s->hs_deadline_ms = tierd_now_ms() + d->handshake_ms;
+        sess_arm_timer(s->hs_deadline_ms);
+    }
+    s->next = sess_all;
+    if (sess_all)
+        sess_all->prev = s;
+    sess_all = s;
+    if (refuse) {
+        refusing++;
+        return s;
+    }
+    s->t = t;
+    t->clients++;
+    d->clients++;
+    if (d->verbose)
+        tierd_log("session %u: pid %d uid %d connected, tenant %s", s->id, (int)cr->pid,
+                  (int)cr->uid, t->name);
+    return s;
+}
+
 void sess_on_accept(struct ev_loop *l, int lfd, uint32_t events, void *ctx)
 {
     struct tierd *d = ctx;
@@ -491,7 +535,6 @@ void sess_on_accept(struct ev_loop *l, int lfd, uint32_t events, void *ctx)
         struct ucred cr;
         socklen_t cl = sizeof(cr);
         struct tenant *t = NULL;
-        struct sess *s;
         int refuse = 0;
 
         if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
@@ -518,40 +561,6 @@ void sess_on_accept(struct ev_loop *l, int lfd, uint32_t events, void *ctx)
             drop(fd);
             continue;
         }
-        s = calloc(1, sizeof(*s));
-        if (!s || ev_add(l, fd, on_read, s) < 0) {
-            free(s);
-            drop(fd);
-            continue;
-        }
-        s->d = d;
-        s->fd = fd;
-        s->id = new_sess_id();
-        if (getrandom(&s->pin_seq, sizeof(s->pin_seq), GRND_NONBLOCK) != sizeof(s->pin_seq))
-            s->pin_seq = (uint32_t)tierd_now_ms(); /* (no entropy yet at boot) */
-        if (getrandom(&s->lease_seq, sizeof(s->lease_seq), GRND_NONBLOCK) !=
-            sizeof(s->lease_seq))
-            s->lease_seq = tierd_now_ms() << 20; /* (no entropy yet at boot) */
-        s->uid = cr.uid;
-        s->pid = cr.pid;
-        s->refuse = refuse;
-        if (d->handshake_ms) {
-            s->hs_deadline_ms = tierd_now_ms() + d->handshake_ms;
-            sess_arm_timer(s->hs_deadline_ms);
-        }
-        s->next = sess_all;
-        if (sess_all)
-            sess_all->prev = s;
-        sess_all = s;
-        if (refuse) {
-            refusing++;
-            continue;
-        }
-        s->t = t;
-        t->clients++;
-        d->clients++;
-        if (d->verbose)
-            tierd_log("session %u: pid %d uid %d connected, tenant %s", s->id, (int)cr.pid,
-                      (int)cr.uid, t->name);
+        sess_new(d, l, fd, &cr, t, refuse);
     }
 }
