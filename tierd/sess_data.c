@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * sess_data.c - a session's data operations: lookup (and its pin),
- * reserve, commit (and the durable commit), abort, get, release, unpin,
- * remove; what a session holds for them (reservations, leases; its pins
- * are sess_pin.c's) and gives back; the one request a session may have waiting, for the disk or
+ * sess_data.c - a session's data operations: lookup, reserve, commit
+ * (and the durable commit), abort, get, release, remove; what a session
+ * holds for them (reservations, leases; its pins are sess_pin.c's) and
+ * gives back; the one request a session may have waiting, for the disk or
  * the remote tier, answered when what it waits for lands or at its
  * deadline.
  *

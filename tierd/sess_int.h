@@ -54,21 +54,24 @@ struct pending {
     uint64_t deadline_ms;    /* CLOCK_MONOTONIC ms; 0: none */
     uint64_t t0_ns;          /* when the request came (metrics_req_start; 0: none) */
     union {
-        struct {             /* SESS_PEND_GET: bufs.ids[n] leased, bufs.ready[] as they land */
+        /* SESS_PEND_GET: bufs.ids[n] leased, bufs.ready[] set as they land */
+        struct {
             uint32_t n;
             uint32_t waiting; /* of those, still on their way */
             uint32_t fail_at; /* first block lost (n: none) */
             uint32_t ns_id;   /* its namespace (for the metrics) */
             bool hot;         /* the client reads hot slots (bufs.tiers follow bufs.offs) */
         } get;
-        struct {             /* SESS_PEND_COMMIT: bufs.ids[n] written, bufs.ready[] as they land */
+        /* SESS_PEND_COMMIT: bufs.ids[n] written, bufs.ready[] set as they land */
+        struct {
             uint32_t n;
             uint32_t waiting; /* of those, still being written */
             uint32_t count;   /* blocks committed */
             int err;          /* first write error */
             bool armed;       /* the store call returned: waiting is known */
         } commit;
-        struct {             /* SESS_PEND_REMOTE: nothing leased; bufs.body and bufs.tiers kept */
+        /* SESS_PEND_REMOTE: nothing leased; bufs.body and bufs.tiers kept */
+        struct {
             uint32_t base;   /* lookup: the local leading hits before the keys asked */
         } remote;
     } u;
