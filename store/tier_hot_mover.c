@@ -62,14 +62,10 @@ int tier_hot_down(struct tier *t, uint32_t id, void *waiter, uint64_t *warm_off)
 
     if (cls < 0)
         return cls;
-    m = calloc(1, sizeof(*m));
+    m = tier_move_new(&(struct move){ .t = t, .id = id, .hot_down = true, .warm_cls = (uint8_t)cls },
+                      waiter);
     if (!m)
         return -ENOMEM;
-    *m = (struct move){ .t = t, .id = id, .hot_down = true, .warm_cls = (uint8_t)cls };
-    if (tier_wait_add(&m->ws, waiter) < 0) {
-        free(m);
-        return -ENOMEM;
-    }
     rc = tier_alloc_slot(t, cls, id, &m->warm_off);
     if (rc < 0)
         goto out_free;
@@ -174,10 +170,10 @@ static int hot_up(struct tier *t, uint32_t id)
         return hcls;
     if (tier_ram_used(t->hram) + tier_ram_class_slot(t->hram, hcls) > t->hot_high)
         return -ENOSPC;
-    m = calloc(1, sizeof(*m));
+    m = tier_move_new(&(struct move){ .t = t, .id = id, .hot_up = true, .hot_cls = (uint8_t)hcls },
+                      NULL);
     if (!m)
         return -ENOMEM;
-    *m = (struct move){ .t = t, .id = id, .hot_up = true, .hot_cls = (uint8_t)hcls };
     rc = tier_ram_alloc(t->hram, hcls, id, &m->hot_off);
     if (rc < 0)
         goto out_free;
