@@ -257,7 +257,6 @@ Test(tierd_cold, a_get_deadline_turns_slow_disk_reads_into_misses)
     kvt_ns *ns;
     kvt_stats st;
     kvt_key k[NB];
-    void *slots[NB];
     const void *got[NB];
     kvt_lease lease;
     int hits;
@@ -266,10 +265,7 @@ Test(tierd_cold, a_get_deadline_turns_slow_disk_reads_into_misses)
     c = t_connect(&d);
     ns = t_ns(c, BIG);
     t_keys(k, NB, 777);
-    cr_assert_eq(kvt_put_reserve(ns, NULL, k, NB, slots), NB);
-    for (int i = 0; i < NB; i++)
-        t_fill(slots[i], BIG, 700 + (uint64_t)i);
-    cr_assert_eq(kvt_put_commit_flags(ns, k, NB, KVT_COMMIT_DURABLE), NB);
+    cr_assert_eq(t_put_chain(ns, k, NB, BIG, 700, KVT_COMMIT_DURABLE), NB);
     kvt_close(c);
     cr_assert_eq(t_tierd_kill(&d, SIGTERM), 0);
     t_tierd_restart(&d, args); /* now every block is on disk only */
@@ -318,17 +314,13 @@ Test(tierd_cold, durable_commit_larger_than_the_queue_answers)
     kvt_client *c;
     kvt_ns *ns;
     kvt_key k[NB];
-    void *slots[NB];
     kvt_stats st;
 
     t_tierd_start(&d, args);
     c = t_connect(&d);
     ns = t_ns(c, SMALL);
     t_keys(k, NB, 4242);
-    cr_assert_eq(kvt_put_reserve(ns, NULL, k, NB, slots), NB);
-    for (int i = 0; i < NB; i++)
-        t_fill(slots[i], SMALL, (uint64_t)i);
-    cr_assert_eq(kvt_put_commit_flags(ns, k, NB, KVT_COMMIT_DURABLE), NB);
+    cr_assert_eq(t_put_chain(ns, k, NB, SMALL, 0, KVT_COMMIT_DURABLE), NB);
     cr_assert_eq(kvt_stats_get(c, &st), 0);
     cr_assert_eq(st.demotions, NB, "every block durable before the reply: %llu",
                  (unsigned long long)st.demotions);
