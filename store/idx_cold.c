@@ -193,6 +193,22 @@ int idx_cold_del(struct idx_cold *x, uint32_t ns, const struct tier_key *key)
     return rc ? err(x, "commit", rc) : 0;
 }
 
+/* A transaction (flags: mdb_txn_begin's) and a cursor on the records in it;
+ * the error already said when either fails. */
+static int txn_cursor(struct idx_cold *x, unsigned flags, MDB_txn **txn, MDB_cursor **cur)
+{
+    int rc = mdb_txn_begin(x->env, NULL, flags, txn);
+
+    if (rc)
+        return err(x, "begin", rc);
+    rc = mdb_cursor_open(*txn, x->dbi, cur);
+    if (rc) {
+        mdb_txn_abort(*txn);
+        return err(x, "cursor", rc);
+    }
+    return 0;
+}
+
 int idx_cold_del_ns(struct idx_cold *x, uint32_t ns,
                     void (*fn)(void *ctx, const struct idx_cold_rec *rec), void *ctx)
 {
@@ -201,15 +217,10 @@ int idx_cold_del_ns(struct idx_cold *x, uint32_t ns,
     MDB_val k = { KEY_BYTES, kb }, v;
     MDB_cursor *cur;
     MDB_txn *txn;
-    int rc = mdb_txn_begin(x->env, NULL, 0, &txn), n = 0;
+    int rc = txn_cursor(x, 0, &txn, &cur), n = 0;
 
     if (rc)
-        return err(x, "begin", rc);
-    rc = mdb_cursor_open(txn, x->dbi, &cur);
-    if (rc) {
-        mdb_txn_abort(txn);
-        return err(x, "cursor", rc);
-    }
+        return rc;
     /* a namespace's records are one run of keys: its id comes first */
     make_key(kb, ns, &zero);
     /* after a delete the cursor sits on the next record: MDB_NEXT returns it */
@@ -265,15 +276,10 @@ int idx_cold_scan(struct idx_cold *x,
     MDB_txn *txn;
     MDB_cursor *cur;
     MDB_val k, v;
-    int rc = mdb_txn_begin(x->env, NULL, MDB_RDONLY, &txn), stop = 0;
+    int rc = txn_cursor(x, MDB_RDONLY, &txn, &cur), stop = 0;
 
     if (rc)
-        return err(x, "begin", rc);
-    rc = mdb_cursor_open(txn, x->dbi, &cur);
-    if (rc) {
-        mdb_txn_abort(txn);
-        return err(x, "cursor", rc);
-    }
+        return rc;
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0 && !stop;
          rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         const uint8_t *kb = k.mv_data;

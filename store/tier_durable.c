@@ -89,16 +89,11 @@ void tier_durable_after(struct tier *t, uint32_t id, struct waiters *dws, int rc
     }
 }
 
-/* id, which durable commits waited for, was committed: start their writes.
- * Its entries leave the list before any write starts: a write can evict a
- * block from the disk, and that block's own waits are failed (and freed)
- * from within, so nothing may hold a pointer into the list meanwhile. */
-void tier_dwaits_run(struct tier *t, uint32_t id)
+/* Takes id's waits off the list and returns them as a list of their own. */
+static struct dwait *dwaits_take(struct tier *t, uint32_t id)
 {
     struct dwait *mine = NULL, **pp = &t->dwaits;
 
-    if (idx_at(t->idx, id)->state != IDX_COMMITTED)
-        return;
     while (*pp) {
         struct dwait *d = *pp;
 
@@ -110,6 +105,20 @@ void tier_dwaits_run(struct tier *t, uint32_t id)
         d->next = mine;
         mine = d;
     }
+    return mine;
+}
+
+/* id, which durable commits waited for, was committed: start their writes.
+ * Its entries leave the list before any write starts: a write can evict a
+ * block from the disk, and that block's own waits are failed (and freed)
+ * from within, so nothing may hold a pointer into the list meanwhile. */
+void tier_dwaits_run(struct tier *t, uint32_t id)
+{
+    struct dwait *mine;
+
+    if (idx_at(t->idx, id)->state != IDX_COMMITTED)
+        return;
+    mine = dwaits_take(t, id);
     while (mine) {
         struct dwait *d = mine;
         int r = idx_at(t->idx, id)->state == IDX_COMMITTED ? durable_one(t, id, d->waiter)
@@ -158,19 +167,8 @@ void tier_dwaits_retry(struct tier *t)
  * within (no pointer into it may be held across a callback). */
 void tier_dwaits_fail(struct tier *t, uint32_t id, int rc)
 {
-    struct dwait *mine = NULL, **pp = &t->dwaits;
+    struct dwait *mine = dwaits_take(t, id);
 
-    while (*pp) {
-        struct dwait *d = *pp;
-
-        if (d->id != id) {
-            pp = &d->next;
-            continue;
-        }
-        *pp = d->next;
-        d->next = mine;
-        mine = d;
-    }
     while (mine) {
         struct dwait *d = mine;
 

@@ -87,17 +87,19 @@ size_t tier_prefetch(struct tier *t, uint32_t ns, uint64_t block_bytes,
     return started;
 }
 
-/* Whether entry id (TIER_NONE: none) is committed and can take one more
- * lease: a count that would wrap would free a block still leased, so the
- * key is a miss instead. */
-static bool leasable(const struct tier *t, uint32_t id)
+/* key's entry (*id gets its id) if it is committed and can take one more
+ * lease, else NULL: a count that would wrap would free a block still
+ * leased, so the key is a miss instead. */
+static struct idx_entry *leasable(struct tier *t, uint32_t ns, const struct tier_key *key,
+                                  uint32_t *id)
 {
-    const struct idx_entry *e;
+    struct idx_entry *e;
 
-    if (id == TIER_NONE)
-        return false;
-    e = idx_at(t->idx, id);
-    return e->state == IDX_COMMITTED && e->leases < UINT32_MAX;
+    *id = idx_find(t->idx, ns, key);
+    if (*id == TIER_NONE)
+        return NULL;
+    e = idx_at(t->idx, *id);
+    return e->state == IDX_COMMITTED && e->leases < UINT32_MAX ? e : NULL;
 }
 
 size_t tier_pin(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
@@ -107,12 +109,11 @@ size_t tier_pin(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct 
     size_t i;
 
     for (i = 0; i < n; i++) {
-        uint32_t id = idx_find(t->idx, ns, &keys[i]);
-        struct idx_entry *e;
+        uint32_t id;
+        struct idx_entry *e = leasable(t, ns, &keys[i], &id);
 
-        if (!leasable(t, id))
+        if (!e)
             break;
-        e = idx_at(t->idx, id);
         if ((flags & TIER_GET_PROMOTE) && t->hot && e->level != TIER_L_HOT)
             e->flags |= IDX_F_WANTHOT; /* copied up once the pin is released */
         /* read ahead as a prefetch does; with no room for the read now the
@@ -169,12 +170,11 @@ int tier_get_ex(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct 
     if (pending)
         *pending = 0;
     for (i = 0; i < n; i++) {
-        uint32_t id = idx_find(t->idx, ns, &keys[i]);
-        struct idx_entry *e;
+        uint32_t id;
+        struct idx_entry *e = leasable(t, ns, &keys[i], &id);
 
-        if (!leasable(t, id))
+        if (!e)
             break;
-        e = idx_at(t->idx, id);
         if (tiers)
             tiers[i] = TIER_L_WARM;
         ids[i] = id;

@@ -52,24 +52,29 @@ static void on_hot_down(void *ctx, int rc)
     free(dws.w);
 }
 
+/* The class in pool to for id's slot size (*slot gets it) in pool from:
+ * a copy between hot and warm keeps the size. */
+static int class_across(struct tier *t, uint32_t id, const struct tier_ram *from,
+                        struct tier_ram *to, uint64_t *slot)
+{
+    *slot = tier_ram_class_slot(from, idx_at(t->idx, id)->cls);
+    return tier_ram_class(to, *slot);
+}
+
 /* Start copying id (committed, in hot) down into a new warm slot. */
 int tier_hot_down(struct tier *t, uint32_t id, void *waiter, uint64_t *warm_off)
 {
-    struct idx_entry *e = idx_at(t->idx, id);
-    uint64_t slot = tier_ram_class_slot(t->hram, e->cls);
-    int cls = tier_ram_class(t->ram, slot), rc;
+    uint64_t slot;
+    int cls = class_across(t, id, t->hram, t->ram, &slot), rc;
+    struct idx_entry *e;
     struct move *m;
 
     if (cls < 0)
         return cls;
-    m = calloc(1, sizeof(*m));
+    m = tier_move_new(&(struct move){ .t = t, .id = id, .hot_down = true, .warm_cls = (uint8_t)cls },
+                      waiter);
     if (!m)
         return -ENOMEM;
-    *m = (struct move){ .t = t, .id = id, .hot_down = true, .warm_cls = (uint8_t)cls };
-    if (tier_wait_add(&m->ws, waiter) < 0) {
-        free(m);
-        return -ENOMEM;
-    }
     rc = tier_alloc_slot(t, cls, id, &m->warm_off);
     if (rc < 0)
         goto out_free;
@@ -166,18 +171,18 @@ static void on_hot_up(void *ctx, int rc)
 static int hot_up(struct tier *t, uint32_t id)
 {
     struct idx_entry *e = idx_at(t->idx, id);
-    uint64_t slot = tier_ram_class_slot(t->ram, e->cls);
-    int hcls = tier_ram_class(t->hram, slot), rc;
+    uint64_t slot;
+    int hcls = class_across(t, id, t->ram, t->hram, &slot), rc;
     struct move *m;
 
     if (hcls < 0)
         return hcls;
     if (tier_ram_used(t->hram) + tier_ram_class_slot(t->hram, hcls) > t->hot_high)
         return -ENOSPC;
-    m = calloc(1, sizeof(*m));
+    m = tier_move_new(&(struct move){ .t = t, .id = id, .hot_up = true, .hot_cls = (uint8_t)hcls },
+                      NULL);
     if (!m)
         return -ENOMEM;
-    *m = (struct move){ .t = t, .id = id, .hot_up = true, .hot_cls = (uint8_t)hcls };
     rc = tier_ram_alloc(t->hram, hcls, id, &m->hot_off);
     if (rc < 0)
         goto out_free;

@@ -234,6 +234,8 @@ void tier_moves_del(struct tier *t, struct move *m);
 /* id's move of kind k in flight, or NULL. O(moves in flight). */
 struct move *tier_move_of(struct tier *t, uint32_t id, enum move_kind k);
 int tier_wait_add(struct waiters *ws, void *w); /* once; NULL waits for nothing; -ENOMEM */
+/* A new move, a copy of init, waited for by waiter (NULL: nobody); NULL: no memory. */
+struct move *tier_move_new(const struct move *init, void *waiter);
 /* Tell a move's waiters (it has left the list) its outcome, then free it. */
 void tier_move_done(struct tier *t, struct move *m, int rc);
 

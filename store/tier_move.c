@@ -72,6 +72,20 @@ static void wait_del(struct waiters *ws, void *w)
             ws->w[i--] = ws->w[--ws->n];
 }
 
+struct move *tier_move_new(const struct move *init, void *waiter)
+{
+    struct move *m = calloc(1, sizeof(*m));
+
+    if (!m)
+        return NULL;
+    *m = *init;
+    if (tier_wait_add(&m->ws, waiter) < 0) {
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
 /* Tell every waiter of a move that has left the list of moves (so a
  * callback that forgets a waiter cannot change it under us), then free it. */
 void tier_move_done(struct tier *t, struct move *m, int rc)

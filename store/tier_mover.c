@@ -59,17 +59,12 @@ int tier_demote_for(struct tier *t, uint32_t id, bool evict, void *waiter)
 {
     struct idx_entry *e = idx_at(t->idx, id);
     uint64_t slot = tier_ram_class_slot(t->ram, e->cls);
-    struct move *m = calloc(1, sizeof(*m));
+    struct move *m = tier_move_new(&(struct move){ .t = t, .id = id, .evict = evict }, waiter);
     const struct tier_key *parent = NULL;
     int rc;
 
     if (!m)
         return -ENOMEM;
-    *m = (struct move){ .t = t, .id = id, .evict = evict };
-    if (tier_wait_add(&m->ws, waiter) < 0) {
-        free(m);
-        return -ENOMEM;
-    }
     if (e->parent != TIER_NONE)
         parent = &idx_at(t->idx, e->parent)->key;
     /* a full disk makes room leaf-first; -ENOSPC only when nothing can go */
@@ -313,14 +308,9 @@ int tier_promote(struct tier *t, uint32_t id, uint64_t slot, void *waiter)
 
     if (cls < 0)
         return cls;
-    m = calloc(1, sizeof(*m));
+    m = tier_move_new(&(struct move){ .t = t, .id = id, .promote = true }, waiter);
     if (!m)
         return -ENOMEM;
-    *m = (struct move){ .t = t, .id = id, .promote = true };
-    if (tier_wait_add(&m->ws, waiter) < 0) {
-        free(m);
-        return -ENOMEM;
-    }
     if (idx_at(t->idx, id)->flags & (IDX_F_LRU | IDX_F_CLRU | IDX_F_HLRU))
         tier_lru_unlink(t, id); /* before cls changes: it is not a cold leaf any more */
     /* counted in warm by its parent before the slot is found, so making room

@@ -201,6 +201,9 @@ void t_tierd_start(struct t_tierd *d, const char *const *args)
     start_in(d, args);
 }
 
+const char *const t_small_warm[] = { "--warm-bytes", "32M", "--high-wm", "0.75",
+                                     "--low-wm", "0.5", "--cold-bytes", "256M", NULL };
+
 void t_tierd_restart(struct t_tierd *d, const char *const *args)
 {
     cr_assert_eq(d->pid, 0, "restart of a tierd that still runs");

@@ -30,6 +30,9 @@ struct t_tierd {
 void t_tierd_start(struct t_tierd *d, const char *const *args);
 /* Start a tierd again on the same folder (after t_tierd_kill). */
 void t_tierd_restart(struct t_tierd *d, const char *const *args);
+/* tierd's arguments for a small warm tier over a disk: 32 MiB of warm,
+ * moved down from 75 % to 50 %, 256 MiB of cold (the disk suites'). */
+extern const char *const t_small_warm[];
 /* Send sig, wait, keep the folder; returns the exit status (128+signal). */
 int t_tierd_kill(struct t_tierd *d, int sig);
 /* SIGTERM it, wait, and assert a clean exit (status 0). Removes the dir. */

@@ -850,8 +850,6 @@ Test(tier_faults, random_faults_never_serve_wrong_bytes, .init = fx_init)
 #define DBLK (1u << 20)
 #define CHAIN 8
 
-static const char *const small_warm[] = { "--warm-bytes", "32M", "--high-wm", "0.75",
-                                          "--low-wm", "0.5", "--cold-bytes", "256M", NULL };
 static uint8_t dbuf[CHAIN][DBLK];
 
 static int d_put_chain(kvt_ns *ns, int c, unsigned flags)
@@ -881,14 +879,14 @@ Test(tier_faults, tierd_turns_read_faults_into_misses_and_keeps_serving, .init =
     int short_gets = 0;
 
     setenv(TIER_NVME_FAULTS_ENV, "read:eio:every=2", 1); /* inherited by tierd */
-    t_tierd_start(&d, small_warm);
+    t_tierd_start(&d, t_small_warm);
     c = t_connect(&d);
     ns = t_ns(c, DBLK);
     for (int ch = 0; ch < 3; ch++)
         cr_assert_eq(d_put_chain(ns, ch, KVT_COMMIT_DURABLE), CHAIN, "chain %d", ch);
     kvt_close(c);
     cr_assert_eq(t_tierd_kill(&d, SIGTERM), 0);
-    t_tierd_restart(&d, small_warm); /* every block on disk only; faults still on */
+    t_tierd_restart(&d, t_small_warm); /* every block on disk only; faults still on */
     c = t_connect(&d);
     ns = t_ns(c, DBLK);
     for (int ch = 0; ch < 3; ch++) {

@@ -30,10 +30,19 @@ static uint64_t rnd(uint64_t *s)
     return *s;
 }
 
+/* A store of warm only, created as cfg asks (the test fails if it cannot be). */
+static struct tier *open_store(struct tier_cfg cfg)
+{
+    struct tier *t = NULL;
+
+    cr_assert_eq(tier_create(&cfg, &t), 0);
+    return t;
+}
+
 static void run(uint64_t seed, int steps)
 {
-    struct tier_cfg cfg = { .warm_bytes = 8u << 20, .high_wm = 0.9, .low_wm = 0.6 };
-    struct tier *t = NULL;
+    struct tier *t =
+        open_store((struct tier_cfg){ .warm_bytes = 8u << 20, .high_wm = 0.9, .low_wm = 0.6 });
     struct tier_key keys[NKEYS];
     static struct held lease[64];
     static uint32_t resv[NOWN][4096];
@@ -41,7 +50,6 @@ static void run(uint64_t seed, int steps)
     uint64_t s = seed | 1;
     char why[256];
 
-    cr_assert_eq(tier_create(&cfg, &t), 0);
     t_keys((kvt_key *)keys, NKEYS, seed);
     for (int step = 0; step < steps; step++) {
         int op = (int)(rnd(&s) % 8), own = (int)(rnd(&s) % NOWN);
@@ -131,15 +139,13 @@ Test(tier_invariants, random_operations_keep_every_invariant)
 
 Test(tier_invariants, check_catches_a_broken_counter)
 {
-    struct tier_cfg cfg = { .warm_bytes = 8u << 20 };
-    struct tier *t = NULL;
+    struct tier *t = open_store((struct tier_cfg){ .warm_bytes = 8u << 20 });
     struct tier_key k[2];
     uint32_t ids[2];
     uint64_t offs[2];
     char why[256];
 
     /* the checker must be able to fail: a leaked lease breaks the counters */
-    cr_assert_eq(tier_create(&cfg, &t), 0);
     t_keys((kvt_key *)k, 2, 3);
     cr_assert_eq(tier_reserve(t, 1, 4096, 1, NULL, k, 2, ids, offs), 2);
     cr_assert_eq(tier_commit(t, 1, 4096, 1, k, 2), 2);
@@ -157,14 +163,12 @@ Test(tier_invariants, check_catches_a_broken_counter)
  * nothing, and the block could never be committed or reached. */
 Test(tier_invariants, a_key_equal_to_its_absent_parent_keeps_its_entry)
 {
-    struct tier_cfg cfg = { .warm_bytes = 8u << 20 };
-    struct tier *t = NULL;
+    struct tier *t = open_store((struct tier_cfg){ .warm_bytes = 8u << 20 });
     struct tier_key k[2];
     uint32_t ids[2];
     uint64_t offs[2];
     char why[256];
 
-    cr_assert_eq(tier_create(&cfg, &t), 0);
     t_keys((kvt_key *)k, 1, 5);
     k[1] = k[0]; /* the key twice, under itself */
     cr_assert_eq(tier_reserve(t, 1, 65536, 1, &k[0], k, 2, ids, offs), 1);
@@ -183,14 +187,13 @@ Test(tier_invariants, a_key_equal_to_its_absent_parent_keeps_its_entry)
 Test(tier_invariants, a_ghost_put_under_its_parent_hangs_under_it)
 {
     /* no watermarks: each put makes room for itself, one oldest leaf at a time */
-    struct tier_cfg cfg = { .warm_bytes = 4u << 20, .high_wm = 1.0, .low_wm = 1.0 };
-    struct tier *t = NULL;
+    struct tier *t =
+        open_store((struct tier_cfg){ .warm_bytes = 4u << 20, .high_wm = 1.0, .low_wm = 1.0 });
     struct tier_key k[3], f; /* P, K, C */
     uint32_t ids[1];
     uint64_t offs[1];
     char why[256];
 
-    cr_assert_eq(tier_create(&cfg, &t), 0);
     t_keys((kvt_key *)k, 3, 11);
     cr_assert_eq(tier_reserve(t, 1, 65536, 1, NULL, &k[0], 1, ids, offs), 1);
     cr_assert_eq(tier_reserve(t, 1, 65536, 1, &k[1], &k[2], 1, ids, offs), 1); /* K: a ghost */
@@ -219,14 +222,12 @@ Test(tier_invariants, a_ghost_put_under_its_parent_hangs_under_it)
  * buffer (a client of any tenant could crash tierd). */
 Test(tier_invariants, a_ghost_relinked_above_its_old_chain_keeps_its_parent)
 {
-    struct tier_cfg cfg = { .warm_bytes = 8u << 20 };
-    struct tier *t = NULL;
+    struct tier *t = open_store((struct tier_cfg){ .warm_bytes = 8u << 20 });
     struct tier_key k[6]; /* B, Z, G0, G1, N0, N1 */
     uint32_t ids[2];
     uint64_t offs[2];
     char why[256];
 
-    cr_assert_eq(tier_create(&cfg, &t), 0);
     t_keys((kvt_key *)k, 6, 77);
     /* Z under an absent B (a ghost); then B under G0 and G0 under G1, each
      * aborted: ghosts G1 <- G0 <- B <- Z */

@@ -347,6 +347,24 @@ static kvt_stats raw_stats(int fd, const char *what)
     return st;
 }
 
+/* The socket goes on working after what: STATS, NS_OPEN and a LOOKUP of
+ * the fixture's chain each answer. Returns the STATS reply. */
+static kvt_stats raw_still_serves(int fd, const char *after)
+{
+    struct kvt_wire_ns_req model = test_model(F.blk);
+    char what[128];
+    uint32_t ns_id;
+    kvt_stats st;
+
+    snprintf(what, sizeof(what), "STATS after %s", after);
+    st = raw_stats(fd, what);
+    snprintf(what, sizeof(what), "NS_OPEN after %s", after);
+    ns_id = raw_ns_open(fd, &model, 0, what);
+    snprintf(what, sizeof(what), "LOOKUP after %s", after);
+    raw_lookup_chain(fd, ns_id, what);
+    return st;
+}
+
 /* ---- framing: the connection is closed -------------------------------- */
 
 Test(tierd_bad_input, message_shorter_than_header_closes_connection, .fini = fx_fini)
@@ -526,7 +544,6 @@ Test(tierd_bad_input, wrong_version_gets_eversion_then_close, .fini = fx_fini)
  * proto_errors counts, whether or not the connection survives it. */
 Test(tierd_bad_input, request_before_hello_gets_eproto, .fini = fx_fini)
 {
-    struct kvt_wire_ns_req model = test_model(BLK);
     kvt_stats st;
     size_t blen;
     uint32_t id;
@@ -541,9 +558,7 @@ Test(tierd_bad_input, request_before_hello_gets_eproto, .fini = fx_fini)
     keys_expect(fd, KVT_OP_LOOKUP, blen, KVT_EPROTO, "LOOKUP before HELLO");
     /* the connection is still usable once it says HELLO */
     raw_hello(fd);
-    raw_stats(fd, "STATS after a late HELLO");
-    raw_lookup_chain(fd, raw_ns_open(fd, &model, 0, "NS_OPEN after a late HELLO"),
-                     "LOOKUP after a late HELLO");
+    raw_still_serves(fd, "a late HELLO");
     close(fd);
     st = check_served("requests before HELLO");
     expect_proto_errors(&st, 2, "two requests before HELLO");
@@ -552,7 +567,6 @@ Test(tierd_bad_input, request_before_hello_gets_eproto, .fini = fx_fini)
 Test(tierd_bad_input, unknown_opcode_gets_eproto_and_connection_stays_up, .fini = fx_fini)
 {
     static const uint16_t ops[] = { 0, KVT_OP_MAX_, 0xffff };
-    struct kvt_wire_ns_req model = test_model(BLK);
     uint8_t body[8] = { 0 };
     kvt_stats st;
     int fd;
@@ -567,10 +581,8 @@ Test(tierd_bad_input, unknown_opcode_gets_eproto_and_connection_stays_up, .fini 
         cr_assert_eq(expect_reply(fd, ops[i], id, KVT_EPROTO, NULL, 0, what), 0);
     }
     /* the same socket goes on working, and already sees the count */
-    st = raw_stats(fd, "STATS after unknown opcodes");
+    st = raw_still_serves(fd, "unknown opcodes");
     expect_proto_errors(&st, 3, "three unknown opcodes (raw STATS)");
-    raw_lookup_chain(fd, raw_ns_open(fd, &model, 0, "NS_OPEN after unknown opcodes"),
-                     "LOOKUP after unknown opcodes");
     close(fd);
     st = check_served("unknown opcodes");
     expect_proto_errors(&st, 3, "three unknown opcodes");

@@ -21,9 +21,6 @@
 #define BLK (1u << 20)
 #define CHAIN 8
 
-static const char *const small_warm[] = { "--warm-bytes", "32M", "--high-wm", "0.75",
-                                          "--low-wm", "0.5", "--cold-bytes", "256M", NULL };
-
 static uint8_t buf[CHAIN][BLK];
 
 /* Put chain c (CHAIN blocks, payload seeds c*100+i). */
@@ -66,7 +63,7 @@ Test(tierd_cold, blocks_beyond_warm_go_to_disk_and_come_back)
     kvt_key k[CHAIN];
     uint8_t tiers[CHAIN];
 
-    t_tierd_start(&d, small_warm);
+    t_tierd_start(&d, t_small_warm);
     c = t_connect(&d);
     ns = t_ns(c, BLK);
     for (int ch = 0; ch < 12; ch++) { /* 96 MiB through a 32 MiB warm tier */
@@ -98,14 +95,14 @@ Test(tierd_cold, restart_serves_every_block_from_disk)
     kvt_key k[CHAIN];
     uint8_t tiers[CHAIN];
 
-    t_tierd_start(&d, small_warm);
+    t_tierd_start(&d, t_small_warm);
     c = t_connect(&d);
     ns = t_ns(c, BLK);
     for (int ch = 0; ch < 3; ch++)
         cr_assert_eq(put_chain(ns, ch, 0), CHAIN);
     kvt_close(c);
     cr_assert_eq(t_tierd_kill(&d, SIGTERM), 0, "clean stop (warm flushed to cold)");
-    t_tierd_restart(&d, small_warm);
+    t_tierd_restart(&d, t_small_warm);
     c = t_connect(&d);
     ns = t_ns(c, BLK);
     for (int ch = 0; ch < 3; ch++) {
@@ -196,7 +193,7 @@ Test(tierd_cold, flipped_bytes_on_disk_are_misses)
     char path[400];
     int fd;
 
-    t_tierd_start(&d, small_warm);
+    t_tierd_start(&d, t_small_warm);
     c = t_connect(&d);
     ns = t_ns(c, BLK);
     cr_assert_eq(put_chain(ns, 0, KVT_COMMIT_DURABLE), CHAIN);
@@ -214,7 +211,7 @@ Test(tierd_cold, flipped_bytes_on_disk_are_misses)
         cr_assert_eq(pwrite(fd, &b, 1, at), 1);
     }
     close(fd);
-    t_tierd_restart(&d, small_warm);
+    t_tierd_restart(&d, t_small_warm);
     c = t_connect(&d);
     ns = t_ns(c, BLK);
     cr_assert_eq(get_chain(ns, 0), 0, "corrupt blocks must be misses");
@@ -260,7 +257,6 @@ Test(tierd_cold, a_get_deadline_turns_slow_disk_reads_into_misses)
     kvt_ns *ns;
     kvt_stats st;
     kvt_key k[NB];
-    void *slots[NB];
     const void *got[NB];
     kvt_lease lease;
     int hits;
@@ -269,10 +265,7 @@ Test(tierd_cold, a_get_deadline_turns_slow_disk_reads_into_misses)
     c = t_connect(&d);
     ns = t_ns(c, BIG);
     t_keys(k, NB, 777);
-    cr_assert_eq(kvt_put_reserve(ns, NULL, k, NB, slots), NB);
-    for (int i = 0; i < NB; i++)
-        t_fill(slots[i], BIG, 700 + (uint64_t)i);
-    cr_assert_eq(kvt_put_commit_flags(ns, k, NB, KVT_COMMIT_DURABLE), NB);
+    cr_assert_eq(t_put_chain(ns, k, NB, BIG, 700, KVT_COMMIT_DURABLE), NB);
     kvt_close(c);
     cr_assert_eq(t_tierd_kill(&d, SIGTERM), 0);
     t_tierd_restart(&d, args); /* now every block is on disk only */
@@ -321,17 +314,13 @@ Test(tierd_cold, durable_commit_larger_than_the_queue_answers)
     kvt_client *c;
     kvt_ns *ns;
     kvt_key k[NB];
-    void *slots[NB];
     kvt_stats st;
 
     t_tierd_start(&d, args);
     c = t_connect(&d);
     ns = t_ns(c, SMALL);
     t_keys(k, NB, 4242);
-    cr_assert_eq(kvt_put_reserve(ns, NULL, k, NB, slots), NB);
-    for (int i = 0; i < NB; i++)
-        t_fill(slots[i], SMALL, (uint64_t)i);
-    cr_assert_eq(kvt_put_commit_flags(ns, k, NB, KVT_COMMIT_DURABLE), NB);
+    cr_assert_eq(t_put_chain(ns, k, NB, SMALL, 0, KVT_COMMIT_DURABLE), NB);
     cr_assert_eq(kvt_stats_get(c, &st), 0);
     cr_assert_eq(st.demotions, NB, "every block durable before the reply: %llu",
                  (unsigned long long)st.demotions);

@@ -19,7 +19,7 @@
 
 static const char *const small_pool[] = { "--warm-bytes", "64M", NULL };
 
-/* Child: put the 64-block chain of seed, exit 0 on success. */
+/* Child: put the chain of n (<= 64) blocks of seed, exit 0 on success. */
 static int put_chain(const char *sock, uint64_t seed, size_t n)
 {
     kvt_client *c;
@@ -43,10 +43,20 @@ static int put_chain(const char *sock, uint64_t seed, size_t n)
     return 0;
 }
 
+/* Put the chain from another process (a client of its own), and wait for it. */
+static void put_from_child(const char *sock, uint64_t seed, size_t n)
+{
+    pid_t p = fork();
+
+    cr_assert_geq(p, 0);
+    if (p == 0)
+        _exit(put_chain(sock, seed, n));
+    cr_assert_eq(t_wait(p), 0, "the child putting chain %llu failed", (unsigned long long)seed);
+}
+
 Test(tierd_e2e, chain_put_by_one_process_is_served_to_another)
 {
     struct t_tierd d;
-    pid_t a;
     kvt_client *c;
     kvt_ns *ns;
     kvt_key keys[64];
@@ -56,10 +66,7 @@ Test(tierd_e2e, chain_put_by_one_process_is_served_to_another)
     int hits;
 
     t_tierd_start(&d, small_pool);
-    a = fork();
-    if (a == 0)
-        _exit(put_chain(d.sock, 7, 64));
-    cr_assert_eq(t_wait(a), 0, "process A failed to put its chain");
+    put_from_child(d.sock, 7, 64); /* process A */
 
     /* process B: this one (a separate process from A) */
     c = t_connect(&d);
@@ -103,10 +110,7 @@ Test(tierd_e2e, sigkilled_client_has_its_leases_and_reservations_reclaimed)
     char ok;
 
     t_tierd_start(&d, small_pool);
-    v = fork();
-    if (v == 0)
-        _exit(put_chain(d.sock, 3, 32));
-    cr_assert_eq(t_wait(v), 0, "putting the chain failed");
+    put_from_child(d.sock, 3, 32);
     cr_assert_eq(pipe(pfd), 0);
     v = fork();
     if (v == 0) {
