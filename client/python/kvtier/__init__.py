@@ -896,31 +896,32 @@ class HybridNamespace(Namespace):
             raise IndexError("group %d of %d" % (g, self.groups))
         return Namespace(self.client, _ns_group(self._handle(), g))
 
+    def _groups_call(self, name, call, keys, ios):
+        """call(handle, keys array, n, kvt_group_io array) under the lock,
+        after checking ios against the groups."""
+        if len(ios) != self.groups:
+            raise ValueError("%d group ios for %d groups" % (len(ios), self.groups))
+        arr, n = _keys(list(keys))
+        io, _keep = _group_ios(ios, n)
+        with self.client.lock:
+            return _check(call(self._handle(), arr, n, io), name)
+
     def offload_groups(self, keys, ios, parent=None, stream=None):
         """Store the chain keys from every group's engine data (ios: a GroupIO
         per group, kvt_offload_hybrid), at most BATCH_MAX keys. Returns the
         objects newly stored (all groups)."""
-        keys = list(keys)
-        if len(ios) != self.groups:
-            raise ValueError("%d group ios for %d groups" % (len(ios), self.groups))
-        arr, n = _keys(keys)
-        io, _keep = _group_ios(ios, n)
-        with self.client.lock:
-            return _check(_offload_hybrid(self._handle(), _parent(parent), arr, n, io, stream),
-                          "kvt_offload_hybrid")
+        return self._groups_call(
+            "kvt_offload_hybrid",
+            lambda h, arr, n, io: _offload_hybrid(h, _parent(parent), arr, n, io, stream),
+            keys, ios)
 
     def restore_groups(self, keys, ios, stream=None):
         """Restore the longest prefix of keys that every group can restore
         into ios (kvt_restore_hybrid), at most BATCH_MAX keys: its length in
         blocks (0: nothing restored, whatever a group may have written)."""
-        keys = list(keys)
-        if len(ios) != self.groups:
-            raise ValueError("%d group ios for %d groups" % (len(ios), self.groups))
-        arr, n = _keys(keys)
-        io, _keep = _group_ios(ios, n)
-        with self.client.lock:
-            return _check(_restore_hybrid(self._handle(), arr, n, io, stream),
-                          "kvt_restore_hybrid")
+        return self._groups_call(
+            "kvt_restore_hybrid",
+            lambda h, arr, n, io: _restore_hybrid(h, arr, n, io, stream), keys, ios)
 
 
 # ---- a model's KV cache from its config.json ------------------------------------
