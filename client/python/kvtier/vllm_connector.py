@@ -802,7 +802,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             usable = 0
         if st.hit_cap is not None:
             usable = min(usable, st.hit_cap)
-        elif self._hybrid:
+        if self._hybrid:
             usable = min(usable, kvtier.BATCH_MAX)   # a hybrid lookup's most blocks
         # asked again (vLLM could not schedule it): the new pins replace the
         # old, which go first so that both never count against the budget
