@@ -227,7 +227,7 @@ def _group_kind(spec):
     """kvtier's kind of layer group ("full" or "sliding") for a vLLM KV cache
     spec; KvtierConfigError for any other."""
     name = type(spec).__name__
-    if name in ("MambaSpec",) or not hasattr(spec, "num_kv_heads"):
+    if name == "MambaSpec" or not hasattr(spec, "num_kv_heads"):
         raise KvtierConfigError(
             "kvtier: unsupported KV cache spec %s: recurrent state (Mamba, linear "
             "attention) groups are not handled by the connector yet" % name)
@@ -356,30 +356,36 @@ def namespace_desc(vllm_config, kv_cache_config, tp_rank, pp_rank=0):
             % (spec.block_size, vllm_config.cache_config.block_size))
     if getattr(vllm_config.parallel_config, "decode_context_parallel_size", 1) != 1:
         raise KvtierConfigError("kvtier: decode context parallelism is not supported")
-    if _hybrid(groups):
-        return _hybrid_desc(vllm_config, groups, tp_rank, pp_rank, pp_size)
-    layers = stage_layers(vllm_config, group, pp_rank, pp_size)
-    return {
+    d = {
         "model_id": _model_id(vllm_config.model_config),
         "dtype": dtype,
-        "layout": "vllm:%dLx%dHx%dD" % (layers, spec.num_kv_heads, spec.head_size),
         "block_tokens": spec.block_size,
         "tp_rank": tp_rank,
         "tp_size": vllm_config.parallel_config.tensor_parallel_size,
         "pp_rank": pp_rank,
         "pp_size": pp_size,
         "variant": kv_variant(vllm_config, dtype),
-        "block_bytes": layers * 2 * spec.block_size * spec.num_kv_heads * spec.head_size
-        * esize,
     }
+    if _hybrid(groups):
+        if pp_size != 1:
+            raise KvtierConfigError("kvtier: pipeline parallelism with a hybrid model (several "
+                                    "KV cache groups) is not supported")
+        gs = _hybrid_groups(vllm_config, groups, dtype, esize)
+        # the groups' shapes and order are in each group's identity (kvt_ns_open_hybrid)
+        d.update(layout="vllm:hybrid:%dG" % len(gs), groups=gs,
+                 block_bytes=[g["layers"] * 2 * spec.block_size * g["kv_heads"] * g["head_dim"]
+                              * esize for g in gs])
+        return d
+    layers = stage_layers(vllm_config, group, pp_rank, pp_size)
+    d.update(layout="vllm:%dLx%dHx%dD" % (layers, spec.num_kv_heads, spec.head_size),
+             block_bytes=layers * 2 * spec.block_size * spec.num_kv_heads * spec.head_size
+             * esize)
+    return d
 
 
-def _hybrid_desc(vllm_config, groups, tp_rank, pp_rank, pp_size):
-    if pp_size != 1:
-        raise KvtierConfigError("kvtier: pipeline parallelism with a hybrid model (several KV "
-                                "cache groups) is not supported")
-    spec0 = groups[0][0].kv_cache_spec
-    dtype, esize = kv_dtype(vllm_config, spec0)
+def _hybrid_groups(vllm_config, groups, dtype, esize):
+    """A hybrid namespace's groups (Client.ns_open_hybrid's dicts), all of
+    the first group's KV dtype."""
     gs = []
     for g, kind in groups:
         spec = g.kv_cache_spec
@@ -390,21 +396,7 @@ def _hybrid_desc(vllm_config, groups, tp_rank, pp_rank, pp_size):
         if kind == "sliding":
             d["window"] = spec.sliding_window
         gs.append(d)
-    return {
-        "model_id": _model_id(vllm_config.model_config),
-        "dtype": dtype,
-        # the groups' shapes and order are in each group's identity (kvt_ns_open_hybrid)
-        "layout": "vllm:hybrid:%dG" % len(gs),
-        "block_tokens": spec0.block_size,
-        "tp_rank": tp_rank,
-        "tp_size": vllm_config.parallel_config.tensor_parallel_size,
-        "pp_rank": pp_rank,
-        "pp_size": pp_size,
-        "variant": kv_variant(vllm_config, dtype),
-        "groups": gs,
-        "block_bytes": [d["layers"] * 2 * spec0.block_size * d["kv_heads"] * d["head_dim"]
-                        * esize for d in gs],
-    }
+    return gs
 
 
 def window_blocks(window, block_tokens):
