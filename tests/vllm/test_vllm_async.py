@@ -64,6 +64,26 @@ def until(w, what, meta=None):
         time.sleep(0.01)
 
 
+def store(w, toks, ids):
+    """Store the leading blocks of prompt toks in tierd from worker w's cache
+    blocks ids, through its own connection once its loader is idle; returns
+    the prompt's keys."""
+    keys = kvtier.hash_prompt(toks, BS, seed="0")
+    w._loader.wait()
+    w._tierd.ns[0].offload(keys[:len(ids)], w._layout, ids)
+    return keys
+
+
+def prefill(s, req, ids, **output):
+    """req, a miss, gets engine blocks ids and is scheduled whole: that
+    step's metadata (output: more of the SchedulerOutput's fields)."""
+    assert s.get_num_new_matched_tokens(req, 0) == (0, False)   # no hit: not async
+    s._kv_cache_manager = SimpleNamespace(get_block_ids=lambda rid: (ids,))
+    s.update_state_after_alloc(req, Blocks(ids), 0)
+    return s.build_connector_meta(SimpleNamespace(
+        num_scheduled_tokens={req.request_id: req.num_tokens}, **output))
+
+
 class Gate:
     """A job that holds a mover's thread until opened."""
 
@@ -88,11 +108,8 @@ def test_async_round_trip(tierd):
     sa, wa = pair(tierd.sock, kv_a)
     toks = prompt(5 * BS + 7, 31)
     req = vllm_request(toks, "a")
-    assert sa.get_num_new_matched_tokens(req, 0) == (0, False)   # no hit: not async
     ids_a = [9, 3, 12, 4, 1, 7]
-    sa._kv_cache_manager = SimpleNamespace(get_block_ids=lambda rid: (ids_a,))
-    sa.update_state_after_alloc(req, Blocks(ids_a), 0)
-    meta = sa.build_connector_meta(SimpleNamespace(num_scheduled_tokens={"a": len(toks)}))
+    meta = prefill(sa, req, ids_a)
     assert len(meta.saves) == 1 and meta.finished == [] and meta.preempted == []
     # the save runs after the step: hold the saver so that it is still queued
     gate = Gate(wa._saver, "other")
@@ -142,9 +159,7 @@ def test_async_load_errors_come_with_the_completion(tierd):
     kv = cpu_cache(8)
     s, w = pair(tierd.sock, kv)
     toks = prompt(3 * BS + 1, 34)
-    keys = kvtier.hash_prompt(toks, BS, seed="0")
-    w._loader.wait()
-    w._tierd.ns[0].offload(keys[:2], w._layout, [0, 1])   # the loader is idle
+    keys = store(w, toks, [0, 1])
     gate = Gate(w._loader, "other")
     meta = vc.KvtierConnectorMetadata(loads=[vc._Load("x", keys, [4, 5, 6])])
     assert step(w, meta) == (set(), set(), set()), "behind the gate: not done"
@@ -164,9 +179,7 @@ def test_async_tierd_away_is_a_failed_load_not_a_hang():
     kv = cpu_cache(8)
     s, w = pair(d.sock, kv, reconnect_ms=0)
     toks = prompt(3 * BS + 1, 35)
-    keys = kvtier.hash_prompt(toks, BS, seed="0")
-    w._loader.wait()
-    w._tierd.ns[0].offload(keys, w._layout, [0, 1, 2])
+    keys = store(w, toks, [0, 1, 2])
     req = vllm_request(toks, "gone")
     assert s.get_num_new_matched_tokens(req, 0) == (3 * BS, True)
     s.update_state_after_alloc(req, Blocks([4, 5, 6, 7]), 3 * BS)
@@ -189,14 +202,9 @@ def test_preempted_saves_end_before_the_next_step(tierd):
     s, w = pair(tierd.sock, kv)
     toks = prompt(4 * BS + 3, 36)
     req = vllm_request(toks, "p")
-    assert s.get_num_new_matched_tokens(req, 0) == (0, False)
-    ids = [1, 2, 3, 4, 5]
-    s._kv_cache_manager = SimpleNamespace(get_block_ids=lambda rid: (ids,))
-    s.update_state_after_alloc(req, Blocks(ids), 0)
     other = vllm_request(prompt(BS, 37), "q")
     s.get_num_new_matched_tokens(other, 0)
-    meta = s.build_connector_meta(SimpleNamespace(num_scheduled_tokens={"p": len(toks)},
-                                                  preempted_req_ids={"q"}))
+    meta = prefill(s, req, [1, 2, 3, 4, 5], preempted_req_ids={"q"})
     assert meta.preempted == ["q"]        # named; with no saves, nothing to wait for
     gate = Gate(w._saver, "p")            # p's save queues behind this
     step(w, meta)
@@ -227,8 +235,7 @@ def test_waiting_for_its_load_is_not_held_again(tierd):
     kv = cpu_cache(8)
     s, w = pair(tierd.sock, kv)
     toks = prompt(2 * BS + 1, 38)
-    w._loader.wait()
-    w._tierd.ns[0].offload(kvtier.hash_prompt(toks, BS, seed="0"), w._layout, [0, 1])
+    store(w, toks, [0, 1])
     req = vllm_request(toks, "w")
     assert s.get_num_new_matched_tokens(req, 0) == (2 * BS, True)
     s.update_state_after_alloc(req, Blocks([3, 4, 5]), 2 * BS)

@@ -23,7 +23,7 @@ from vllm.v1.request import RequestStatus
 
 from test_vllm_modules import BS, Blocks, cpu_cache, fake_config, fake_kv_cache_config, \
     prompt, vllm_request, none_hash  # noqa: F401 (none_hash: the module's autouse fixture)
-from test_vllm_async import Gate, pair, step, until
+from test_vllm_async import Gate, pair, prefill, step, store, until
 
 
 class FakeSched:
@@ -65,9 +65,7 @@ def test_abort_while_a_resumed_load_runs_frees_once(tierd):
     kv = cpu_cache(8)
     s, w = pair(tierd.sock, kv)
     toks = prompt(2 * BS + 1, 81)
-    keys = kvtier.hash_prompt(toks, BS, seed="0")
-    w._loader.wait()
-    w._tierd.ns[0].offload(keys, w._layout, [0, 1])
+    store(w, toks, [0, 1])
     req = vllm_request(toks, "w")
     sched = FakeSched(s, SimpleNamespace(kv_transfer_config=s._kv_transfer_config))
     sched.requests["w"] = req
@@ -145,9 +143,7 @@ def test_failed_plain_load_is_not_offered_again(tierd):
     kv = cpu_cache(8)
     s, w = pair(tierd.sock, kv)
     toks = prompt(3 * BS + 1, 95)
-    keys = kvtier.hash_prompt(toks, BS, seed="0")
-    w._loader.wait()
-    w._tierd.ns[0].offload(keys, w._layout, [0, 1, 2])
+    store(w, toks, [0, 1, 2])
     req = vllm_request(toks, "L")
     rounds = []
     for _ in range(3):
@@ -177,12 +173,8 @@ def test_preempted_then_aborted_saves_are_waited_for(tierd):
     s, w = pair(tierd.sock, kv)
     toks = prompt(4 * BS + 3, 97)
     req = vllm_request(toks, "p")
-    assert s.get_num_new_matched_tokens(req, 0) == (0, False)
     ids = [1, 2, 3, 4, 5]
-    s._kv_cache_manager = SimpleNamespace(get_block_ids=lambda rid: (ids,))
-    s.update_state_after_alloc(req, Blocks(ids), 0)
-    meta = s.build_connector_meta(SimpleNamespace(num_scheduled_tokens={"p": len(toks)},
-                                                  preempted_req_ids=set()))
+    meta = prefill(s, req, ids, preempted_req_ids=set())
     assert len(meta.saves) == 1
     gate = Gate(w._saver, "other")          # p's save is still running after the step
     step(w, meta)
@@ -214,8 +206,7 @@ def test_a_producer_never_loads(tierd):
     roles: a kv_producer connector saves but never offers a hit."""
     toks = prompt(3 * BS + 1, 96)
     s0, w0 = pair(tierd.sock, cpu_cache(8))
-    w0._loader.wait()
-    w0._tierd.ns[0].offload(kvtier.hash_prompt(toks, BS, seed="0"), w0._layout, [0, 1, 2])
+    store(w0, toks, [0, 1, 2])
     assert s0.get_num_new_matched_tokens(vllm_request(toks, "c"), 0) == (3 * BS, True)
     cfg = fake_config(tierd.sock, asynchronous=True)
     cfg.kv_transfer_config = KVTransferConfig(
@@ -231,8 +222,7 @@ def test_reset_cache_is_not_reported_done(tierd):
     kv = cpu_cache(8)
     s, w = pair(tierd.sock, kv)
     toks = prompt(3 * BS + 1, 99)
-    w._loader.wait()
-    w._tierd.ns[0].offload(kvtier.hash_prompt(toks, BS, seed="0"), w._layout, [0, 1, 2])
+    store(w, toks, [0, 1, 2])
     fake = SimpleNamespace(connector=s, log_stats=False)
     ok = Scheduler.reset_connector_cache(fake)
     hit = s.get_num_new_matched_tokens(vllm_request(toks, "after-reset"), 0)
