@@ -1,13 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tierd.c - the daemon: command line, data folder lock, the listening
- * socket, signals, the namespace registry and the event loop.
+ * socket, signals, each tenant's store opened and closed, and the event
+ * loop. The tenants and their namespaces are tenant.c's, the clients
+ * sess*.c's.
  *
- * Usage: tierd [--socket PATH] [--data DIR] [--warm-bytes SIZE] [--high-wm F]
- *              [--low-wm F] [--no-mlock] [--no-hugepages] [--max-clients N]
- *              [--metrics-port N [--metrics-addr A] [--metrics-token-file F]
- *               [--metrics-no-model-ids] [--metrics-max-namespaces N]] [-v]
- * Exit codes follow sysexits.h.
+ * Usage: tierd [options]; `tierd --help` lists them (usage() below, and
+ * man/tierd.8). Exit codes follow sysexits.h.
  */
 #include <arpa/inet.h>
 #include <errno.h>
