@@ -268,7 +268,8 @@ build-fuzz/obj/%.o: %.c
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
 
-build-fuzz/fuzz_config: $(call fobj,tests/fuzz/fuzz_config.c client/kvt_model.c)
+build-fuzz/fuzz_config: $(call fobj,tests/fuzz/fuzz_config.c client/kvt_model.c \
+                                    client/kvt_model_size.c)
 build-fuzz/fuzz_trace: $(call fobj,tests/fuzz/fuzz_trace.c tools/kvreplay_trace.c \
                                    tools/kvreplay_cost.c)
 build-fuzz/fuzz_reply: $(call fobj,tests/fuzz/fuzz_reply.c tests/fuzz/fuzz_wire.c \
