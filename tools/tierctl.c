@@ -294,58 +294,112 @@ static const char *fmt_pct(uint64_t part, uint64_t whole, char buf[16])
     return buf;
 }
 
+/* The value of the counter named key of kvt_stats_list.h's list (a STORE or
+ * TIERD one) into *v; false when there is none. O(list): a few per table. */
+#define BY_NAME_STORE(name)                                                                \
+    if (!strcmp(key, #name)) {                                                             \
+        *v = s->name;                                                                      \
+        return true;                                                                       \
+    }
+#define BY_NAME_TIERD(name) BY_NAME_STORE(name)
+#define BY_NAME_TIERS(name)
+#define BY_NAME(src, name, type, metric, help) BY_NAME_##src(name)
+
+static bool counter_named(const kvt_stats *s, const char *key, uint64_t *v)
+{
+    KVT_STATS_LIST(BY_NAME)
+    return false;
+}
+
+/* A figure as the table shows it: a byte count (kvt_stats_list.h: its name
+ * holds "bytes") in IEC units, anything else as the number. Returns buf. */
+static const char *fmt_figure(const char *name, uint64_t v, char buf[24])
+{
+    if (strstr(name, "bytes"))
+        return fmt_bytes(v, buf);
+    snprintf(buf, 24, "%" PRIu64, v);
+    return buf;
+}
+
+static void row(const char *name, const char *figure, const char *help)
+{
+    printf("  %-22s %12s  %s\n", name, figure, help);
+}
+
+/* A remote tier is in use when any of its counters (remote_*) moved: its
+ * rows and its column are shown only then. */
+#define REMOTE_USED_STORE(name) used |= !strncmp(#name, "remote_", 7) && s->name;
+#define REMOTE_USED_TIERD(name)
+#define REMOTE_USED_TIERS(name)
+#define REMOTE_USED(src, name, type, metric, help) REMOTE_USED_##src(name)
+
+static bool remote_used(const kvt_stats *s)
+{
+    bool used = false;
+
+    KVT_STATS_LIST(REMOTE_USED)
+    return used;
+}
+
+/* The table's rows, from kvt_stats_list.h's list in its order: one a
+ * counter (name, figure, help), hit_rate after lookup_hits, the remote
+ * tier's only when one is in use; the per-tier array is the table below. */
+#define ROW_TIERD(name, help) ROW_STORE(name, help)
+#define ROW_STORE(name, help)                                                              \
+    if (remote || strncmp(#name, "remote_", 7))                                            \
+        row(#name, fmt_figure(#name, s->name, b), help);                                   \
+    if (!strcmp(#name, "lookup_hits"))                                                     \
+        row("hit_rate", fmt_pct(s->lookup_hits, s->lookup_keys, b),                       \
+            "Leading hits per key asked.");
+#define ROW_TIERS(name, help)
+#define ROW(src, name, type, metric, help) ROW_##src(name, help)
+
+/* One row of the per-tier table: the field of each tier, and the remote
+ * tier's figure of it (rname, "": none) when one is in use. */
+static void tier_row(const kvt_stats *s, const char *name, size_t off, const char *rname,
+                     bool remote, const char *help)
+{
+    char b[24];
+    uint64_t v;
+
+    printf("  %-14s", name);
+    for (int i = KVT_TIER_HOT; i < KVT_TIER_COUNT; i++) {
+        memcpy(&v, (const char *)&s->tier[i] + off, sizeof(v));
+        printf(" %11s", fmt_figure(name, v, b));
+    }
+    if (remote)
+        printf(" %11s", counter_named(s, rname, &v) ? fmt_figure(name, v, b) : "-");
+    printf("  %s\n", help);
+}
+
+#define TIER_ROW(name, type, metric, help, rname)                                          \
+    tier_row(s, #name, offsetof(kvt_tier_stats, name), rname, remote, help);
+
+/* Every counter of kvt_stats, one row each, then the per-tier figures as a
+ * table of a row a figure and a column a tier (narrow, however many
+ * figures the list holds). */
 static void print_table(const char *path, const kvt_stats *s)
 {
     uint64_t secs = s->uptime_ms / 1000;
-    char b1[16], b2[16], b3[16];
+    bool remote = remote_used(s);
+    char b[24];
 
     printf("tierd at %s, up %" PRIu64 "d %02" PRIu64 ":%02" PRIu64 ":%02" PRIu64 "\n", path,
            secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
-    printf("  %-18s %" PRIu32 "\n", "clients", s->clients);
-    printf("  %-18s %" PRIu32 "\n", "namespaces", s->namespaces);
-    printf("  %-18s %" PRIu64 " (keys asked %" PRIu64 ", leading hits %" PRIu64 ")\n",
-           "lookups", s->lookups, s->lookup_keys, s->lookup_hits);
-    printf("  %-18s %s\n", "hit rate", fmt_pct(s->lookup_hits, s->lookup_keys, b1));
-    printf("  %-18s %" PRIu64 "\n", "misses", s->misses);
-    printf("  %-18s %" PRIu64 " (blocks committed %" PRIu64 ")\n", "puts", s->puts,
-           s->put_blocks);
-    printf("  %-18s %" PRIu64 " (blocks leased %" PRIu64 ")\n", "gets", s->gets, s->get_blocks);
-    printf("  %-18s %" PRIu64 " blocks\n", "dedup", s->dedup_blocks);
-    printf("  %-18s %" PRIu64 " blocks\n", "removes", s->removes);
-    printf("  %-18s %" PRIu64 " blocks\n", "leases active", s->leases_active);
-    printf("  %-18s %" PRIu64 " blocks\n", "reserved", s->reserved);
-    printf("  %-18s %" PRIu64 "\n", "reclaimed", s->reclaimed);
-    printf("  %-18s %" PRIu64 "\n", "protocol errors", s->proto_errors);
-    printf("  %-18s %" PRIu64 " entries, %s\n", "index", s->index_entries,
-           fmt_bytes(s->index_bytes, b1));
-    printf("  %-18s %" PRIu64 " demoted, %" PRIu64 " promoted, %" PRIu64 " dropped\n",
-           "warm <-> cold", s->demotions, s->promotions, s->dropped);
-    printf("  %-18s %" PRIu64 " copied up for getters\n", "warm -> hot", s->hot_promotions);
-    printf("  %-18s %" PRIu64 " checksum, %" PRIu64 " I/O, %" PRIu64 " deadline misses\n",
-           "cold errors", s->checksum_errors, s->io_errors, s->deadline_misses);
-    if (s->remote_puts || s->remote_hits || s->remote_misses || s->remote_errors ||
-        s->remote_probes || s->remote_checksum_errors) { /* a remote tier in use */
-        printf("  %-18s %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64 " puts, %s in, "
-               "%s out\n", "remote (cluster)", s->remote_hits, s->remote_misses,
-               s->remote_puts, fmt_bytes(s->remote_bytes_in, b1),
-               fmt_bytes(s->remote_bytes_out, b2));
-        printf("  %-18s %" PRIu64 " keys asked, %" PRIu64 " held\n", "remote lookups",
-               s->remote_probes, s->remote_probe_hits);
-        printf("  %-18s %" PRIu64 " errors, %" PRIu64 " checksum, %" PRIu64 " redirects\n",
-               "remote errors", s->remote_errors, s->remote_checksum_errors,
-               s->remote_redirects);
-    }
-    printf("\n  %-5s %12s %11s %11s %7s %12s %11s %11s %11s\n", "tier", "blocks", "used",
-           "capacity", "use", "hits", "bytes in", "bytes out", "evictions");
-    for (int i = KVT_TIER_HOT; i < KVT_TIER_COUNT; i++) {
-        const kvt_tier_stats *t = &s->tier[i];
-        char used[16], cap[16];
-
-        printf("  %-5s %12" PRIu64 " %11s %11s %7s %12" PRIu64 " %11s %11s %11" PRIu64 "\n",
-               tier_names[i], t->blocks, fmt_bytes(t->bytes_used, used),
-               fmt_bytes(t->bytes_capacity, cap), fmt_pct(t->bytes_used, t->bytes_capacity, b1),
-               t->hits, fmt_bytes(t->bytes_in, b2), fmt_bytes(t->bytes_out, b3), t->evictions);
-    }
+    snprintf(b, sizeof(b), "%" PRIu32, s->clients);
+    row("clients", b, "Clients connected (of this tenant).");
+    snprintf(b, sizeof(b), "%" PRIu32, s->namespaces);
+    row("namespaces", b, "Namespaces open.");
+    KVT_STATS_LIST(ROW)
+    printf("\n  %-14s", "tier");
+    for (int i = KVT_TIER_HOT; i < KVT_TIER_COUNT; i++)
+        printf(" %11s", tier_names[i]);
+    printf("%s\n", remote ? "      remote" : "");
+    KVT_TIER_STATS_LIST(TIER_ROW)
+    printf("  %-14s", "use");
+    for (int i = KVT_TIER_HOT; i < KVT_TIER_COUNT; i++)
+        printf(" %11s", fmt_pct(s->tier[i].bytes_used, s->tier[i].bytes_capacity, b));
+    printf("%s  Share of the tier in use.\n", remote ? "           -" : "");
 }
 
 /* The JSON of kvtier.h's list of counters: top-level fields, the remote
