@@ -994,25 +994,21 @@ static int cmd_health(int argc, char *argv[])
 
 int main(int argc, char *argv[])
 {
+    static const struct {
+        const char *name;
+        int (*run)(int argc, char *argv[]);
+    } cmds[] = {
+        { "hash", cmd_hash },   { "stats", cmd_stats }, { "top", cmd_top },
+        { "health", cmd_health }, { "namespaces", cmd_namespaces }, { "why", cmd_why },
+        { "flush", cmd_flush }, { "evict", cmd_evict },
+    };
+
     if (argc < 2)
         return usage();
     /* Each subcommand parses its own options, its name standing as argv[0]. */
-    if (strcmp(argv[1], "hash") == 0)
-        return cmd_hash(argc - 1, argv + 1);
-    if (strcmp(argv[1], "stats") == 0)
-        return cmd_stats(argc - 1, argv + 1);
-    if (strcmp(argv[1], "top") == 0)
-        return cmd_top(argc - 1, argv + 1);
-    if (strcmp(argv[1], "health") == 0)
-        return cmd_health(argc - 1, argv + 1);
-    if (strcmp(argv[1], "namespaces") == 0)
-        return cmd_namespaces(argc - 1, argv + 1);
-    if (strcmp(argv[1], "why") == 0)
-        return cmd_why(argc - 1, argv + 1);
-    if (strcmp(argv[1], "flush") == 0)
-        return cmd_flush(argc - 1, argv + 1);
-    if (strcmp(argv[1], "evict") == 0)
-        return cmd_evict(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+        if (strcmp(argv[1], cmds[i].name) == 0)
+            return cmds[i].run(argc - 1, argv + 1);
     if (strcmp(argv[1], "--help") != 0 && strcmp(argv[1], "-h") != 0 &&
         strcmp(argv[1], "help") != 0)
         fprintf(stderr, "tierctl: unknown command '%s'\n", argv[1]);
