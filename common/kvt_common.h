@@ -80,8 +80,8 @@ struct cmn_opts {
     uint64_t u;                /* its value, UINT and SIZE */
     double d;                  /* its value, REAL */
     char err[192];             /* why CMN_OPTS_BAD: "unknown option '--x'", "option
-                                  '--x' needs a value", "--x '0': want a count from 1
-                                  to 64" (no program name, no newline) */
+                                  '--x' needs a value", "--x '0': want a whole number
+                                  from 1 to 64" (no program name, no newline) */
 };
 
 /* Start a walk of argv's options against tab (resets getopt: optind = 1). */

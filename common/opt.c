@@ -57,7 +57,7 @@ static int check(struct cmn_opts *p, const struct cmn_opt *o)
     case CMN_OPT_UINT:
         if (cmn_parse_uint(a, o->min, o->max, &p->u) == 0)
             return 0;
-        snprintf(p->err, sizeof(p->err), "--%s '%s': want a count from %llu to %llu", o->name,
+        snprintf(p->err, sizeof(p->err), "--%s '%s': want a whole number from %llu to %llu", o->name,
                  a, (unsigned long long)o->min, (unsigned long long)o->max);
         return -EINVAL;
     case CMN_OPT_SIZE:

@@ -9,8 +9,8 @@
  */
 #include <ctype.h>
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvt_common.h"
 #include "kvtier.h"
 
 static const char usage_text[] =
@@ -67,15 +68,17 @@ static int usage(void)
     return EX_USAGE;
 }
 
-/* Report a getopt failure for subcommand cmd; returns EX_USAGE. */
-static int bad_option(const char *cmd, int opt, char *const argv[])
+/* Report a refused option of subcommand cmd (p->err says why); returns
+ * EX_USAGE. */
+static int bad_option(const char *cmd, const struct cmn_opts *p)
 {
-    if (opt == ':')
-        fprintf(stderr, "tierctl %s: option '%s' needs a value\n", cmd, argv[optind - 1]);
-    else
-        fprintf(stderr, "tierctl %s: unknown option '%s'\n", cmd, argv[optind - 1]);
-    return usage();
+    fprintf(stderr, "tierctl %s: %s\n", cmd, p->err);
+    return p->arg ? EX_USAGE : usage(); /* a bad value: the line says it all */
 }
+
+/* The options every operator command may take. */
+#define OPT_SOCKET { "socket", 's', CMN_OPT_TEXT, 0, 0, 0, 0, false }
+#define OPT_HELP { "help", 'h', CMN_OPT_FLAG, 0, 0, 0, 0, true }
 
 /* ---- hash ------------------------------------------------------------ */
 
@@ -149,22 +152,6 @@ static int read_tokens(FILE *f, struct tokvec *t)
     return 0;
 }
 
-/* Parse a block size: a decimal number in 1..UINT32_MAX. */
-static int parse_block(const char *s, uint32_t *out)
-{
-    char *end;
-    unsigned long long v;
-
-    if (*s < '0' || *s > '9')
-        return -EINVAL;
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno || *end || v == 0 || v > UINT32_MAX)
-        return -EINVAL;
-    *out = (uint32_t)v;
-    return 0;
-}
-
 /* Hash the tokens and print one hex key per full block. */
 static int print_keys(const kvt_hash_opts *o, const struct tokvec *t)
 {
@@ -195,40 +182,38 @@ static int print_keys(const kvt_hash_opts *o, const struct tokvec *t)
 
 static int cmd_hash(int argc, char *argv[])
 {
-    static const struct option longopts[] = {
-        {"seed", required_argument, NULL, 's'},
-        {"block-tokens", required_argument, NULL, 'b'},
-        {"salt", required_argument, NULL, 'S'},
-        {"lora", required_argument, NULL, 'l'},
-        {"lora-path", required_argument, NULL, 'p'},
-        {"untagged", no_argument, NULL, 'u'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    static const struct cmn_opt tab[] = {
+        { "seed", 'S', CMN_OPT_TEXT, 0, 0, 0, 0, false },
+        { "block-tokens", 'b', CMN_OPT_UINT, 1, UINT32_MAX, 0, 0, false },
+        { "salt", 'a', CMN_OPT_TEXT, 0, 0, 0, 0, false },
+        { "lora", 'l', CMN_OPT_TEXT, 0, 0, 0, 0, false },
+        { "lora-path", 'p', CMN_OPT_TEXT, 0, 0, 0, 0, false },
+        { "untagged", 'u', CMN_OPT_FLAG, 0, 0, 0, 0, false },
+        OPT_HELP,
+        { NULL },
     };
     kvt_hash_opts o = {.block_tokens = 16, .seed = getenv("PYTHONHASHSEED")};
     struct tokvec t = {NULL, 0, 0};
+    struct cmn_opts p;
     int opt, rc;
 
-    while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+    cmn_opts_init(&p, tab);
+    while ((opt = cmn_opts_next(&p, argc, argv)) != -1) {
         switch (opt) {
-        case 's':
-            o.seed = optarg;
+        case 'S':
+            o.seed = p.arg;
             break;
         case 'b':
-            if (parse_block(optarg, &o.block_tokens) < 0) {
-                fprintf(stderr, "tierctl hash: --block-tokens '%s' is not in 1..%" PRIu32
-                        "\n", optarg, UINT32_MAX);
-                return usage();
-            }
+            o.block_tokens = (uint32_t)p.u;
             break;
-        case 'S':
-            o.cache_salt = optarg;
+        case 'a':
+            o.cache_salt = p.arg;
             break;
         case 'l':
-            o.lora_name = optarg;
+            o.lora_name = p.arg;
             break;
         case 'p':
-            o.lora_path = optarg;
+            o.lora_path = p.arg;
             break;
         case 'u':
             o.extra_format = KVT_EXTRA_UNTAGGED;
@@ -236,7 +221,7 @@ static int cmd_hash(int argc, char *argv[])
         case 'h':
             return usage();
         default:
-            return bad_option("hash", opt, argv);
+            return bad_option("hash", &p);
         }
     }
     if (optind < argc) {
@@ -474,7 +459,7 @@ static int unreachable(const char *path, int err)
 }
 
 /* Parse the common options of the operator commands: --socket, and
- * --json / --timeout / --ns where the command takes them (NULL: not). */
+ * --json / --timeout / --ns where the command takes them (false: not). */
 struct opts {
     const char *path;
     int json;
@@ -485,49 +470,40 @@ struct opts {
 static int parse_opts(const char *cmd, int argc, char *argv[], struct opts *o, bool json,
                       bool timeout, bool ns)
 {
-    static const struct option longopts[] = {
-        {"json", no_argument, NULL, 'j'},
-        {"timeout", required_argument, NULL, 't'},
-        {"ns", required_argument, NULL, 'n'},
-        {"socket", required_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    char *end;
-    int opt;
+    static const struct cmn_opt json_opt = { "json", 'j', CMN_OPT_FLAG, 0, 0, 0, 0, false };
+    static const struct cmn_opt timeout_opt = { "timeout", 't', CMN_OPT_REAL, 0, 0, 1, 86400,
+                                                false };
+    static const struct cmn_opt ns_opt = { "ns", 'n', CMN_OPT_UINT, 1, UINT32_MAX, 0, 0,
+                                           false };
+    struct cmn_opt tab[6] = { OPT_SOCKET, OPT_HELP }; /* and those cmd takes */
+    int n = 2, opt;
+    struct cmn_opts p;
 
-    while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        if ((opt == 'j' && !json) || (opt == 't' && !timeout) || (opt == 'n' && !ns)) {
-            fprintf(stderr, "tierctl %s: unknown option '%s'\n", cmd, argv[optind - 1]);
-            return usage();
-        }
+    if (json)
+        tab[n++] = json_opt;
+    if (timeout)
+        tab[n++] = timeout_opt;
+    if (ns)
+        tab[n++] = ns_opt;
+    cmn_opts_init(&p, tab);
+    while ((opt = cmn_opts_next(&p, argc, argv)) != -1) {
         switch (opt) {
         case 'j':
             o->json = 1;
             break;
         case 't':
-            o->timeout = strtod(optarg, &end);
-            if (*end || !(o->timeout >= 1 && o->timeout <= 86400)) {
-                fprintf(stderr, "tierctl %s: --timeout '%s': seconds from 1 to 86400\n", cmd,
-                        optarg);
-                return EX_USAGE;
-            }
+            o->timeout = p.d;
             break;
         case 'n':
-            o->ns = strtol(optarg, &end, 10);
-            if (*end || o->ns < 1 || o->ns > UINT32_MAX) {
-                fprintf(stderr, "tierctl %s: --ns '%s': a namespace id (see `tierctl "
-                                "namespaces`)\n", cmd, optarg);
-                return EX_USAGE;
-            }
+            o->ns = (long)p.u;
             break;
         case 's':
-            o->path = optarg;
+            o->path = p.arg;
             break;
         case 'h':
             return usage();
         default:
-            return bad_option(cmd, opt, argv);
+            return bad_option(cmd, &p);
         }
     }
     if (!o->path)
@@ -898,12 +874,12 @@ static void print_top(const char *path, const kvt_stats *s, const kvt_stats *p, 
 
 static int cmd_top(int argc, char *argv[])
 {
-    static const struct option longopts[] = {
-        {"interval", required_argument, NULL, 'i'},
-        {"count", required_argument, NULL, 'n'},
-        {"socket", required_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    static const struct cmn_opt tab[] = {
+        { "interval", 'i', CMN_OPT_REAL, 0, 0, 0.05, 3600, false },
+        { "count", 'n', CMN_OPT_UINT, 1, LONG_MAX, 0, 0, false },
+        OPT_SOCKET,
+        OPT_HELP,
+        { NULL },
     };
     const char *path = NULL;
     double interval = 1.0;
@@ -911,33 +887,25 @@ static int cmd_top(int argc, char *argv[])
     kvt_client *c = NULL;
     kvt_stats cur, prev;
     bool tty = isatty(STDOUT_FILENO);
+    struct cmn_opts p;
     int opt, rc;
-    char *end;
 
-    while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+    cmn_opts_init(&p, tab);
+    while ((opt = cmn_opts_next(&p, argc, argv)) != -1) {
         switch (opt) {
         case 'i':
-            interval = strtod(optarg, &end);
-            if (*end || !(interval >= 0.05 && interval <= 3600)) {
-                fprintf(stderr, "tierctl top: --interval '%s': seconds from 0.05 to 3600\n",
-                        optarg);
-                return EX_USAGE;
-            }
+            interval = p.d;
             break;
         case 'n':
-            count = strtol(optarg, &end, 10);
-            if (*end || count < 1) {
-                fprintf(stderr, "tierctl top: --count '%s': a positive number\n", optarg);
-                return EX_USAGE;
-            }
+            count = (long)p.u;
             break;
         case 's':
-            path = optarg;
+            path = p.arg;
             break;
         case 'h':
             return usage();
         default:
-            return bad_option("top", opt, argv);
+            return bad_option("top", &p);
         }
     }
     if ((rc = no_args("top", argc, argv)))
