@@ -310,6 +310,18 @@ def _keys(keys):
     return arr, len(keys)
 
 
+def _id_batches(keys, block_ids):
+    """keys and their engine block ids (as many) in batches of BATCH_MAX:
+    (index of the batch's first key, its keys as a C array, their count,
+    its ids as a C int64 array) for each."""
+    keys, ids = list(keys), list(block_ids)
+    if len(ids) != len(keys):
+        raise ValueError("%d keys, %d block ids" % (len(keys), len(ids)))
+    for i in range(0, len(keys), BATCH_MAX):
+        arr, n = _keys(keys[i:i + BATCH_MAX])
+        yield i, arr, n, (ctypes.c_int64 * n)(*ids[i:i + BATCH_MAX])
+
+
 def _parent(parent):
     if parent is None:
         return None
@@ -855,13 +867,9 @@ class Namespace:
         store them as keys (kvt_offload), in batches of BATCH_MAX. stream:
         None for a cache in host memory, else the address of a cudaStream_t
         (CUDA builds of libkvtier). Returns blocks newly stored."""
-        keys, ids = list(keys), list(block_ids)
-        if len(ids) != len(keys):
-            raise ValueError("%d keys, %d block ids" % (len(keys), len(ids)))
+        keys = list(keys)
         stored = 0
-        for i in range(0, len(keys), BATCH_MAX):
-            arr, n = _keys(keys[i:i + BATCH_MAX])
-            idarr = (ctypes.c_int64 * n)(*ids[i:i + BATCH_MAX])
+        for i, arr, n, idarr in _id_batches(keys, block_ids):
             par = _parent(keys[i - 1] if i else parent)
             with self.client.lock:
                 stored += _check(_offload(self._handle(), par, arr, n, ctypes.byref(layout.c),
@@ -872,13 +880,8 @@ class Namespace:
         """Scatter the leading cached run of keys into engine blocks block_ids
         (kvt_restore, in batches of BATCH_MAX; stream as for offload).
         Returns the run's length."""
-        keys, ids = list(keys), list(block_ids)
-        if len(ids) != len(keys):
-            raise ValueError("%d keys, %d block ids" % (len(keys), len(ids)))
         run = 0
-        for i in range(0, len(keys), BATCH_MAX):
-            arr, n = _keys(keys[i:i + BATCH_MAX])
-            idarr = (ctypes.c_int64 * n)(*ids[i:i + BATCH_MAX])
+        for _, arr, n, idarr in _id_batches(keys, block_ids):
             with self.client.lock:
                 got = _check(_restore(self._handle(), arr, n, ctypes.byref(layout.c), idarr,
                                       stream), "kvt_restore")
