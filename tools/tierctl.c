@@ -387,7 +387,7 @@ static void print_table(const char *path, const kvt_stats *s)
     printf("%s  Share of the tier in use.\n", remote ? "           -" : "");
 }
 
-/* The JSON of kvtier.h's list of counters: top-level fields, the remote
+/* The JSON of kvt_stats_list.h's list of counters: top-level fields, the remote
  * tier's (remote_*) in "remote" without the prefix, the per-tier array in
  * "tiers"; hit_rate follows lookup_hits. */
 #define JSON_TOP_TIERD(name) JSON_TOP_STORE(name)
