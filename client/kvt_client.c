@@ -11,6 +11,7 @@
  * dead for good (sticky): every call returns KVT_EDISCONNECTED.
  */
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -248,10 +249,28 @@ out_close:
     return rc;
 }
 
+/* The reply bound a client starts with: $KVTIER_TIMEOUT_MS, else 30 s */
+static int env_timeout_ms(void)
+{
+    const char *tmo = getenv("KVTIER_TIMEOUT_MS");
+
+    return tmo && atoi(tmo) > 0 ? atoi(tmo) : 30000;
+}
+
+void kvt_set_timeout(kvt_client *c, uint32_t ms)
+{
+    if (c)
+        c->timeout_ms = ms ? (int)(ms < INT_MAX ? ms : INT_MAX) : env_timeout_ms();
+}
+
 int kvt_connect(const char *path, kvt_client **out)
 {
+    return kvt_connect_timeout(path, 0, out);
+}
+
+int kvt_connect_timeout(const char *path, uint32_t timeout_ms, kvt_client **out)
+{
     struct sockaddr_un a = { .sun_family = AF_UNIX };
-    const char *tmo = getenv("KVTIER_TIMEOUT_MS");
     const char *spin = getenv("KVTIER_SPIN_US");
     kvt_client *c;
     int rc;
@@ -266,7 +285,7 @@ int kvt_connect(const char *path, kvt_client **out)
     c = calloc(1, sizeof(*c));
     if (!c)
         return -ENOMEM;
-    c->timeout_ms = tmo && atoi(tmo) > 0 ? atoi(tmo) : 30000;
+    kvt_set_timeout(c, timeout_ms);
     c->spin_us = spin && *spin ? atoi(spin) : 50;
     c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (c->fd < 0) {

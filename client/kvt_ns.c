@@ -118,6 +118,11 @@ uint64_t kvt_ns_block_bytes(const kvt_ns *ns)
     return ns->block_bytes;
 }
 
+uint32_t kvt_ns_id(const kvt_ns *ns)
+{
+    return ns->hy ? 0 : ns->id;
+}
+
 kvt_ns *kvt_ns_new_hybrid(kvt_client *c, struct kvt_hybrid *hy)
 {
     kvt_ns *ns = calloc(1, sizeof(*ns));

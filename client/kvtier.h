@@ -162,6 +162,19 @@ const char *kvt_default_socket(void);
  * KVT_EVERSION, KVT_EPROTO, or a mapping errno. */
 int kvt_connect(const char *socket_path, kvt_client **out);
 
+/* kvt_connect with each reply's wait bounded to timeout_ms from the start,
+ * its handshake included (0: KVTIER_TIMEOUT_MS or its default): a daemon
+ * that stopped answering costs the caller that long, not 30 s. */
+int kvt_connect_timeout(const char *socket_path, uint32_t timeout_ms, kvt_client **out);
+
+/* Bound the wait for each reply on c from now on to ms milliseconds (0:
+ * back to KVTIER_TIMEOUT_MS or its default), as the environment does for
+ * every client: past it the call returns -ETIMEDOUT and c is closed for
+ * use. For a caller that must never stall on a daemon that stopped
+ * answering, such as an engine's scheduler asking for hits (open it with
+ * kvt_connect_timeout, so that the handshake is bounded too). NULL ok. */
+void kvt_set_timeout(kvt_client *c, uint32_t ms);
+
 /* Close the connection: tierd reclaims every lease and reservation still
  * held. Invalidates every namespace and pointer obtained through c. NULL ok. */
 void kvt_close(kvt_client *c);
@@ -176,6 +189,11 @@ int kvt_ns_open(kvt_client *c, const kvt_model *model, kvt_ns **out);
 
 /* Bytes of one block in this namespace. */
 uint64_t kvt_ns_block_bytes(const kvt_ns *ns);
+
+/* The daemon's id of this namespace (kvt_ns_info.id, what kvt_admin_purge
+ * takes); 0 for a hybrid handle, whose groups each have their own
+ * (kvt_ns_group). */
+uint32_t kvt_ns_id(const kvt_ns *ns);
 
 /* Bound the wait of later gets on this namespace: blocks still on their way
  * from disk when ms milliseconds have passed count as misses (the get

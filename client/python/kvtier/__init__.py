@@ -196,11 +196,13 @@ _hash_prompt = _proto("kvt_hash_prompt", ctypes.c_ssize_t, _P(_HashOpts),
                       _P(ctypes.c_uint32), _sz, _KP)
 _none_hash = _proto("kvt_none_hash", _c_int, ctypes.c_char_p, _KP)
 _default_socket = _proto("kvt_default_socket", ctypes.c_char_p)
-_connect = _proto("kvt_connect", _c_int, ctypes.c_char_p, _P(_vp))
+_connect = _proto("kvt_connect_timeout", _c_int, ctypes.c_char_p, ctypes.c_uint32, _P(_vp))
 _close = _proto("kvt_close", None, _vp)
 _ns_open = _proto("kvt_ns_open", _c_int, _vp, _P(_Model), _P(_vp))
 _ns_block_bytes = _proto("kvt_ns_block_bytes", ctypes.c_uint64, _vp)
 _ns_set_deadline = _proto("kvt_ns_set_deadline", None, _vp, ctypes.c_uint32)
+_ns_id = _proto("kvt_ns_id", ctypes.c_uint32, _vp)
+_set_timeout = _proto("kvt_set_timeout", None, _vp, ctypes.c_uint32)
 _lookup = _proto("kvt_lookup", _c_int, _vp, _KP, _sz, _c_uint, _P(ctypes.c_uint8))
 _lookup_pin = _proto("kvt_lookup_pin", _c_int, _vp, _KP, _sz, ctypes.c_uint32, _P(_Pin),
                      _P(ctypes.c_uint8))
@@ -253,6 +255,7 @@ _Stats, _STATS = _stats_struct("_Stats", 0, _TierStats)
 _stats_get = _proto("kvt_stats_get", _c_int, _vp, _P(_Stats))
 _admin_namespaces = _proto("kvt_admin_namespaces", _c_int, _vp, _P(_NsInfo), _sz)
 _admin_flush = _proto("kvt_admin_flush", _c_int, _vp)
+_admin_purge = _proto("kvt_admin_purge", _c_int, _vp, ctypes.c_uint32)
 _model_parse_file = _proto("kvt_model_parse_file", _c_int, ctypes.c_char_p, _P(_ModelDesc),
                            ctypes.c_char_p, _sz)
 _model_set_dtype = _proto("kvt_model_set_dtype", _c_int, _P(_ModelDesc), ctypes.c_char_p)
@@ -484,14 +487,16 @@ class Client:
     releases every view into the pools they handed out: using one afterwards
     raises ValueError."""
 
-    def __init__(self, socket_path=None):
+    def __init__(self, socket_path=None, timeout_ms=0):
+        """timeout_ms bounds each reply's wait, the handshake's included
+        (0: KVTIER_TIMEOUT_MS or 30 s); see set_timeout."""
         self._h = None
         # views into the pools, until close (by id: a memoryview's hash is
         # its bytes', and writable ones have none)
         self._views = weakref.WeakValueDictionary()
         self.lock = threading.RLock()
         h = _vp()
-        _check(_connect(_b(socket_path), ctypes.byref(h)),
+        _check(_connect(_b(socket_path), timeout_ms, ctypes.byref(h)),
                "kvt_connect(%s)" % (socket_path or default_socket()))
         self._h = h
 
@@ -616,6 +621,19 @@ class Client:
         """Write every warm block without a disk copy to cold and wait."""
         with self.lock:
             _check(_admin_flush(self._handle()), "kvt_admin_flush")
+
+    def purge(self, ns_id):
+        """Remove every block of namespace ns_id (Namespace.id) from every
+        tier and the disk: the number removed. All or nothing: EBUSY while
+        any of its blocks is leased, being written or moving."""
+        with self.lock:
+            return _check(_admin_purge(self._handle(), ns_id), "kvt_admin_purge")
+
+    def set_timeout(self, ms):
+        """Bound each reply's wait to ms (0: KVTIER_TIMEOUT_MS or 30 s); past
+        it the call raises ETIMEDOUT and the client is closed for use."""
+        with self.lock:
+            _set_timeout(self._handle(), ms)
 
 
 class Reservation:
@@ -774,6 +792,7 @@ class Namespace:
     def __init__(self, client, h):
         self.client, self._h = client, h
         self.block_bytes = _ns_block_bytes(h)
+        self.id = _ns_id(h)          # Client.purge's; 0 for a hybrid one
 
     def _handle(self):
         self.client._handle()
