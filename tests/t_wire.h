@@ -26,6 +26,10 @@ struct kvt_wire_hdr t_wire_hdr(uint16_t op, uint32_t req_id, uint32_t flags, siz
 /* Send one message made of a then b (either may be empty), exactly as given
  * (MSG_NOSIGNAL): the bytes sent, or -errno. */
 ssize_t t_wire_send2(int fd, const void *a, size_t alen, const void *b, size_t blen);
+/* t_wire_send2 passing descriptor pass_fd with it (SCM_RIGHTS; none when
+ * pass_fd < 0), with flags (MSG_DONTWAIT, ...) besides MSG_NOSIGNAL. */
+ssize_t t_wire_send_fd(int fd, const void *a, size_t alen, const void *b, size_t blen,
+                       int pass_fd, int flags);
 /* Receive one message, waiting up to ms: its length (header included), 0
  * when tierd closed the connection, -ETIMEDOUT, or -errno. The header goes
  * to *h (zeroed when the message is shorter than one), up to cap body bytes

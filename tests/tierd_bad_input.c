@@ -480,28 +480,15 @@ Test(tierd_bad_input, message_of_max_plus_one_bytes_closes_connection, .fini = f
 Test(tierd_bad_input, passed_descriptor_closes_connection, .fini = fx_fini)
 {
     struct kvt_wire_hdr h = hdr_of(KVT_OP_STATS, 13, 0, 0);
-    union {
-        char b[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } cm;
-    struct iovec iov = { &h, sizeof(h) };
-    struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
-                        .msg_controllen = sizeof(cm.b) };
-    struct cmsghdr *c;
     kvt_stats st;
     int p[2], fd;
+    ssize_t r;
 
     fx_start(pool64, BLK, CHAIN);
     fd = raw_open_hello();
     cr_assert_eq(pipe(p), 0);
-    memset(&cm, 0, sizeof(cm));
-    c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &p[0], sizeof(int));
-    cr_assert_eq(sendmsg(fd, &m, MSG_NOSIGNAL), (ssize_t)sizeof(h), "sendmsg: %s",
-                 strerror(errno));
+    r = t_wire_send_fd(fd, &h, sizeof(h), NULL, 0, p[0], 0);
+    cr_assert_eq(r, (ssize_t)sizeof(h), "sendmsg: %s", strerror(r < 0 ? (int)-r : 0));
     expect_closed(fd, "a STATS request carrying a descriptor");
     close(p[0]);
     close(p[1]);
@@ -949,14 +936,6 @@ static int fake_tierd(int lfd, int ctl)
     struct kvt_wire_hello_rep hrep = { .pool_bytes = MIB, .session_id = 1,
                                        .max_batch = KVT_BATCH_MAX, .page_bytes = 4096 };
     struct kvt_wire_ns_rep nrep = { .ns_id = 7 };
-    union {
-        char b[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } cm;
-    struct iovec iov[2] = { { &h, sizeof(h) }, { &hrep, sizeof(hrep) } };
-    struct msghdr m = { .msg_iov = iov, .msg_iovlen = 2, .msg_control = cm.b,
-                        .msg_controllen = sizeof(cm.b) };
-    struct cmsghdr *c;
     int fd, pool;
     ssize_t r;
     char x;
@@ -972,13 +951,7 @@ static int fake_tierd(int lfd, int ctl)
     if (pool < 0 || ftruncate(pool, MIB) < 0)
         return 4;
     h.body_len = sizeof(hrep);
-    memset(&cm, 0, sizeof(cm));
-    c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &pool, sizeof(int));
-    if (sendmsg(fd, &m, MSG_NOSIGNAL) < 0)
+    if (t_wire_send_fd(fd, &h, sizeof(h), &hrep, sizeof(hrep), pool, 0) < 0)
         return 5;
     if (read(ctl, &x, 1) != 1)
         return 6;
@@ -997,10 +970,7 @@ static int fake_tierd(int lfd, int ctl)
     h.body_len = sizeof(nrep);
     nrep.block_bytes = req.block_bytes;
     nrep.slot_bytes = req.block_bytes;
-    iov[1] = (struct iovec){ &nrep, sizeof(nrep) };
-    m.msg_control = NULL;
-    m.msg_controllen = 0;
-    if (sendmsg(fd, &m, MSG_NOSIGNAL) < 0)
+    if (t_wire_send2(fd, &h, sizeof(h), &nrep, sizeof(nrep)) < 0)
         return 10;
     return recv(fd, buf, sizeof(buf), 0) == 0 ? 0 : 11; /* the client's close */
 }

@@ -62,8 +62,4 @@ int fz_next(struct fz_in *in, struct fz_rec *r);
  * (at most cap: longer messages are cut). */
 size_t fz_build(const struct fz_rec *r, uint16_t op, uint32_t req_id, uint8_t *out, size_t cap);
 
-/* Send one message on sock without blocking, passing fd along when fd >= 0.
- * 0 or -errno (a full queue is the harness's to ignore). */
-int fz_send(int sock, const void *msg, size_t len, int fd);
-
 #endif /* FUZZ_WIRE_H */
