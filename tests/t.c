@@ -422,6 +422,16 @@ void t_io_done(void *ctx, int64_t res)
     io->res = res;
 }
 
+void t_nvme_drain(struct tier_nvme *n)
+{
+    cr_assert_eq(tier_nvme_submit(n), 0);
+    while (tier_nvme_inflight(n) > 0) {
+        int rc = tier_nvme_reap(n, 1);
+
+        cr_assert_geq(rc, 0, "reap: %s", strerror(-rc));
+    }
+}
+
 int t_put_chain(kvt_ns *ns, const kvt_key *k, size_t n, size_t blk, uint64_t seed0,
                 unsigned flags)
 {

@@ -149,6 +149,10 @@ struct t_io {
     int64_t res; /* what it got */
 };
 void t_io_done(void *ctx, int64_t res);
+struct tier_nvme;
+/* Submit a tier_nvme's queued requests and reap until none is in flight;
+ * fails the test on an error. */
+void t_nvme_drain(struct tier_nvme *n);
 
 /* Wait for a child and return its exit status (or 128+signal). */
 int t_wait(pid_t pid);
