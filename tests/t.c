@@ -266,6 +266,47 @@ static void start_in(struct t_tierd *d, const char *const *args)
     }
 }
 
+void t_acks_open(struct t_acks *a, void (*fn)(const char *arg, int wfd), const char *arg)
+{
+    int p[2];
+
+    cr_assert_eq(pipe(p), 0, "pipe: %s", strerror(errno));
+    a->pid = fork();
+    cr_assert(a->pid >= 0, "fork: %s", strerror(errno));
+    if (a->pid == 0) {
+        close(p[0]);
+        fn(arg, p[1]);
+        _exit(0);
+    }
+    close(p[1]);
+    a->rfd = p[0];
+}
+
+int t_ack_send(int wfd, uint64_t i)
+{
+    return write(wfd, &i, sizeof(i)) == sizeof(i) ? 0 : -1;
+}
+
+long t_acks_read(struct t_acks *a, uint8_t *acked, size_t cap, long max)
+{
+    long n = 0;
+    uint64_t i;
+
+    while ((max < 0 || n < max) && read(a->rfd, &i, sizeof(i)) == sizeof(i)) {
+        cr_assert_lt(i, cap, "ack of %llu, past the %zu the test checks", (unsigned long long)i,
+                     cap);
+        acked[i] = 1;
+        n++;
+    }
+    return n;
+}
+
+void t_acks_close(struct t_acks *a)
+{
+    close(a->rfd);
+    t_wait(a->pid);
+}
+
 int t_wait(pid_t pid)
 {
     int st = cmn_wait(pid);

@@ -154,6 +154,23 @@ struct tier_nvme;
  * fails the test on an error. */
 void t_nvme_drain(struct tier_nvme *n);
 
+/* The crash tests' witness: a child running fn(arg, wfd) (it must _exit)
+ * that writes the number of each block or chain acknowledged to it, with
+ * t_ack_send, to the pipe whose read end the parent keeps. */
+struct t_acks {
+    pid_t pid; /* the child */
+    int rfd;   /* the pipe's read end */
+};
+void t_acks_open(struct t_acks *a, void (*fn)(const char *arg, int wfd), const char *arg);
+/* In the child: report number i acknowledged. 0, or -1 when the pipe is
+ * gone. */
+int t_ack_send(int wfd, uint64_t i);
+/* Read acks, up to max of them (max < 0: until the child's end), setting
+ * acked[i] for each (i < cap, else the test fails): how many were read. */
+long t_acks_read(struct t_acks *a, uint8_t *acked, size_t cap, long max);
+/* Close the read end and reap the child. */
+void t_acks_close(struct t_acks *a);
+
 /* Wait for a child and return its exit status (or 128+signal). */
 int t_wait(pid_t pid);
 

@@ -128,7 +128,7 @@ static void durable_putter(const char *sock, int fd)
     for (int ch = 0; ch < 1000; ch++) {
         if (put_chain(ns, ch, KVT_COMMIT_DURABLE) != CHAIN)
             _exit(0); /* tierd died: expected */
-        if (write(fd, &ch, sizeof(ch)) != sizeof(ch))
+        if (t_ack_send(fd, (uint64_t)ch) != 0)
             _exit(3);
     }
     _exit(0);
@@ -142,29 +142,18 @@ Test(tierd_cold, sigkill_loses_no_acknowledged_durable_block)
     for (size_t kp = 0; kp < sizeof(kill_after) / sizeof(kill_after[0]); kp++) {
         struct t_tierd d;
         static uint8_t acked[1000];
-        int pfd[2], ch, nack = 0, last = -1;
-        pid_t pid;
+        struct t_acks a;
+        int ch, last = -1;
         kvt_client *c;
         kvt_ns *ns;
 
         memset(acked, 0, sizeof(acked));
         t_tierd_start(&d, args);
-        cr_assert_eq(pipe(pfd), 0);
-        pid = fork();
-        if (pid == 0) {
-            close(pfd[0]);
-            durable_putter(d.sock, pfd[1]);
-        }
-        close(pfd[1]);
-        while (nack < kill_after[kp] && read(pfd[0], &ch, sizeof(ch)) == sizeof(ch)) {
-            acked[ch] = 1;
-            nack++;
-        }
+        t_acks_open(&a, durable_putter, d.sock);
+        t_acks_read(&a, acked, sizeof(acked), kill_after[kp]);
         t_tierd_kill(&d, SIGKILL);
-        while (read(pfd[0], &ch, sizeof(ch)) == sizeof(ch))
-            acked[ch] = 1; /* acknowledged before the kill */
-        close(pfd[0]);
-        t_wait(pid);
+        t_acks_read(&a, acked, sizeof(acked), -1); /* acknowledged before the kill */
+        t_acks_close(&a);
 
         t_tierd_restart(&d, args);
         c = t_connect(&d);
