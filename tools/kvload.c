@@ -973,11 +973,6 @@ static void show_tierd_log(void)
         fprintf(stderr, "kvload: no tierd log\n");
 }
 
-/* Start opt.tierd (again, after a kill) on the socket and data folder in
- * tmpdir, its log appended beside them, and wait until it accepts a
- * client: 60 s at most, as it may run under valgrind. Our --socket and
- * --data come last, so that they win over TIERD-ARGS, and so that BIN may
- * be a wrapper (valgrind) whose arguments name the real tierd. */
 /* cmn_tierd_wait's test of readiness: a client gets through HELLO. */
 static int hello(const char *sock, void *arg)
 {
@@ -990,6 +985,11 @@ static int hello(const char *sock, void *arg)
     return 0;
 }
 
+/* Start opt.tierd (again, after a kill) on the socket and data folder in
+ * tmpdir, its log appended beside them, and wait until it accepts a
+ * client: 60 s at most, as it may run under valgrind. Our --socket and
+ * --data come last, so that they win over TIERD-ARGS, and so that BIN may
+ * be a wrapper (valgrind) whose arguments name the real tierd. */
 static int exec_tierd(void)
 {
     char data[128], logp[128];
