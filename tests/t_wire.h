@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * t_wire.h - raw protocol frames for the tests that play a client by hand
- * (a malformed or hostile one): a SOCK_SEQPACKET connection to tierd, a
- * well-formed header, one message sent exactly as given, one received with
- * the descriptor it may carry. No assertions: the callers decide what a
+ * (a malformed or hostile one, or a fake tierd): a SOCK_SEQPACKET
+ * connection to tierd, a well-formed header, one message sent exactly as
+ * given (a descriptor passed with it if asked), one received with the
+ * descriptor it may carry. No assertions: the callers decide what a
  * refusal means. The wire layout is client/kvt_wire.h's.
  */
 #ifndef T_WIRE_H
