@@ -2,8 +2,9 @@
 /*
  * fuzz_wire.h - the fake peer of the protocol harnesses: how a fuzz input
  * becomes a stream of SOCK_SEQPACKET messages (kvt_wire.h); t_wire_send_fd
- * (tests/t_wire.h) sends them. fuzz_reply.c plays a hostile tierd with it; a daemon-side harness
- * plays a hostile client with the same records (each record one request).
+ * (tests/t_wire.h) sends them. fuzz_reply.c plays a hostile tierd with it;
+ * a daemon-side harness plays a hostile client with the same records (each
+ * record one request).
  *
  * A record in the input:
  *     mode (u8, FZ_M_*)
