@@ -272,7 +272,8 @@ build-fuzz/fuzz_config: $(call fobj,tests/fuzz/fuzz_config.c client/kvt_model.c 
                                     client/kvt_model_size.c)
 build-fuzz/fuzz_trace: $(call fobj,tests/fuzz/fuzz_trace.c tools/kvreplay_trace.c \
                                    tools/kvreplay_cost.c)
-build-fuzz/fuzz_reply: $(call fobj,tests/fuzz/fuzz_reply.c tests/fuzz/fuzz_wire.c \
+build-fuzz/fuzz_reply: $(call fobj,tests/fuzz/fuzz_reply.c tests/fuzz/fuzz_wire.c tests/t_wire.c \
+                                   tests/t_fds.c \
                                    $(CLIENT_SRC) $(KERNEL_SRC))
 build-fuzz/fuzz_reply: FUZZ_LDFLAGS := $(FUZZ_WRAP)
 # fuzz_proto: tierd's sessions and the store in the harness's process (not tierd.c's main)
