@@ -24,13 +24,13 @@ static int durable_one(struct tier *t, uint32_t id, void *waiter)
         m = tier_move_of(t, id, TIER_MV_DEMOTE);
         if (!m)
             return -EIO; /* the flag without its move: cannot happen */
-        rc = tier_wait_add(&m->ws, waiter);
+        rc = tier_wait_add(&m->ws, tier_waiter(waiter));
         m->evict = false; /* a block someone made durable stays warm, as it would */
         return rc < 0 ? rc : 1;
     }
     if (!(e->flags & IDX_F_HOTDOWN) && e->level == TIER_L_HOT) {
         /* on the device: copied down first, then written */
-        rc = tier_hot_down(t, id, NULL, NULL);
+        rc = tier_hot_down(t, id, tier_waiter(NULL), NULL);
         if (rc < 0)
             return rc;
         e = idx_at(t->idx, id);
@@ -39,7 +39,7 @@ static int durable_one(struct tier *t, uint32_t id, void *waiter)
         m = tier_move_of(t, id, TIER_MV_HOT_DOWN);
         if (!m)
             return -EIO;
-        rc = tier_wait_add(&m->dws, waiter);
+        rc = tier_wait_add(&m->dws, tier_waiter(waiter));
         return rc < 0 ? rc : 1;
     }
     if (e->level != TIER_L_WARM)
@@ -81,11 +81,11 @@ void tier_durable_after(struct tier *t, uint32_t id, struct waiters *dws, int rc
         int r = rc;
 
         if (r == 0 && idx_at(t->idx, id)->state == IDX_COMMITTED)
-            r = durable_one(t, id, dws->w[i]);
-        if (r == -EBUSY && dwait_add(t, id, dws->w[i]) == 0)
+            r = durable_one(t, id, dws->w[i].p);
+        if (r == -EBUSY && dwait_add(t, id, dws->w[i].p) == 0)
             continue; /* the disk's queue is full: tier_maintain tries again */
         if (r != 1)
-            ready_cb(t, dws->w[i], id, r > 0 ? 0 : r);
+            ready_cb(t, dws->w[i].p, id, r > 0 ? 0 : r);
     }
 }
 

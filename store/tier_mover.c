@@ -59,7 +59,8 @@ int tier_demote_for(struct tier *t, uint32_t id, bool evict, void *waiter)
 {
     struct idx_entry *e = idx_at(t->idx, id);
     uint64_t slot = tier_ram_class_slot(t->ram, e->cls);
-    struct move *m = tier_move_new(&(struct move){ .t = t, .id = id, .evict = evict }, waiter);
+    struct move *m = tier_move_new(&(struct move){ .t = t, .id = id, .evict = evict },
+                                   tier_waiter(waiter));
     const struct tier_key *parent = NULL;
     int rc;
 
@@ -299,7 +300,7 @@ static void on_promoted(void *ctx, int rc)
 }
 
 /* Start reading cold-only id into a new warm slot for blocks of slot bytes. */
-int tier_promote(struct tier *t, uint32_t id, uint64_t slot, void *waiter)
+int tier_promote(struct tier *t, uint32_t id, uint64_t slot, struct waiter w)
 {
     struct idx_entry *e;
     struct move *m;
@@ -308,7 +309,7 @@ int tier_promote(struct tier *t, uint32_t id, uint64_t slot, void *waiter)
 
     if (cls < 0)
         return cls;
-    m = tier_move_new(&(struct move){ .t = t, .id = id, .promote = true }, waiter);
+    m = tier_move_new(&(struct move){ .t = t, .id = id, .promote = true }, w);
     if (!m)
         return -ENOMEM;
     if (idx_at(t->idx, id)->flags & (IDX_F_LRU | IDX_F_CLRU | IDX_F_HLRU))

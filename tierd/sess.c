@@ -313,7 +313,7 @@ static int handle(struct sess *s, size_t len)
 }
 
 /* handle(), timed for the metrics: the latency is taken now, or when the
- * deferred reply goes (finish_get, finish_commit) if the request waits. */
+ * deferred reply goes (req_done, finish_commit) if the request waits. */
 static int handle_timed(struct sess *s, size_t len)
 {
     uint64_t t0 = metrics_req_start(s->d->metrics);
