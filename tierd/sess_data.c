@@ -381,7 +381,9 @@ static void req_done(void *user, const struct tier_req_res *res)
         rc = reply_get(s, &p->hdr, k.ns_id, res->ids, (uint32_t)res->rc, res->offs,
                        k.flags & KVT_WIRE_KF_HOT ? res->tiers : NULL);
     }
-    if (rc < 0)
+    if (rc < 0 && s->submitting)
+        s->submit_rc = rc; /* answered inside submit: on_read drops the client */
+    else if (rc < 0)
         sess_close(s); /* the client stopped reading */
 }
 
@@ -413,11 +415,16 @@ static int submit(struct sess *s, const struct kvt_wire_hdr *h, const struct kre
         wait_ms = k->deadline_ms;
     a.remote_ms = s->t->remote ? (uint32_t)wait_ms : 0;
     s->pend = (struct pending){ .kind = SESS_PEND_REQ, .hdr = *h, .u.req = *k };
+    s->submitting = true;
+    s->submit_rc = 0;
     rc = tier_req_submit(s->req, &a); /* (idle, n checked: it does not refuse) */
+    s->submitting = false;
     if (rc < 0) {
         s->pend.kind = SESS_PEND_NONE;
         return sess_reply_err(s, h, rc);
     }
+    if (s->submit_rc < 0)
+        return s->submit_rc;
     if (s->pend.kind == SESS_PEND_REQ && tier_req_bound(s->req))
         sess_arm_timer(tier_req_bound(s->req));
     return 0;

@@ -119,6 +119,8 @@ struct sess {
     struct pending pend;       /* a request waiting for the store */
     struct tier_req *req;      /* gets and lookups, submitted to the store (NULL until
                                   the first) */
+    bool submitting;           /* inside tier_req_submit: a reply that fails there ... */
+    int submit_rc;             /* ... is returned from it, as any other request's */
     struct pend_bufs bufs;     /* a durable commit's buffers */
     bool flush_wait;           /* a FLUSH waits for the store's flush to end */
     struct kvt_wire_hdr flush_hdr;
