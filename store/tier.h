@@ -5,10 +5,11 @@
  * shared-memory pool that clients map), cold (NVMe, tier_cold.h) and remote
  * (a Redis Cluster, tier_remote.h) below. It offers reservations and
  * commits (put, durable or not), leases (get), prefix lookups with their
- * miss causes, pins and prefetch, removal, and moves blocks between the
- * tiers leaf-first between watermarks. A slot goes back to its pool only
- * when nothing holds it: its index entry, a lease, a move in flight or a
- * reservation.
+ * miss causes, pins and prefetch, removal, gets and lookups it drives
+ * through their waits for the remote tier and the disk to one callback
+ * (tier_req_*), and moves blocks between the tiers leaf-first between
+ * watermarks. A slot goes back to its pool only when nothing holds it: its
+ * index entry, a lease, a move in flight or a reservation.
  * It knows nothing of sockets or sessions: tierd calls it from one thread
  * (the hot and remote tiers' workers report through the poll calls below),
  * and names the owner of each reservation with an opaque id. The caller

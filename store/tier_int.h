@@ -288,8 +288,8 @@ int tier_remote_probe(struct tier *t, uint32_t ns, const struct tier_key *keys, 
                       struct waiter w);
 
 /* ---- tier_get.c ---- */
-/* tier_get_ex for a waiter of either kind (wait: whether blocks below warm
- * may be waited for, as a non-NULL pending asks there). */
+/* tier_get_ex for a waiter of either kind (pending NULL: nothing below
+ * warm is waited for, as there). */
 int tier_get_for(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
                  size_t n, unsigned flags, uint32_t *ids, uint64_t *offs, uint8_t *tiers,
                  struct waiter w, uint32_t *pending);

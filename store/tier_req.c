@@ -122,6 +122,15 @@ static void finish(struct tier_req *r, int rc, uint32_t remote, bool late)
     r->done(r->user, &res);
 }
 
+/* The request waits: the caller's keys are its own once submit returns. */
+static void keep_keys(struct tier_req *r)
+{
+    if (r->a.keys != r->keys) {
+        memcpy(r->keys, r->a.keys, r->a.n * sizeof(*r->keys));
+        r->a.keys = r->keys;
+    }
+}
+
 /* ---- the get ----------------------------------------------------------- */
 
 /* Done with the leading run of blocks in place: up to the first lost one,
@@ -150,6 +159,7 @@ static void get_local(struct tier_req *r)
         finish(r, rc, 0, false);
         return;
     }
+    keep_keys(r);
     r->stage = REQ_DISK;
     r->leased = (uint32_t)rc;
     r->waiting = pending;
@@ -193,9 +203,7 @@ static bool ask_remote(struct tier_req *r, uint32_t hits)
 
     if (!a->remote_ms || !r->t->remote || !tier_remote_ns_on(r->t->remote, a->ns))
         return false;
-    /* the caller's keys are its own once submit returns */
-    memcpy(r->keys, a->keys, a->n * sizeof(*r->keys));
-    r->a.keys = r->keys;
+    keep_keys(r);
     if (a->op == TIER_REQ_LOOKUP)
         rc = tier_remote_probe(r->t, a->ns, r->keys + hits, a->n - hits, me(r));
     else
