@@ -11,12 +11,8 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "kvt_common.h"
 #include "t.h"
@@ -70,21 +66,6 @@ static void on_done(void *user, const struct tier_req_res *res)
     memcpy(g->tiers, res->tiers, res->op == TIER_REQ_LOOKUP ? res->n : n);
 }
 
-/* A port nothing listens on: connecting is refused. */
-static int dead_port(void)
-{
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001) };
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port;
-
-    cr_assert(fd >= 0);
-    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
-
 static void open_cold(struct rig *g)
 {
     struct tier_cold_cfg cc = { .dir = g->dir, .bytes = 16u << 20, .qd = 32, .batch = 8 };
@@ -132,7 +113,8 @@ static void rig_open(struct rig *g, bool with_disk)
         open_cold(g);
         tc.cold = g->cold;
     }
-    snprintf(g->seeds, sizeof(g->seeds), "127.0.0.1:%d", dead_port());
+    /* a port nothing is bound to: connecting is refused */
+    snprintf(g->seeds, sizeof(g->seeds), "127.0.0.1:%d", cmn_free_port());
     cr_assert_eq(tier_remote_open(&rc, &g->remote), 0);
     cr_assert_eq(tier_remote_ns_add(g->remote, 1, &d), 0);
     tc.remote = g->remote;
@@ -173,26 +155,26 @@ static void wait_done(struct rig *g)
     }
 }
 
-static struct tier_req_args get_args(const struct rig *g, uint32_t remote_ms,
-                                     uint32_t deadline_ms)
+/* rig_open, then a get of the N keys submitted, with these bounds. */
+static void start_get(struct rig *g, bool with_disk, uint32_t remote_ms, uint32_t deadline_ms)
 {
-    return (struct tier_req_args){ .op = TIER_REQ_GET, .ns = 1, .block_bytes = BLK,
-                                   .keys = (const struct tier_key *)g->k, .n = N,
-                                   .remote_ms = remote_ms, .deadline_ms = deadline_ms };
+    struct tier_req_args a = { .op = TIER_REQ_GET, .ns = 1, .block_bytes = BLK, .n = N,
+                               .remote_ms = remote_ms, .deadline_ms = deadline_ms };
+
+    rig_open(g, with_disk);
+    a.keys = (const struct tier_key *)g->k;
+    cr_assert_eq(tier_req_submit(g->r, &a), 0);
+    cr_assert_eq(tier_req_submit(g->r, &a), -EBUSY, "a second request into a busy one");
 }
 
 Test(tier_req, a_get_through_the_remote_and_the_disk_is_answered_once)
 {
     struct rig g;
-    struct tier_req_args a;
 
-    rig_open(&g, true);
-    a = get_args(&g, 60000, 0);
-    cr_assert_eq(tier_req_submit(g.r, &a), 0);
-    /* the two keys nowhere here went to the remote tier: it waits */
+    /* the two keys nowhere here go to the remote tier: it waits */
+    start_get(&g, true, 60000, 0);
     cr_assert(tier_req_busy(g.r), "a get that asks the remote tier was answered at once");
     cr_assert_eq(g.calls, 0);
-    cr_assert_eq(tier_req_submit(g.r, &a), -EBUSY, "a second request into a busy one");
     wait_done(&g);
     /* the remote answered (nothing: it is down), the store went on to the
      * disk by itself, and only then called */
@@ -237,13 +219,10 @@ Test(tier_req, a_lookup_through_the_remote_is_answered_once)
 Test(tier_req, a_bound_ends_each_wait_once)
 {
     struct rig g;
-    struct tier_req_args a;
 
-    rig_open(&g, true);
     /* the remote's bound passes before it answers (nothing polled): the get
      * goes on from the disk, whose own bound then passes too */
-    a = get_args(&g, 1, 1);
-    cr_assert_eq(tier_req_submit(g.r, &a), 0);
+    start_get(&g, true, 1, 1);
     cr_assert(tier_req_bound(g.r) != 0);
     cmn_sleep_ms(3);
     tier_req_expire(g.r, cmn_now_ms());
@@ -262,12 +241,9 @@ Test(tier_req, a_bound_ends_each_wait_once)
 Test(tier_req, a_request_cancelled_while_the_remote_reads_leaves_nothing)
 {
     struct rig g;
-    struct tier_req_args a;
     struct tier_stats st;
 
-    rig_open(&g, false);
-    a = get_args(&g, 60000, 0);
-    cr_assert_eq(tier_req_submit(g.r, &a), 0);
+    start_get(&g, false, 60000, 0);
     cr_assert(tier_req_busy(g.r));
     tier_stats_get(g.t, &st);
     cr_assert_eq(st.reserved, N, "the read holds a slot per key (%llu)",
