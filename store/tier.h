@@ -358,7 +358,8 @@ int tier_lookup_remote(struct tier *t, uint32_t ns, const struct tier_key *keys,
  * A get or a lookup that may wait: first for the remote tier (a get for
  * the blocks that miss here, read into warm; a lookup for whether it holds
  * the keys after the local run), then, a get, for the disk (blocks on
- * their way into warm). The caller submits it once; the store drives every
+ * their way into warm); or a durable commit, which waits for its writes
+ * (tier_commit_durable). The caller submits it once; the store drives every
  * wait and calls done once with the result: from tier_req_submit itself
  * when nothing is to be waited for, else from tier_poll when the last wait
  * ends, or from tier_req_expire at a bound. A caller keeps one request per
@@ -367,7 +368,7 @@ int tier_lookup_remote(struct tier *t, uint32_t ns, const struct tier_key *keys,
  */
 struct tier_req;
 
-enum tier_req_op { TIER_REQ_GET = 1, TIER_REQ_LOOKUP = 2 };
+enum tier_req_op { TIER_REQ_GET = 1, TIER_REQ_LOOKUP = 2, TIER_REQ_COMMIT = 3 };
 
 struct tier_req_args {
     enum tier_req_op op;
@@ -376,21 +377,28 @@ struct tier_req_args {
     const struct tier_key *keys; /* n keys, borrowed for the call (copied to wait) */
     uint32_t n;                  /* at most the request's cap */
     unsigned flags;              /* get: TIER_GET_* */
-    uint32_t remote_ms;          /* the wait for the remote tier, at most (0: not asked) */
-    uint32_t deadline_ms;        /* get: the wait for the disk, at most, from when it
-                                    starts (0: no bound) */
+    uint32_t owner;              /* commit: whose reservations are committed */
+    uint32_t remote_ms;          /* get, lookup: the wait for the remote tier, at most
+                                    (0: not asked) */
+    uint32_t deadline_ms;        /* get, commit: the wait for the disk, at most, from when
+                                    it starts (0: no bound) */
 };
 
 /* A request's outcome, valid during the done call only. */
 struct tier_req_res {
     enum tier_req_op op;
     int rc;                      /* get: blocks leased, a leading run (>= 0), or an error
-                                    (-EINVAL); lookup: the leading hits, the remote's too */
+                                    (-EINVAL); lookup: the leading hits, the remote's too;
+                                    commit: the blocks committed (0 on an error of
+                                    the call's) */
+    int err;                     /* commit: its first error (0: every block durable), the
+                                    call's or a write's; -EAGAIN when its bound passed */
     uint32_t n;                  /* keys asked */
     uint32_t remote;             /* lookup: of the hits, those found on the remote tier
                                     (their tiers[] say TIER_L_COLD: a get waits for them) */
     bool late;                   /* get: its disk bound passed with blocks still on their
-                                    way (the run stops at the first of them) */
+                                    way (the run stops at the first of them); commit: with
+                                    writes not landed (they go on, told to nobody) */
     const uint32_t *ids;         /* get: rc lease handles, the caller's from now on (it
                                     tier_release()s them) */
     const uint64_t *offs;        /* get: their offsets (in the pool tiers[] names) */
@@ -424,9 +432,13 @@ uint64_t tier_req_bound(const struct tier_req *r);
 uint64_t tier_req_expire(struct tier_req *r, uint64_t now_ms);
 /* Whether r is in flight (submitted, done not called yet). */
 bool tier_req_busy(const struct tier_req *r);
+/* The blocks r's last commit committed, known once submit returned (its
+ * count in tier_commit_durable's return; 0 on its error). */
+uint32_t tier_req_committed(const struct tier_req *r);
 /* Stop r with no call (its caller goes): the leases of a get waiting for
- * the disk go back, counted as reclaimed; what it started goes on.
- * Returns the blocks given back. */
+ * the disk go back, counted as reclaimed; reads and writes started go on,
+ * a commit's writes not started yet (behind a copy from hot, a full disk
+ * queue, another writer) are dropped. Returns the blocks given back. */
 size_t tier_req_cancel(struct tier_req *r);
 
 /* At start: index every block of the cold tier (as cold-only entries, with

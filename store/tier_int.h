@@ -85,7 +85,7 @@ enum move_kind { TIER_MV_DEMOTE, TIER_MV_PROMOTE, TIER_MV_HOT_DOWN, TIER_MV_HOT_
 /* A durable commit waiting for a key another client is still writing. */
 struct dwait {
     uint32_t id;
-    void *waiter;
+    struct waiter waiter;
     struct dwait *next;
 };
 
@@ -248,6 +248,10 @@ static inline struct waiter tier_waiter(void *p)
 {
     return (struct waiter){ .p = p };
 }
+static inline bool tier_waiter_same(struct waiter a, struct waiter b)
+{
+    return a.p == b.p && a.req == b.req;
+}
 int tier_wait_add(struct waiters *ws, struct waiter w); /* once; none waits for nothing */
 /* A new move, a copy of init, waited for by w (none: nobody); NULL: no memory. */
 struct move *tier_move_new(const struct move *init, struct waiter w);
@@ -263,7 +267,7 @@ void tier_waiter_leaves(struct tier *t, struct waiter w, bool keep);
 /* Start writing id (committed, in warm, no cold copy) to cold. evict: leave
  * warm once durable; waiter: told when durable. -EBUSY: the disk's queue is
  * full. */
-int tier_demote_for(struct tier *t, uint32_t id, bool evict, void *waiter);
+int tier_demote_for(struct tier *t, uint32_t id, bool evict, struct waiter w);
 int tier_demote(struct tier *t, uint32_t id); /* the mover's: evict, nobody told */
 /* Start reading cold-only id into a new warm slot of slot bytes. */
 int tier_promote(struct tier *t, uint32_t id, uint64_t slot, struct waiter w);
@@ -307,6 +311,10 @@ int tier_reserve_one(struct tier *t, uint32_t ns, int cls, bool hot, uint32_t ow
                      uint32_t *id_out, uint64_t *off_out);
 
 /* ---- tier_durable.c: what durable commits wait for ---- */
+/* tier_commit_durable for a waiter of either kind. */
+int tier_commit_durable_for(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
+                            const struct tier_key *keys, size_t n, struct waiter w,
+                            uint32_t *ids, uint32_t *pending);
 /* A hot-to-warm copy landed (rc): start the writes dws wait for. */
 void tier_durable_after(struct tier *t, uint32_t id, struct waiters *dws, int rc);
 void tier_dwaits_run(struct tier *t, uint32_t id);  /* id was committed */

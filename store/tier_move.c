@@ -44,18 +44,13 @@ struct move *tier_move_of(struct tier *t, uint32_t id, enum move_kind k)
     return NULL;
 }
 
-static bool same(struct waiter a, struct waiter b)
-{
-    return a.p == b.p && a.req == b.req;
-}
-
 /* Add w to ws (once). None waits for nothing. */
 int tier_wait_add(struct waiters *ws, struct waiter w)
 {
     if (!w.p && !w.req)
         return 0;
     for (uint32_t i = 0; i < ws->n; i++)
-        if (same(ws->w[i], w))
+        if (tier_waiter_same(ws->w[i], w))
             return 0;
     if (ws->n == ws->cap) {
         uint32_t cap = ws->cap ? 2 * ws->cap : 2;
@@ -73,7 +68,7 @@ int tier_wait_add(struct waiters *ws, struct waiter w)
 static void wait_del(struct waiters *ws, struct waiter w)
 {
     for (uint32_t i = 0; i < ws->n; i++)
-        if (same(ws->w[i], w))
+        if (tier_waiter_same(ws->w[i], w))
             ws->w[i--] = ws->w[--ws->n];
 }
 
@@ -122,28 +117,27 @@ void tier_waiter_leaves(struct tier *t, struct waiter w, bool keep)
         if (!keep)
             wait_del(&m->dws, w);
         for (uint32_t i = 0; i < m->dws.n; i++)
-            if (same(m->dws.w[i], w))
+            if (tier_waiter_same(m->dws.w[i], w))
                 m->dws.w[i] = tier_waiter(NULL);
     }
-    for (struct dwait **pp = &t->dwaits; w.p && *pp;) {
+    for (struct dwait **pp = &t->dwaits; *pp;) {
         struct dwait *d = *pp;
 
         /* a wait for a key another client still writes goes with its
          * waiter, kept or not: that write is the other client's, and a
          * commit answered at its bound must leave nothing behind that the
          * next commit of the same keys would add to again */
-        if (d->waiter == w.p &&
-            (!keep || idx_at(t->idx, d->id)->state != IDX_COMMITTED)) {
+        if (tier_waiter_same(d->waiter, w) && (!keep || idx_at(t->idx, d->id)->state != IDX_COMMITTED)) {
             *pp = d->next;
             free(d);
             continue;
         }
-        if (d->waiter == w.p)
-            d->waiter = NULL; /* a write queued for a full disk: it still starts */
+        if (tier_waiter_same(d->waiter, w))
+            d->waiter = tier_waiter(NULL); /* a write queued for a full disk: it still starts */
         pp = &d->next;
     }
     for (struct rop *o = t->rops; o; o = o->next)
-        if (same(o->waiter, w))
+        if (tier_waiter_same(o->waiter, w))
             o->waiter = tier_waiter(NULL);
 }
 

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tier_req.c - gets and lookups the store drives to their end (tier.h,
- * "requests"): through the wait for the remote tier, then the wait for the
- * disk, to one call of the caller's done. It knows nothing of who asked:
- * a callback and a user pointer.
+ * tier_req.c - gets, lookups and durable commits the store drives to their
+ * end (tier.h, "requests"): through the wait for the remote tier, then the
+ * wait for the disk, to one call of the caller's done. It knows nothing of
+ * who asked: a callback and a user pointer.
  *
  * Design note: a request is a waiter of the store's own (struct waiter's
  * req), so the remote tier's answer and each block landing reach it here
@@ -14,7 +14,10 @@
  *           remote_ms; its answer, or the bound, ends it;
  *   DISK    a get's leases on blocks on their way into warm, bounded by
  *           deadline_ms from when it began; the last landing, or the bound
- *           (late), ends it.
+ *           (late), ends it;
+ *   COMMIT  a durable commit's writes (tier_commit_durable), bounded by
+ *           deadline_ms; the last landing, or the bound (late: the writes
+ *           go on, told to nobody), ends it.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -23,7 +26,7 @@
 
 #include "tier_int.h"
 
-enum stage { REQ_IDLE, REQ_REMOTE, REQ_DISK };
+enum stage { REQ_IDLE, REQ_REMOTE, REQ_DISK, REQ_COMMIT };
 
 struct tier_req {
     struct tier *t;
@@ -34,13 +37,17 @@ struct tier_req {
     struct tier_req_args a; /* the request; a.keys: its copy once it waits */
     uint64_t bound_ms;      /* CLOCK_MONOTONIC ms the stage ends by (0: none) */
     uint32_t base;          /* lookup: the local leading hits */
-    uint32_t leased;        /* DISK: blocks leased (ids[0..leased)) */
+    uint32_t leased;        /* DISK: blocks leased (ids[0..leased)); COMMIT: written */
     uint32_t waiting;       /* ... of those, still on their way */
-    uint32_t fail_at;       /* ... the first lost (leased: none) */
+    uint32_t fail_at;       /* DISK: the first lost (leased: none) */
+    uint32_t committed;     /* COMMIT: the blocks committed */
+    int err;                /* COMMIT: the first error */
+    bool armed;             /* COMMIT: the store call returned, waiting is known */
     struct tier_key *keys;  /* cap each: the copy of the keys */
     uint32_t *ids;
     uint64_t *offs;
-    uint8_t *ready;         /* DISK: per position, its block is where offs[] says */
+    uint8_t *ready;         /* per position of ids[]: DISK its block is where offs[]
+                               says, COMMIT it is durable (or failed) */
     uint8_t *tiers;
 };
 
@@ -104,6 +111,11 @@ bool tier_req_busy(const struct tier_req *r)
     return r->stage != REQ_IDLE;
 }
 
+uint32_t tier_req_committed(const struct tier_req *r)
+{
+    return r->committed;
+}
+
 uint64_t tier_req_bound(const struct tier_req *r)
 {
     return r->stage == REQ_IDLE ? 0 : r->bound_ms;
@@ -114,7 +126,7 @@ uint64_t tier_req_bound(const struct tier_req *r)
 static void finish(struct tier_req *r, int rc, uint32_t remote, bool late)
 {
     struct tier_req_res res = {
-        .op = r->a.op, .rc = rc, .n = r->a.n, .remote = remote, .late = late,
+        .op = r->a.op, .rc = rc, .err = r->err, .n = r->a.n, .remote = remote, .late = late,
         .ids = r->ids, .offs = r->offs, .tiers = r->tiers, .keys = r->a.keys,
     };
 
@@ -169,27 +181,94 @@ static void get_local(struct tier_req *r)
     r->bound_ms = r->a.deadline_ms ? now_ms() + r->a.deadline_ms : 0;
 }
 
-void tier_req_landed(struct tier_req *r, uint32_t id, int rc)
+/* Mark ready every position of ids[0..leased) holding id and not ready
+ * yet (a key may stand more than once in a request: every position
+ * waits). Returns how many; *first: the first of them. */
+static uint32_t mark(struct tier_req *r, uint32_t id, uint32_t *first)
 {
-    uint32_t hit = 0, first = 0;
+    uint32_t hit = 0;
 
-    if (r->stage != REQ_DISK)
-        return; /* done at its bound: the block simply landed in warm */
-    /* a key may stand more than once in a request: every position waits */
     for (uint32_t i = 0; i < r->leased; i++) {
         if (r->ids[i] != id || r->ready[i])
             continue;
         if (!hit++)
-            first = i;
+            *first = i;
         r->ready[i] = 1;
     }
+    return hit;
+}
+
+static void commit_done(struct tier_req *r, bool late);
+
+void tier_req_landed(struct tier_req *r, uint32_t id, int rc)
+{
+    uint32_t first = 0, hit;
+
+    /* (idle: done at its bound; the block simply landed, or was written) */
+    if (r->stage != REQ_DISK && r->stage != REQ_COMMIT)
+        return;
+    hit = mark(r, id, &first);
     if (!hit)
         return;
+    if (r->stage == REQ_COMMIT) {
+        if (rc < 0 && !r->err)
+            r->err = rc;
+        /* until the store call returned, blocks are only marked:
+         * commit_start counts them */
+        if (r->armed && (r->waiting -= hit) == 0)
+            commit_done(r, false);
+        return;
+    }
     if (rc < 0 && first < r->fail_at)
         r->fail_at = first;
     r->waiting -= hit;
     if (r->waiting == 0)
         get_done(r, false);
+}
+
+/* ---- the durable commit ------------------------------------------------ */
+
+/* Done: at the bound the writes go on (queued ones too), this commit is
+ * told to retry unless it has a truer error, and waits no more. */
+static void commit_done(struct tier_req *r, bool late)
+{
+    if (late) {
+        tier_waiter_leaves(r->t, me(r), true);
+        if (!r->err)
+            r->err = -EAGAIN;
+    }
+    finish(r, (int)r->committed, 0, late);
+}
+
+/* Commit, then wait for every key of the batch to be durable. The stage is
+ * set before the writes start: when the disk's queue is full the store
+ * waits for completions, and writes of this very batch may land (and be
+ * marked here) before the call returns. */
+static void commit_start(struct tier_req *r)
+{
+    uint32_t ready = 0;
+    int rc;
+
+    r->stage = REQ_COMMIT;
+    r->armed = false;
+    r->leased = 0;
+    r->committed = 0;
+    memset(r->ready, 0, r->a.n);
+    rc = tier_commit_durable_for(r->t, r->a.ns, r->a.block_bytes, r->a.owner, r->a.keys,
+                                 r->a.n, me(r), r->ids, &r->leased);
+    if (rc < 0 && !r->err)
+        r->err = rc;
+    r->committed = rc < 0 ? 0 : (uint32_t)rc;
+    for (uint32_t i = 0; i < r->leased; i++)
+        ready += r->ready[i];
+    r->waiting = r->leased - ready;
+    r->armed = true;
+    if (r->waiting == 0) {
+        commit_done(r, false);
+        return;
+    }
+    keep_keys(r);
+    r->bound_ms = r->a.deadline_ms ? now_ms() + r->a.deadline_ms : 0;
 }
 
 /* ---- the remote tier's wait --------------------------------------------- */
@@ -247,9 +326,14 @@ int tier_req_submit(struct tier_req *r, const struct tier_req_args *a)
         return -EBUSY;
     if (a->n > r->cap)
         return -E2BIG;
-    if (a->op != TIER_REQ_GET && a->op != TIER_REQ_LOOKUP)
+    if (a->op != TIER_REQ_GET && a->op != TIER_REQ_LOOKUP && a->op != TIER_REQ_COMMIT)
         return -EINVAL;
     r->a = *a;
+    r->err = 0;
+    if (a->op == TIER_REQ_COMMIT) {
+        commit_start(r);
+        return 0;
+    }
     if (a->op == TIER_REQ_LOOKUP) {
         uint32_t hits = (uint32_t)tier_lookup(r->t, a->ns, a->keys, a->n, r->tiers);
 
@@ -268,6 +352,8 @@ uint64_t tier_req_expire(struct tier_req *r, uint64_t now)
         return tier_req_bound(r);
     if (r->stage == REQ_REMOTE)
         remote_over(r, 0); /* the remote tier is late: go on without it */
+    else if (r->stage == REQ_COMMIT)
+        commit_done(r, true);
     else
         get_done(r, true);
     return tier_req_bound(r);

@@ -3,11 +3,11 @@
  * sess_data.c - a session's data operations: lookup, reserve, commit
  * (and the durable commit), abort, get, release, remove; what a session
  * holds for them (reservations, leases; its pins are sess_pin.c's) and
- * gives back; the one request a session may have waiting. A get or a
- * lookup is submitted to the store once (tier_req_submit), which drives it
- * through its waits for the remote tier and the disk and calls back once
- * (req_done): here it is only framed into a reply. A durable commit waits
- * here for its writes.
+ * gives back; the one request a session may have waiting. A get, a
+ * lookup or a durable commit is submitted to the store once
+ * (tier_req_submit), which drives it through its waits for the remote tier
+ * and the disk and calls back once (req_done): here it is only framed into
+ * a reply.
  *
  * Every request reaching here passed sess.c's framing checks; its content
  * (counts, namespace, block size, flags) is checked here (parse_keys)
@@ -187,78 +187,6 @@ static int reply_get(struct sess *s, const struct kvt_wire_hdr *req, uint32_t ns
     return sess_reply(s, req, 0, &rep, sizeof(rep), get_buf, olen + (tiers ? hits : 0), -1);
 }
 
-/* ---- durable commits that wait for the disk --------------------------- */
-
-static int bufs_alloc(struct pend_bufs *b)
-{
-    if (!b->ids) {
-        b->ids = malloc(KVT_BATCH_MAX * sizeof(*b->ids));
-        b->ready = malloc(KVT_BATCH_MAX);
-    }
-    return b->ids && b->ready ? 0 : -ENOMEM;
-}
-
-/* Answer a durable commit once every write landed. */
-static int finish_commit(struct sess *s)
-{
-    struct pending *p = &s->pend;
-    struct kvt_wire_count_rep cnt = { .count = p->u.commit.count };
-
-    p->kind = SESS_PEND_NONE;
-    pend_done(s);
-    if (p->u.commit.err)
-        return sess_reply_err(s, &p->hdr, p->u.commit.err);
-    return sess_reply(s, &p->hdr, 0, &cnt, sizeof(cnt), NULL, 0, -1);
-}
-
-/* Mark ready every position of ids[n] holding id and not ready yet (a key
- * may stand more than once in a request: every position waits). Returns how
- * many; *first: the first of them. */
-static uint32_t mark_landed(struct pend_bufs *b, uint32_t n, uint32_t id, uint32_t *first)
-{
-    uint32_t hit = 0;
-
-    for (uint32_t i = 0; i < n; i++) {
-        if (b->ids[i] != id || b->ready[i])
-            continue;
-        if (!hit++)
-            *first = i;
-        b->ready[i] = 1;
-    }
-    return hit;
-}
-
-/* Block id of the durable commit is on disk (rc 0) or failed to get there:
- * whether the commit has all it waits for now. Until the store call
- * returned (armed), blocks are only marked: commit_durable counts them. */
-static bool commit_landed(struct sess *s, uint32_t id, int rc)
-{
-    struct pending *p = &s->pend;
-    uint32_t first, hit = mark_landed(&s->bufs, p->u.commit.n, id, &first);
-
-    if (!hit)
-        return false;
-    if (rc < 0 && !p->u.commit.err)
-        p->u.commit.err = rc;
-    if (!p->u.commit.armed)
-        return false;
-    p->u.commit.waiting -= hit;
-    return p->u.commit.waiting == 0;
-}
-
-void sess_on_ready(void *ctx, void *waiter, uint32_t id, int rc)
-{
-    struct sess *s = waiter;
-    int rep;
-
-    (void)ctx;
-    if (s->closed || s->pend.kind != SESS_PEND_COMMIT || !commit_landed(s, id, rc))
-        return; /* answered at its bound; or more to come */
-    rep = finish_commit(s);
-    if (rep < 0)
-        sess_close(s); /* the client stopped reading */
-}
-
 /* ---- keys requests: decoding, lookups ---------------------------------- */
 
 /* Decode and check a keys request. 0 or the error to reply with. */
@@ -355,12 +283,12 @@ static uint64_t remote_wait_ms(const struct tierd *d)
     return 3 * (uint64_t)(d->remote.timeout_ms ? d->remote.timeout_ms : 100) + 20;
 }
 
-/* The store's one call for s's get or lookup: the reply. */
+/* The store's one call for s's get, lookup or durable commit: the reply. */
 static void req_done(void *user, const struct tier_req_res *res)
 {
     struct sess *s = user;
     struct pending *p = &s->pend;
-    struct kreq k = p->u.req;
+    struct kreq k = p->req;
     int rc;
 
     if (s->closed || p->kind != SESS_PEND_REQ)
@@ -368,7 +296,14 @@ static void req_done(void *user, const struct tier_req_res *res)
     p->kind = SESS_PEND_NONE;
     pend_done(s); /* (a request answered inside its submit has no t0 yet) */
     k.keys = res->keys;
-    if (res->op == TIER_REQ_LOOKUP) {
+    if (res->op == TIER_REQ_COMMIT) {
+        struct kvt_wire_count_rep cnt = { .count = (uint32_t)res->rc };
+
+        if (res->late)
+            s->d->durable_wait_timeouts++;
+        rc = res->err ? sess_reply_err(s, &p->hdr, res->err)
+                      : sess_reply(s, &p->hdr, 0, &cnt, sizeof(cnt), NULL, 0, -1);
+    } else if (res->op == TIER_REQ_LOOKUP) {
         rc = lookup_done(s, &p->hdr, &k, (uint32_t)res->rc, res->remote, res->tiers);
     } else if (res->rc < 0) {
         rc = sess_reply_err(s, &p->hdr, res->rc);
@@ -387,24 +322,30 @@ static void req_done(void *user, const struct tier_req_res *res)
         sess_close(s); /* the client stopped reading */
 }
 
-/* Hand the get or lookup k of h to the store: answered by req_done, now
- * or once its waits end. */
+/* Hand the get, lookup or durable commit k of h to the store: answered
+ * by req_done, now or once its waits end. */
 static int submit(struct sess *s, const struct kvt_wire_hdr *h, const struct kreq *k)
 {
     struct tier_req_args a = {
-        .op = h->op == KVT_OP_GET ? TIER_REQ_GET : TIER_REQ_LOOKUP, .ns = k->ns_id,
-        .block_bytes = k->block_bytes, .keys = k->keys, .n = k->n,
+        .op = h->op == KVT_OP_GET ? TIER_REQ_GET
+            : h->op == KVT_OP_LOOKUP ? TIER_REQ_LOOKUP : TIER_REQ_COMMIT,
+        .ns = k->ns_id, .block_bytes = k->block_bytes, .keys = k->keys, .n = k->n,
         .flags = (k->flags & KVT_WIRE_KF_HOT ? TIER_GET_HOT : 0) |
                  (k->flags & KVT_WIRE_KF_PROMOTE ? TIER_GET_PROMOTE : 0),
-        .deadline_ms = h->op == KVT_OP_GET ? k->deadline_ms : 0,
+        .owner = s->id,
+        /* a durable commit's is bounded: a key another client reserved and
+         * never finishes would hold it (and its client) for ever */
+        .deadline_ms = h->op == KVT_OP_GET ? k->deadline_ms
+                     : h->op == KVT_OP_LOOKUP ? 0 : s->d->durable_wait_ms,
     };
     uint64_t wait_ms = remote_wait_ms(s->d);
     uint32_t hits;
     int rc;
 
     if (s->pend.kind != SESS_PEND_NONE) {
-        /* a lookup behind a waiting request (a get refused that already):
-         * answered at once from the local tiers, without the remote's */
+        /* a lookup behind a waiting request (a get or a commit refused
+         * that already): answered at once from the local tiers, without
+         * the remote's */
         hits = (uint32_t)tier_lookup(s->t->store, k->ns_id, k->keys, k->n, tiers_buf);
         return lookup_done(s, h, k, hits, 0, tiers_buf);
     }
@@ -413,8 +354,8 @@ static int submit(struct sess *s, const struct kvt_wire_hdr *h, const struct kre
     /* (a pinning lookup's deadline_ms is how long its pin holds) */
     if (k->deadline_ms && k->deadline_ms < wait_ms && !(k->flags & KVT_WIRE_KF_PIN))
         wait_ms = k->deadline_ms;
-    a.remote_ms = s->t->remote ? (uint32_t)wait_ms : 0;
-    s->pend = (struct pending){ .kind = SESS_PEND_REQ, .hdr = *h, .u.req = *k };
+    a.remote_ms = s->t->remote && a.op != TIER_REQ_COMMIT ? (uint32_t)wait_ms : 0;
+    s->pend = (struct pending){ .kind = SESS_PEND_REQ, .hdr = *h, .req = *k };
     s->submitting = true;
     s->submit_rc = 0;
     rc = tier_req_submit(s->req, &a); /* (idle, n checked: it does not refuse) */
@@ -449,43 +390,19 @@ static int do_reserve(struct sess *s, const struct kvt_wire_hdr *h, const struct
     return sess_reply(s, h, 0, &cnt, sizeof(cnt), offs_buf, k->n * sizeof(uint64_t), -1);
 }
 
-/* A durable commit: answered once every block of the batch is on disk
- * (commit_landed), or at the durable-wait bound with -EAGAIN. */
+/* A durable commit: the store answers once every block of the batch is on
+ * disk, or at the durable-wait bound with -EAGAIN (req_done). */
 static int commit_durable(struct sess *s, const struct kvt_wire_hdr *h, const struct kreq *k)
 {
-    struct pending *p = &s->pend;
-    uint32_t ready = 0;
     int rc;
 
-    if (p->kind != SESS_PEND_NONE)
+    if (s->pend.kind != SESS_PEND_NONE)
         return sess_reply_err(s, h, -EBUSY);
-    if (bufs_alloc(&s->bufs) < 0)
-        return sess_reply_err(s, h, -ENOMEM);
-    /* pending before the writes start: when the ring is full the store
-     * waits for completions, and writes of this very batch may land (and be
-     * reported here) before it returns */
-    *p = (struct pending){ .kind = SESS_PEND_COMMIT, .hdr = *h };
-    memset(s->bufs.ready, 0, KVT_BATCH_MAX);
-    rc = tier_commit_durable(s->t->store, k->ns_id, k->block_bytes, s->id, k->keys, k->n, s,
-                             s->bufs.ids, &p->u.commit.n);
+    rc = submit(s, h, k);
     prune_resv(s);
-    if (rc < 0 && !p->u.commit.err)
-        p->u.commit.err = rc;
-    p->u.commit.count = rc < 0 ? 0 : (uint32_t)rc;
-    count_blocks(s, k->ns_id, p->u.commit.count, true);
-    for (uint32_t i = 0; i < p->u.commit.n; i++)
-        ready += s->bufs.ready[i];
-    p->u.commit.waiting = p->u.commit.n - ready;
-    p->u.commit.armed = true;
-    if (p->u.commit.waiting == 0)
-        return finish_commit(s);
-    /* bounded: a key another client reserved and never finishes would hold
-     * this commit (and its client) for ever */
-    if (s->d->durable_wait_ms) {
-        p->deadline_ms = tierd_now_ms() + s->d->durable_wait_ms;
-        sess_arm_timer(p->deadline_ms);
-    }
-    return 0;
+    if (s->req) /* (none: it could not be made, and nothing was committed) */
+        count_blocks(s, k->ns_id, tier_req_committed(s->req), true);
+    return rc;
 }
 
 static int do_commit(struct sess *s, const struct kvt_wire_hdr *h, const struct kreq *k)
@@ -568,39 +485,12 @@ int sess_op_release(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t 
 
 /* ---- deadlines and reclaim --------------------------------------------- */
 
-/* The pending request's deadline passed: answer it with what it has. */
-static int pend_expired(struct sess *s)
-{
-    struct pending *p = &s->pend;
-
-    switch (p->kind) {
-    case SESS_PEND_COMMIT:
-        /* the writes go on (queued ones too); this commit is told to
-         * retry, unless it already has a truer error, and waits no more */
-        tier_detach_waiter(s->t->store, s);
-        if (!p->u.commit.err)
-            p->u.commit.err = -EAGAIN;
-        s->d->durable_wait_timeouts++;
-        return finish_commit(s);
-    case SESS_PEND_REQ:  /* the store's bounds: tier_req_expire */
-    case SESS_PEND_NONE:
-        break;
-    }
-    return 0;
-}
-
 uint64_t sess_data_expire(struct sess *s, uint64_t now, uint64_t next)
 {
     next = sess_pin_expire(s, now, next);
-    if (!s->closed && s->pend.kind == SESS_PEND_REQ) /* (answered through req_done) */
-        return sess_earliest(next, tier_req_expire(s->req, now));
-    if (s->closed || s->pend.kind == SESS_PEND_NONE || !s->pend.deadline_ms)
+    if (s->closed || s->pend.kind != SESS_PEND_REQ)
         return next;
-    if (s->pend.deadline_ms > now)
-        return sess_earliest(next, s->pend.deadline_ms);
-    if (pend_expired(s) < 0)
-        sess_close(s);
-    return next;
+    return sess_earliest(next, tier_req_expire(s->req, now)); /* (answered by req_done) */
 }
 
 size_t sess_data_reclaim(struct sess *s)
@@ -608,8 +498,6 @@ size_t sess_data_reclaim(struct sess *s)
     struct tier *store = s->t ? s->t->store : NULL;
     size_t back = 0;
 
-    if (store)
-        tier_forget_waiter(store, s);
     if (s->req) /* a get's leases, if it waits for the disk */
         back += tier_req_cancel(s->req);
     s->pend.kind = SESS_PEND_NONE;
@@ -627,8 +515,6 @@ size_t sess_data_reclaim(struct sess *s)
 void sess_data_free(struct sess *s)
 {
     tier_req_destroy(s->req);
-    free(s->bufs.ids);
-    free(s->bufs.ready);
     for (size_t i = 0; i < s->nlease; i++)
         free(s->lease[i].ids);
     free(s->lease);

@@ -54,41 +54,20 @@ struct kreq {
 };
 
 /* What a session's request waits for. A client has at most one request
- * outstanding, so a session has one pending request, of one kind. */
+ * outstanding, so a session has one pending request: a get, a lookup or a
+ * durable commit in the store (s->req), which drives its waits for the
+ * remote tier and the disk and calls back once (sess_data.c's req_done). */
 enum sess_pend_kind {
-    SESS_PEND_NONE,   /* nothing waits */
-    SESS_PEND_REQ,    /* a get or a lookup, driven by the store (s->req) to its one
-                         callback: its waits for the remote tier and the disk are
-                         the store's */
-    SESS_PEND_COMMIT, /* a durable commit, for its writes */
+    SESS_PEND_NONE, /* nothing waits */
+    SESS_PEND_REQ,  /* the store has the request */
 };
 
-/* The pending request: what every kind has, then its kind's own state. */
+/* The pending request, for its reply. */
 struct pending {
     enum sess_pend_kind kind;
     struct kvt_wire_hdr hdr; /* the request being answered */
-    uint64_t deadline_ms;    /* CLOCK_MONOTONIC ms; 0: none (SESS_PEND_REQ: the store's) */
     uint64_t t0_ns;          /* when the request came (metrics_req_start; 0: none) */
-    union {
-        /* SESS_PEND_REQ: the request as parsed; its keys are the store's copy */
-        struct kreq req;
-        /* SESS_PEND_COMMIT: bufs.ids[n] written, bufs.ready[] set as they land */
-        struct {
-            uint32_t n;
-            uint32_t waiting; /* of those, still being written */
-            uint32_t count;   /* blocks committed */
-            int err;          /* first write error */
-            bool armed;       /* the store call returned: waiting is known */
-        } commit;
-    } u;
-};
-
-/* A durable commit's buffers, KVT_BATCH_MAX entries each: allocated on
- * first use, kept for the session's life, so that a waiting commit
- * allocates nothing. */
-struct pend_bufs {
-    uint32_t *ids;
-    uint8_t *ready;
+    struct kreq req;         /* as parsed; its keys come back with the answer */
 };
 
 struct sess {
@@ -117,11 +96,10 @@ struct sess {
     uint32_t pin_seq;          /* from a random start: a pin id from before a
                                   restart names no pin of the new tierd */
     struct pending pend;       /* a request waiting for the store */
-    struct tier_req *req;      /* gets and lookups, submitted to the store (NULL until
-                                  the first) */
+    struct tier_req *req;      /* gets, lookups, durable commits, submitted to the
+                                  store (NULL until the first) */
     bool submitting;           /* inside tier_req_submit: a reply that fails there ... */
     int submit_rc;             /* ... is returned from it, as any other request's */
-    struct pend_bufs bufs;     /* a durable commit's buffers */
     bool flush_wait;           /* a FLUSH waits for the store's flush to end */
     struct kvt_wire_hdr flush_hdr;
     uint64_t flush_t0;         /* its arrival, for the latency metrics */
