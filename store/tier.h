@@ -64,7 +64,8 @@ struct tier_cfg {
     struct tier_hot *hot;    /* the tier above warm (caller-owned; NULL: none) */
     bool write_through;      /* with cold: copy each block to cold when committed, so
                                 that a warm eviction never waits to demote */
-    tier_ready_fn ready;     /* promotion completions (needed with cold) */
+    tier_ready_fn ready;     /* completions for a caller's own waiter (tier_get_ex,
+                                tier_commit_durable with cold); a tier_req needs none */
     void *ready_ctx;
     /* observer: a block left warm (demoted or dropped); data valid during the call */
     void (*on_evict)(void *ctx, uint32_t ns, const struct tier_key *key, const void *data,
@@ -74,8 +75,9 @@ struct tier_cfg {
     void *log_ctx;
     uint32_t why_events;     /* events remembered for miss attribution (0: 65536) */
     /* the remote tier (caller-owned; NULL: none). Only namespaces added to it
-     * (tier_remote_ns_add) use it. Its completions call remote_done with
-     * ready_ctx. */
+     * (tier_remote_ns_add) use it. Its completions for a caller's own waiter
+     * (tier_get_remote, tier_lookup_remote) call remote_done with ready_ctx;
+     * a tier_req needs none. */
     struct tier_remote *remote;
     enum tier_remote_policy remote_policy;
     tier_remote_fn remote_done;

@@ -127,7 +127,8 @@ void tier_waiter_leaves(struct tier *t, struct waiter w, bool keep)
          * waiter, kept or not: that write is the other client's, and a
          * commit answered at its bound must leave nothing behind that the
          * next commit of the same keys would add to again */
-        if (tier_waiter_same(d->waiter, w) && (!keep || idx_at(t->idx, d->id)->state != IDX_COMMITTED)) {
+        if (tier_waiter_same(d->waiter, w) &&
+            (!keep || idx_at(t->idx, d->id)->state != IDX_COMMITTED)) {
             *pp = d->next;
             free(d);
             continue;
