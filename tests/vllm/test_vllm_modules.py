@@ -540,3 +540,75 @@ def test_a_hit_is_held_until_its_load(tmp_path):
     for c in (s, w):
         c.shutdown()
     assert d.stop() == 0
+
+
+def test_hung_tierd_costs_a_lookup_its_timeout_not_30_s():
+    """tierd stopped (SIGSTOP), not gone: the scheduler's lookup is a miss
+    after lookup_timeout_ms, and the lookups that follow do not try it
+    again until the doubled wait has passed; once it answers, hits again."""
+    from conftest import Tierd
+    d = Tierd()
+    cfg, kcc = fake_config(d.sock, lookup_timeout_ms=300, reconnect_ms=200), \
+        fake_kv_cache_config()
+    s = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
+    w = vc.KvtierConnector(cfg, KVConnectorRole.WORKER, kcc)
+    kv = cpu_cache(8)
+    w.register_kv_caches(kv)
+    toks = prompt(3 * BS + 1, 61)
+    keys = kvtier.hash_prompt(toks, BS, seed="0")
+    w._tierd.ns[0].offload(keys[:3], w._layout, [0, 1, 2])
+    d.proc.send_signal(signal.SIGSTOP)
+    try:
+        t = time.monotonic()
+        assert s.get_num_new_matched_tokens(vllm_request(toks, "h1"), 0) == (0, False)
+        first = time.monotonic() - t
+        t = time.monotonic()
+        for i in range(5):      # within the wait: no new try, no new stall
+            assert s.get_num_new_matched_tokens(vllm_request(toks, "h%d" % (i + 2)), 0) == \
+                (0, False)
+        after = time.monotonic() - t
+    finally:
+        d.proc.send_signal(signal.SIGCONT)
+    assert first < 5, "a hung tierd held the lookup %.1f s" % first
+    assert after < 0.25, "lookups within the wait tried the hung tierd (%.2f s)" % after
+    deadline = time.monotonic() + 10
+    while s.get_num_new_matched_tokens(vllm_request(toks, "back"), 0) != (3 * BS, False):
+        assert time.monotonic() < deadline, "no hit after tierd answered again"
+        time.sleep(0.1)
+    for c in (s, w):
+        c.shutdown()
+    assert d.stop() == 0
+
+
+def test_reset_cache_purges_the_models_blocks(tierd):
+    """vLLM's reset_prefix_cache(reset_connector=True) after a weight
+    update: the model's blocks, computed with the old weights, are gone
+    from tierd (reset_cache True); another model's stay."""
+    cfg, kcc = fake_config(tierd.sock), fake_kv_cache_config()
+    s = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
+    w = vc.KvtierConnector(cfg, KVConnectorRole.WORKER, kcc)
+    w.register_kv_caches(cpu_cache(8))
+    other = fake_config(tierd.sock)
+    other.model_config = SimpleNamespace(model="test/another-model", revision=None)
+    wo = vc.KvtierConnector(other, KVConnectorRole.WORKER, kcc)
+    wo.register_kv_caches(cpu_cache(8))
+    toks = prompt(3 * BS + 1, 62)
+    keys = kvtier.hash_prompt(toks, BS, seed="0")
+    for c in (w, wo):
+        assert c._tierd.ns[0].offload(keys[:3], c._layout, [0, 1, 2]) == 3
+    assert s.get_num_new_matched_tokens(vllm_request(toks, "r1"), 0) == (3 * BS, False)
+    s._tierd.unpin(s._reqs["r1"].pins)
+    assert s.reset_cache() is True
+    assert s.get_num_new_matched_tokens(vllm_request(toks, "r2"), 0) == (0, False)
+    assert w._tierd.ns[0].lookup(keys) == 0
+    assert wo._tierd.ns[0].lookup(keys) == 3, "another model's blocks were purged"
+    # a pin held on the model's blocks keeps them busy: the reset waits for
+    # it, then (still held) says it failed
+    assert w._tierd.ns[0].offload(keys[:3], w._layout, [0, 1, 2]) == 3
+    _, pin, _ = w._tierd.ns[0].lookup_pin(keys[:3], 5000)
+    s.RESET_TIMEOUT_S = 0.3
+    assert s.reset_cache() is False
+    w._tierd.client.unpin(pin)
+    assert s.reset_cache() is True
+    for c in (s, w, wo):
+        c.shutdown()
