@@ -471,15 +471,15 @@ def main():
     ap.add_argument("--instance")
     ap.add_argument("--model", default="llama-24L-gqa",
                     choices=sorted(k for k in MODELS if k != HYBRID_MODEL))
-    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--requests", type=int, default=100)
     ap.add_argument("--tokens-per-hash", type=int, default=BLOCK)
     # sized for 2 shared AVX2 cores (about 40 prompt tokens/s for this model)
     ap.add_argument("--max-hash-ids", type=int, default=2)
     ap.add_argument("--tail-tokens", type=int, default=8)
     ap.add_argument("--max-out", type=int, default=2)
     ap.add_argument("--kv-blocks", type=int, default=32)
-    ap.add_argument("--conversations", type=int, default=10)
-    ap.add_argument("--turns", type=int, default=5)
+    ap.add_argument("--conversations", type=int, default=8)
+    ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2,
                     help="runs of each replay mode, taking turns; the fastest counts")
     ap.add_argument("--quick", action="store_true",
