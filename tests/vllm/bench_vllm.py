@@ -89,6 +89,7 @@ MODELS = {
     },
 }
 HYBRID_MODEL = "gemma2-24L-swa"
+REPLAY = ("replay", "trace", "conversations")
 
 
 def bench(name, value, unit, op=None, target=None):
@@ -488,7 +489,9 @@ def main():
                     default=[4096, 16384], help="the TTFT prompts' lengths (tokens)")
     ap.add_argument("--hybrid-lengths", type=lambda v: [int(x) for x in v.split(",")],
                     default=[4096], help="the hybrid model's TTFT prompts (tokens)")
-    ap.add_argument("--part", choices=("all", "ttft", "hybrid", "replay"), default="all")
+    ap.add_argument("--part", choices=("all", "ttft", "hybrid", "replay", "trace",
+                                       "conversations"), default="all",
+                    help="replay: both workloads, trace or conversations: one")
     ap.add_argument("--work", default=os.path.join(SRC, "build", "bench-vllm"))
     a = ap.parse_args()
     if a.instance:
@@ -504,7 +507,7 @@ def main():
     ok = []
     for name in (a.model, HYBRID_MODEL):
         part = "hybrid" if name == HYBRID_MODEL else "ttft"
-        if a.part not in ("all", part) and not (part == "ttft" and a.part == "replay"):
+        if a.part not in ("all", part) and not (part == "ttft" and a.part in REPLAY):
             continue
         spec = MODELS[name]
         model = os.path.join(a.work, name)
@@ -518,7 +521,7 @@ def main():
             continue
         if a.part in ("all", "ttft"):
             ok += ttft_figures(a.work, model, spec, a.lengths)
-        if a.part in ("all", "replay"):
+        if a.part in ("all", "replay", "trace"):
             reqs = trace_requests(a.requests, a.tokens_per_hash, a.max_hash_ids, a.max_out,
                                   a.tail_tokens)
             # the first requests of the bundled trace reuse little but its
@@ -531,6 +534,7 @@ def main():
                                                a.tokens_per_hash, a.max_hash_ids,
                                                a.tail_tokens),
                                  reqs, a.kv_blocks, 1.0, a.rounds)
+        if a.part in ("all", "replay", "conversations"):
             system, grow = 2 * BLOCK, 2 * BLOCK + 8
             reqs = conversation_requests(a.conversations, a.turns, system, grow, a.max_out)
             ok += replay_figures(a.work, model, spec, "conversations",
