@@ -84,7 +84,7 @@ struct cmn_opts {
                                   from 1 to 64" (no program name, no newline) */
 };
 
-/* Start a walk of argv's options against tab (resets getopt: optind = 1). */
+/* Start a walk of argv's options against tab (resets getopt wholly: optind = 0). */
 void cmn_opts_init(struct cmn_opts *p, const struct cmn_opt *tab);
 /* The next option of argv (getopt_long's rules: options and operands may
  * mix, "--" ends the options): its key, with its value checked and stored

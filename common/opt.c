@@ -6,6 +6,7 @@
  * values in the same words. It says what is wrong; the caller prints it.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +17,7 @@
 void cmn_opts_init(struct cmn_opts *p, const struct cmn_opt *tab)
 {
     *p = (struct cmn_opts){ .tab = tab };
-    optind = 1;
+    optind = 0; /* glibc: 0 also forgets a place inside a group such as -hv */
 }
 
 static const struct cmn_opt *by_key(const struct cmn_opt *tab, int key)
@@ -110,9 +111,20 @@ int cmn_opts_next(struct cmn_opts *p, int argc, char *const argv[])
     if (c == -1)
         return -1;
     if (c == ':' || c == '?') {
-        snprintf(p->err, sizeof(p->err), c == ':' ? "option '%s' needs a value"
-                                                  : "unknown option '%s'",
-                 argv[optind - 1]);
+        const char *arg = argv[optind - 1];
+        bool lng = !strncmp(arg, "--", 2);
+
+        /* getopt names the option in optopt: a letter (maybe inside a
+         * group, so argv says less), or a long option's key */
+        if (c == '?' && lng && optopt && by_key(p->tab, optopt))
+            snprintf(p->err, sizeof(p->err), "option '%.*s' takes no value",
+                     (int)strcspn(arg, "="), arg);
+        else if (!lng && optopt)
+            snprintf(p->err, sizeof(p->err), c == ':' ? "option '-%c' needs a value"
+                                                      : "unknown option '-%c'", optopt);
+        else
+            snprintf(p->err, sizeof(p->err), c == ':' ? "option '%s' needs a value"
+                                                      : "unknown option '%s'", arg);
         return CMN_OPTS_BAD;
     }
     o = by_key(p->tab, c);

@@ -79,7 +79,8 @@ Test(cmn_opts, refusals_name_the_option_and_the_rule)
         { { "prog", "--interval", "inf", NULL }, "--interval 'inf': want a number" },
         { { "prog", "--interval", " 1", NULL }, "--interval ' 1': want a number" },
         { { "prog", "--interval", ".", NULL }, "--interval '.': want a number" },
-        { { "prog", "--json=1", NULL }, "unknown option '--json=1'" },
+        { { "prog", "--json=1", NULL }, "option '--json' takes no value" },
+        { { "prog", "-hx", NULL }, "unknown option '-x'" },  /* inside a group */
     };
 
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -91,6 +92,19 @@ Test(cmn_opts, refusals_name_the_option_and_the_rule)
         cr_expect(!strncmp(p.err, bad[i].err, strlen(bad[i].err)), "%s: '%s', not '%s...'",
                   bad[i].argv[1], p.err, bad[i].err);
     }
+}
+
+Test(cmn_opts, a_walk_stopped_inside_a_group_leaves_nothing_behind)
+{
+    char *a[] = { "prog", "-hh", NULL };
+    char *b[] = { "prog", "--count", "5", NULL };
+    struct cmn_opts p;
+
+    cmn_opts_init(&p, tab);
+    cr_assert_eq(cmn_opts_next(&p, 2, a), 'h'); /* the caller stops here (usage) */
+    cmn_opts_init(&p, tab);
+    cr_expect_eq(cmn_opts_next(&p, 3, b), 'n', "the next walk's first option, not a's 'h'");
+    cr_expect_eq(p.u, 5);
 }
 
 Test(cmn_opts, a_second_walk_starts_afresh)

@@ -1507,3 +1507,20 @@ Test(tierd_bad_input, client_lookup_of_3000_keys_is_split_and_counts_the_leading
     free(buf);
     check_served("a 3000-key lookup");
 }
+
+Test(tierd_bad_input, watermarks_outside_zero_to_one_nan_included_are_refused)
+{
+    const char *vals[] = { "nan", "-nan", "0", "1.5", "inf", "0.5x" };
+    char dir[256], err[4096];
+
+    t_tmpdir("kvt-test", dir, sizeof(dir));
+    for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); i++) {
+        const char *args[] = { "--low-wm", vals[i], NULL };
+        int st = t_tierd_exit(dir, args, err, sizeof(err));
+
+        cr_expect_eq(st, 64, "--low-wm %s: expected exit 64 (EX_USAGE), got %d: %s", vals[i],
+                     st, err);
+        cr_expect(strstr(err, "want a fraction in (0, 1]"), "--low-wm %s: %s", vals[i], err);
+    }
+    t_rmtree(dir);
+}

@@ -290,6 +290,11 @@ Test(tierd_tenants, bad_config_files_stop_tierd_with_the_line_and_the_reason)
     } cases[] = {
         { "[tenant.a]\nuids = 1\nwarm_bytes = 12Q\n", ":3: warm_bytes: bad size '12Q'",
           EX_CONFIG },
+        { "[tenant.a]\nuids = 1\nwarm_bytes = 12Q\n", "(e.g. 512M, 8G; at least 1M)",
+          EX_CONFIG },
+        /* hot_bytes has no floor: its message says none */
+        { "[tenant.a]\nuids = 1\nhot_bytes = junk\n",
+          ":3: hot_bytes: bad size 'junk' (e.g. 512M, 8G; 0 for none)", EX_CONFIG },
         { "[tenant.a]\nuids = 1\ncolour = blue\n", ":3: [tenant.a]: unknown key 'colour'",
           EX_CONFIG },
         { "[tenant.a]\nuids = 1\n[tenant.b]\nuids = 2, 1\n", "uid 1 is in tenants a and b",

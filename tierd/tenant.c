@@ -235,8 +235,12 @@ static int pool_size(struct parse *p, const char *key, const char *val, int64_t 
     int64_t v = size_of(val);
 
     if (v < 0 || (v < min && !(zero_ok && v == 0))) {
-        snprintf(p->err, sizeof(p->err), "%s: bad size '%s' (e.g. 512M, 8G; at least 1M%s)",
-                 key, val, zero_ok ? ", or 0 for none" : "");
+        char least[32] = "";
+
+        if (min > 0)
+            snprintf(least, sizeof(least), "; at least %lldM", (long long)(min >> 20));
+        snprintf(p->err, sizeof(p->err), "%s: bad size '%s' (e.g. 512M, 8G%s%s)", key, val,
+                 least, zero_ok ? (min > 0 ? ", or 0 for none" : "; 0 for none") : "");
         return -1;
     }
     *out = (uint64_t)v;

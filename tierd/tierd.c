@@ -138,7 +138,7 @@ static double parse_frac(const char *s)
     char *end;
     double v = strtod(s, &end);
 
-    return (*end || end == s || v <= 0 || v > 1) ? -1 : v;
+    return (*end || end == s || !(v > 0 && v <= 1)) ? -1 : v; /* NaN fails both */
 }
 
 /* A whole number in [min, max] for option opt (cmn_parse_uint): 0, or -1
