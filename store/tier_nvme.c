@@ -36,6 +36,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kvt_common.h"
 #include "tier_nvme.h"
 #include "tier_nvme_int.h"
 
@@ -98,15 +99,8 @@ static int sim_open(struct tier_nvme *n, const struct tier_nvme_cfg *cfg, uint64
 static int sim_reap(struct tier_nvme *n, unsigned min);
 static void sim_close(struct tier_nvme *n);
 
-static void say(const struct tier_nvme_cfg *cfg, const char *fmt, const char *detail)
-{
-    char msg[512];
-
-    if (!cfg->log)
-        return;
-    snprintf(msg, sizeof(msg), fmt, detail);
-    cfg->log(cfg->log_ctx, msg);
-}
+/* A line to the caller's log (NULL: none), as every store module reports. */
+#define say(cfg, ...) cmn_logf((cfg)->log, (cfg)->log_ctx, __VA_ARGS__)
 
 /* ---- fault injection (KVT_FAULTS builds only; the rules: tier_nvme_faults.c) -- */
 
@@ -631,17 +625,27 @@ out_free:
     return rc;
 }
 
-static int sim_read(struct tier_nvme *n, struct req *r)
+/* All len bytes at off of the file: read into dst, or (dst NULL) written
+ * from src, a short transfer resumed. 0, -errno, or -EIO at end of file. */
+static int sim_rw(int fd, uint8_t *dst, const uint8_t *src, uint64_t len, uint64_t off)
 {
-    uint64_t got = 0;
-
-    while (got < r->len) {
-        ssize_t k = pread(n->fd, r->buf + got, r->len - got, (off_t)(r->off + got));
+    for (uint64_t done = 0; done < len;) {
+        ssize_t k = dst ? pread(fd, dst + done, len - done, (off_t)(off + done))
+                        : pwrite(fd, src + done, len - done, (off_t)(off + done));
 
         if (k <= 0)
             return k < 0 ? -errno : -EIO;
-        got += (uint64_t)k;
+        done += (uint64_t)k;
     }
+    return 0;
+}
+
+static int sim_read(struct tier_nvme *n, struct req *r)
+{
+    int rc = sim_rw(n->fd, r->buf, NULL, r->len, r->off);
+
+    if (rc < 0)
+        return rc;
     /* the volatile layer over the file, oldest first: later writes win */
     for (const struct ext *e = n->ext; e; e = e->next) {
         uint64_t lo = e->off > r->off ? e->off : r->off;
@@ -674,16 +678,7 @@ static int sim_write(struct tier_nvme *n, const struct req *r)
 /* Write e to the medium (the file). */
 static int sim_persist(struct tier_nvme *n, const struct ext *e)
 {
-    uint64_t put = 0;
-
-    while (put < e->len) {
-        ssize_t k = pwrite(n->fd, e->data + put, e->len - put, (off_t)(e->off + put));
-
-        if (k <= 0)
-            return k < 0 ? -errno : -EIO;
-        put += (uint64_t)k;
-    }
-    return 0;
+    return sim_rw(n->fd, NULL, e->data, e->len, e->off);
 }
 
 /* A sync: the writes completed before it was queued become durable. */

@@ -61,7 +61,8 @@ struct tenant {
     struct tier_remote *remote; /* the store's (borrowed); NULL without a remote tier */
     struct tierd_ns *ns;      /* registry, ns id = index + 1 (with holes: ids of the
                                  cold index not opened in this run) */
-    uint32_t nns, ns_cap;     /* open namespaces; entries in ns */
+    uint32_t nns;             /* open namespaces */
+    size_t ns_cap;            /* entries in ns */
     uint32_t clients;         /* its sessions open */
     uint32_t max_clients;     /* ... at most (config max_clients) */
     uint64_t pinned_bytes;    /* blocks its sessions' pins hold, against the pin budget */
