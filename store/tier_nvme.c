@@ -94,8 +94,6 @@ struct tier_nvme {
 };
 
 /* the simulated disk (end of file) */
-static int sim_open(struct tier_nvme *n, const struct tier_nvme_cfg *cfg, uint64_t bytes,
-                    struct tier_nvme **out);
 static int sim_reap(struct tier_nvme *n, unsigned min);
 static void sim_close(struct tier_nvme *n);
 
@@ -272,6 +270,7 @@ out_close:
 
 int tier_nvme_open(const struct tier_nvme_cfg *cfg, struct tier_nvme **out)
 {
+    struct tier_nvme_cfg sim_cfg;
     struct tier_nvme *n;
     uint64_t bytes;
     int rc;
@@ -299,22 +298,28 @@ int tier_nvme_open(const struct tier_nvme_cfg *cfg, struct tier_nvme **out)
     rc = faults_open(n, cfg);
     if (rc < 0)
         goto out_free;
-    if (cfg->sim)
-        return sim_open(n, cfg, bytes, out);
     /* Ring and eventfd before the file: they touch nothing on disk, so when
      * they fail (io_uring disabled by sysctl, memlock limits on old kernels)
      * no preallocated file is left behind. The kernel rounds the SQ up to a
-     * power of two and refuses more than 32768 entries. */
-    rc = io_uring_queue_init(n->qd, &n->ring, 0);
-    if (rc < 0)
+     * power of two and refuses more than 32768 entries. The simulated disk
+     * has no ring: its file is the medium, buffered, read back at once, and
+     * nothing about it is worth a log line. */
+    if (cfg->sim) {
+        n->sim = true;
+        n->ext_tail = &n->ext;
+        sim_cfg = *cfg;
+        sim_cfg.no_direct = true;
+        sim_cfg.log = NULL;
+        cfg = &sim_cfg;
+    } else if ((rc = io_uring_queue_init(n->qd, &n->ring, 0)) < 0) {
         goto out_free;
+    }
     n->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (n->efd < 0) {
         rc = -errno;
         goto out_exit_ring;
     }
-    rc = io_uring_register_eventfd(&n->ring, n->efd);
-    if (rc < 0)
+    if (!n->sim && (rc = io_uring_register_eventfd(&n->ring, n->efd)) < 0)
         goto out_close_efd;
     rc = open_file(n, cfg, bytes);
     if (rc < 0)
@@ -324,7 +329,8 @@ int tier_nvme_open(const struct tier_nvme_cfg *cfg, struct tier_nvme **out)
 out_close_efd:
     close(n->efd);
 out_exit_ring:
-    io_uring_queue_exit(&n->ring);
+    if (!n->sim)
+        io_uring_queue_exit(&n->ring);
 out_free:
     free(n->req);
     free(n);
@@ -596,34 +602,6 @@ bool tier_nvme_direct(const struct tier_nvme *n) { return n->direct; }
 int tier_nvme_event_fd(const struct tier_nvme *n) { return n->efd; }
 
 /* ---- the simulated disk (header) ----------------------------------------- */
-
-static int sim_open(struct tier_nvme *n, const struct tier_nvme_cfg *cfg, uint64_t bytes,
-                    struct tier_nvme **out)
-{
-    struct tier_nvme_cfg c = *cfg;
-    int rc;
-
-    n->sim = true;
-    n->ext_tail = &n->ext;
-    n->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (n->efd < 0) {
-        rc = -errno;
-        goto out_free;
-    }
-    c.no_direct = true; /* the file is the simulated medium: buffered, read back at once */
-    c.log = NULL;       /* and nothing to tell about it */
-    rc = open_file(n, &c, bytes);
-    if (rc < 0)
-        goto out_close_efd;
-    *out = n;
-    return 0;
-out_close_efd:
-    close(n->efd);
-out_free:
-    free(n->req);
-    free(n);
-    return rc;
-}
 
 /* All len bytes at off of the file: read into dst, or (dst NULL) written
  * from src, a short transfer resumed. 0, -errno, or -EIO at end of file. */
