@@ -29,7 +29,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
