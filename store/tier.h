@@ -5,10 +5,11 @@
  * shared-memory pool that clients map), cold (NVMe, tier_cold.h) and remote
  * (a Redis Cluster, tier_remote.h) below. It offers reservations and
  * commits (put, durable or not), leases (get), prefix lookups with their
- * miss causes, pins and prefetch, removal, and moves blocks between the
- * tiers leaf-first between watermarks. A slot goes back to its pool only
- * when nothing holds it: its index entry, a lease, a move in flight or a
- * reservation.
+ * miss causes, pins and prefetch, removal, gets and lookups it drives
+ * through their waits for the remote tier and the disk to one callback
+ * (tier_req_*), and moves blocks between the tiers leaf-first between
+ * watermarks. A slot goes back to its pool only when nothing holds it: its
+ * index entry, a lease, a move in flight or a reservation.
  * It knows nothing of sockets or sessions: tierd calls it from one thread
  * (the hot and remote tiers' workers report through the poll calls below),
  * and names the owner of each reservation with an opaque id. The caller
@@ -64,7 +65,8 @@ struct tier_cfg {
     struct tier_hot *hot;    /* the tier above warm (caller-owned; NULL: none) */
     bool write_through;      /* with cold: copy each block to cold when committed, so
                                 that a warm eviction never waits to demote */
-    tier_ready_fn ready;     /* promotion completions (needed with cold) */
+    tier_ready_fn ready;     /* completions for a caller's own waiter (tier_get_ex,
+                                tier_commit_durable with cold); a tier_req needs none */
     void *ready_ctx;
     /* observer: a block left warm (demoted or dropped); data valid during the call */
     void (*on_evict)(void *ctx, uint32_t ns, const struct tier_key *key, const void *data,
@@ -74,8 +76,9 @@ struct tier_cfg {
     void *log_ctx;
     uint32_t why_events;     /* events remembered for miss attribution (0: 65536) */
     /* the remote tier (caller-owned; NULL: none). Only namespaces added to it
-     * (tier_remote_ns_add) use it. Its completions call remote_done with
-     * ready_ctx. */
+     * (tier_remote_ns_add) use it. Its completions for a caller's own waiter
+     * (tier_get_remote, tier_lookup_remote) call remote_done with ready_ctx;
+     * a tier_req needs none. */
     struct tier_remote *remote;
     enum tier_remote_policy remote_policy;
     tier_remote_fn remote_done;
@@ -342,6 +345,94 @@ int tier_get_remote(struct tier *t, uint32_t ns, uint64_t block_bytes,
  * asked, 0 without a remote tier (or ns not on it), or an error. */
 int tier_lookup_remote(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
                        void *waiter);
+
+/* ---- requests the store drives to their end ----------------------------
+ *
+ * A get or a lookup that may wait: first for the remote tier (a get for
+ * the blocks that miss here, read into warm; a lookup for whether it holds
+ * the keys after the local run), then, a get, for the disk (blocks on
+ * their way into warm); or a durable commit, which waits for its writes
+ * (tier_commit_durable). The caller submits it once; the store drives every
+ * wait and calls done once with the result: from tier_req_submit itself
+ * when nothing is to be waited for, else from tier_poll when the last wait
+ * ends, or from tier_req_expire at a bound. A caller keeps one request per
+ * context that has one request at a time (a client session) and submits
+ * into it again and again: a waiting request allocates nothing.
+ */
+struct tier_req;
+
+enum tier_req_op { TIER_REQ_GET = 1, TIER_REQ_LOOKUP = 2, TIER_REQ_COMMIT = 3 };
+
+struct tier_req_args {
+    enum tier_req_op op;
+    uint32_t ns;
+    uint64_t block_bytes;        /* get: must match the stored blocks' (-EINVAL) */
+    const struct tier_key *keys; /* n keys, borrowed for the call (copied to wait) */
+    uint32_t n;                  /* at most the request's cap */
+    unsigned flags;              /* get: TIER_GET_* */
+    uint32_t owner;              /* commit: whose reservations are committed */
+    uint32_t remote_ms;          /* get, lookup: the wait for the remote tier, at most
+                                    (0: not asked) */
+    uint32_t deadline_ms;        /* get, commit: the wait for the disk, at most, from when
+                                    it starts (0: no bound) */
+};
+
+/* A request's outcome, valid during the done call only. */
+struct tier_req_res {
+    enum tier_req_op op;
+    int rc;                      /* get: blocks leased, a leading run (>= 0), or an error
+                                    (-EINVAL); lookup: the leading hits, the remote's too;
+                                    commit: the blocks committed (0 on an error of
+                                    the call's) */
+    int err;                     /* commit: its first error (0: every block durable), the
+                                    call's or a write's; -EAGAIN when its bound passed */
+    uint32_t n;                  /* keys asked */
+    uint32_t remote;             /* lookup: of the hits, those found on the remote tier
+                                    (their tiers[] say TIER_L_COLD: a get waits for them) */
+    bool late;                   /* get: its disk bound passed with blocks still on their
+                                    way (the run stops at the first of them); commit: with
+                                    writes not landed (they go on, told to nobody) */
+    const uint32_t *ids;         /* get: rc lease handles, the caller's from now on (it
+                                    tier_release()s them) */
+    const uint64_t *offs;        /* get: their offsets (in the pool tiers[] names) */
+    const uint8_t *tiers;        /* get: rc entries, TIER_L_HOT or TIER_L_WARM; lookup: n
+                                    entries, each key's level */
+    const struct tier_key *keys; /* the n keys asked */
+};
+
+typedef void (*tier_req_fn)(void *user, const struct tier_req_res *res);
+
+/* A request of t for up to cap keys, whose results go to done(user, ...).
+ * 0, or -EINVAL (cap 0), -ENOMEM. Destroy it before t (NULL ok): one in
+ * flight is cancelled first (tier_req_cancel). */
+int tier_req_create(struct tier *t, uint32_t cap, tier_req_fn done, void *user,
+                    struct tier_req **out);
+void tier_req_destroy(struct tier_req *r);
+
+/* Start r on a (see above): 0, and done is called exactly once, perhaps
+ * before this returns; or, with no call, -EBUSY (r is in flight), -E2BIG
+ * (n over cap), -EINVAL (an unknown op). */
+int tier_req_submit(struct tier_req *r, const struct tier_req_args *a);
+
+/* When r's wait now under way ends at the latest (CLOCK_MONOTONIC ms; 0:
+ * no bound, or nothing waits). A wait that follows (the disk after the
+ * remote tier) always ends later. */
+uint64_t tier_req_bound(const struct tier_req *r);
+/* At now_ms (CLOCK_MONOTONIC ms): end r's wait if its bound passed (the
+ * remote tier's: the get goes on from the local tiers, the lookup is done
+ * without it; the disk's: done with the blocks in warm by then, late; the
+ * reads go on, for the next get). Returns tier_req_bound() after. */
+uint64_t tier_req_expire(struct tier_req *r, uint64_t now_ms);
+/* Whether r is in flight (submitted, done not called yet). */
+bool tier_req_busy(const struct tier_req *r);
+/* The blocks r's last commit committed, known once submit returned (its
+ * count in tier_commit_durable's return; 0 on its error). */
+uint32_t tier_req_committed(const struct tier_req *r);
+/* Stop r with no call (its caller goes): the leases of a get waiting for
+ * the disk go back, counted as reclaimed; reads and writes started go on,
+ * a commit's writes not started yet (behind a copy from hot, a full disk
+ * queue, another writer) are dropped. Returns the blocks given back. */
+size_t tier_req_cancel(struct tier_req *r);
 
 /* At start: index every block of the cold tier (as cold-only entries, with
  * their chain parents) so that it is served at once. A block whose parent

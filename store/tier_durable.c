@@ -12,7 +12,7 @@
 /* Make committed id durable for waiter: 0 when it is already, 1 when waiter
  * now waits for a write (one ready callback for id will come), or an error
  * (-EBUSY: the disk's queue is full, try again after a poll). */
-static int durable_one(struct tier *t, uint32_t id, void *waiter)
+static int durable_one(struct tier *t, uint32_t id, struct waiter w)
 {
     struct idx_entry *e = idx_at(t->idx, id);
     struct move *m;
@@ -24,13 +24,13 @@ static int durable_one(struct tier *t, uint32_t id, void *waiter)
         m = tier_move_of(t, id, TIER_MV_DEMOTE);
         if (!m)
             return -EIO; /* the flag without its move: cannot happen */
-        rc = tier_wait_add(&m->ws, waiter);
+        rc = tier_wait_add(&m->ws, w);
         m->evict = false; /* a block someone made durable stays warm, as it would */
         return rc < 0 ? rc : 1;
     }
     if (!(e->flags & IDX_F_HOTDOWN) && e->level == TIER_L_HOT) {
         /* on the device: copied down first, then written */
-        rc = tier_hot_down(t, id, NULL, NULL);
+        rc = tier_hot_down(t, id, tier_waiter(NULL), NULL);
         if (rc < 0)
             return rc;
         e = idx_at(t->idx, id);
@@ -39,16 +39,16 @@ static int durable_one(struct tier *t, uint32_t id, void *waiter)
         m = tier_move_of(t, id, TIER_MV_HOT_DOWN);
         if (!m)
             return -EIO;
-        rc = tier_wait_add(&m->dws, waiter);
+        rc = tier_wait_add(&m->dws, w);
         return rc < 0 ? rc : 1;
     }
     if (e->level != TIER_L_WARM)
         return -EIO; /* a committed block is in hot, warm or on disk */
-    rc = tier_demote_for(t, id, false, waiter);
+    rc = tier_demote_for(t, id, false, w);
     return rc < 0 ? rc : 1;
 }
 
-static int dwait_add(struct tier *t, uint32_t id, void *waiter)
+static int dwait_add(struct tier *t, uint32_t id, struct waiter w)
 {
     struct dwait *d;
 
@@ -56,21 +56,15 @@ static int dwait_add(struct tier *t, uint32_t id, void *waiter)
      * list (a commit's keys are added in one run): O(batch), not O(every
      * wait of every client); a duplicate elsewhere costs one callback more,
      * which finds its positions answered and does nothing */
-    for (d = t->dwaits; d && d->waiter == waiter; d = d->next)
+    for (d = t->dwaits; d && tier_waiter_same(d->waiter, w); d = d->next)
         if (d->id == id)
             return 0;
     d = malloc(sizeof(*d));
     if (!d)
         return -ENOMEM;
-    *d = (struct dwait){ .id = id, .waiter = waiter, .next = t->dwaits };
+    *d = (struct dwait){ .id = id, .waiter = w, .next = t->dwaits };
     t->dwaits = d;
     return 0;
-}
-
-static void ready_cb(struct tier *t, void *waiter, uint32_t id, int rc)
-{
-    if (t->cfg.ready && waiter) /* NULL: a detached commit's write, told to nobody */
-        t->cfg.ready(t->cfg.ready_ctx, waiter, id, rc);
 }
 
 /* After a hot-to-warm copy landed (rc): start the writes its durable
@@ -85,7 +79,7 @@ void tier_durable_after(struct tier *t, uint32_t id, struct waiters *dws, int rc
         if (r == -EBUSY && dwait_add(t, id, dws->w[i]) == 0)
             continue; /* the disk's queue is full: tier_maintain tries again */
         if (r != 1)
-            ready_cb(t, dws->w[i], id, r > 0 ? 0 : r);
+            tier_notify(t, dws->w[i], id, r > 0 ? 0 : r);
     }
 }
 
@@ -131,7 +125,7 @@ void tier_dwaits_run(struct tier *t, uint32_t id)
             continue;
         }
         if (r != 1)
-            ready_cb(t, d->waiter, id, r);
+            tier_notify(t, d->waiter, id, r);
         free(d);
     }
 }
@@ -173,7 +167,7 @@ void tier_dwaits_fail(struct tier *t, uint32_t id, int rc)
         struct dwait *d = mine;
 
         mine = d->next;
-        ready_cb(t, d->waiter, id, rc);
+        tier_notify(t, d->waiter, id, rc);
         free(d);
     }
 }
@@ -181,6 +175,14 @@ void tier_dwaits_fail(struct tier *t, uint32_t id, int rc)
 int tier_commit_durable(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
                         const struct tier_key *keys, size_t n, void *waiter, uint32_t *ids,
                         uint32_t *pending)
+{
+    return tier_commit_durable_for(t, ns, block_bytes, owner, keys, n, tier_waiter(waiter), ids,
+                                   pending);
+}
+
+int tier_commit_durable_for(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
+                            const struct tier_key *keys, size_t n, struct waiter w,
+                            uint32_t *ids, uint32_t *pending)
 {
     size_t done;
     int err = 0;
@@ -203,13 +205,13 @@ int tier_commit_durable(struct tier *t, uint32_t ns, uint64_t block_bytes, uint3
         }
         if (idx_at(t->idx, id)->state == IDX_RESERVED) {
             /* another client is still writing it: wait for its commit */
-            rc = dwait_add(t, id, waiter);
+            rc = dwait_add(t, id, w);
             if (rc < 0)
                 return rc;
             ids[(*pending)++] = id;
             continue;
         }
-        while ((rc = durable_one(t, id, waiter)) == -EBUSY)
+        while ((rc = durable_one(t, id, w)) == -EBUSY)
             tier_cold_poll(t->cold, true);
         if (rc < 0)
             return rc;

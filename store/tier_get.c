@@ -79,7 +79,7 @@ size_t tier_prefetch(struct tier *t, uint32_t ns, uint64_t block_bytes,
             e = idx_at(t->idx, id);
         }
         if (t->cold && e->level == TIER_L_COLD && !(e->flags & IDX_F_PROMOTING)) {
-            if (tier_promote(t, id, tier_slot_bytes(block_bytes), NULL) < 0)
+            if (tier_promote(t, id, tier_slot_bytes(block_bytes), tier_waiter(NULL)) < 0)
                 break;
             started++;
         }
@@ -119,7 +119,7 @@ size_t tier_pin(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct 
         /* read ahead as a prefetch does; with no room for the read now the
          * block stays pinned on disk, and the get reads it */
         if (reading && e->level == TIER_L_COLD && !(e->flags & IDX_F_PROMOTING) &&
-            tier_promote(t, id, tier_slot_bytes(block_bytes), NULL) < 0)
+            tier_promote(t, id, tier_slot_bytes(block_bytes), tier_waiter(NULL)) < 0)
             reading = false;
         /* held as a lease is: no tier evicts it, the disk included */
         e = idx_at(t->idx, id);
@@ -135,14 +135,14 @@ size_t tier_pin(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct 
 
 /* A warm reader's lease on a block in hot: it is copied down for the
  * reader (any number join one copy); *woff gets the warm slot. */
-static int lease_hot_down(struct tier *t, uint32_t id, void *waiter, uint64_t *woff)
+static int lease_hot_down(struct tier *t, uint32_t id, struct waiter w, uint64_t *woff)
 {
     struct idx_entry *e = idx_at(t->idx, id);
     struct move *m = (e->flags & IDX_F_HOTDOWN) ? tier_move_of(t, id, TIER_MV_HOT_DOWN) : NULL;
 
     if (!m)
-        return tier_hot_down(t, id, waiter, woff);
-    if (tier_wait_add(&m->ws, waiter) < 0)
+        return tier_hot_down(t, id, w, woff);
+    if (tier_wait_add(&m->ws, w) < 0)
         return -ENOMEM;
     *woff = m->warm_off;
     return 0;
@@ -150,19 +150,27 @@ static int lease_hot_down(struct tier *t, uint32_t id, void *waiter, uint64_t *w
 
 /* A lease on a block only on disk: its read into warm starts, or a read
  * for another getter is joined. */
-static int lease_cold(struct tier *t, uint32_t id, uint64_t slot, void *waiter)
+static int lease_cold(struct tier *t, uint32_t id, uint64_t slot, struct waiter w)
 {
     struct move *m;
 
     if (!(idx_at(t->idx, id)->flags & IDX_F_PROMOTING))
-        return tier_promote(t, id, slot, waiter);
+        return tier_promote(t, id, slot, w);
     m = tier_move_of(t, id, TIER_MV_PROMOTE); /* a read for another getter: join it */
-    return m ? tier_wait_add(&m->ws, waiter) : -ENOENT;
+    return m ? tier_wait_add(&m->ws, w) : -ENOENT;
 }
 
 int tier_get_ex(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
                 size_t n, unsigned flags, uint32_t *ids, uint64_t *offs, uint8_t *tiers,
                 void *waiter, uint32_t *pending)
+{
+    return tier_get_for(t, ns, block_bytes, keys, n, flags, ids, offs, tiers,
+                        tier_waiter(waiter), pending);
+}
+
+int tier_get_for(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
+                 size_t n, unsigned flags, uint32_t *ids, uint64_t *offs, uint8_t *tiers,
+                 struct waiter w, uint32_t *pending)
 {
     uint64_t slot = tier_slot_bytes(block_bytes), warm = 0, hot = 0;
     size_t i;
@@ -197,7 +205,7 @@ int tier_get_ex(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct 
              * number join one copy) */
             uint64_t woff;
 
-            if (!pending || lease_hot_down(t, id, waiter, &woff) < 0)
+            if (!pending || lease_hot_down(t, id, w, &woff) < 0)
                 break;
             (*pending)++;
             hot++;
@@ -209,7 +217,7 @@ int tier_get_ex(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct 
             continue;
         } else if (!pending || !t->cold) {
             break; /* cold, and the caller cannot wait */
-        } else if (lease_cold(t, id, slot, waiter) < 0) {
+        } else if (lease_cold(t, id, slot, w) < 0) {
             break;
         } else {
             (*pending)++;

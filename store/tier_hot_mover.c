@@ -62,7 +62,7 @@ static int class_across(struct tier *t, uint32_t id, const struct tier_ram *from
 }
 
 /* Start copying id (committed, in hot) down into a new warm slot. */
-int tier_hot_down(struct tier *t, uint32_t id, void *waiter, uint64_t *warm_off)
+int tier_hot_down(struct tier *t, uint32_t id, struct waiter w, uint64_t *warm_off)
 {
     uint64_t slot;
     int cls = class_across(t, id, t->hram, t->ram, &slot), rc;
@@ -72,7 +72,7 @@ int tier_hot_down(struct tier *t, uint32_t id, void *waiter, uint64_t *warm_off)
     if (cls < 0)
         return cls;
     m = tier_move_new(&(struct move){ .t = t, .id = id, .hot_down = true, .warm_cls = (uint8_t)cls },
-                      waiter);
+                      w);
     if (!m)
         return -ENOMEM;
     rc = tier_alloc_slot(t, cls, id, &m->warm_off);
@@ -127,7 +127,7 @@ size_t tier_hot_maintain(struct tier *t)
             t->warm_draining = true; /* ask the warm mover for room */
             break;
         }
-        if (tier_hot_down(t, v, NULL, NULL) < 0)
+        if (tier_hot_down(t, v, tier_waiter(NULL), NULL) < 0)
             break;
         n++;
     }
@@ -180,7 +180,7 @@ static int hot_up(struct tier *t, uint32_t id)
     if (tier_ram_used(t->hram) + tier_ram_class_slot(t->hram, hcls) > t->hot_high)
         return -ENOSPC;
     m = tier_move_new(&(struct move){ .t = t, .id = id, .hot_up = true, .hot_cls = (uint8_t)hcls },
-                      NULL);
+                      tier_waiter(NULL));
     if (!m)
         return -ENOMEM;
     rc = tier_ram_alloc(t->hram, hcls, id, &m->hot_off);

@@ -13,6 +13,7 @@
  *   tier_hot_mover.c    copies between hot and warm
  *   tier_remote_moves.c writes to, reads from and probes of the remote tier
  *   tier_get.c          lookups, prefetch, pins, leases
+ *   tier_req.c          gets and lookups the store drives through their remote and disk waits
  *   tier_put.c          reservations, commits, aborts
  *   tier_durable.c      durable commits
  *   tier_drop.c         remove, purge, the orphan sweep
@@ -45,10 +46,19 @@ struct lru {
  * free). A slot needed right now comes from a clean leaf first. */
 enum { TIER_LRU_DIRTY = 0, TIER_LRU_CLEAN = 1 };
 
+/* One who waits for a move or a remote read: a caller's waiter (p, told
+ * through cfg.ready or cfg.remote_done), or a request the store drives
+ * itself (req, told inside the store: tier_req.c). One of the two is set;
+ * both NULL: nobody (a detached durable commit's write). */
+struct waiter {
+    void *p;
+    struct tier_req *req;
+};
+
 /* Who waits for a move: any number of getters and durable commits (a
  * second getter of a block being read joins the read, never misses). */
 struct waiters {
-    void **w;
+    struct waiter *w;
     uint32_t n, cap;
 };
 
@@ -75,14 +85,14 @@ enum move_kind { TIER_MV_DEMOTE, TIER_MV_PROMOTE, TIER_MV_HOT_DOWN, TIER_MV_HOT_
 /* A durable commit waiting for a key another client is still writing. */
 struct dwait {
     uint32_t id;
-    void *waiter;
+    struct waiter waiter;
     struct dwait *next;
 };
 
 /* A remote read or probe in flight (tier_get_remote, tier_lookup_remote). */
 struct rop {
     struct tier *t;
-    void *waiter;        /* who waits for it (NULL: nobody, or forgotten) */
+    struct waiter waiter; /* who waits for it (none: nobody, or forgotten) */
     bool probe;          /* EXISTS, else a read into reserved slots */
     uint32_t n;          /* keys */
     uint64_t bytes;      /* read: block bytes (counters) */
@@ -233,25 +243,39 @@ void tier_moves_add(struct tier *t, struct move *m);
 void tier_moves_del(struct tier *t, struct move *m);
 /* id's move of kind k in flight, or NULL. O(moves in flight). */
 struct move *tier_move_of(struct tier *t, uint32_t id, enum move_kind k);
-int tier_wait_add(struct waiters *ws, void *w); /* once; NULL waits for nothing; -ENOMEM */
-/* A new move, a copy of init, waited for by waiter (NULL: nobody); NULL: no memory. */
-struct move *tier_move_new(const struct move *init, void *waiter);
+/* A caller's waiter p as a struct waiter (NULL: nobody). */
+static inline struct waiter tier_waiter(void *p)
+{
+    return (struct waiter){ .p = p };
+}
+static inline bool tier_waiter_same(struct waiter a, struct waiter b)
+{
+    return a.p == b.p && a.req == b.req;
+}
+int tier_wait_add(struct waiters *ws, struct waiter w); /* once; none waits for nothing */
+/* A new move, a copy of init, waited for by w (none: nobody); NULL: no memory. */
+struct move *tier_move_new(const struct move *init, struct waiter w);
 /* Tell a move's waiters (it has left the list) its outcome, then free it. */
 void tier_move_done(struct tier *t, struct move *m, int rc);
+/* Tell w that block id's move ended with rc (a caller's waiter through
+ * cfg.ready, a request of the store's inside it). */
+void tier_notify(struct tier *t, struct waiter w, uint32_t id, int rc);
+/* No callback names w any more (keep: as tier_detach_waiter). */
+void tier_waiter_leaves(struct tier *t, struct waiter w, bool keep);
 
 /* ---- tier_mover.c: the cold mover ---- */
 /* Start writing id (committed, in warm, no cold copy) to cold. evict: leave
  * warm once durable; waiter: told when durable. -EBUSY: the disk's queue is
  * full. */
-int tier_demote_for(struct tier *t, uint32_t id, bool evict, void *waiter);
+int tier_demote_for(struct tier *t, uint32_t id, bool evict, struct waiter w);
 int tier_demote(struct tier *t, uint32_t id); /* the mover's: evict, nobody told */
 /* Start reading cold-only id into a new warm slot of slot bytes. */
-int tier_promote(struct tier *t, uint32_t id, uint64_t slot, void *waiter);
+int tier_promote(struct tier *t, uint32_t id, uint64_t slot, struct waiter w);
 
 /* ---- tier_hot_mover.c ---- */
 /* Start copying id (committed, in hot) down into a new warm slot (its
  * offset in *warm_off, NULL: not wanted). */
-int tier_hot_down(struct tier *t, uint32_t id, void *waiter, uint64_t *warm_off);
+int tier_hot_down(struct tier *t, uint32_t id, struct waiter w, uint64_t *warm_off);
 size_t tier_hot_maintain(struct tier *t); /* hot past its watermarks: copies down */
 void tier_maybe_hot_up(struct tier *t, uint32_t id); /* wanted in hot and free to go up */
 
@@ -260,6 +284,26 @@ void tier_maybe_hot_up(struct tier *t, uint32_t id); /* wanted in hot and free t
  * leased until written, else copied at once. */
 void tier_put_remote(struct tier *t, uint32_t id, bool pin);
 
+/* The remote tier's read (tier_get_remote) and probe (tier_lookup_remote),
+ * waited for by w: what tier.h's calls do for a caller's waiter. */
+int tier_remote_read(struct tier *t, uint32_t ns, uint64_t block_bytes,
+                     const struct tier_key *keys, size_t n, struct waiter w);
+int tier_remote_probe(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
+                      struct waiter w);
+
+/* ---- tier_get.c ---- */
+/* tier_get_ex for a waiter of either kind (pending NULL: nothing below
+ * warm is waited for, as there). */
+int tier_get_for(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
+                 size_t n, unsigned flags, uint32_t *ids, uint64_t *offs, uint8_t *tiers,
+                 struct waiter w, uint32_t *pending);
+
+/* ---- tier_req.c: requests the store drives ---- */
+/* A block request r waits for landed (rc 0) or was lost; the remote tier
+ * answered r (count: tier_remote_fn's). */
+void tier_req_landed(struct tier_req *r, uint32_t id, int rc);
+void tier_req_remote(struct tier_req *r, int count);
+
 /* ---- tier_put.c ---- */
 /* Reserve one absent (or ghost) key under parent p, in hot or warm. */
 int tier_reserve_one(struct tier *t, uint32_t ns, int cls, bool hot, uint32_t owner,
@@ -267,6 +311,10 @@ int tier_reserve_one(struct tier *t, uint32_t ns, int cls, bool hot, uint32_t ow
                      uint32_t *id_out, uint64_t *off_out);
 
 /* ---- tier_durable.c: what durable commits wait for ---- */
+/* tier_commit_durable for a waiter of either kind. */
+int tier_commit_durable_for(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
+                            const struct tier_key *keys, size_t n, struct waiter w,
+                            uint32_t *ids, uint32_t *pending);
 /* A hot-to-warm copy landed (rc): start the writes dws wait for. */
 void tier_durable_after(struct tier *t, uint32_t id, struct waiters *dws, int rc);
 void tier_dwaits_run(struct tier *t, uint32_t id);  /* id was committed */

@@ -44,17 +44,17 @@ struct move *tier_move_of(struct tier *t, uint32_t id, enum move_kind k)
     return NULL;
 }
 
-/* Add w to ws (once). NULL waits for nothing. */
-int tier_wait_add(struct waiters *ws, void *w)
+/* Add w to ws (once). None waits for nothing. */
+int tier_wait_add(struct waiters *ws, struct waiter w)
 {
-    if (!w)
+    if (!w.p && !w.req)
         return 0;
     for (uint32_t i = 0; i < ws->n; i++)
-        if (ws->w[i] == w)
+        if (tier_waiter_same(ws->w[i], w))
             return 0;
     if (ws->n == ws->cap) {
         uint32_t cap = ws->cap ? 2 * ws->cap : 2;
-        void **n = realloc(ws->w, cap * sizeof(*n));
+        struct waiter *n = realloc(ws->w, cap * sizeof(*n));
 
         if (!n)
             return -ENOMEM;
@@ -65,25 +65,33 @@ int tier_wait_add(struct waiters *ws, void *w)
     return 0;
 }
 
-static void wait_del(struct waiters *ws, void *w)
+static void wait_del(struct waiters *ws, struct waiter w)
 {
     for (uint32_t i = 0; i < ws->n; i++)
-        if (ws->w[i] == w)
+        if (tier_waiter_same(ws->w[i], w))
             ws->w[i--] = ws->w[--ws->n];
 }
 
-struct move *tier_move_new(const struct move *init, void *waiter)
+struct move *tier_move_new(const struct move *init, struct waiter w)
 {
     struct move *m = calloc(1, sizeof(*m));
 
     if (!m)
         return NULL;
     *m = *init;
-    if (tier_wait_add(&m->ws, waiter) < 0) {
+    if (tier_wait_add(&m->ws, w) < 0) {
         free(m);
         return NULL;
     }
     return m;
+}
+
+void tier_notify(struct tier *t, struct waiter w, uint32_t id, int rc)
+{
+    if (w.req)
+        tier_req_landed(w.req, id, rc); /* the store's own request: no trip out */
+    else if (w.p && t->cfg.ready) /* (none: a detached durable commit's) */
+        t->cfg.ready(t->cfg.ready_ctx, w.p, id, rc);
 }
 
 /* Tell every waiter of a move that has left the list of moves (so a
@@ -91,28 +99,26 @@ struct move *tier_move_new(const struct move *init, void *waiter)
 void tier_move_done(struct tier *t, struct move *m, int rc)
 {
     for (uint32_t i = 0; i < m->ws.n; i++)
-        if (t->cfg.ready && m->ws.w[i])
-            t->cfg.ready(t->cfg.ready_ctx, m->ws.w[i], m->id, rc);
-    for (uint32_t i = 0; i < m->dws.n; i++) /* (NULL: a detached durable commit's) */
-        if (t->cfg.ready && m->dws.w[i])
-            t->cfg.ready(t->cfg.ready_ctx, m->dws.w[i], m->id, rc);
+        tier_notify(t, m->ws.w[i], m->id, rc);
+    for (uint32_t i = 0; i < m->dws.n; i++)
+        tier_notify(t, m->dws.w[i], m->id, rc);
     free(m->ws.w);
     free(m->dws.w);
     free(m);
 }
 
-/* No callback names waiter any more. keep: the writes its durable commit
+/* No callback names w any more. keep: the writes its durable commit
  * queued (behind a copy from hot, or for a full disk queue) still start,
- * for nobody (a NULL waiter); else they are dropped with it. */
-static void waiter_leaves(struct tier *t, void *waiter, bool keep)
+ * for nobody (no waiter); else they are dropped with it. */
+void tier_waiter_leaves(struct tier *t, struct waiter w, bool keep)
 {
     for (struct move *m = t->moves; m; m = m->next) {
-        wait_del(&m->ws, waiter); /* the move itself goes on regardless */
+        wait_del(&m->ws, w); /* the move itself goes on regardless */
         if (!keep)
-            wait_del(&m->dws, waiter);
+            wait_del(&m->dws, w);
         for (uint32_t i = 0; i < m->dws.n; i++)
-            if (m->dws.w[i] == waiter)
-                m->dws.w[i] = NULL;
+            if (tier_waiter_same(m->dws.w[i], w))
+                m->dws.w[i] = tier_waiter(NULL);
     }
     for (struct dwait **pp = &t->dwaits; *pp;) {
         struct dwait *d = *pp;
@@ -121,26 +127,27 @@ static void waiter_leaves(struct tier *t, void *waiter, bool keep)
          * waiter, kept or not: that write is the other client's, and a
          * commit answered at its bound must leave nothing behind that the
          * next commit of the same keys would add to again */
-        if (d->waiter == waiter && (!keep || idx_at(t->idx, d->id)->state != IDX_COMMITTED)) {
+        if (tier_waiter_same(d->waiter, w) &&
+            (!keep || idx_at(t->idx, d->id)->state != IDX_COMMITTED)) {
             *pp = d->next;
             free(d);
             continue;
         }
-        if (d->waiter == waiter)
-            d->waiter = NULL; /* a write queued for a full disk: it still starts */
+        if (tier_waiter_same(d->waiter, w))
+            d->waiter = tier_waiter(NULL); /* a write queued for a full disk: it still starts */
         pp = &d->next;
     }
     for (struct rop *o = t->rops; o; o = o->next)
-        if (o->waiter == waiter)
-            o->waiter = NULL;
+        if (tier_waiter_same(o->waiter, w))
+            o->waiter = tier_waiter(NULL);
 }
 
 void tier_forget_waiter(struct tier *t, void *waiter)
 {
-    waiter_leaves(t, waiter, false);
+    tier_waiter_leaves(t, tier_waiter(waiter), false);
 }
 
 void tier_detach_waiter(struct tier *t, void *waiter)
 {
-    waiter_leaves(t, waiter, true);
+    tier_waiter_leaves(t, tier_waiter(waiter), true);
 }

@@ -55,11 +55,11 @@ static void on_demoted(void *ctx, int rc)
 
 /* Start writing id (committed, in warm, no cold copy) to cold. evict: leave
  * warm once durable (the mover); waiter: who is told when it is durable. */
-int tier_demote_for(struct tier *t, uint32_t id, bool evict, void *waiter)
+int tier_demote_for(struct tier *t, uint32_t id, bool evict, struct waiter w)
 {
     struct idx_entry *e = idx_at(t->idx, id);
     uint64_t slot = tier_ram_class_slot(t->ram, e->cls);
-    struct move *m = tier_move_new(&(struct move){ .t = t, .id = id, .evict = evict }, waiter);
+    struct move *m = tier_move_new(&(struct move){ .t = t, .id = id, .evict = evict }, w);
     const struct tier_key *parent = NULL;
     int rc;
 
@@ -92,7 +92,7 @@ int tier_demote_for(struct tier *t, uint32_t id, bool evict, void *waiter)
 
 int tier_demote(struct tier *t, uint32_t id)
 {
-    return tier_demote_for(t, id, true, NULL);
+    return tier_demote_for(t, id, true, tier_waiter(NULL));
 }
 
 /* Write the ancestors of id that have no cold copy yet, up to max of them:
@@ -131,7 +131,7 @@ static size_t flush_turn(struct tier *t)
 
         if (e->state == IDX_COMMITTED && e->level == TIER_L_WARM &&
             !(e->flags & (IDX_F_COLD | IDX_F_MOVING))) {
-            int rc = tier_demote_for(t, t->flush_at, false, NULL);
+            int rc = tier_demote_for(t, t->flush_at, false, tier_waiter(NULL));
 
             if (rc == -EBUSY)
                 break; /* the disk's queue is full: this id again next turn */
@@ -207,7 +207,7 @@ static size_t warm_drain(struct tier *t, unsigned wanted)
         /* bounded: the rest waits for the next turn of the loop */
         if (inflight >= TIER_DEMOTE_INFLIGHT)
             break;
-        rc = below ? tier_demote_for(t, v, false, NULL) : tier_demote(t, v);
+        rc = below ? tier_demote_for(t, v, false, tier_waiter(NULL)) : tier_demote(t, v);
         if (rc == -EBUSY)
             break;
         if (rc == -ENOSPC && (clean = tier_pick_clean(t)) != TIER_NONE) {
@@ -299,7 +299,7 @@ static void on_promoted(void *ctx, int rc)
 }
 
 /* Start reading cold-only id into a new warm slot for blocks of slot bytes. */
-int tier_promote(struct tier *t, uint32_t id, uint64_t slot, void *waiter)
+int tier_promote(struct tier *t, uint32_t id, uint64_t slot, struct waiter w)
 {
     struct idx_entry *e;
     struct move *m;
@@ -308,7 +308,7 @@ int tier_promote(struct tier *t, uint32_t id, uint64_t slot, void *waiter)
 
     if (cls < 0)
         return cls;
-    m = tier_move_new(&(struct move){ .t = t, .id = id, .promote = true }, waiter);
+    m = tier_move_new(&(struct move){ .t = t, .id = id, .promote = true }, w);
     if (!m)
         return -ENOMEM;
     if (idx_at(t->idx, id)->flags & (IDX_F_LRU | IDX_F_CLRU | IDX_F_HLRU))

@@ -184,7 +184,8 @@ size_t tier_commit(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t o
         done++;
         /* write-through: on disk at once, so leaving warm later is free; a
          * full queue or disk leaves it to the background mover */
-        if (e->level != TIER_L_WARM || !t->write_through || tier_demote_for(t, id, false, NULL) < 0)
+        if (e->level != TIER_L_WARM || !t->write_through ||
+            tier_demote_for(t, id, false, tier_waiter(NULL)) < 0)
             tier_settle(t, id, false);
         /* write-through to the remote tier, from warm (hot blocks stay on
          * the device; they are written if they come down and leave warm

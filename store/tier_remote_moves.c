@@ -76,7 +76,7 @@ void tier_put_remote(struct tier *t, uint32_t id, bool pin)
     tier_settle(t, id, false);
 }
 
-static struct rop *rop_new(struct tier *t, size_t n, void *waiter)
+static struct rop *rop_new(struct tier *t, size_t n, struct waiter w)
 {
     struct rop *o = calloc(1, sizeof(*o) + n * (sizeof(uint32_t) + sizeof(void *) +
                                                 sizeof(int)));
@@ -84,7 +84,7 @@ static struct rop *rop_new(struct tier *t, size_t n, void *waiter)
     if (!o)
         return NULL;
     o->t = t;
-    o->waiter = waiter;
+    o->waiter = w;
     o->bufs = (void **)(o + 1);
     o->res = (int *)(o->bufs + n);
     o->ids = (uint32_t *)(o->res + n);
@@ -124,8 +124,10 @@ static void drop_fetch(struct tier *t, uint32_t id)
 
 static void remote_done(struct tier *t, struct rop *o, int count)
 {
-    if (o->waiter && t->cfg.remote_done)
-        t->cfg.remote_done(t->cfg.ready_ctx, o->waiter, count);
+    if (o->waiter.req)
+        tier_req_remote(o->waiter.req, count); /* the store's own request: no trip out */
+    else if (o->waiter.p && t->cfg.remote_done)
+        t->cfg.remote_done(t->cfg.ready_ctx, o->waiter.p, count);
 }
 
 static void on_fetched(void *ctx, int rc)
@@ -159,6 +161,12 @@ static void on_fetched(void *ctx, int rc)
 int tier_get_remote(struct tier *t, uint32_t ns, uint64_t block_bytes,
                     const struct tier_key *keys, size_t n, void *waiter)
 {
+    return tier_remote_read(t, ns, block_bytes, keys, n, tier_waiter(waiter));
+}
+
+int tier_remote_read(struct tier *t, uint32_t ns, uint64_t block_bytes,
+                     const struct tier_key *keys, size_t n, struct waiter w)
+{
     uint64_t slot = tier_slot_bytes(block_bytes), off;
     uint32_t p = TIER_NONE, k = 0;
     struct rop *o;
@@ -175,7 +183,7 @@ int tier_get_remote(struct tier *t, uint32_t ns, uint64_t block_bytes,
             break;
         p = id;
     }
-    if (i == n || !(o = rop_new(t, n - i, waiter)))
+    if (i == n || !(o = rop_new(t, n - i, w)))
         return 0;
     o->bytes = block_bytes;
     /* absent keys from there, up to a quarter of warm: a long miss must not
@@ -221,12 +229,18 @@ static void on_probed(void *ctx, int rc)
 int tier_lookup_remote(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
                        void *waiter)
 {
+    return tier_remote_probe(t, ns, keys, n, tier_waiter(waiter));
+}
+
+int tier_remote_probe(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
+                      struct waiter w)
+{
     struct rop *o;
     int rc;
 
     if (!t->remote || !tier_remote_ns_on(t->remote, ns) || n == 0)
         return 0;
-    o = rop_new(t, n, waiter);
+    o = rop_new(t, n, w);
     if (!o)
         return -ENOMEM;
     o->probe = true;

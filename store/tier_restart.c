@@ -97,7 +97,7 @@ int tier_flush_to_cold(struct tier *t)
         struct idx_entry *e = idx_at(t->idx, id);
 
         if (e->state == IDX_COMMITTED && e->level == TIER_L_HOT &&
-            !(e->flags & IDX_F_MOVING) && tier_hot_down(t, id, NULL, NULL) < 0)
+            !(e->flags & IDX_F_MOVING) && tier_hot_down(t, id, tier_waiter(NULL), NULL) < 0)
             break; /* warm is full of pinned blocks: these stay on the device */
     }
     while (t->hot && tier_hot_inflight(t->hot))

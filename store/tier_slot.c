@@ -255,7 +255,7 @@ static unsigned write_inner(struct tier *t, int cls)
             if (e->state != IDX_COMMITTED || e->level != TIER_L_WARM ||
                 (e->flags & (IDX_F_COLD | IDX_F_MOVING)))
                 continue;
-            if (tier_demote_for(t, tags[i], false, NULL) < 0)
+            if (tier_demote_for(t, tags[i], false, tier_waiter(NULL)) < 0)
                 return n;
             n++;
         }

@@ -7,18 +7,22 @@
  * stuck daemon; a resharding during reads is followed (MOVED / ASK); a
  * value corrupted behind tierd's back is a counted checksum miss; a tenant
  * whose model id collides with another tenant's namespace under the old
- * XXH3 naming (issue 14) neither reads nor plants that tenant's blocks.
- * Skipped when redis-server or redis-cli is missing. No per-test .timeout
+ * XXH3 naming (issue 14) neither reads nor plants that tenant's blocks;
+ * a client killed while the store waits for a hung node on its behalf
+ * leaves nothing behind (that one needs no redis-server).
+ * The others are skipped when redis-server or redis-cli is missing. No per-test .timeout
  * (Criterion 2.4.1 leaks in the runner with mixed ones, see tier_nvme_io.c):
  * every wait here is bounded, and make test's --timeout covers each test.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <hiredis/hiredis.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -512,4 +516,103 @@ Test(tierd_remote, a_colliding_model_id_reaches_no_other_tenants_blocks)
     t_tierd_stop(&two);
     unlink(cfg);
     t_cluster_stop(&cl);
+}
+
+/* ---- a client gone while the store waits for the remote tier ----------- */
+
+/* A cluster node that hangs: the kernel takes the connection (the listen
+ * backlog), nobody ever answers. The listening socket, *port its port. */
+static int hung_node(int *port)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001) };
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    cr_assert(fd >= 0);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(listen(fd, 16), 0);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+/* c's stats once pred holds (bounded). */
+static kvt_stats stats_until(kvt_client *c, bool (*pred)(const kvt_stats *), const char *what)
+{
+    uint64_t t0 = cmn_now_ms();
+    kvt_stats st;
+
+    for (;;) {
+        cr_assert_eq(kvt_stats_get(c, &st), 0);
+        if (pred(&st))
+            return st;
+        cr_assert_lt(cmn_now_ms() - t0, slow() ? 60000u : 15000u,
+                     "%s: never (reserved %llu, leases %llu)", what,
+                     (unsigned long long)st.reserved, (unsigned long long)st.leases_active);
+        usleep(10000);
+    }
+}
+
+static bool remote_reading(const kvt_stats *st) { return st->reserved == 2; }
+static bool all_back(const kvt_stats *st) { return st->reserved == 0 && st->leases_active == 0; }
+
+/* The store holds the request (two slots for the remote's read), its
+ * client is killed: the request goes with the session at once, the read
+ * answers nobody when the node times out, its slots go back, and the
+ * daemon (under valgrind: with no leak, no read of freed memory) serves
+ * on. */
+Test(tierd_remote, a_client_gone_while_its_get_waits_for_the_remote_leaves_nothing)
+{
+    static uint8_t buf[CHAIN][BLK];
+    const void *src[CHAIN];
+    void *dst[CHAIN];
+    char seeds[64];
+    kvt_key k[CHAIN];
+    struct t_tierd d;
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_stats st;
+    int port, lfd = hung_node(&port), status;
+    const char *args[] = { "--warm-bytes", "64M", "--remote-seeds", seeds,
+                           "--remote-timeout-ms", slow() ? "3000" : "1000",
+                           "--remote-policy", "on-demotion", NULL };
+    pid_t pid;
+
+    snprintf(seeds, sizeof(seeds), "127.0.0.1:%d", port);
+    t_tierd_start(&d, args);
+    c = t_connect(&d);
+    ns = t_ns(c, BLK);
+    chain_keys(k, 0);
+    for (int i = 0; i < CHAIN; i++) {
+        t_fill(buf[i], BLK, (uint64_t)i);
+        src[i] = buf[i];
+        dst[i] = buf[i];
+    }
+    cr_assert_eq(kvt_put(ns, NULL, k, 2, src), 2); /* the chain's first half, here */
+
+    pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) { /* the client that goes: its get asks the hung node for the rest */
+        kvt_client *cc = NULL;
+        kvt_ns *cn = NULL;
+        kvt_model m = t_model(BLK);
+
+        if (kvt_connect(d.sock, &cc) < 0 || kvt_ns_open(cc, &m, &cn) < 0)
+            _exit(2);
+        kvt_get(cn, k, CHAIN, dst);
+        _exit(3); /* killed before it is answered */
+    }
+    stats_until(c, remote_reading, "the get's read of the remote tier");
+    cr_assert_eq(kill(pid, SIGKILL), 0);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFSIGNALED(status), "the client was answered while the node hangs (exit %d)",
+              WEXITSTATUS(status));
+
+    st = stats_until(c, all_back, "everything back once the node timed out");
+    cr_assert_eq(st.remote_hits, 0);
+    /* and served on: the blocks here, byte for byte */
+    cr_assert_eq(t_get_chain(ns, k, 2, BLK, 0, dst), 2);
+    kvt_close(c);
+    t_tierd_stop(&d);
+    close(lfd);
 }

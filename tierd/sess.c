@@ -106,11 +106,7 @@ void sess_reap(void)
         struct sess *s = graveyard;
 
         graveyard = s->dead_next;
-        /* a store loop that held a copy of its waiters may have named it
-         * again after its close: no pointer to it outlives it */
-        if (s->t)
-            tier_forget_waiter(s->t->store, s);
-        sess_data_free(s);
+        sess_data_free(s); /* its request too: no store pointer to it outlives it */
         free(s);
     }
 }
@@ -313,7 +309,7 @@ static int handle(struct sess *s, size_t len)
 }
 
 /* handle(), timed for the metrics: the latency is taken now, or when the
- * deferred reply goes (finish_get, finish_commit) if the request waits. */
+ * deferred reply goes (req_done) if the request waits. */
 static int handle_timed(struct sess *s, size_t len)
 {
     uint64_t t0 = metrics_req_start(s->d->metrics);

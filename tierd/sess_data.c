@@ -3,9 +3,11 @@
  * sess_data.c - a session's data operations: lookup, reserve, commit
  * (and the durable commit), abort, get, release, remove; what a session
  * holds for them (reservations, leases; its pins are sess_pin.c's) and
- * gives back; the one request a session may have waiting, for the disk or
- * the remote tier, answered when what it waits for lands or at its
- * deadline.
+ * gives back; the one request a session may have waiting. A get, a
+ * lookup or a durable commit is submitted to the store once
+ * (tier_req_submit), which drives it through its waits for the remote tier
+ * and the disk and calls back once (req_done): here it is only framed into
+ * a reply.
  *
  * Every request reaching here passed sess.c's framing checks; its content
  * (counts, namespace, block size, flags) is checked here (parse_keys)
@@ -20,7 +22,6 @@
 #include "sess_int.h"
 #include "tenant.h"
 #include "tier.h"
-#include "tier_remote.h"
 #include "tierd.h"
 
 /* Leases one session may hold at once: an engine that forgets to release
@@ -28,7 +29,7 @@
 #define SESS_LEASES_MAX 4096
 
 /* One request at a time (single thread): static buffers for the store's
- * answers and the get reply. */
+ * answers (a reserve, a lookup behind a waiting request) and the get reply. */
 static uint32_t ids_buf[KVT_BATCH_MAX];
 static uint64_t offs_buf[KVT_BATCH_MAX];
 static uint8_t tiers_buf[KVT_BATCH_MAX];
@@ -186,149 +187,6 @@ static int reply_get(struct sess *s, const struct kvt_wire_hdr *req, uint32_t ns
     return sess_reply(s, req, 0, &rep, sizeof(rep), get_buf, olen + (tiers ? hits : 0), -1);
 }
 
-/* ---- requests that wait for the disk ----------------------------------- */
-
-static int bufs_alloc(struct pend_bufs *b)
-{
-    if (!b->ids) {
-        b->ids = malloc(KVT_BATCH_MAX * sizeof(*b->ids));
-        b->offs = malloc(KVT_BATCH_MAX * sizeof(*b->offs));
-        b->ready = malloc(KVT_BATCH_MAX);
-        b->tiers = malloc(KVT_BATCH_MAX);
-    }
-    return b->ids && b->offs && b->ready && b->tiers ? 0 : -ENOMEM;
-}
-
-/* Answer the waiting get with its leading run of blocks that are in warm:
- * up to the first lost one, and at a deadline up to the first still on its
- * way. The leases on the rest go back; their reads go on and land in warm
- * for next time. */
-static int finish_get(struct sess *s)
-{
-    struct pending *p = &s->pend;
-    struct pend_bufs *b = &s->bufs;
-    uint32_t hits = 0;
-
-    while (hits < p->u.get.fail_at && b->ready[hits])
-        hits++;
-    p->kind = SESS_PEND_NONE;
-    pend_done(s);
-    /* reads still in flight (a deadline passed) are nobody's now: another
-     * client's get may join them instead of missing */
-    tier_forget_waiter(s->t->store, s);
-    tier_release(s->t->store, b->ids + hits, p->u.get.n - hits, false);
-    return reply_get(s, &p->hdr, p->u.get.ns_id, b->ids, hits, b->offs,
-                     p->u.get.hot ? b->tiers : NULL);
-}
-
-/* Answer a durable commit once every write landed. */
-static int finish_commit(struct sess *s)
-{
-    struct pending *p = &s->pend;
-    struct kvt_wire_count_rep cnt = { .count = p->u.commit.count };
-
-    p->kind = SESS_PEND_NONE;
-    pend_done(s);
-    if (p->u.commit.err)
-        return sess_reply_err(s, &p->hdr, p->u.commit.err);
-    return sess_reply(s, &p->hdr, 0, &cnt, sizeof(cnt), NULL, 0, -1);
-}
-
-/* The get of h leased n blocks (ids_buf, offs_buf, tiers_buf), pending of
- * them still on their way from disk: it waits for them, until deadline_ms
- * from now at most (0: no deadline). */
-static int wait_for_disk(struct sess *s, const struct kvt_wire_hdr *h, uint32_t ns_id,
-                         uint32_t n, uint32_t pending, uint32_t deadline_ms, bool hot)
-{
-    struct pend_bufs *b = &s->bufs;
-
-    if (bufs_alloc(b) < 0) {
-        tier_release(s->t->store, ids_buf, n, false);
-        return sess_reply_err(s, h, -ENOMEM);
-    }
-    s->pend = (struct pending){
-        .kind = SESS_PEND_GET, .hdr = *h,
-        .deadline_ms = deadline_ms ? tierd_now_ms() + deadline_ms : 0,
-        .u.get = { .n = n, .waiting = pending, .fail_at = n, .ns_id = ns_id, .hot = hot },
-    };
-    memcpy(b->ids, ids_buf, n * sizeof(*b->ids));
-    memcpy(b->offs, offs_buf, n * sizeof(*b->offs));
-    memcpy(b->tiers, tiers_buf, n);
-    for (uint32_t i = 0; i < n; i++)
-        b->ready[i] = tier_ready(s->t->store, ids_buf[i]);
-    if (s->pend.deadline_ms)
-        sess_arm_timer(s->pend.deadline_ms);
-    return 0;
-}
-
-/* Mark ready every position of ids[n] holding id and not ready yet (a key
- * may stand more than once in a request: every position waits). Returns how
- * many; *first: the first of them. */
-static uint32_t mark_landed(struct pend_bufs *b, uint32_t n, uint32_t id, uint32_t *first)
-{
-    uint32_t hit = 0;
-
-    for (uint32_t i = 0; i < n; i++) {
-        if (b->ids[i] != id || b->ready[i])
-            continue;
-        if (!hit++)
-            *first = i;
-        b->ready[i] = 1;
-    }
-    return hit;
-}
-
-/* Block id of the waiting get landed (rc 0) or was lost (rc < 0): whether
- * the get has all it waits for now. */
-static bool get_landed(struct sess *s, uint32_t id, int rc)
-{
-    struct pending *p = &s->pend;
-    uint32_t first, hit = mark_landed(&s->bufs, p->u.get.n, id, &first);
-
-    if (!hit)
-        return false;
-    if (rc < 0 && first < p->u.get.fail_at)
-        p->u.get.fail_at = first;
-    p->u.get.waiting -= hit;
-    return p->u.get.waiting == 0;
-}
-
-/* Block id of the durable commit is on disk (rc 0) or failed to get there:
- * whether the commit has all it waits for now. Until the store call
- * returned (armed), blocks are only marked: commit_durable counts them. */
-static bool commit_landed(struct sess *s, uint32_t id, int rc)
-{
-    struct pending *p = &s->pend;
-    uint32_t first, hit = mark_landed(&s->bufs, p->u.commit.n, id, &first);
-
-    if (!hit)
-        return false;
-    if (rc < 0 && !p->u.commit.err)
-        p->u.commit.err = rc;
-    if (!p->u.commit.armed)
-        return false;
-    p->u.commit.waiting -= hit;
-    return p->u.commit.waiting == 0;
-}
-
-void sess_on_ready(void *ctx, void *waiter, uint32_t id, int rc)
-{
-    struct sess *s = waiter;
-    int rep;
-
-    (void)ctx;
-    if (s->closed)
-        return;
-    if (s->pend.kind == SESS_PEND_GET && get_landed(s, id, rc))
-        rep = finish_get(s);
-    else if (s->pend.kind == SESS_PEND_COMMIT && commit_landed(s, id, rc))
-        rep = finish_commit(s);
-    else
-        return; /* answered at its deadline, the block simply landed in warm; or more to come */
-    if (rep < 0)
-        sess_close(s); /* the client stopped reading */
-}
-
 /* ---- keys requests: decoding, lookups ---------------------------------- */
 
 /* Decode and check a keys request. 0 or the error to reply with. */
@@ -373,9 +231,9 @@ static int parse_keys(struct sess *s, const uint8_t *body, uint32_t len, struct 
 }
 
 /* A lookup's answer: hits keys in a leading run, remote_hits of them on
- * the remote tier (tiers_buf holds each key's tier). */
+ * the remote tier (tiers: each key's tier). */
 static int lookup_done(struct sess *s, const struct kvt_wire_hdr *h, const struct kreq *k,
-                       uint32_t hits, uint32_t remote_hits)
+                       uint32_t hits, uint32_t remote_hits, const uint8_t *tiers)
 {
     struct tier *t = s->t->store;
     struct kvt_wire_lookup_rep rep = { .n = k->n, .hits = hits };
@@ -396,7 +254,7 @@ static int lookup_done(struct sess *s, const struct kvt_wire_hdr *h, const struc
             return sess_reply_err(s, h, rc);
         if (remote_hits)
             tier_get_remote(t, k->ns_id, k->block_bytes, k->keys, hits, NULL);
-        return sess_reply(s, h, 0, &both, sizeof(both), tiers_buf, k->n, -1);
+        return sess_reply(s, h, 0, &both, sizeof(both), tiers, k->n, -1);
     }
     if ((k->flags >> 8) & KVT_LOOKUP_PREFETCH) {
         tier_prefetch(t, k->ns_id, k->block_bytes, k->keys, hits,
@@ -404,17 +262,18 @@ static int lookup_done(struct sess *s, const struct kvt_wire_hdr *h, const struc
         if (remote_hits) /* and start reading the remote's run into warm */
             tier_get_remote(t, k->ns_id, k->block_bytes, k->keys, hits, NULL);
     }
-    return sess_reply(s, h, 0, &rep, sizeof(rep), tiers_buf, k->n, -1);
+    return sess_reply(s, h, 0, &rep, sizeof(rep), tiers, k->n, -1);
 }
 
-/* ---- gets and lookups that wait for the remote tier --------------------
+/* ---- gets and lookups: the store's requests ---------------------------
  *
  * With a remote tier, a LOOKUP whose local leading run stops early asks the
  * cluster about the keys after it (one pipelined probe), and a GET asks it
- * for the blocks after it (read into warm slots); either waits, like a get
- * waits for the disk, at most for the remote's bound (or the get's own
- * deadline), then is answered: the lookup with the remote run added, the
- * get by running it again on the local tiers, which now hold those blocks.
+ * for the blocks after it (read into warm slots); either waits at most for
+ * the remote's bound (or the get's own deadline), and a get then for the
+ * disk at most for its deadline. The store drives all of it (tier_req_*)
+ * and calls req_done once: the lookup with the remote run added, the get
+ * with its leases.
  */
 
 /* How long a request waits for the remote tier: a few of its timeouts
@@ -424,98 +283,95 @@ static uint64_t remote_wait_ms(const struct tierd *d)
     return 3 * (uint64_t)(d->remote.timeout_ms ? d->remote.timeout_ms : 100) + 20;
 }
 
-/* Answer the request that waited for the remote tier; count: the keys it
- * found (0 at the deadline). */
-static int finish_remote(struct sess *s, int count)
+/* The store's one call for s's get, lookup or durable commit: the reply. */
+static void req_done(void *user, const struct tier_req_res *res)
 {
+    struct sess *s = user;
     struct pending *p = &s->pend;
-    struct kvt_wire_hdr h = p->hdr;
-    uint64_t t0 = p->t0_ns;
-    uint32_t base = p->u.remote.base;
+    struct kreq k = p->req;
     int rc;
 
+    if (s->closed || p->kind != SESS_PEND_REQ)
+        return; /* (cancelled requests are never answered) */
     p->kind = SESS_PEND_NONE;
-    p->t0_ns = 0;
-    /* a late answer must not be taken for the next request's */
-    tier_forget_waiter(s->t->store, s);
-    s->remote_tried = true;
-    if (h.op == KVT_OP_LOOKUP) {
-        struct kreq k;
+    pend_done(s); /* (a request answered inside its submit has no t0 yet) */
+    k.keys = res->keys;
+    if (res->op == TIER_REQ_COMMIT) {
+        struct kvt_wire_count_rep cnt = { .count = (uint32_t)res->rc };
 
-        rc = parse_keys(s, s->bufs.body, h.body_len, &k); /* checked when it came: 0 */
-        if (rc == 0) {
-            memcpy(tiers_buf, s->bufs.tiers, k.n);
-            for (uint32_t i = base; i < base + (uint32_t)count && i < k.n; i++)
-                tiers_buf[i] = TIER_L_COLD; /* on the remote: a get waits for it, as for disk */
-            rc = lookup_done(s, &h, &k, base + (uint32_t)count, (uint32_t)count);
-        } else {
-            rc = sess_reply_err(s, &h, rc);
-        }
+        if (res->late)
+            s->d->durable_wait_timeouts++;
+        rc = res->err ? sess_reply_err(s, &p->hdr, res->err)
+                      : sess_reply(s, &p->hdr, 0, &cnt, sizeof(cnt), NULL, 0, -1);
+    } else if (res->op == TIER_REQ_LOOKUP) {
+        rc = lookup_done(s, &p->hdr, &k, (uint32_t)res->rc, res->remote, res->tiers);
+    } else if (res->rc < 0) {
+        rc = sess_reply_err(s, &p->hdr, res->rc);
     } else {
-        rc = sess_op_keys(s, &h, s->bufs.body); /* the get again, on the local tiers now */
+        if (res->late) {
+            s->d->get_deadline_misses++;
+            s->t->deadline_misses++;
+            ns_stats(s, k.ns_id)->deadline_misses++;
+        }
+        rc = reply_get(s, &p->hdr, k.ns_id, res->ids, (uint32_t)res->rc, res->offs,
+                       k.flags & KVT_WIRE_KF_HOT ? res->tiers : NULL);
     }
-    s->remote_tried = false;
-    if (s->pend.kind != SESS_PEND_NONE)
-        s->pend.t0_ns = t0; /* waits again (for the disk): its latency is taken then */
-    else
-        metrics_req_done(s->d->metrics, h.op, t0);
-    return rc;
-}
-
-void sess_on_remote(void *ctx, void *waiter, int count)
-{
-    struct sess *s = waiter;
-
-    (void)ctx;
-    if (s->closed || s->pend.kind != SESS_PEND_REMOTE)
-        return; /* answered at its deadline; what was read stays in warm */
-    if (finish_remote(s, count) < 0)
+    if (rc < 0 && s->submitting)
+        s->submit_rc = rc; /* answered inside submit: on_read drops the client */
+    else if (rc < 0)
         sess_close(s); /* the client stopped reading */
 }
 
-/* Ask the remote tier for what a get or lookup misses here, and wait for
- * it (see above): 1 when waiting, 0 to answer now (no remote tier for the
- * namespace, nothing to ask, a request already waiting, no memory). */
-static int remote_wait(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body,
-                       const struct kreq *k, uint32_t hits)
+/* Hand the get, lookup or durable commit k of h to the store: answered
+ * by req_done, now or once its waits end. */
+static int submit(struct sess *s, const struct kvt_wire_hdr *h, const struct kreq *k)
 {
-    struct pend_bufs *b = &s->bufs;
+    struct tier_req_args a = {
+        .op = h->op == KVT_OP_GET ? TIER_REQ_GET
+            : h->op == KVT_OP_LOOKUP ? TIER_REQ_LOOKUP : TIER_REQ_COMMIT,
+        .ns = k->ns_id, .block_bytes = k->block_bytes, .keys = k->keys, .n = k->n,
+        .flags = (k->flags & KVT_WIRE_KF_HOT ? TIER_GET_HOT : 0) |
+                 (k->flags & KVT_WIRE_KF_PROMOTE ? TIER_GET_PROMOTE : 0),
+        .owner = s->id,
+        /* a durable commit's is bounded: a key another client reserved and
+         * never finishes would hold it (and its client) for ever */
+        .deadline_ms = h->op == KVT_OP_GET ? k->deadline_ms
+                     : h->op == KVT_OP_LOOKUP ? 0 : s->d->durable_wait_ms,
+    };
     uint64_t wait_ms = remote_wait_ms(s->d);
+    uint32_t hits;
     int rc;
 
-    if (s->remote_tried || s->pend.kind != SESS_PEND_NONE || !s->t->remote ||
-        !tier_remote_ns_on(s->t->remote, k->ns_id) || bufs_alloc(b) < 0 ||
-        (!b->body && !(b->body = malloc(KVT_WIRE_MSG_MAX))))
-        return 0;
-    if (h->op == KVT_OP_LOOKUP)
-        rc = tier_lookup_remote(s->t->store, k->ns_id, k->keys + hits, k->n - hits, s);
-    else
-        rc = tier_get_remote(s->t->store, k->ns_id, k->block_bytes, k->keys, k->n, s);
-    if (rc <= 0)
-        return 0;
+    if (s->pend.kind != SESS_PEND_NONE) {
+        /* a lookup behind a waiting request (a get or a commit refused
+         * that already): answered at once from the local tiers, without
+         * the remote's */
+        hits = (uint32_t)tier_lookup(s->t->store, k->ns_id, k->keys, k->n, tiers_buf);
+        return lookup_done(s, h, k, hits, 0, tiers_buf);
+    }
+    if (!s->req && (rc = tier_req_create(s->t->store, KVT_BATCH_MAX, req_done, s, &s->req)) < 0)
+        return sess_reply_err(s, h, rc);
     /* (a pinning lookup's deadline_ms is how long its pin holds) */
     if (k->deadline_ms && k->deadline_ms < wait_ms && !(k->flags & KVT_WIRE_KF_PIN))
         wait_ms = k->deadline_ms;
-    s->pend = (struct pending){ .kind = SESS_PEND_REMOTE, .hdr = *h,
-                                .deadline_ms = tierd_now_ms() + wait_ms,
-                                .u.remote = { .base = hits } };
-    memcpy(b->body, body, h->body_len);
-    memcpy(b->tiers, tiers_buf, k->n);
-    sess_arm_timer(s->pend.deadline_ms);
-    return 1;
+    a.remote_ms = s->t->remote && a.op != TIER_REQ_COMMIT ? (uint32_t)wait_ms : 0;
+    s->pend = (struct pending){ .kind = SESS_PEND_REQ, .hdr = *h, .req = *k };
+    s->submitting = true;
+    s->submit_rc = 0;
+    rc = tier_req_submit(s->req, &a); /* (idle, n checked: it does not refuse) */
+    s->submitting = false;
+    if (rc < 0) {
+        s->pend.kind = SESS_PEND_NONE;
+        return sess_reply_err(s, h, rc);
+    }
+    if (s->submit_rc < 0)
+        return s->submit_rc;
+    if (s->pend.kind == SESS_PEND_REQ && tier_req_bound(s->req))
+        sess_arm_timer(tier_req_bound(s->req));
+    return 0;
 }
 
 /* ---- the operations ---------------------------------------------------- */
-
-static int do_lookup(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body,
-                     const struct kreq *k)
-{
-    uint32_t hits = (uint32_t)tier_lookup(s->t->store, k->ns_id, k->keys, k->n, tiers_buf);
-
-    if (hits < k->n && remote_wait(s, h, body, k, hits))
-        return 0; /* answered by finish_remote */
-    return lookup_done(s, h, k, hits, 0);
-}
 
 static int do_reserve(struct sess *s, const struct kvt_wire_hdr *h, const struct kreq *k)
 {
@@ -534,43 +390,19 @@ static int do_reserve(struct sess *s, const struct kvt_wire_hdr *h, const struct
     return sess_reply(s, h, 0, &cnt, sizeof(cnt), offs_buf, k->n * sizeof(uint64_t), -1);
 }
 
-/* A durable commit: answered once every block of the batch is on disk
- * (commit_landed), or at the durable-wait bound with -EAGAIN. */
+/* A durable commit: the store answers once every block of the batch is on
+ * disk, or at the durable-wait bound with -EAGAIN (req_done). */
 static int commit_durable(struct sess *s, const struct kvt_wire_hdr *h, const struct kreq *k)
 {
-    struct pending *p = &s->pend;
-    uint32_t ready = 0;
     int rc;
 
-    if (p->kind != SESS_PEND_NONE)
+    if (s->pend.kind != SESS_PEND_NONE)
         return sess_reply_err(s, h, -EBUSY);
-    if (bufs_alloc(&s->bufs) < 0)
-        return sess_reply_err(s, h, -ENOMEM);
-    /* pending before the writes start: when the ring is full the store
-     * waits for completions, and writes of this very batch may land (and be
-     * reported here) before it returns */
-    *p = (struct pending){ .kind = SESS_PEND_COMMIT, .hdr = *h };
-    memset(s->bufs.ready, 0, KVT_BATCH_MAX);
-    rc = tier_commit_durable(s->t->store, k->ns_id, k->block_bytes, s->id, k->keys, k->n, s,
-                             s->bufs.ids, &p->u.commit.n);
+    rc = submit(s, h, k);
     prune_resv(s);
-    if (rc < 0 && !p->u.commit.err)
-        p->u.commit.err = rc;
-    p->u.commit.count = rc < 0 ? 0 : (uint32_t)rc;
-    count_blocks(s, k->ns_id, p->u.commit.count, true);
-    for (uint32_t i = 0; i < p->u.commit.n; i++)
-        ready += s->bufs.ready[i];
-    p->u.commit.waiting = p->u.commit.n - ready;
-    p->u.commit.armed = true;
-    if (p->u.commit.waiting == 0)
-        return finish_commit(s);
-    /* bounded: a key another client reserved and never finishes would hold
-     * this commit (and its client) for ever */
-    if (s->d->durable_wait_ms) {
-        p->deadline_ms = tierd_now_ms() + s->d->durable_wait_ms;
-        sess_arm_timer(p->deadline_ms);
-    }
-    return 0;
+    if (s->req) /* (none: it could not be made, and nothing was committed) */
+        count_blocks(s, k->ns_id, tier_req_committed(s->req), true);
+    return rc;
 }
 
 static int do_commit(struct sess *s, const struct kvt_wire_hdr *h, const struct kreq *k)
@@ -586,32 +418,16 @@ static int do_commit(struct sess *s, const struct kvt_wire_hdr *h, const struct 
     return sess_reply(s, h, 0, &cnt, sizeof(cnt), NULL, 0, -1);
 }
 
-/* A get: leases the leading run; blocks on their way from disk are waited
- * for (wait_for_disk), what the remote tier holds is fetched first
- * (remote_wait), else it is answered at once. */
-static int do_get(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body,
-                  const struct kreq *k)
+/* A get: the store leases the leading run, reading first what the remote
+ * tier holds and waiting for blocks on their way from disk (submit). */
+static int do_get(struct sess *s, const struct kvt_wire_hdr *h, const struct kreq *k)
 {
-    bool hot = k->flags & KVT_WIRE_KF_HOT;
-    uint32_t pending;
-    int rc;
-
     if (s->nlease >= SESS_LEASES_MAX ||
         s->t->lease_bytes + lease_cost(k->n) > s->t->lease_bytes_max)
         return sess_reply_err(s, h, -EBUSY); /* refused before anything is read */
     if (s->pend.kind != SESS_PEND_NONE)
         return sess_reply_err(s, h, -EBUSY); /* one get at a time per client */
-    if (remote_wait(s, h, body, k, 0))
-        return 0; /* answered by finish_remote */
-    rc = tier_get_ex(s->t->store, k->ns_id, k->block_bytes, k->keys, k->n,
-                     (hot ? TIER_GET_HOT : 0) |
-                         (k->flags & KVT_WIRE_KF_PROMOTE ? TIER_GET_PROMOTE : 0),
-                     ids_buf, offs_buf, tiers_buf, s, &pending);
-    if (rc < 0)
-        return sess_reply_err(s, h, rc);
-    if (pending > 0)
-        return wait_for_disk(s, h, k->ns_id, (uint32_t)rc, pending, k->deadline_ms, hot);
-    return reply_get(s, h, k->ns_id, ids_buf, (uint32_t)rc, offs_buf, hot ? tiers_buf : NULL);
+    return submit(s, h, k);
 }
 
 int sess_op_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *body)
@@ -629,7 +445,7 @@ int sess_op_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *bo
         return sess_reply_err(s, h, KVT_EPROTO); /* only lookups pin */
     switch (h->op) {
     case KVT_OP_LOOKUP:
-        return do_lookup(s, h, body, &k);
+        return submit(s, h, &k);
     case KVT_OP_PUT_RESERVE:
         return do_reserve(s, h, &k);
     case KVT_OP_PUT_COMMIT:
@@ -642,7 +458,7 @@ int sess_op_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *bo
         cnt.count = (uint32_t)tier_remove(s->t->store, k.ns_id, k.keys, k.n);
         return sess_reply(s, h, 0, &cnt, sizeof(cnt), NULL, 0, -1);
     case KVT_OP_GET:
-        return do_get(s, h, body, &k);
+        return do_get(s, h, &k);
     }
     return sess_reply_err(s, h, KVT_EPROTO);
 }
@@ -669,45 +485,12 @@ int sess_op_release(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t 
 
 /* ---- deadlines and reclaim --------------------------------------------- */
 
-/* The pending request's deadline passed: answer it with what it has. */
-static int pend_expired(struct sess *s)
-{
-    struct pending *p = &s->pend;
-
-    switch (p->kind) {
-    case SESS_PEND_COMMIT:
-        /* the writes go on (queued ones too); this commit is told to
-         * retry, unless it already has a truer error, and waits no more */
-        tier_detach_waiter(s->t->store, s);
-        if (!p->u.commit.err)
-            p->u.commit.err = -EAGAIN;
-        s->d->durable_wait_timeouts++;
-        return finish_commit(s);
-    case SESS_PEND_REMOTE:
-        /* the remote tier is late: answer from the local tiers (what it
-         * reads still lands in warm, for next time) */
-        return finish_remote(s, 0);
-    case SESS_PEND_GET:
-        s->d->get_deadline_misses++;
-        s->t->deadline_misses++;
-        ns_stats(s, p->u.get.ns_id)->deadline_misses++;
-        return finish_get(s);
-    case SESS_PEND_NONE:
-        break;
-    }
-    return 0;
-}
-
 uint64_t sess_data_expire(struct sess *s, uint64_t now, uint64_t next)
 {
     next = sess_pin_expire(s, now, next);
-    if (s->closed || s->pend.kind == SESS_PEND_NONE || !s->pend.deadline_ms)
+    if (s->closed || s->pend.kind != SESS_PEND_REQ)
         return next;
-    if (s->pend.deadline_ms > now)
-        return sess_earliest(next, s->pend.deadline_ms);
-    if (pend_expired(s) < 0)
-        sess_close(s);
-    return next;
+    return sess_earliest(next, tier_req_expire(s->req, now)); /* (answered by req_done) */
 }
 
 size_t sess_data_reclaim(struct sess *s)
@@ -715,12 +498,8 @@ size_t sess_data_reclaim(struct sess *s)
     struct tier *store = s->t ? s->t->store : NULL;
     size_t back = 0;
 
-    if (store)
-        tier_forget_waiter(store, s);
-    if (s->pend.kind == SESS_PEND_GET) { /* a get's leases */
-        tier_release(store, s->bufs.ids, s->pend.u.get.n, true);
-        back += s->pend.u.get.n;
-    }
+    if (s->req) /* a get's leases, if it waits for the disk */
+        back += tier_req_cancel(s->req);
     s->pend.kind = SESS_PEND_NONE;
     for (size_t i = 0; i < s->nlease; i++) {
         tier_release(store, s->lease[i].ids, s->lease[i].n, true);
@@ -735,11 +514,7 @@ size_t sess_data_reclaim(struct sess *s)
 
 void sess_data_free(struct sess *s)
 {
-    free(s->bufs.ids);
-    free(s->bufs.offs);
-    free(s->bufs.ready);
-    free(s->bufs.tiers);
-    free(s->bufs.body);
+    tier_req_destroy(s->req);
     for (size_t i = 0; i < s->nlease; i++)
         free(s->lease[i].ids);
     free(s->lease);

@@ -2,9 +2,10 @@
 /*
  * sess_int.h - what tierd's session files share, never included outside
  * them: the session and what it holds (leases, pins, reservations, its one
- * pending request), and the calls each of the three files offers the
- * others. sess.c owns the session's life, the framing, the replies and the
- * timer; sess_data.c the data operations and the pending request;
+ * pending request), and the calls each of the files offers the others.
+ * sess.c owns the session's life, the framing, the replies and the timer;
+ * sess_data.c the data operations and the pending request (a get or a
+ * lookup is the store's to drive: sess_data.c submits it and replies);
  * sess_pin.c the pins; sess_admin.c the handshake and the operators'
  * requests.
  */
@@ -21,6 +22,7 @@
 struct tierd;
 struct tenant;
 struct tier_key;
+struct tier_req;
 
 struct lease {
     uint64_t id;   /* as told to the client: from the session's random start */
@@ -38,54 +40,34 @@ struct pin {
     uint32_t *ids;      /* store entry ids, owned */
 };
 
-/* What a session's request waits for. A client has at most one request
- * outstanding, so a session has one pending request, of one kind. */
-enum sess_pend_kind {
-    SESS_PEND_NONE,   /* nothing waits */
-    SESS_PEND_GET,    /* a get, for blocks on their way from disk */
-    SESS_PEND_COMMIT, /* a durable commit, for its writes */
-    SESS_PEND_REMOTE, /* a get or a lookup, for the remote tier (remote_wait) */
+/* A keys request (LOOKUP, PUT_*, GET, REMOVE), decoded and checked by
+ * sess_data.c's parse_keys; keys and parent point into the message. */
+struct kreq {
+    uint32_t ns_id;
+    uint32_t n;
+    uint32_t flags;
+    uint32_t deadline_ms;
+    uint64_t block_bytes;
+    const struct tier_key *parent; /* NULL: none */
+    uint64_t pin_id;               /* KVT_WIRE_KF_PIN: the pin to extend (0: a new one) */
+    const struct tier_key *keys;
 };
 
-/* The pending request: what every kind has, then its kind's own state. */
+/* What a session's request waits for. A client has at most one request
+ * outstanding, so a session has one pending request: a get, a lookup or a
+ * durable commit in the store (s->req), which drives its waits for the
+ * remote tier and the disk and calls back once (sess_data.c's req_done). */
+enum sess_pend_kind {
+    SESS_PEND_NONE, /* nothing waits */
+    SESS_PEND_REQ,  /* the store has the request */
+};
+
+/* The pending request, for its reply. */
 struct pending {
     enum sess_pend_kind kind;
     struct kvt_wire_hdr hdr; /* the request being answered */
-    uint64_t deadline_ms;    /* CLOCK_MONOTONIC ms; 0: none */
     uint64_t t0_ns;          /* when the request came (metrics_req_start; 0: none) */
-    union {
-        /* SESS_PEND_GET: bufs.ids[n] leased, bufs.ready[] set as they land */
-        struct {
-            uint32_t n;
-            uint32_t waiting; /* of those, still on their way */
-            uint32_t fail_at; /* first block lost (n: none) */
-            uint32_t ns_id;   /* its namespace (for the metrics) */
-            bool hot;         /* the client reads hot slots (bufs.tiers follow bufs.offs) */
-        } get;
-        /* SESS_PEND_COMMIT: bufs.ids[n] written, bufs.ready[] set as they land */
-        struct {
-            uint32_t n;
-            uint32_t waiting; /* of those, still being written */
-            uint32_t count;   /* blocks committed */
-            int err;          /* first write error */
-            bool armed;       /* the store call returned: waiting is known */
-        } commit;
-        /* SESS_PEND_REMOTE: nothing leased; bufs.body and bufs.tiers kept */
-        struct {
-            uint32_t base;   /* lookup: the local leading hits before the keys asked */
-        } remote;
-    } u;
-};
-
-/* The pending request's buffers, KVT_BATCH_MAX entries each (body:
- * KVT_WIRE_MSG_MAX bytes): allocated on first use, kept for the session's
- * life, so that a waiting request allocates nothing. */
-struct pend_bufs {
-    uint32_t *ids;
-    uint64_t *offs;
-    uint8_t *ready;
-    uint8_t *tiers;
-    uint8_t *body; /* a request waiting for the remote tier, to run it again */
+    struct kreq req;         /* as parsed; its keys come back with the answer */
 };
 
 struct sess {
@@ -113,9 +95,11 @@ struct sess {
     uint64_t hs_deadline_ms;   /* closed if no HELLO came by then (0: HELLO done) */
     uint32_t pin_seq;          /* from a random start: a pin id from before a
                                   restart names no pin of the new tierd */
-    struct pending pend;       /* a request waiting for the disk or the remote tier */
-    struct pend_bufs bufs;     /* its buffers */
-    bool remote_tried;         /* re-running a request the remote tier answered */
+    struct pending pend;       /* a request waiting for the store */
+    struct tier_req *req;      /* gets, lookups, durable commits, submitted to the
+                                  store (NULL until the first) */
+    bool submitting;           /* inside tier_req_submit: a reply that fails there ... */
+    int submit_rc;             /* ... is returned from it, as any other request's */
     bool flush_wait;           /* a FLUSH waits for the store's flush to end */
     struct kvt_wire_hdr flush_hdr;
     uint64_t flush_t0;         /* its arrival, for the latency metrics */
@@ -123,19 +107,6 @@ struct sess {
                                   when the session closed */
     bool closed;               /* sess_close() done: nothing more for it */
     struct sess *dead_next;    /* closed sessions, until sess_reap() */
-};
-
-/* A keys request (LOOKUP, PUT_*, GET, REMOVE), decoded and checked by
- * sess_data.c's parse_keys; keys and parent point into the message. */
-struct kreq {
-    uint32_t ns_id;
-    uint32_t n;
-    uint32_t flags;
-    uint32_t deadline_ms;
-    uint64_t block_bytes;
-    const struct tier_key *parent; /* NULL: none */
-    uint64_t pin_id;               /* KVT_WIRE_KF_PIN: the pin to extend (0: a new one) */
-    const struct tier_key *keys;
 };
 
 /* Every open session, newest first; a walk that may close sessions takes

@@ -1154,12 +1154,17 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         last block (kvt_offload_hybrid). A null block where a group would
         read (vLLM freed it) skips the rest: a block never stored is a miss,
         one stored from the null block a wrong answer."""
-        stored = 0
-        for i in range(0, len(sv.keys), kvtier.BATCH_MAX):
-            keys = sv.keys[i:i + kvtier.BATCH_MAX]
+        stored, n = 0, len(sv.keys)
+        # the last block is a batch of its own, so that the one before it
+        # ends a batch too and has its window stored: vLLM computes a
+        # prompt's last token itself, so the same prompt again (one that
+        # ends on a block boundary) asks for a hit one block short of it
+        starts = sorted(set(range(0, n, kvtier.BATCH_MAX)) | ({n - 1} if n > 1 else set()))
+        for i, j in zip(starts, starts[1:] + [n]):
+            keys = sv.keys[i:j]
             ios = []
             for (g, kind), lay, ids in zip(self._groups, self._layouts, sv.group_ids):
-                ids = ids[i:i + kvtier.BATCH_MAX]
+                ids = ids[i:j]
                 read = ids if kind == "full" else \
                     ids[-window_blocks(g.kv_cache_spec.sliding_window, self._block_size):]
                 if 0 in read:
