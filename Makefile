@@ -90,7 +90,7 @@ $(1)/libstore.a: $(call obj,$(1),$(STORE_SRC))
 	@$(if $(Q),echo "  AR      $$@")
 	$(Q)rm -f $$@ && ar rcs $$@ $$^
 
-# common/: the clock, sizes, temp folders, children; tierd, the tools and the tests
+# common/: the clock, sizes, temp folders, children, arrays; tierd, the store, the tools, the tests
 $(1)/libcommon.a: $(call obj,$(1),$(COMMON_SRC))
 	@$(if $(Q),echo "  AR      $$@")
 	$(Q)rm -f $$@ && ar rcs $$@ $$^

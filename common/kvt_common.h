@@ -4,11 +4,12 @@
  * written once: the monotonic clock, the size grammar, command-line options
  * checked against a table, temp folders under $TMPDIR, removing a tree,
  * spawning a child with its log, waiting for a private tierd to come up,
- * and a free loopback port.
+ * a free loopback port, growing arrays, and a log line through a callback.
  *
  * Dependency-free (libc only): it knows nothing of libkvtier, the store or
  * Criterion, and never prints or exits. Not part of libkvtier's ABI: it is
- * linked as build/libcommon.a into tierd, the tools and the tests.
+ * linked as build/libcommon.a into tierd, the tools and the tests, and
+ * wherever the store is (store/ uses its arrays and its log line).
  */
 #ifndef KVT_COMMON_H
 #define KVT_COMMON_H
@@ -146,5 +147,28 @@ int cmn_tierd_wait(pid_t pid, const char *sock, int (*ready)(const char *sock, v
  * pick), or -errno. Racy by nature: another process may take it before the
  * caller binds it, so callers that can retry should. */
 int cmn_free_port(void);
+
+/* ---- arrays ------------------------------------------------------------- */
+
+/* Room for need elements of size bytes in the caller's array: arrp is the
+ * address of its T * (NULL with *cap 0 before the first call), *cap its
+ * length in elements. When *cap < need, the array grows by doubling (from
+ * first when it has none yet) to the first length that holds need, the new
+ * elements zeroed, and *arrp and *cap are updated. Returns 0 (also when it
+ * had room), or -ENOMEM (no memory, or the size overflows: *arrp and *cap
+ * are then untouched and the caller still owns the array). */
+int cmn_grow(void *arrp, size_t *cap, size_t need, size_t size, size_t first);
+/* cmn_grow with the element size taken from the array itself. */
+#define CMN_GROW(arrp, cap, need, first) cmn_grow((arrp), (cap), (need), sizeof(**(arrp)), (first))
+/* lo doubled until it is at least want or reaches hi (lo and hi powers of
+ * two, lo <= hi): a power-of-two table size for want entries. */
+uint32_t cmn_pow2_fit(uint32_t want, uint32_t lo, uint32_t hi);
+
+/* ---- log lines ---------------------------------------------------------- */
+
+/* Format one line (cut at 511 bytes) and hand it to log(ctx, line); nothing
+ * when log is NULL. For modules that report through a callback. */
+void cmn_logf(void (*log)(void *ctx, const char *msg), void *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif /* KVT_COMMON_H */

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "idx.h"
+#include "kvt_common.h"
 
 struct idx {
     struct idx_entry *ent; /* must stay first: idx_at() reads it (idx.h) */
@@ -53,12 +54,10 @@ static uint32_t *new_buckets(uint32_t n)
 int idx_create(uint32_t cap_hint, struct idx **out)
 {
     struct idx *x = calloc(1, sizeof(*x));
-    uint32_t n = 1024;
+    uint32_t n = cmn_pow2_fit(cap_hint, 1024, 1u << 31);
 
     if (!x)
         return -ENOMEM;
-    while (n < cap_hint && n < (1u << 31))
-        n <<= 1;
     x->ent = malloc((size_t)n * sizeof(*x->ent));
     x->bucket = new_buckets(n);
     if (!x->ent || !x->bucket) {

@@ -22,6 +22,7 @@
 #include <xxhash.h>
 
 #include "idx_cold.h"
+#include "kvt_common.h"
 #include "tier_cold.h"
 #include "tier_nvme.h"
 
@@ -393,16 +394,9 @@ static void collect(void *ctx, const struct idx_cold_rec *rec)
 {
     struct extents *x = ctx;
 
-    if (x->n == x->cap) {
-        size_t cap = x->cap ? 2 * x->cap : 256;
-        void *v = realloc(x->v, cap * sizeof(*x->v));
-
-        if (!v) {
-            x->oom = true; /* that space stays unused until a restart rebuilds the map */
-            return;
-        }
-        x->v = v;
-        x->cap = cap;
+    if (CMN_GROW(&x->v, &x->cap, x->n + 1, 256) < 0) {
+        x->oom = true; /* that space stays unused until a restart rebuilds the map */
+        return;
     }
     x->v[x->n].off = rec->off;
     x->v[x->n++].len = rec->len;
@@ -540,15 +534,8 @@ static int claim(void *ctx, uint32_t ns, const struct tier_key *key,
             c->next_gen = rec->gen + 1;
         return 0;
     }
-    if (r->nbad == r->cap) {
-        size_t cap = r->cap ? r->cap * 2 : 16;
-        struct idx_cold_put *b = realloc(r->bad, cap * sizeof(*b));
-
-        if (!b)
-            return -ENOMEM;
-        r->bad = b;
-        r->cap = cap;
-    }
+    if (CMN_GROW(&r->bad, &r->cap, r->nbad + 1, 16) < 0)
+        return -ENOMEM;
     r->bad[r->nbad++] = (struct idx_cold_put){ .ns = ns, .key = *key, .rec = *rec };
     return 0;
 }

@@ -10,13 +10,13 @@
  */
 #include <errno.h>
 #include <poll.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "kvt_common.h"
 #include "tier_hot_int.h"
 #include "tier_ram.h"
 
@@ -45,11 +45,8 @@ void hot_done_push(struct hot_done *q, struct hot_op *op, int rc)
         return;
 }
 
-static void say(const struct tier_hot_cfg *cfg, const char *msg)
-{
-    if (cfg->log)
-        cfg->log(cfg->log_ctx, msg);
-}
+/* A line to the caller's log (NULL: none), as every store module reports. */
+#define say(cfg, ...) cmn_logf((cfg)->log, (cfg)->log_ctx, __VA_ARGS__)
 
 int tier_hot_open(const struct tier_hot_cfg *cfg, struct tier_hot **out)
 {
@@ -72,7 +69,7 @@ int tier_hot_open(const struct tier_hot_cfg *cfg, struct tier_hot **out)
     }
     if (cfg->kind != TIER_HOT_EMU) {
 #ifdef KVT_HAVE_CUDA
-        char why[200] = "", msg[260];
+        char why[200] = "";
 
         rc = hot_cuda_open(cfg->device, h->bytes, &h->done, &h->cuda, why, sizeof(why));
         if (rc == 0) {
@@ -80,9 +77,8 @@ int tier_hot_open(const struct tier_hot_cfg *cfg, struct tier_hot **out)
             *out = h;
             return 0;
         }
-        snprintf(msg, sizeof(msg), "hot tier: no CUDA device (%s)%s", why,
-                 cfg->kind == TIER_HOT_AUTO ? "; emulating it in host memory" : "");
-        say(cfg, msg);
+        say(cfg, "hot tier: no CUDA device (%s)%s", why,
+            cfg->kind == TIER_HOT_AUTO ? "; emulating it in host memory" : "");
 #else
         rc = -ENODEV;
         if (cfg->kind == TIER_HOT_AUTO)

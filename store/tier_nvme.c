@@ -29,13 +29,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kvt_common.h"
 #include "tier_nvme.h"
 #include "tier_nvme_int.h"
 
@@ -93,20 +93,11 @@ struct tier_nvme {
 };
 
 /* the simulated disk (end of file) */
-static int sim_open(struct tier_nvme *n, const struct tier_nvme_cfg *cfg, uint64_t bytes,
-                    struct tier_nvme **out);
 static int sim_reap(struct tier_nvme *n, unsigned min);
 static void sim_close(struct tier_nvme *n);
 
-static void say(const struct tier_nvme_cfg *cfg, const char *fmt, const char *detail)
-{
-    char msg[512];
-
-    if (!cfg->log)
-        return;
-    snprintf(msg, sizeof(msg), fmt, detail);
-    cfg->log(cfg->log_ctx, msg);
-}
+/* A line to the caller's log (NULL: none), as every store module reports. */
+#define say(cfg, ...) cmn_logf((cfg)->log, (cfg)->log_ctx, __VA_ARGS__)
 
 /* ---- fault injection (KVT_FAULTS builds only; the rules: tier_nvme_faults.c) -- */
 
@@ -278,6 +269,7 @@ out_close:
 
 int tier_nvme_open(const struct tier_nvme_cfg *cfg, struct tier_nvme **out)
 {
+    struct tier_nvme_cfg sim_cfg;
     struct tier_nvme *n;
     uint64_t bytes;
     int rc;
@@ -305,22 +297,28 @@ int tier_nvme_open(const struct tier_nvme_cfg *cfg, struct tier_nvme **out)
     rc = faults_open(n, cfg);
     if (rc < 0)
         goto out_free;
-    if (cfg->sim)
-        return sim_open(n, cfg, bytes, out);
     /* Ring and eventfd before the file: they touch nothing on disk, so when
      * they fail (io_uring disabled by sysctl, memlock limits on old kernels)
      * no preallocated file is left behind. The kernel rounds the SQ up to a
-     * power of two and refuses more than 32768 entries. */
-    rc = io_uring_queue_init(n->qd, &n->ring, 0);
-    if (rc < 0)
+     * power of two and refuses more than 32768 entries. The simulated disk
+     * has no ring: its file is the medium, buffered, read back at once, and
+     * nothing about it is worth a log line. */
+    if (cfg->sim) {
+        n->sim = true;
+        n->ext_tail = &n->ext;
+        sim_cfg = *cfg;
+        sim_cfg.no_direct = true;
+        sim_cfg.log = NULL;
+        cfg = &sim_cfg;
+    } else if ((rc = io_uring_queue_init(n->qd, &n->ring, 0)) < 0) {
         goto out_free;
+    }
     n->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (n->efd < 0) {
         rc = -errno;
         goto out_exit_ring;
     }
-    rc = io_uring_register_eventfd(&n->ring, n->efd);
-    if (rc < 0)
+    if (!n->sim && (rc = io_uring_register_eventfd(&n->ring, n->efd)) < 0)
         goto out_close_efd;
     rc = open_file(n, cfg, bytes);
     if (rc < 0)
@@ -330,7 +328,8 @@ int tier_nvme_open(const struct tier_nvme_cfg *cfg, struct tier_nvme **out)
 out_close_efd:
     close(n->efd);
 out_exit_ring:
-    io_uring_queue_exit(&n->ring);
+    if (!n->sim)
+        io_uring_queue_exit(&n->ring);
 out_free:
     free(n->req);
     free(n);
@@ -603,45 +602,27 @@ int tier_nvme_event_fd(const struct tier_nvme *n) { return n->efd; }
 
 /* ---- the simulated disk (header) ----------------------------------------- */
 
-static int sim_open(struct tier_nvme *n, const struct tier_nvme_cfg *cfg, uint64_t bytes,
-                    struct tier_nvme **out)
+/* All len bytes at off of the file: read into dst, or (dst NULL) written
+ * from src, a short transfer resumed. 0, -errno, or -EIO at end of file. */
+static int sim_rw(int fd, uint8_t *dst, const uint8_t *src, uint64_t len, uint64_t off)
 {
-    struct tier_nvme_cfg c = *cfg;
-    int rc;
+    for (uint64_t done = 0; done < len;) {
+        ssize_t k = dst ? pread(fd, dst + done, len - done, (off_t)(off + done))
+                        : pwrite(fd, src + done, len - done, (off_t)(off + done));
 
-    n->sim = true;
-    n->ext_tail = &n->ext;
-    n->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (n->efd < 0) {
-        rc = -errno;
-        goto out_free;
+        if (k <= 0)
+            return k < 0 ? -errno : -EIO;
+        done += (uint64_t)k;
     }
-    c.no_direct = true; /* the file is the simulated medium: buffered, read back at once */
-    c.log = NULL;       /* and nothing to tell about it */
-    rc = open_file(n, &c, bytes);
-    if (rc < 0)
-        goto out_close_efd;
-    *out = n;
     return 0;
-out_close_efd:
-    close(n->efd);
-out_free:
-    free(n->req);
-    free(n);
-    return rc;
 }
 
 static int sim_read(struct tier_nvme *n, struct req *r)
 {
-    uint64_t got = 0;
+    int rc = sim_rw(n->fd, r->buf, NULL, r->len, r->off);
 
-    while (got < r->len) {
-        ssize_t k = pread(n->fd, r->buf + got, r->len - got, (off_t)(r->off + got));
-
-        if (k <= 0)
-            return k < 0 ? -errno : -EIO;
-        got += (uint64_t)k;
-    }
+    if (rc < 0)
+        return rc;
     /* the volatile layer over the file, oldest first: later writes win */
     for (const struct ext *e = n->ext; e; e = e->next) {
         uint64_t lo = e->off > r->off ? e->off : r->off;
@@ -674,16 +655,7 @@ static int sim_write(struct tier_nvme *n, const struct req *r)
 /* Write e to the medium (the file). */
 static int sim_persist(struct tier_nvme *n, const struct ext *e)
 {
-    uint64_t put = 0;
-
-    while (put < e->len) {
-        ssize_t k = pwrite(n->fd, e->data + put, e->len - put, (off_t)(e->off + put));
-
-        if (k <= 0)
-            return k < 0 ? -errno : -EIO;
-        put += (uint64_t)k;
-    }
-    return 0;
+    return sim_rw(n->fd, NULL, e->data, e->len, e->off);
 }
 
 /* A sync: the writes completed before it was queued become durable. */

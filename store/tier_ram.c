@@ -12,12 +12,12 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "kvt_common.h"
 #include "tier_ram.h"
 
 #define NONE UINT32_MAX
@@ -50,15 +50,8 @@ struct tier_ram {
     struct cls cls[TIER_RAM_CLASSES];
 };
 
-static void say(const struct tier_ram_cfg *cfg, const char *fmt, const char *detail)
-{
-    char msg[256];
-
-    if (!cfg->log)
-        return;
-    snprintf(msg, sizeof(msg), fmt, detail);
-    cfg->log(cfg->log_ctx, msg);
-}
+/* A line to the caller's log (NULL: none), as every store module reports. */
+#define say(cfg, ...) cmn_logf((cfg)->log, (cfg)->log_ctx, __VA_ARGS__)
 
 /* Segments: 1/16 of the pool, between 2 MiB (a huge page) and 64 MiB, so
  * small test pools still have several segments for several classes. */

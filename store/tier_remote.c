@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvt_common.h"
 #include "tier_remote_int.h"
 
 /* The seed list ("host:port" separated by commas or spaces) into r->seeds;
@@ -155,19 +156,8 @@ int tier_remote_ns_add(struct tier_remote *r, uint32_t ns, const struct tier_rem
         return -EINVAL;
     if ((rc = tier_remote_ns_id(desc, id)) < 0)
         return rc;
-    if (ns >= r->nscap) {
-        uint32_t cap = r->nscap ? r->nscap : 64;
-        struct rns *p;
-
-        while (cap <= ns)
-            cap *= 2;
-        p = realloc(r->ns, cap * sizeof(*p));
-        if (!p)
-            return -ENOMEM;
-        memset(p + r->nscap, 0, (cap - r->nscap) * sizeof(*p));
-        r->ns = p;
-        r->nscap = cap;
-    }
+    if ((rc = CMN_GROW(&r->ns, &r->nscap, (size_t)ns + 1, 64)) < 0)
+        return rc;
     r->ns[ns].on = true;
     memcpy(r->ns[ns].id, id, sizeof(id));
     return 0;

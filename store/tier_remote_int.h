@@ -103,7 +103,7 @@ struct tier_remote {
     /* caller's thread only */
     unsigned inflight;
     struct rns *ns;              /* ns id -> its namespace on the cluster */
-    uint32_t nscap;
+    size_t nscap;                /* entries in ns */
     struct tier_remote_stats st;
     /* counted by workers */
     _Atomic uint64_t redirects, slot_maps;

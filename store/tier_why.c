@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvt_common.h"
 #include "tier_int.h"
 #include "tier_why.h"
 
@@ -34,12 +35,10 @@ struct tier_why {
 int tier_why_create(uint32_t events, struct tier_why **out)
 {
     struct tier_why *w = calloc(1, sizeof(*w));
-    uint32_t cap = 64;
+    uint32_t cap = cmn_pow2_fit(events, 64, 1u << 30);
 
     if (!w)
         return -ENOMEM;
-    while (cap < events && cap < (1u << 30))
-        cap <<= 1;
     w->ev = calloc(cap, sizeof(*w->ev));
     if (!w->ev) {
         free(w);

@@ -58,15 +58,8 @@ static int pin_slot(struct sess *s, uint64_t pin_id, size_t *at)
         return pin_owner(s->t, pin_id, at) == s ? 0 : -ENOENT;
     if (s->npin == SESS_PINS_MAX)
         return -EBUSY;
-    if (s->npin == s->pin_cap) {
-        size_t cap = s->pin_cap ? s->pin_cap * 2 : 4;
-        struct pin *np = realloc(s->pins, cap * sizeof(*np));
-
-        if (!np)
-            return -ENOMEM;
-        s->pins = np;
-        s->pin_cap = cap;
-    }
+    if (CMN_GROW(&s->pins, &s->pin_cap, s->npin + 1, 4) < 0)
+        return -ENOMEM;
     s->pins[*at] = (struct pin){ .id = (uint64_t)s->id << 32 | ++s->pin_seq };
     return 0;
 }

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kvt_common.h"
 #include "tenant.h"
 #include "tier_cold.h"
 #include "tier_remote.h"
@@ -532,20 +533,7 @@ static int ns_new_id(struct tenant *t, const struct kvt_wire_ns_req *n, uint32_t
 /* Room in t's registry for namespace id (doubling it). 0 or -ENOMEM. */
 static int ns_room(struct tenant *t, uint32_t id)
 {
-    uint32_t cap = t->ns_cap ? t->ns_cap : 16;
-    struct tierd_ns *p;
-
-    if (id <= t->ns_cap)
-        return 0;
-    while (cap < id)
-        cap *= 2;
-    p = realloc(t->ns, cap * sizeof(*p));
-    if (!p)
-        return -ENOMEM;
-    memset(p + t->ns_cap, 0, (cap - t->ns_cap) * sizeof(*p));
-    t->ns = p;
-    t->ns_cap = cap;
-    return 0;
+    return CMN_GROW(&t->ns, &t->ns_cap, id, 16);
 }
 
 /* Namespace id (n) on t's remote tier, when it has one and the model id

@@ -463,30 +463,6 @@ static void on_signal(struct ev_loop *l, int fd, uint32_t events, void *ctx)
     ev_stop(l);
 }
 
-/* The cold and hot tiers' completions: moves landed, blocks to hand out. */
-static void on_cold(struct ev_loop *l, int fd, uint32_t events, void *ctx)
-{
-    struct tenant *t = ctx;
-
-    (void)l;
-    (void)fd;
-    (void)events;
-    sess_expire();
-    tier_poll(t->store, false);
-}
-
-static void idle(void *ctx)
-{
-    struct tierd *d = ctx;
-
-    /* demotion between watermarks happens between batches of requests,
-     * so a put never waits for more than the eviction it needs itself */
-    for (uint32_t i = 0; i < d->ntenants; i++)
-        tier_maintain(d->tenants[i].store);
-    sess_flush_check(d);
-    sess_reap();
-}
-
 static void store_log(void *ctx, const char *msg)
 {
     (void)ctx;
@@ -712,9 +688,9 @@ static int watch(struct tierd *d, const sigset_t *sigs)
     for (uint32_t i = 0; rc >= 0 && i < d->ntenants; i++) {
         struct tenant *t = &d->tenants[i];
 
-        if ((t->cold && ev_add(d->loop, tier_event_fd(t->store), on_cold, t) < 0) ||
-            (t->hot && ev_add(d->loop, tier_hot_fd(t->store), on_cold, t) < 0) ||
-            (t->remote && ev_add(d->loop, tier_remote_fd(t->store), on_cold, t) < 0))
+        if ((t->cold && ev_add(d->loop, tier_event_fd(t->store), tierd_on_tiers, t) < 0) ||
+            (t->hot && ev_add(d->loop, tier_hot_fd(t->store), tierd_on_tiers, t) < 0) ||
+            (t->remote && ev_add(d->loop, tier_remote_fd(t->store), tierd_on_tiers, t) < 0))
             rc = -1;
     }
     if (rc < 0 || (d->metrics && metrics_attach(d->metrics, d->loop) < 0) || sess_init(d) < 0) {
@@ -795,7 +771,7 @@ int main(int argc, char **argv)
     sd_notify(0, "READY=1"); /* Type=notify under systemd: clients may come (else a no-op) */
     if (d.metrics)
         tierd_log("metrics at http://%s:%u/metrics", o.metrics_addr, o.metrics_port);
-    rc = ev_run(d.loop, idle, &d);
+    rc = ev_run(d.loop, tierd_turn_end, &d);
     if (rc < 0) {
         tierd_log("event loop failed: %s", strerror(-rc));
         ex = EX_OSERR;

@@ -61,7 +61,8 @@ struct tenant {
     struct tier_remote *remote; /* the store's (borrowed); NULL without a remote tier */
     struct tierd_ns *ns;      /* registry, ns id = index + 1 (with holes: ids of the
                                  cold index not opened in this run) */
-    uint32_t nns, ns_cap;     /* open namespaces; entries in ns */
+    uint32_t nns;             /* open namespaces */
+    size_t ns_cap;            /* entries in ns */
     uint32_t clients;         /* its sessions open */
     uint32_t max_clients;     /* ... at most (config max_clients) */
     uint64_t pinned_bytes;    /* blocks its sessions' pins hold, against the pin budget */
@@ -106,6 +107,17 @@ struct tierd {
 };
 
 #define TIERD_NS_MAX 4096
+
+/* turn.c: the event loop's own work (tierd.c's main and the protocol
+ * fuzzer both turn the loop with these). tierd_on_tiers: an ev_cb for a
+ * tenant's cold, hot or remote completion fd (ctx: its struct tenant):
+ * expires sessions' deadlines, then runs the store's callbacks.
+ * tierd_turn_end: ev_run's after-each-turn callback (ctx: the struct
+ * tierd): every tenant's mover, finished flushes answered, closed sessions
+ * freed. */
+struct ev_loop;
+void tierd_on_tiers(struct ev_loop *l, int fd, uint32_t events, void *ctx);
+void tierd_turn_end(void *ctx);
 
 /* util.c. tierd_quiet: the log says nothing (harnesses that run the
  * session code by the million). */

@@ -90,15 +90,8 @@ struct tokvec {
 
 static int tokvec_push(struct tokvec *t, uint32_t id)
 {
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? 2 * t->cap : 4096;
-        uint32_t *v = realloc(t->v, cap * sizeof(*v));
-
-        if (!v)
-            return -ENOMEM;
-        t->v = v;
-        t->cap = cap;
-    }
+    if (CMN_GROW(&t->v, &t->cap, t->n + 1, 4096) < 0)
+        return -ENOMEM;
     t->v[t->n++] = id;
     return 0;
 }

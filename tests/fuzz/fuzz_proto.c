@@ -58,25 +58,13 @@ static void on_kick(struct ev_loop *l, int fd, uint32_t events, void *ctx)
         return;
 }
 
-/* The hot tier's copies (a get of a hot block is copied down for it). */
-static void on_hot(struct ev_loop *l, int fd, uint32_t events, void *ctx)
-{
-    (void)l;
-    (void)fd;
-    (void)events;
-    (void)ctx;
-    sess_expire();
-    tier_poll(tn->store, false);
-}
-
-/* One turn of the loop: whatever is ready, then the mover, as tierd. */
+/* One turn of the loop: whatever is ready, then what tierd does after
+ * each turn (the same code: tierd/turn.c), then stop. */
 static void stop_after_turn(void *ctx)
 {
     struct tierd *x = ctx;
 
-    tier_maintain(tn->store);
-    sess_flush_check(x);
-    sess_reap();
+    tierd_turn_end(x);
     ev_stop(x->loop);
 }
 
@@ -120,7 +108,7 @@ static void setup(void)
         bind(d.listen_fd, (struct sockaddr *)&addr, addr_len) < 0 ||
         listen(d.listen_fd, 16) < 0 || ev_add(d.loop, d.listen_fd, sess_on_accept, &d) < 0 ||
         ev_add(d.loop, kick_fd, on_kick, NULL) < 0 ||
-        ev_add(d.loop, tier_hot_fd(tn->store), on_hot, NULL) < 0 || sess_init(&d) < 0)
+        ev_add(d.loop, tier_hot_fd(tn->store), tierd_on_tiers, tn) < 0 || sess_init(&d) < 0)
         abort();
 }
 
