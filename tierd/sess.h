@@ -18,12 +18,9 @@ void sess_on_accept(struct ev_loop *l, int fd, uint32_t events, void *ctx);
 /* Set up what sessions share (the deadline timer) on d's loop. */
 int sess_init(struct tierd *d);
 
-/* The store's ready and remote_done callbacks: none. A session's gets,
- * lookups and durable commits wait for the remote tier and the disk inside
- * the store (tier_req_submit), which tells the session only their outcome.
- * (Named while tierd.c and the fuzz harness set them.) */
-#define sess_on_ready NULL
-#define sess_on_remote NULL
+/* A session's gets, lookups and durable commits wait for the remote tier
+ * and the disk inside the store (tier_req_submit), which tells the session
+ * only their outcome: tierd sets no ready or remote_done callback. */
 
 /* Answer the gets whose deadline has passed, now: called before disk
  * completions are delivered, so that a block that came in after its get's

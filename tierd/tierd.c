@@ -561,8 +561,8 @@ static int open_tenant(struct tierd *d, struct tenant *t, const struct opts *o)
                                .device = o->hot_device, .log = store_log };
     struct tier_open_cfg oc = {
         .store = { .warm_bytes = t->warm_bytes, .high_wm = o->high_wm, .low_wm = o->low_wm,
-                   .lock_memory = !o->no_mlock, .log = store_log, .ready = sess_on_ready,
-                   .ready_ctx = d, .write_through = o->write_through },
+                   .lock_memory = !o->no_mlock, .log = store_log,
+                   .write_through = o->write_through },
         .cold = t->cold_bytes ? &cc : NULL,
         .remote = d->remote.seeds[0] ? &rc_cfg : NULL,
         .hot = t->hot_bytes ? &hc : NULL,
@@ -575,10 +575,8 @@ static int open_tenant(struct tierd *d, struct tenant *t, const struct opts *o)
      * leave no free huge page for our next touch of it, and SIGBUS would
      * take tierd down for every tenant; a page pool refaults instead */
     oc.store.huge_pages = !o->no_huge && !tenant_foreign(d, t);
-    if (oc.remote) {
+    if (oc.remote)
         oc.store.remote_policy = d->remote.policy;
-        oc.store.remote_done = sess_on_remote;
-    }
     if (oc.cold && safe_folder(t->dir, "the cold tier's folder") < 0)
         return EX_CANTCREAT;
     rc = tier_open(&oc, &t->store, &part);

@@ -82,8 +82,7 @@ static void setup(void)
     struct tenant_defaults def = { .data = "/nonexistent", .warm_bytes = 32u << 20,
                                    .no_cold = true, .hot_bytes = 8u << 20 };
     struct tier_hot_cfg hc = { .kind = TIER_HOT_EMU, .bytes = 8u << 20 };
-    struct tier_cfg tc = { .warm_bytes = 32u << 20, .high_wm = 0.9, .low_wm = 0.7,
-                           .ready = sess_on_ready, .ready_ctx = &d };
+    struct tier_cfg tc = { .warm_bytes = 32u << 20, .high_wm = 0.9, .low_wm = 0.7 };
     char err[256];
 
     tierd_quiet = true; /* refusals are expected by the thousand */
