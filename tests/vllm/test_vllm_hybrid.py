@@ -15,7 +15,9 @@ import kvtier
 from kvtier import vllm_connector as vc
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole, supports_hma
-from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+from vllm.v1.core.kv_cache_manager import KVCacheManager
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, \
+    SlidingWindowSpec
 
 from test_vllm_modules import BS, Blocks, fake_config, prompt, vllm_request, \
     none_hash  # noqa: F401 (none_hash: the module's autouse fixture)
@@ -134,6 +136,42 @@ def test_hybrid_same_prompt_again_hits_all_but_its_last_block(tierd):
     sb, wb = pair(tierd.sock, cache(16, fill=0))
     assert sb.get_num_new_matched_tokens(vllm_request(toks, "again"), 0) == (5 * BS, True)
     for c in (sa, wa, sb, wb):
+        c.shutdown()
+
+
+def test_hybrid_resave_of_a_local_hit_keeps_to_the_blocks_vllm_holds(tierd):
+    """vLLM's own cache holds all of a prompt's full blocks and kvtier none
+    (evicted, or tierd restarted empty): the connector saves them from
+    vLLM's blocks, of which vLLM has freed the sliding ones before the
+    window of the prompt's end. The second-last block's window would read
+    one of those: the save is then one batch, and all of it is stored
+    (vLLM's own KVCacheManager gives the block ids)."""
+    kcc = hybrid_config()
+    m = KVCacheManager(KVCacheConfig(num_blocks=16, kv_cache_tensors=[], kv_cache_groups=[
+        KVCacheGroupSpec(g.layer_names, g.kv_cache_spec) for g in kcc.kv_cache_groups]),
+        max_model_len=4096, scheduler_block_size=BS, hash_block_size=BS)
+    toks = prompt(5 * BS + 3, 90)
+    a = vllm_request(toks, "a")
+    blocks, n, _ = m.get_computed_blocks(a)
+    m.allocate_slots(a, len(toks), n, blocks)
+    a.num_computed_tokens = len(toks)
+    m.free(a)                          # its blocks stay in vLLM's prefix cache
+    s, w = pair(tierd.sock, cache(16, seed=3))
+    b = vllm_request(toks, "b")
+    blocks, local, _ = m.get_computed_blocks(b)
+    assert local == 5 * BS
+    assert s.get_num_new_matched_tokens(b, local) == (0, False)
+    m.allocate_slots(b, len(toks) - local, local, blocks)
+    s._kv_cache_manager = m
+    s.update_state_after_alloc(b, m.get_blocks("b"), 0)
+    b.num_computed_tokens = local
+    meta = s.build_connector_meta(SimpleNamespace(num_scheduled_tokens={"b": len(toks) - local}))
+    assert 0 in meta.saves[0].group_ids[0], "vLLM freed sliding blocks the save must not read"
+    step(w, meta)
+    w._saver.wait()
+    s2, w2 = pair(tierd.sock, cache(16, fill=0))
+    assert s2.get_num_new_matched_tokens(vllm_request(toks, "c"), 0) == (5 * BS, True)
+    for c in (s, w, s2, w2):
         c.shutdown()
 
 

@@ -1158,8 +1158,15 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         # the last block is a batch of its own, so that the one before it
         # ends a batch too and has its window stored: vLLM computes a
         # prompt's last token itself, so the same prompt again (one that
-        # ends on a block boundary) asks for a hit one block short of it
-        starts = sorted(set(range(0, n, kvtier.BATCH_MAX)) | ({n - 1} if n > 1 else set()))
+        # ends on a block boundary) asks for a hit one block short of it.
+        # Only where vLLM still holds the one block more that window reads
+        # (a save of blocks vLLM's own cache had may come after it freed it)
+        split = n > 1 and all(
+            kind == "full" or n - 1 - window_blocks(g.kv_cache_spec.sliding_window,
+                                                    self._block_size) < 0 or
+            ids[n - 1 - window_blocks(g.kv_cache_spec.sliding_window, self._block_size)] != 0
+            for (g, kind), ids in zip(self._groups, sv.group_ids))
+        starts = sorted(set(range(0, n, kvtier.BATCH_MAX)) | ({n - 1} if split else set()))
         for i, j in zip(starts, starts[1:] + [n]):
             keys = sv.keys[i:j]
             ios = []
