@@ -247,3 +247,45 @@ def test_async_must_be_a_boolean(tierd):
     cfg, kcc = fake_config(tierd.sock, asynchronous="no"), fake_kv_cache_config()
     with pytest.raises(vc.KvtierConfigError, match='"async" is true or false'):
         vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
+
+
+def test_a_save_in_flight_at_a_reset_is_purged_before_the_next_step(tierd):
+    """vLLM's reset_prefix_cache(reset_connector=True) between two steps: a
+    save the worker still has queued from the last step (old weights'
+    blocks) lands after the scheduler's purge; the next step's metadata
+    tells the worker, which waits for it and purges its namespace again
+    before it computes anything with the new weights."""
+    s, w = pair(tierd.sock, cpu_cache(8))
+    toks = prompt(3 * BS + 1, 72)
+    keys = kvtier.hash_prompt(toks, BS, seed="0")
+    gate = Gate(w._saver, "earlier")          # the saver busy with an earlier save
+    meta = prefill(s, vllm_request(toks, "a"), [0, 1, 2, 3])
+    step(w, meta)                             # the save is queued behind the gate
+    assert s.reset_cache() is True
+    threading.Timer(0.2, gate.open).start()   # it lands while the next step waits
+    step(w, s.build_connector_meta(SimpleNamespace(num_scheduled_tokens={})))
+    assert s._tierd.ns[0].lookup(keys) == 0, "old weights' blocks stored after the reset"
+    # a later save (new weights) is kept, and a step with no new reset purges nothing
+    meta = prefill(s, vllm_request(toks, "b"), [0, 1, 2, 3])
+    step(w, meta)
+    w._saver.wait()
+    step(w, s.build_connector_meta(SimpleNamespace(num_scheduled_tokens={})))
+    assert s._tierd.ns[0].lookup(keys) == 3
+    for c in (s, w):
+        c.shutdown()
+
+
+def test_a_reset_is_not_held_up_by_the_schedulers_own_pins(tierd):
+    """A request looked up (its hit pinned) but not scheduled yet: its pins
+    are the scheduler's own, released by the reset, which then purges at
+    once rather than waiting for them to expire."""
+    s, w = pair(tierd.sock, cpu_cache(8), pin_ms=60000)
+    toks = prompt(3 * BS + 1, 73)
+    store(w, toks, [0, 1, 2])
+    assert s.get_num_new_matched_tokens(vllm_request(toks, "p"), 0) == (3 * BS, True)
+    t = time.monotonic()
+    assert s.reset_cache() is True
+    assert time.monotonic() - t < 5, "the reset waited for its own pins"
+    assert s._tierd.ns[0].lookup(kvtier.hash_prompt(toks, BS, seed="0")) == 0
+    for c in (s, w):
+        c.shutdown()

@@ -130,6 +130,7 @@ class KvtierConnectorMetadata(KVConnectorMetadata):
     saves: list = field(default_factory=list)
     preempted: list = field(default_factory=list)
     finished: list = field(default_factory=list)
+    resets: int = 0           # the scheduler's cache resets so far (see reset_cache)
 
 
 @dataclass
@@ -397,6 +398,28 @@ def _hybrid_groups(vllm_config, groups, dtype, esize):
             d["window"] = spec.sliding_window
         gs.append(d)
     return gs
+
+
+def purge_namespaces(client, spaces, deadline):
+    """Purge every block of spaces (a hybrid one: each group's) through
+    client, retrying while a block is busy (leased, being written) until
+    deadline (time.monotonic()); the blocks removed."""
+    ids = []
+    for ns in spaces:
+        ids += [ns.group(g).id for g in range(ns.groups)] \
+            if isinstance(ns, kvtier.HybridNamespace) else [ns.id]
+    removed = 0
+    for ns_id in ids:
+        while True:
+            try:
+                removed += client.purge(ns_id)
+                break
+            except kvtier.KvtierError as e:
+                if e.code == -errno.EBUSY and time.monotonic() < deadline:
+                    time.sleep(0.05)   # a load or a save still on it
+                    continue
+                raise
+    return removed
 
 
 def window_blocks(window, block_tokens):
@@ -763,6 +786,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             self._reqs = {}
             self._seed_checked = False
             self._finished = []    # ended with saves behind them, for the next metadata
+            self._resets = 0       # reset_cache calls, told to the workers
             self._loading = set()  # requests with an asynchronous load handed out
         else:
             rank, stage = _worker_ranks()
@@ -783,6 +807,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             self._failed_recving = set()   # hybrid: loads that failed, for vLLM
             self._loader = self._saver = None   # asynchronous: made with the layout
             self._finishing = set()   # finished requests whose saves may still run
+            self._resets_seen = 0     # the scheduler's resets this worker has acted on
         self._tierd = _Tierd(socket, descs, self._retry_s,
                              lookup_ms if role == KVConnectorRole.SCHEDULER else 0)
         log.info("kvtier: %s connector on %s; block hashes seeded with %r (%s); failed "
@@ -921,7 +946,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                 st.hit_cap = first + at
 
     def build_connector_meta(self, scheduler_output):
-        meta = KvtierConnectorMetadata()
+        meta = KvtierConnectorMetadata(resets=self._resets)
         for st in self._reqs.values():
             if st.pending_load is not None:
                 meta.loads.append(st.pending_load)
@@ -992,24 +1017,18 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         the reset failed) when tierd is away or a namespace stayed busy
         (leased, being written) for RESET_TIMEOUT_S."""
         deadline = time.monotonic() + self.RESET_TIMEOUT_S
+        # the workers purge again once their saves in flight have landed
+        # (old weights' blocks too), at the next step
+        self._resets += 1
+        # this scheduler's own pins hold blocks of the model: gone with them
+        # (a hit looked up before the reset is looked up again, or its load
+        # fails and is recomputed)
+        for st in self._reqs.values():
+            self._tierd.unpin(st.pins)
+            st.pins = []
 
         def purge(spaces):
-            ids = []
-            for ns in spaces:
-                ids += [ns.group(g).id for g in range(ns.groups)] \
-                    if isinstance(ns, kvtier.HybridNamespace) else [ns.id]
-            removed = 0
-            for ns_id in ids:
-                while True:
-                    try:
-                        removed += self._tierd.client.purge(ns_id)
-                        break
-                    except kvtier.KvtierError as e:
-                        if e.code == -errno.EBUSY and time.monotonic() < deadline:
-                            time.sleep(0.05)   # a worker's load or save still on it
-                            continue
-                        raise
-            return removed
+            return purge_namespaces(self._tierd.client, spaces, deadline)
 
         ok, removed = self._tierd.call("connector cache reset (purge)", purge)
         if ok:
@@ -1215,10 +1234,27 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         # forward pass (they still overlap the scheduling between steps)
         if self._saver is None:
             return
+        if kv_connector_metadata.resets > self._resets_seen:
+            self._after_reset(kv_connector_metadata.resets)
         if self._hybrid:
             self._saver.wait()
         elif kv_connector_metadata.preempted:
             self._saver.wait(kv_connector_metadata.preempted)
+
+    def _after_reset(self, resets):
+        """The scheduler reset the cache (reset_cache) since the last step:
+        saves of old weights' blocks that were in flight then land first,
+        then this rank's namespace is purged again, before this step
+        computes with the new weights. Synchronous mode has none in flight."""
+        self._saver.wait()
+        deadline = time.monotonic() + self.RESET_TIMEOUT_S
+        ok, _ = self._saver.tierd.call(
+            "connector cache reset (purge after the saves in flight)",
+            lambda spaces: purge_namespaces(self._saver.tierd.client, spaces, deadline))
+        if not ok:
+            log.warning("kvtier: after a cache reset, saves of the old weights' blocks may "
+                        "remain in tierd (purge this model's namespaces with tierctl)")
+        self._resets_seen = resets
 
     def wait_for_layer_load(self, layer_name):
         return      # start_load_kv restored every layer already
