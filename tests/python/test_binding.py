@@ -397,6 +397,11 @@ def test_set_timeout_bounds_a_hung_daemon(tmp_path):
         ns = c.ns_open("pytest/timeout", "bf16", "test", 16, 4096)
         keys = kvtier.hash_prompt(range(32), 16)
         assert ns.lookup(keys) == 0
+        for bad in (-1, 2**32, 2**32 + 50, 1.5, True):
+            with pytest.raises(ValueError):
+                c.set_timeout(bad)              # refused, not wrapped into another bound
+        with pytest.raises(ValueError):
+            kvtier.Client(d.sock, timeout_ms=2**32)
         c.set_timeout(300)
         d.proc.send_signal(signal.SIGSTOP)
         try:

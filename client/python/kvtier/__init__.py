@@ -285,6 +285,13 @@ class KvtierError(OSError):
         self.code = code
 
 
+def _check_ms(ms):
+    """A timeout for libkvtier's uint32_t: refused outside it, not wrapped."""
+    if not isinstance(ms, int) or isinstance(ms, bool) or not 0 <= ms <= 0xffffffff:
+        raise ValueError("timeout_ms: a whole number of milliseconds from 0 to 4294967295, "
+                         "not %r" % (ms,))
+
+
 def _check(rc, what):
     if rc < 0:
         raise KvtierError(rc, what)
@@ -491,6 +498,7 @@ class Client:
         """timeout_ms bounds each reply's wait, the handshake's included
         (0: KVTIER_TIMEOUT_MS or 30 s); see set_timeout."""
         self._h = None
+        _check_ms(timeout_ms)
         # views into the pools, until close (by id: a memoryview's hash is
         # its bytes', and writable ones have none)
         self._views = weakref.WeakValueDictionary()
@@ -632,6 +640,7 @@ class Client:
     def set_timeout(self, ms):
         """Bound each reply's wait to ms (0: KVTIER_TIMEOUT_MS or 30 s); past
         it the call raises ETIMEDOUT and the client is closed for use."""
+        _check_ms(ms)
         with self.lock:
             _set_timeout(self._handle(), ms)
 
