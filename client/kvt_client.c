@@ -11,6 +11,7 @@
  * dead for good (sticky): every call returns KVT_EDISCONNECTED.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdbool.h>
@@ -287,12 +288,17 @@ int kvt_connect_timeout(const char *path, uint32_t timeout_ms, kvt_client **out)
         return -ENOMEM;
     kvt_set_timeout(c, timeout_ms);
     c->spin_us = spin && *spin ? atoi(spin) : 50;
-    c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    /* non-blocking for the connect alone: a daemon that stopped accepting
+     * with its listen queue full would hold a blocking connect forever
+     * (the reply bound starts only after it); a Unix socket's connect then
+     * fails at once with EAGAIN, and never returns EINPROGRESS */
+    c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (c->fd < 0) {
         rc = -errno;
         goto out_free;
     }
-    if (connect(c->fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+    if (connect(c->fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+        fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) & ~O_NONBLOCK) < 0) {
         rc = -errno;
         goto out_close;
     }

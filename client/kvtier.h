@@ -158,7 +158,8 @@ const char *kvt_default_socket(void);
  * Environment: KVTIER_TIMEOUT_MS bounds the wait for each reply (default
  * 30000; then -ETIMEDOUT and the client is closed for use); KVTIER_SPIN_US
  * busy-polls that long for a reply before sleeping (default 50; 0: never).
- * Errors: -ENOENT / -ECONNREFUSED when tierd is not running there,
+ * Errors: -ENOENT / -ECONNREFUSED when tierd is not running there, -EAGAIN
+ * when it is not accepting connections (its queue of them full),
  * KVT_EVERSION, KVT_EPROTO, or a mapping errno. */
 int kvt_connect(const char *socket_path, kvt_client **out);
 

@@ -431,3 +431,30 @@ def test_set_timeout_bounds_a_hung_daemon(tmp_path):
         assert e.value.code == -errno.ETIMEDOUT and took < 10
     finally:
         assert d.stop() == 0
+
+
+def test_connect_to_a_daemon_not_accepting_is_bounded(tmp_path):
+    """tierd stopped with its queue of connections full (each try that
+    timed out stays queued): a connect fails at once with EAGAIN instead
+    of blocking until tierd runs again."""
+    from tierd_proc import Tierd
+    d = Tierd(parent=str(tmp_path))
+    d.proc.send_signal(signal.SIGSTOP)
+    try:
+        codes, t = [], time.monotonic()
+        while time.monotonic() - t < 60:
+            try:
+                kvtier.Client(d.sock, timeout_ms=20).close()
+            except kvtier.KvtierError as e:
+                codes.append(e.code)
+                if e.code == -errno.EAGAIN:
+                    break
+        took = time.monotonic() - t
+    finally:
+        d.proc.send_signal(signal.SIGCONT)
+    assert codes and codes[-1] == -errno.EAGAIN, codes[-3:]
+    assert set(codes[:-1]) <= {-errno.ETIMEDOUT}
+    assert took < 30, "%d connects took %.1f s" % (len(codes), took)
+    with kvtier.Client(d.sock) as c:            # it serves once it runs again
+        c.stats()
+    assert d.stop() == 0
