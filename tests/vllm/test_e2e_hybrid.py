@@ -126,3 +126,123 @@ def test_hybrid_failed_load_is_recomputed(gemma2, tmp_path):
             run.stop()
     finally:
         d.stop()
+
+
+# ---- a state model: Qwen3-Next's linear attention beside full attention ----
+
+STATE_PROMPT = 560     # two of the blocks vLLM picks (256 tokens) and some
+
+
+@pytest.fixture(scope="module")
+def qwen3_next(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny-qwen3-next")
+    subprocess.run([sys.executable, os.path.join(HERE, "make_model.py"), str(d), "qwen3_next"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   timeout=300)
+    return str(d)
+
+
+def state_prompt(seed):
+    rng = random.Random(seed)
+    return ([rng.randrange(3, 1024) for _ in range(STATE_PROMPT)],
+            [rng.randrange(3, 1024) for _ in range(10)])
+
+
+# bfloat16 (vLLM's CPU kernels for Gated DeltaNet), in the block size vLLM
+# aligns to the state's page
+STATE_RUN = {"dtype": "bfloat16", "block_size": None}
+
+
+def test_state_model_shares_prefixes_through_kvtier(tierd, qwen3_next, tmp_path):
+    """  baseline  no connector, P + S          -> tokens T, log-probs L
+         run 1     connector, P (560 tokens)    -> the full group's blocks and
+                                                   the state after the last
+                                                   block boundary vLLM's prefill
+                                                   stopped at, in tierd
+         run 2     connector, P + S, new        -> P's whole blocks hit; T and L
+    vLLM's "align" mode ends a prefill chunk on the prompt's last block
+    boundary, so that the state there exists: the one run 2 resumes from."""
+    prompt, suffix = state_prompt(19)
+    tmp = str(tmp_path)
+    print()
+    base = run_vllm(tmp, "s-base", qwen3_next, tierd, prompt + suffix, connector=False,
+                    **STATE_RUN)
+    assert base["logprobs"] and len(base["logprobs"]) == len(base["tokens"])
+    bs = base["block_size"]
+    n = len(prompt) // bs
+    assert n >= 1, "vLLM's block (%d tokens) is longer than the prompt" % bs
+
+    r1 = run_vllm(tmp, "s-run1", qwen3_next, tierd, prompt, connector=True, **STATE_RUN)
+    assert r1["external_prefix_cache_hits"] == 0
+    assert "groups state, full" in r1["log"] or "groups full, state" in r1["log"], \
+        "vLLM did not keep its hybrid allocator"
+    with kvtier.Client(tierd.sock) as c:
+        mine = {n["layout"].split("|")[1][:3]: n for n in c.namespaces()
+                if n["model_id"] == qwen3_next}
+    assert sorted(mine) == ["ful", "sta"], sorted(mine)
+    full, state = mine["ful"], mine["sta"]
+    assert full["put_blocks"] == n, full
+    assert state["put_blocks"] == 1, "one state: the one at the prompt's last block boundary"
+    stored = full["put_blocks"] * full["block_bytes"] + state["put_blocks"] * state["block_bytes"]
+    # naive: the 2 linear-attention layers stored as full attention too
+    naive = n * full["block_bytes"] * 2
+    print("  stored %.0f bytes per token of the prompt (a %d-byte state and %d blocks of "
+          "%d), naive (every layer as full attention) %.0f: %.2fx %s"
+          % (stored / len(prompt), state["block_bytes"], n, full["block_bytes"],
+             naive / len(prompt), max(naive, stored) / min(naive, stored),
+             "less" if stored < naive else "more"))
+
+    r2 = run_vllm(tmp, "s-run2", qwen3_next, tierd, prompt + suffix, connector=True,
+                  **STATE_RUN)
+    assert r2["external_prefix_cache_hits"] == n * bs, r2["external_prefix_cache_hits"]
+    assert r2["tokens"] == base["tokens"], "tokens differ from the run without kvtier"
+    assert same_logprobs(r2["logprobs"], base["logprobs"]), \
+        "log-probs differ from the run without kvtier: %r vs %r" % (r2["logprobs"],
+                                                                   base["logprobs"])
+    print("  PASS: a new instance loaded %d tokens (their attention blocks and the state "
+          "after them) from kvtier; tokens and log-probs equal the run without kvtier"
+          % (n * bs))
+
+
+def test_state_model_failed_load_is_recomputed(qwen3_next, tmp_path):
+    """As test_hybrid_failed_load_is_recomputed, with a state group: tierd
+    killed between the lookup and the load, vLLM recomputes the request
+    (state included) once; tokens and log-probs equal the run without
+    kvtier."""
+    from conftest import Tierd
+    from test_e2e import MAX_TOKENS, Steps, vllm_env
+    prompt, suffix = state_prompt(20)
+    tmp = str(tmp_path)
+    d = Tierd("--warm-bytes", "256M")
+    print()
+    try:
+        base = run_vllm(tmp, "sf-base", qwen3_next, d, prompt + suffix, connector=False,
+                        **STATE_RUN)
+        arm = os.path.join(tmp, "kill-before-load")
+        req = {"steps": [prompt, prompt + suffix], "pause_dir": tmp, "max_tokens": MAX_TOKENS,
+               "connector": True, "connector_class": "FaultyKvtierConnector",
+               "connector_module": "kvt_fault_connector", "extra_config": {"reconnect_ms": 100},
+               **STATE_RUN}
+        run = Steps(tmp, "sfail", qwen3_next, req, vllm_env(d, KVT_TEST_FAULT_DIR=tmp))
+        try:
+            run.next()
+            with open(arm, "w") as f:
+                f.write(str(d.proc.pid))
+            run.go()
+            r = run.next()
+            log = run.log()
+            assert not os.path.exists(arm), "the fault did not fire"
+            n = len(prompt) // base["block_size"]
+            assert "the load of %d blocks failed" % n in log
+            assert r["tokens"] == base["tokens"]
+            assert same_logprobs(r["logprobs"], base["logprobs"])
+            assert r["external_prefix_cache_queries"] <= 2 * len(prompt + suffix)
+            print("  PASS: the failed load of a state model was recomputed once; tokens and "
+                  "log-probs equal the run without kvtier")
+            d.kill(9)
+            run.go()
+            run.finish()
+        finally:
+            run.stop()
+    finally:
+        d.stop()
