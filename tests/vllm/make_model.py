@@ -66,5 +66,5 @@ def make(path):
 
 
 if __name__ == "__main__":
-    {"llama": make, "gemma2": make_gemma2, "qwen3_next": make_qwen3_next}[sys.argv[2] if len(sys.argv) > 2 else "llama"](
-        sys.argv[1])
+    kind = sys.argv[2] if len(sys.argv) > 2 else "llama"
+    {"llama": make, "gemma2": make_gemma2, "qwen3_next": make_qwen3_next}[kind](sys.argv[1])

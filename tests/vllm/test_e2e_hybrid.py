@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""End to end with a hybrid model in real vLLM (its CPU build): a tiny
+"""End to end with hybrid models in real vLLM (its CPU build). First a tiny
 Gemma 2 with random weights (tests/vllm/make_model.py gemma2: sliding-window
 and full-attention layers, alternating), which vLLM's hybrid allocator
 splits into a sliding and a full KV cache group, and a private tierd:
@@ -14,6 +14,10 @@ The random model's greedy tokens barely move, so the log-probability of
 every generated token is compared too: it changes with any wrong byte of
 the KV it was computed from. Prints the bytes kvtier stores per token of P
 against the naive figure (every layer stored as full attention).
+
+Then the same with a recurrent-state model, a tiny Qwen3-Next
+(make_model.py qwen3_next: Gated DeltaNet linear attention and full
+attention): its state group through kvtier, and a failed load of it.
 """
 import math
 import os

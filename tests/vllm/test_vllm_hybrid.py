@@ -5,7 +5,11 @@ group and a full-attention group, as vLLM's hybrid allocator makes for
 Gemma 2 and gpt-oss. Its blocks go through the C hybrid API: every block of
 the full group, the window of the sliding one; a load fills exactly the
 blocks vLLM gave it (never its null block), and a failed one goes back to
-vLLM whole (failed_recving), after which that request is a miss."""
+vLLM whole (failed_recving), after which that request is a miss. Then a
+recurrent-state group (a MambaSpec, as vLLM makes for Qwen3-Next's linear
+attention) beside a full one: a save keeps only the state of a step that
+ends on a block boundary, a load copies the hit's last state into the
+block vLLM gives that position."""
 from types import SimpleNamespace
 
 import pytest

@@ -55,6 +55,11 @@ How vLLM's calls map onto kvtier:
     blocks and anything that stores other bytes never does. The tier block
     format (layer, K/V, token, head, dim) does not depend on the engine's
     paged layout, so a CPU and a GPU instance of the same model share too.
+  - hybrid models (several KV cache groups): a hybrid namespace with a
+    group per vLLM group, each stored by its rule: full attention every
+    block, a sliding window the window of a save's last block, a
+    recurrent state (vLLM's "align" mode) the state at the block boundary
+    a step ended on; a load fills each group's blocks, all or none.
   - failures: kvtier is a cache, so nothing it does fails a request. While
     tierd is away (killed, not yet started) lookups are misses, loads are
     reported failed and saves skipped; the connection is opened again once
@@ -243,9 +248,6 @@ def _state_kind(spec):
         # those move states away from their block's slot
         raise KvtierConfigError("kvtier: recurrent-state groups with %s are not supported"
                                 % ", ".join(odd))
-    if getattr(spec, "tp_replicated", False):
-        raise KvtierConfigError("kvtier: recurrent-state groups replicated across tensor-"
-                                "parallel ranks are not supported")
     return "state"
 
 
@@ -434,6 +436,9 @@ def _hybrid_groups(vllm_config, groups, dtype, esize):
         spec = g.kv_cache_spec
         n = len(g.layer_names)
         if kind == "state":
+            if tp > 1 and getattr(spec, "tp_replicated", False):
+                raise KvtierConfigError("kvtier: recurrent-state groups replicated across "
+                                        "tensor-parallel ranks are not supported")
             # vLLM's state shapes are one rank's; kvtier splits state_bytes by
             # the ranks, so it is given the whole model's
             gs.append({"kind": "state", "layers": n, "state_bytes": state_bytes(spec) * tp})
@@ -1165,10 +1170,11 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
 
     def _restore_groups(self, ns, ld, stream):
         """A hybrid load: blocks [ld.first, len(ld.keys)) of every group, or
-        none (0). Each group fills every block vLLM gave it there but its
+        none (0). Each KV group fills every block vLLM gave it there but its
         null ones (0: a sliding group's blocks before its window): a block
         vLLM holds as computed and was not given would be read, or served
-        to a later prefix hit, with someone else's bytes."""
+        to a later prefix hit, with someone else's bytes. A state group
+        fills one block: the hit's last, with the state after it."""
         n = len(ld.keys)
         if ns.lookup(ld.keys) < n:
             return 0
@@ -1225,8 +1231,9 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
 
     def _offload_groups(self, ns, sv, stream):
         """A hybrid save, in batches of BATCH_MAX: each batch stores every
-        full group's blocks and each sliding group's window of the batch's
-        last block (kvt_offload_hybrid). A null block where a group would
+        full group's blocks, each sliding group's window of the batch's
+        last block and a state group's state of key sv.state_at
+        (kvt_offload_hybrid). A null block where a group would
         read (vLLM freed it) skips the rest: a block never stored is a miss,
         one stored from the null block a wrong answer."""
         stored = 0
