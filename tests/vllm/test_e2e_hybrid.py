@@ -33,13 +33,18 @@ from test_e2e import BS, HERE, run_vllm
 WINDOW = 64
 
 
-@pytest.fixture(scope="module")
-def gemma2(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny-gemma2")
-    subprocess.run([sys.executable, os.path.join(HERE, "make_model.py"), str(d), "gemma2"],
+def make_model(tmp_path_factory, kind):
+    """make_model.py's model of that kind in a temp folder: its path."""
+    d = tmp_path_factory.mktemp("tiny-" + kind)
+    subprocess.run([sys.executable, os.path.join(HERE, "make_model.py"), str(d), kind],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                    timeout=300)
     return str(d)
+
+
+@pytest.fixture(scope="module")
+def gemma2(tmp_path_factory):
+    return make_model(tmp_path_factory, "gemma2")
 
 
 def same_logprobs(a, b):
@@ -92,42 +97,52 @@ def test_hybrid_failed_load_is_recomputed(gemma2, tmp_path):
     request back (failed_recving) and recomputes it once, without asking
     kvtier again in a loop; tokens and log-probs equal the run without
     kvtier."""
-    from conftest import Tierd
-    from test_e2e import MAX_TOKENS, Steps, vllm_env
     rng = random.Random(18)
     prompt = [rng.randrange(3, 1024) for _ in range(512)]
     suffix = [rng.randrange(3, 1024) for _ in range(10)]
-    tmp = str(tmp_path)
+    failed_load_recomputed(str(tmp_path), "h", gemma2, prompt, suffix, block_size=BS)
+    print("  PASS: the failed hybrid load was recomputed once; tokens and log-probs "
+          "equal the run without kvtier")
+
+
+def failed_load_recomputed(tmp, tag, model, prompt, suffix, **run):
+    """One instance prefills prompt (saved to a private tierd), then is given
+    prompt + suffix with tierd killed between the lookup and the load:
+    checks the load failed whole and was recomputed once, with the tokens
+    and log-probs of a run without kvtier. run: run_llm.py's request fields
+    (block_size, dtype)."""
+    from conftest import Tierd
+    from test_e2e import MAX_TOKENS, Steps, vllm_env
     d = Tierd("--warm-bytes", "256M")
     print()
     try:
-        base = run_vllm(tmp, "hf-base", gemma2, d, prompt + suffix, connector=False)
+        base = run_vllm(tmp, tag + "f-base", model, d, prompt + suffix, connector=False, **run)
         arm = os.path.join(tmp, "kill-before-load")
         req = {"steps": [prompt, prompt + suffix], "pause_dir": tmp, "max_tokens": MAX_TOKENS,
-               "connector": True, "block_size": BS, "connector_class": "FaultyKvtierConnector",
-               "connector_module": "kvt_fault_connector", "extra_config": {"reconnect_ms": 100}}
-        run = Steps(tmp, "hfail", gemma2, req, vllm_env(d, KVT_TEST_FAULT_DIR=tmp))
+               "connector": True, "connector_class": "FaultyKvtierConnector",
+               "connector_module": "kvt_fault_connector", "extra_config": {"reconnect_ms": 100},
+               **run}
+        steps = Steps(tmp, tag + "fail", model, req, vllm_env(d, KVT_TEST_FAULT_DIR=tmp))
         try:
-            run.next()
+            steps.next()
             with open(arm, "w") as f:
                 f.write(str(d.proc.pid))
-            run.go()
-            r = run.next()
-            log = run.log()
+            steps.go()
+            r = steps.next()
+            log = steps.log()
             assert not os.path.exists(arm), "the fault did not fire"
             # vLLM logs nothing of a failed_recving: the tokens show it recomputed
-            assert "the load of 16 blocks failed" in log
+            n = len(prompt) // base["block_size"]
+            assert "the load of %d blocks failed" % n in log
             assert r["tokens"] == base["tokens"]
             assert same_logprobs(r["logprobs"], base["logprobs"])
             # looked up once more after the failure, then answered with no hit
             assert r["external_prefix_cache_queries"] <= 2 * len(prompt + suffix)
-            print("  PASS: the failed hybrid load was recomputed once; tokens and log-probs "
-                  "equal the run without kvtier")
             d.kill(9)
-            run.go()
-            run.finish()
+            steps.go()
+            steps.finish()
         finally:
-            run.stop()
+            steps.stop()
     finally:
         d.stop()
 
@@ -139,11 +154,7 @@ STATE_PROMPT = 560     # two of the blocks vLLM picks (256 tokens) and some
 
 @pytest.fixture(scope="module")
 def qwen3_next(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny-qwen3-next")
-    subprocess.run([sys.executable, os.path.join(HERE, "make_model.py"), str(d), "qwen3_next"],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   timeout=300)
-    return str(d)
+    return make_model(tmp_path_factory, "qwen3_next")
 
 
 def state_prompt(seed):
@@ -209,44 +220,9 @@ def test_state_model_shares_prefixes_through_kvtier(tierd, qwen3_next, tmp_path)
 
 
 def test_state_model_failed_load_is_recomputed(qwen3_next, tmp_path):
-    """As test_hybrid_failed_load_is_recomputed, with a state group: tierd
-    killed between the lookup and the load, vLLM recomputes the request
-    (state included) once; tokens and log-probs equal the run without
-    kvtier."""
-    from conftest import Tierd
-    from test_e2e import MAX_TOKENS, Steps, vllm_env
+    """As test_hybrid_failed_load_is_recomputed, with a state group: vLLM
+    recomputes the request, state included, once."""
     prompt, suffix = state_prompt(20)
-    tmp = str(tmp_path)
-    d = Tierd("--warm-bytes", "256M")
-    print()
-    try:
-        base = run_vllm(tmp, "sf-base", qwen3_next, d, prompt + suffix, connector=False,
-                        **STATE_RUN)
-        arm = os.path.join(tmp, "kill-before-load")
-        req = {"steps": [prompt, prompt + suffix], "pause_dir": tmp, "max_tokens": MAX_TOKENS,
-               "connector": True, "connector_class": "FaultyKvtierConnector",
-               "connector_module": "kvt_fault_connector", "extra_config": {"reconnect_ms": 100},
-               **STATE_RUN}
-        run = Steps(tmp, "sfail", qwen3_next, req, vllm_env(d, KVT_TEST_FAULT_DIR=tmp))
-        try:
-            run.next()
-            with open(arm, "w") as f:
-                f.write(str(d.proc.pid))
-            run.go()
-            r = run.next()
-            log = run.log()
-            assert not os.path.exists(arm), "the fault did not fire"
-            n = len(prompt) // base["block_size"]
-            assert "the load of %d blocks failed" % n in log
-            assert r["tokens"] == base["tokens"]
-            assert same_logprobs(r["logprobs"], base["logprobs"])
-            assert r["external_prefix_cache_queries"] <= 2 * len(prompt + suffix)
-            print("  PASS: the failed load of a state model was recomputed once; tokens and "
-                  "log-probs equal the run without kvtier")
-            d.kill(9)
-            run.go()
-            run.finish()
-        finally:
-            run.stop()
-    finally:
-        d.stop()
+    failed_load_recomputed(str(tmp_path), "s", qwen3_next, prompt, suffix, **STATE_RUN)
+    print("  PASS: the failed load of a state model was recomputed once; tokens and "
+          "log-probs equal the run without kvtier")
