@@ -268,10 +268,12 @@ build-fuzz/obj/%.o: %.c
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
 
-build-fuzz/fuzz_config: $(call fobj,tests/fuzz/fuzz_config.c client/kvt_model.c)
+build-fuzz/fuzz_config: $(call fobj,tests/fuzz/fuzz_config.c client/kvt_model.c \
+                                    client/kvt_model_size.c)
 build-fuzz/fuzz_trace: $(call fobj,tests/fuzz/fuzz_trace.c tools/kvreplay_trace.c \
                                    tools/kvreplay_cost.c)
-build-fuzz/fuzz_reply: $(call fobj,tests/fuzz/fuzz_reply.c tests/fuzz/fuzz_wire.c \
+build-fuzz/fuzz_reply: $(call fobj,tests/fuzz/fuzz_reply.c tests/fuzz/fuzz_wire.c tests/t_wire.c \
+                                   tests/t_fds.c \
                                    $(CLIENT_SRC) $(KERNEL_SRC))
 build-fuzz/fuzz_reply: FUZZ_LDFLAGS := $(FUZZ_WRAP)
 # fuzz_proto: tierd's sessions and the store in the harness's process (not tierd.c's main)
@@ -381,7 +383,8 @@ endif
 
 # ---- install: what a system gets, where the FHS and systemd look -------------------
 #   make install [PREFIX=/usr/local] [DESTDIR=]  tierd -> sbin/; tierctl, kvcalc, kvreplay
-#     -> bin/; libkvtier.so.$(VERSION) with its links, libkvtier.a; kvtier.h, kv_layout.h;
+#     -> bin/; libkvtier.so.$(VERSION) with its links, libkvtier.a; kvtier.h (with
+#     kvt_stats_list.h, which it includes), kv_layout.h;
 #     kvtier.pc; man pages; kvreplay's presets (share/kvtier/kvreplay_prices.json);
 #     tierd.service and the sysusers.d line of its user, kvtier; the sample
 #     $(SYSCONFDIR)/kvtier/tierd.conf (never over one that is there).
@@ -414,7 +417,8 @@ INSTALL_MAN1  := tierctl.1 kvcalc.1 kvreplay.1
 # every file make install writes, relative to DESTDIR: what make uninstall removes
 INSTALLED = $(SBINDIR)/tierd $(addprefix $(BINDIR)/,$(INSTALL_TOOLS)) \
             $(addprefix $(LIBDIR)/,$(INSTALL_LIBS)) \
-            $(addprefix $(INCLUDEDIR)/,kvtier.h kv_layout.h) $(PKGCONFIGDIR)/kvtier.pc \
+            $(addprefix $(INCLUDEDIR)/,kvtier.h kvt_stats_list.h kv_layout.h) \
+            $(PKGCONFIGDIR)/kvtier.pc \
             $(MANDIR)/man8/tierd.8 $(addprefix $(MANDIR)/man1/,$(INSTALL_MAN1)) \
             $(PKGDATADIR)/kvreplay_prices.json $(DIRS_MADE) $(UNITDIR)/tierd.service \
             $(SYSUSERSDIR)/kvtier.conf $(SYSCONFDIR)/kvtier/tierd.conf
@@ -436,7 +440,8 @@ SUBST = sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@PREFIX@|$(PREFIX)|g' \
             -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
             -e 's|@PKGDATADIR@|$(PKGDATADIR)|g'
 INSTALL_SRC := $(addprefix build/,tierd $(INSTALL_TOOLS) $(INSTALL_LIBS)) \
-               client/kvtier.h kernels/kv_layout.h $(wildcard man/*.[18]) \
+               client/kvtier.h common/kvt_stats_list.h kernels/kv_layout.h \
+               $(wildcard man/*.[18]) \
                tools/kvreplay_prices.json dist/kvtier.pc.in dist/tierd.service.in \
                dist/kvtier.sysusers dist/tierd.conf
 
@@ -466,7 +471,7 @@ define install_to
 	$(Q)install -m 644 build/libkvtier.so.$(VERSION) build/libkvtier.a $(1)$(LIBDIR)/
 	$(Q)ln -sf libkvtier.so.$(VERSION) $(1)$(LIBDIR)/$(SONAME)
 	$(Q)ln -sf $(SONAME) $(1)$(LIBDIR)/libkvtier.so
-	$(Q)install -m 644 client/kvtier.h kernels/kv_layout.h $(1)$(INCLUDEDIR)/
+	$(Q)install -m 644 client/kvtier.h common/kvt_stats_list.h kernels/kv_layout.h $(1)$(INCLUDEDIR)/
 	$(Q)$(SUBST) dist/kvtier.pc.in >$(1)$(PKGCONFIGDIR)/kvtier.pc
 	$(Q)$(SUBST) man/tierd.8 >$(1)$(MANDIR)/man8/tierd.8
 	$(Q)for m in $(INSTALL_MAN1); do $(SUBST) man/$$m >$(1)$(MANDIR)/man1/$$m || exit; done

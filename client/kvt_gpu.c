@@ -4,7 +4,7 @@
  * handle opened and closed, and blocks moved between a device cache and
  * pool slots by the gather/scatter kernels. Only this file includes
  * cuda_runtime.h; built without CUDA (KVT_HAVE_CUDA unset) the same calls
- * answer -EOPNOTSUPP, so kvt_client.c has no #ifdef.
+ * answer -EOPNOTSUPP, so the rest of libkvtier has no #ifdef.
  */
 #include <errno.h>
 #include <stdbool.h>

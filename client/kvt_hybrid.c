@@ -8,7 +8,8 @@
  * namespace and block hash, sized for the group), so groups are evicted
  * and moved independently with no new daemon code; what a prefix needs
  * from each group, and so what a lookup can promise, is decided where the
- * model description is: the same code that sizes the cache (kvt_model.c).
+ * model description is: the same code that sizes the cache (kvt_model.c,
+ * kvt_model_size.c).
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -52,13 +53,6 @@ void kvt_hybrid_set_deadline(struct kvt_hybrid *hy, uint32_t ms)
 {
     for (uint32_t k = 0; k < hy->ngroups; k++)
         kvt_ns_set_deadline(hy->ns[k], ms);
-}
-
-static uint8_t *put_le(uint8_t *p, uint64_t v, int bytes)
-{
-    for (int i = 0; i < bytes; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-    return p + bytes;
 }
 
 /*
@@ -304,17 +298,27 @@ static int io_ok(const struct kvt_hybrid *hy, const kvt_group_io *io, bool offlo
     return 0;
 }
 
-int kvt_offload_hybrid(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
-                       const kvt_group_io *io, void *stream)
+/* The checks of offload_hybrid and restore_hybrid before anything moves:
+ * ns is a hybrid handle (*hy), the batch fits one request, and every
+ * group's io is right (io_ok). 0, -EINVAL, -E2BIG or io_ok's error. */
+static int batch_ok(kvt_ns *ns, const kvt_key *keys, size_t n, const kvt_group_io *io,
+                    bool offload, struct kvt_hybrid **hy)
 {
-    struct kvt_hybrid *hy = ns ? kvt_ns_hybrid(ns) : NULL;
-    int stored = 0, rc;
-
-    if (!hy || !io || (n && !keys))
+    *hy = ns ? kvt_ns_hybrid(ns) : NULL;
+    if (!*hy || !io || (n && !keys))
         return -EINVAL;
     if (n > KVT_BATCH_MAX)
         return -E2BIG;
-    if ((rc = io_ok(hy, io, true)) < 0)
+    return io_ok(*hy, io, offload);
+}
+
+int kvt_offload_hybrid(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
+                       const kvt_group_io *io, void *stream)
+{
+    struct kvt_hybrid *hy;
+    int stored = 0, rc;
+
+    if ((rc = batch_ok(ns, keys, n, io, true, &hy)) < 0)
         return rc;
     for (uint32_t k = 0; k < hy->ngroups; k++) {
         if (hy->g[k].kind == KVT_LAYER_STATE) {
@@ -349,14 +353,10 @@ int kvt_offload_hybrid(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, s
 int kvt_restore_hybrid(kvt_ns *ns, const kvt_key *keys, size_t n, const kvt_group_io *io,
                        void *stream)
 {
-    struct kvt_hybrid *hy = ns ? kvt_ns_hybrid(ns) : NULL;
+    struct kvt_hybrid *hy;
     int m;
 
-    if (!hy || !io || (n && !keys))
-        return -EINVAL;
-    if (n > KVT_BATCH_MAX)
-        return -E2BIG;
-    if ((m = io_ok(hy, io, false)) < 0)
+    if ((m = batch_ok(ns, keys, n, io, false, &hy)) < 0)
         return m;
     m = kvt_hybrid_lookup(ns, keys, n, 0, NULL);
     if (m <= 0)

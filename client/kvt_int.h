@@ -1,24 +1,118 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kvt_int.h - what libkvtier's own files share and engines never see:
- * the hybrid namespaces of kvt_hybrid.c ride on kvt_client.c's handles,
- * and kvt_gpu.c holds everything that touches the CUDA runtime.
+ * kvt_int.h - what libkvtier's own files share and engines never see: the
+ * client and namespace handles and the request/reply calls of kvt_client.c
+ * that the block, namespace and operator calls (kvt_blocks.c, kvt_ns.c,
+ * kvt_admin.c, kvt_offload.c) are made of; the hybrid namespaces of
+ * kvt_hybrid.c, which ride on those handles; and kvt_gpu.c, which holds
+ * everything that touches the CUDA runtime.
  */
 #ifndef KVT_INT_H
 #define KVT_INT_H
 
 #include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
 
+#include "kvt_wire.h"
 #include "kvtier.h"
 
-struct kvt_hybrid;
+struct kvt_hybrid;  /* a hybrid model's groups (kvt_hybrid.c) */
+struct kvk_layout;  /* an engine's paged cache (kv_layout.h) */
+struct kvt_gpu;     /* a client's device state (kvt_gpu.c): the pool registered, a scratch */
 
-/* kvt_client.c: a namespace handle with no daemon namespace of its own,
+/* A namespace handle: the client's, on its list until kvt_close frees it. */
+struct kvt_ns {
+    struct kvt_hybrid *hy; /* a hybrid model's handle: its groups (kvt_hybrid.c) */
+    kvt_client *c;
+    uint32_t id;          /* the daemon's namespace id */
+    uint64_t block_bytes;
+    uint32_t deadline_ms; /* for gets; 0: wait */
+    unsigned hot;         /* KVT_GET_HOT / KVT_GET_PROMOTE for offload and restore */
+    struct kvt_ns *next;  /* the client's list, freed by kvt_close */
+};
+
+/* A connection to tierd and the pools it maps; one thread at a time. */
+struct kvt_client {
+    int fd;
+    bool dead;            /* sticky: the connection failed */
+    int timeout_ms;       /* per reply; $KVTIER_TIMEOUT_MS, default 30 s */
+    int spin_us;          /* busy-poll for a reply this long before sleeping */
+    uint32_t req_id;
+    uint8_t *base;        /* the warm pool, mapped shared */
+    uint64_t pool_bytes;
+    uint8_t *hot_base;    /* the hot pool, once attached (device memory for CUDA) */
+    uint64_t hot_bytes;
+    uint32_t hot_kind;    /* KVT_HOT_*, 0 until attached */
+    int32_t hot_device;
+    struct kvt_ns *ns;
+    struct kvt_gpu *gpu;  /* device state for device caches (kvt_gpu.c), made on use */
+    _Alignas(16) uint8_t rbuf[KVT_WIRE_MSG_MAX + 64]; /* last reply */
+};
+
+/* kvt_client.c: the messages. Each call below that fails on the connection
+ * (or on a reply that breaks the protocol) leaves the client dead: every
+ * later call returns KVT_EDISCONNECTED. */
+
+/* Mark c dead (sticky) and return err, for `return kvt_fail(c, KVT_EPROTO)`;
+ * inline, so that callers' compilers see the error come back. */
+static inline int kvt_fail(kvt_client *c, int err)
+{
+    c->dead = true;
+    return err;
+}
+
+/* Send a request of op: iov[0] is left for the header (filled here), the
+ * body is iov[1..niov). 0, -EMSGSIZE, KVT_EDISCONNECTED. */
+int kvt_send_req(kvt_client *c, uint16_t op, uint32_t flags, struct iovec *iov, int niov);
+/* One request of op with a body of len bytes (may be 0), and its reply:
+ * the reply's status (0 or negative), its body in c->rbuf (*blen bytes,
+ * kvt_reply_body), a passed descriptor in *fd_out when fd_out is not NULL
+ * (the caller's to close; -1 when none came). */
+int kvt_rpc(kvt_client *c, uint16_t op, const void *req, size_t len, uint32_t *blen,
+            int *fd_out);
+/* A keys request of ns and its reply, as kvt_rpc: header, kvt_wire_keys_req,
+ * optional parent, optional pin id (a pinning lookup's, held hold_ms),
+ * keys[0..n). -E2BIG past KVT_BATCH_MAX; -EINVAL for a hybrid handle. */
+int kvt_keys_rpc(kvt_ns *ns, uint16_t op, uint32_t flags, const kvt_key *parent,
+                 const uint64_t *pin_id, uint32_t hold_ms, const kvt_key *keys, size_t n,
+                 uint32_t *blen);
+/* The last reply's body (valid until the next request). */
+static inline const uint8_t *kvt_reply_body(const kvt_client *c)
+{
+    return c->rbuf + sizeof(struct kvt_wire_hdr);
+}
+
+/* kvt_ns.c: a namespace handle with no daemon namespace of its own,
  * standing for the groups of hy (owned by it from now on, freed with the
  * client). NULL when out of memory (hy is then the caller's). */
 kvt_ns *kvt_ns_new_hybrid(kvt_client *c, struct kvt_hybrid *hy);
 /* The hybrid state of ns, or NULL for a plain namespace. */
 struct kvt_hybrid *kvt_ns_hybrid(const kvt_ns *ns);
+
+/* kvt_model.c and kvt_model_size.c: saturating arithmetic, so that the
+ * sizes of absurd configs stay UINT64_MAX instead of wrapping (static
+ * helpers, hence the plain names). */
+static inline uint64_t mul_sat(uint64_t a, uint64_t b)
+{
+    uint64_t r;
+
+    return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+static inline uint64_t add_sat(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+/* v's low bytes, little-endian, at p: the bytes of a descriptor hashed into
+ * a namespace's identity, the same on every host; returns p + bytes. */
+static inline uint8_t *put_le(uint8_t *p, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+    return p + bytes;
+}
 
 /* kvt_hash.c: SHA-256 of the concatenation of parts[0..n) (lens[i] bytes
  * each) into out. Returns 0, -ENOMEM or -EIO. */
@@ -32,7 +126,6 @@ int kvt_hybrid_lookup(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags,
 
 /* kvt_gpu.c: the CUDA runtime, behind one file. Without CUDA in the build,
  * kvt_gpu_built is false and the rest answers -EOPNOTSUPP. */
-struct kvt_gpu; /* a client's device state: the pool registered, a scratch buffer */
 bool kvt_gpu_built(void);
 /* Open a hot pool's CUDA IPC handle (len bytes) on device: 0 with *base,
  * -EINVAL (a handle of the wrong size), -ENODEV, -EIO. The caller's current

@@ -162,6 +162,19 @@ const char *kvt_default_socket(void);
  * KVT_EVERSION, KVT_EPROTO, or a mapping errno. */
 int kvt_connect(const char *socket_path, kvt_client **out);
 
+/* kvt_connect with each reply's wait bounded to timeout_ms from the start,
+ * its handshake included (0: KVTIER_TIMEOUT_MS or its default): a daemon
+ * that stopped answering costs the caller that long, not 30 s. */
+int kvt_connect_timeout(const char *socket_path, uint32_t timeout_ms, kvt_client **out);
+
+/* Bound the wait for each reply on c from now on to ms milliseconds (0:
+ * back to KVTIER_TIMEOUT_MS or its default), as the environment does for
+ * every client: past it the call returns -ETIMEDOUT and c is closed for
+ * use. For a caller that must never stall on a daemon that stopped
+ * answering, such as an engine's scheduler asking for hits (open it with
+ * kvt_connect_timeout, so that the handshake is bounded too). NULL ok. */
+void kvt_set_timeout(kvt_client *c, uint32_t ms);
+
 /* Close the connection: tierd reclaims every lease and reservation still
  * held. Invalidates every namespace and pointer obtained through c. NULL ok. */
 void kvt_close(kvt_client *c);
@@ -176,6 +189,11 @@ int kvt_ns_open(kvt_client *c, const kvt_model *model, kvt_ns **out);
 
 /* Bytes of one block in this namespace. */
 uint64_t kvt_ns_block_bytes(const kvt_ns *ns);
+
+/* The daemon's id of this namespace (kvt_ns_info.id, what kvt_admin_purge
+ * takes); 0 for a hybrid handle, whose groups each have their own
+ * (kvt_ns_group). */
+uint32_t kvt_ns_id(const kvt_ns *ns);
 
 /* Bound the wait of later gets on this namespace: blocks still on their way
  * from disk when ms milliseconds have passed count as misses (the get
@@ -726,90 +744,12 @@ uint64_t kvt_hybrid_naive_bytes(const struct kvt_model_desc *d, uint32_t block_t
 
 /* ---- statistics ------------------------------------------------------ */
 
-/* The counters of kvt_stats and kvt_tier_stats, each declared once (the
- * structs below, tierd's copy into its reply, tierctl's JSON and tierd's
- * metrics page are made from these lists).
- *   KVT_STATS_LIST(X): X(src, name, type, metric, help), in kvt_stats's
- *   order after its head (version .. pad):
- *     src     where tierd takes it from: STORE (the same field of the
- *             tenant's store counters), TIERD (its own), TIERS (the per-tier
- *             array: KVT_TIER_STATS_LIST)
- *     type    counter (only grows) or gauge (a figure now)
- *     metric  its per-tenant family on tierd's metrics page, or "" (none, or
- *             shown another way)
- *     help    what it counts
- *   KVT_TIER_STATS_LIST(X): X(name, type, metric, help, remote): a field of
- *     kvt_tier_stats; remote names the STORE counter that is the remote
- *     tier's figure of it (tier="remote" on the page), "": there is none.
- * A new counter goes at the end of a list (and KVT_STATS_VERSION goes up):
- * fields already there keep their offsets. */
-#define KVT_TIER_STATS_LIST(X)                                                             \
-    X(hits, counter, "kvtier_tier_hits_total", "Blocks served from the tier.", "remote_hits") \
-    X(bytes_in, counter, "kvtier_tier_in_bytes_total", "Bytes written into the tier.",     \
-      "remote_bytes_in")                                                                   \
-    X(bytes_out, counter, "kvtier_tier_out_bytes_total", "Bytes read out of the tier.",    \
-      "remote_bytes_out")                                                                  \
-    X(evictions, counter, "kvtier_tier_evictions_total", "Blocks evicted from the tier.",  \
-      "")                                                                                  \
-    X(blocks, gauge, "kvtier_tier_blocks", "Blocks held in the tier.", "")                 \
-    X(bytes_used, gauge, "kvtier_tier_used_bytes", "Bytes of the tier in use.", "")        \
-    X(bytes_capacity, gauge, "kvtier_tier_capacity_bytes", "Size of the tier.", "")
-
-#define KVT_STATS_LIST(X)                                                                  \
-    X(TIERD, uptime_ms, gauge, "", "Milliseconds since tierd started.")                    \
-    X(STORE, lookups, counter, "", "Lookup calls.")                                        \
-    X(STORE, lookup_keys, counter, "", "Keys asked by lookups.")                           \
-    X(STORE, lookup_hits, counter, "", "Leading hits answered by lookups.")                \
-    X(STORE, misses, counter, "", "Keys asked by lookup or get and not found.")            \
-    X(STORE, puts, counter, "", "Put reserve calls.")                                      \
-    X(STORE, put_blocks, counter, "", "Blocks committed.")                                 \
-    X(STORE, dedup_blocks, counter, "kvtier_dedup_blocks_total",                           \
-      "Blocks a put offered that were already stored or reserved.")                        \
-    X(STORE, gets, counter, "", "Get calls.")                                              \
-    X(STORE, get_blocks, counter, "", "Blocks leased by gets.")                            \
-    X(STORE, removes, counter, "", "Blocks removed by request.")                           \
-    X(STORE, leases_active, gauge, "kvtier_leases_active", "Blocks leased to readers now.") \
-    X(STORE, reserved, gauge, "kvtier_reserved_blocks",                                    \
-      "Blocks reserved by writers, not committed.")                                        \
-    X(STORE, reclaimed, counter, "kvtier_reclaimed_blocks_total",                          \
-      "Leases and reservations taken back from clients that went away.")                   \
-    X(TIERD, proto_errors, counter, "", "Malformed messages received.")                    \
-    X(STORE, index_entries, gauge, "kvtier_index_entries",                                 \
-      "Blocks in the index (every tier).")                                                 \
-    X(STORE, index_bytes, gauge, "kvtier_index_memory_bytes", "Memory the index uses.")   \
-    X(STORE, demotions, counter, "kvtier_demotions_total", "Warm blocks written to cold.")  \
-    X(STORE, promotions, counter, "kvtier_promotions_total",                               \
-      "Cold blocks read back into warm.")                                                  \
-    X(STORE, dropped, counter, "kvtier_dropped_blocks_total",                              \
-      "Warm blocks evicted with no cold copy (lost).")                                     \
-    X(STORE, checksum_errors, counter, "kvtier_checksum_errors_total",                     \
-      "Cold blocks read back with a wrong checksum (counted as misses).")                  \
-    X(STORE, io_errors, counter, "kvtier_io_errors_total", "Cold tier read or write errors.") \
-    X(TIERD, deadline_misses, counter, "",                                                 \
-      "Gets answered short because their deadline passed.")                                \
-    X(TIERS, tier, counter, "", "Per tier, indexed by KVT_TIER_*: KVT_TIER_STATS_LIST.")   \
-    X(STORE, hot_promotions, counter, "kvtier_hot_promotions_total",                       \
-      "Warm blocks copied up into hot.")                                                   \
-    /* version 4: the remote tier (a Redis Cluster shared by every node's tierd);          \
-     * all zero without one */                                                             \
-    X(STORE, remote_hits, counter, "", "Blocks read back from the remote tier (verified).") \
-    X(STORE, remote_misses, counter, "kvtier_remote_misses_total",                         \
-      "Blocks asked of the remote tier that it did not hold.")                             \
-    X(STORE, remote_puts, counter, "kvtier_remote_puts_total",                             \
-      "Blocks written to the remote tier.")                                                \
-    X(STORE, remote_bytes_in, counter, "", "Payload bytes written to the remote tier.")    \
-    X(STORE, remote_bytes_out, counter, "", "Payload bytes read back from the remote tier.") \
-    X(STORE, remote_errors, counter, "kvtier_remote_errors_total",                         \
-      "Remote tier operations failed (node down, timeout, cluster error) or writes "       \
-      "skipped.")                                                                          \
-    X(STORE, remote_checksum_errors, counter, "kvtier_remote_checksum_errors_total",       \
-      "Remote values read back with a wrong checksum (counted as misses).")                \
-    X(STORE, remote_probes, counter, "kvtier_remote_probe_keys_total",                     \
-      "Keys lookups asked the remote tier about.")                                         \
-    X(STORE, remote_probe_hits, counter, "kvtier_remote_probe_hit_keys_total",             \
-      "Keys lookups found on the remote tier.")                                            \
-    X(STORE, remote_redirects, counter, "kvtier_remote_redirects_total",                   \
-      "Cluster MOVED / ASK redirections followed.")
+/* The counters of kvt_stats and kvt_tier_stats are declared once, in
+ * kvt_stats_list.h (installed next to this header): KVT_STATS_LIST and
+ * KVT_TIER_STATS_LIST, documented there. The structs below, the field table
+ * kvt_stats_fields() hands bindings, tierd's reply, the store's own counters,
+ * tierctl's table and JSON and tierd's metrics page are made from them. */
+#include "kvt_stats_list.h"
 
 #define KVT_STATS_TIER_FIELD_(name, type, metric, help, remote) uint64_t name;
 #define KVT_STATS_FIELD_(src, name, type, metric, help) KVT_STATS_FIELD_##src(name)
@@ -835,6 +775,28 @@ typedef struct kvt_stats {
 
 /* Fetch the daemon's counters. */
 int kvt_stats_get(kvt_client *c, kvt_stats *out);
+
+/* One field of kvt_stats or kvt_tier_stats, for a binding that lays the
+ * structs out at run time from the library it loaded (the Python binding)
+ * instead of copying them. */
+typedef struct kvt_stats_field {
+    const char *name;   /* the field's name in its struct */
+    const char *type;   /* "counter" or "gauge" (the list's); "" for kvt_stats's head */
+    const char *help;   /* what it counts; "" for the head */
+    uint32_t offset;    /* bytes from the start of its struct */
+    uint32_t bytes;     /* 4 (uint32_t), 8 (uint64_t), or for kvt_stats.tier the whole
+                           array (KVT_TIER_COUNT kvt_tier_stats) */
+} kvt_stats_field;
+
+/* Which struct kvt_stats_fields describes. */
+enum { KVT_STATS_OF_STATS = 0, KVT_STATS_OF_TIER = 1 };
+
+/* The fields of kvt_stats (of: KVT_STATS_OF_STATS: the head, then
+ * KVT_STATS_LIST's, "tier" among them) or of kvt_tier_stats
+ * (KVT_STATS_OF_TIER: KVT_TIER_STATS_LIST's), in their order: a static
+ * table of *n entries (n may be NULL), and the struct's size in *bytes
+ * (may be NULL). NULL, *n and *bytes 0, for another `of`. */
+const kvt_stats_field *kvt_stats_fields(int of, size_t *n, size_t *bytes);
 
 /* A description of any error this API returns (static string). */
 const char *kvt_strerror(int err);

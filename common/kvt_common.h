@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kvt_common.h - the small jobs that tierd, the tools and the tests all need,
- * written once: the monotonic clock, the size grammar, temp folders under
- * $TMPDIR, removing a tree, spawning a child with its log, waiting for a
- * private tierd to come up, and a free loopback port.
+ * written once: the monotonic clock, the size grammar, command-line options
+ * checked against a table, temp folders under $TMPDIR, removing a tree,
+ * spawning a child with its log, waiting for a private tierd to come up,
+ * and a free loopback port.
  *
  * Dependency-free (libc only): it knows nothing of libkvtier, the store or
  * Criterion, and never prints or exits. Not part of libkvtier's ABI: it is
@@ -45,6 +46,53 @@ int cmn_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);
  * a static string naming the grammar, e.g. "want bytes or a number with
  * K, M, G, T or P (powers of 1024), e.g. 4096, 512M, 1.5G". */
 const char *cmn_size_why(int rc);
+
+/* ---- command-line options ------------------------------------------------ */
+
+/* What an option's value is, checked by cmn_opts_next before the caller
+ * sees it. */
+enum cmn_opt_kind {
+    CMN_OPT_FLAG, /* no value */
+    CMN_OPT_TEXT, /* any text: cmn_opts.arg */
+    CMN_OPT_UINT, /* a plain decimal count in [min, max] (cmn_parse_uint): .u */
+    CMN_OPT_SIZE, /* bytes in the size grammar (cmn_parse_size), at least min: .u */
+    CMN_OPT_REAL, /* a decimal number (digits, optional fraction) in [lo, hi]: .d */
+};
+
+/* One long option of a command, --name. A table of them ends with a
+ * { NULL } entry; CMN_OPTS_MAX entries at most. */
+struct cmn_opt {
+    const char *name;       /* without the dashes */
+    int key;                /* what cmn_opts_next returns for it: > 0, not '?' or ':' */
+    enum cmn_opt_kind kind;
+    uint64_t min, max;      /* UINT: its bounds; SIZE: its least (no most) */
+    double lo, hi;          /* REAL: its bounds */
+    bool letter;            /* -key too (key a letter), e.g. -h for --help */
+};
+
+#define CMN_OPTS_MAX 48
+#define CMN_OPTS_BAD '?' /* cmn_opts_next: a bad option, cmn_opts.err says why */
+
+/* A walk over argv's options against one table. */
+struct cmn_opts {
+    const struct cmn_opt *tab; /* the table (borrowed: it outlives the walk) */
+    const char *arg;           /* the value of the option just returned; NULL for a flag */
+    uint64_t u;                /* its value, UINT and SIZE */
+    double d;                  /* its value, REAL */
+    char err[192];             /* why CMN_OPTS_BAD: "unknown option '--x'", "option
+                                  '--x' needs a value", "--x '0': want a whole number
+                                  from 1 to 64" (no program name, no newline) */
+};
+
+/* Start a walk of argv's options against tab (resets getopt: optind = 1). */
+void cmn_opts_init(struct cmn_opts *p, const struct cmn_opt *tab);
+/* The next option of argv (getopt_long's rules: options and operands may
+ * mix, "--" ends the options): its key, with its value checked and stored
+ * by its kind; -1 when the options are over (optind indexes the first
+ * operand); CMN_OPTS_BAD for an unknown option, a missing value or a value
+ * outside its grammar or bounds, p->err saying which. Never prints. Uses
+ * getopt_long's globals: one walk at a time per process. */
+int cmn_opts_next(struct cmn_opts *p, int argc, char *const argv[]);
 
 /* ---- folders ------------------------------------------------------------ */
 

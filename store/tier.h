@@ -21,7 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tier_key.h" /* tier_key, TIER_NONE, tier_level, tier_event */
+#include "kvt_stats_list.h" /* KVT_STATS_LIST: the counters (a header of lists only) */
+#include "tier_key.h"       /* tier_key, TIER_NONE, tier_level, tier_event */
 
 struct tier_cold;   /* tier_cold.h */
 struct tier_hot;    /* tier_hot.h */
@@ -106,33 +107,23 @@ struct tier_story {
     uint64_t event_age_ms;
 };
 
+/* The store's counters: every STORE and TIERS entry of kvt_stats_list.h's
+ * KVT_STATS_LIST (tierd copies them into kvt_stats by name), the per-tier
+ * ones as arrays indexed by TIER_L_*, then the store's own figures, which
+ * are not on the wire. remote_hits counts the blocks read back into warm,
+ * verified and used (in the leading run of their request); remote_errors
+ * includes writes skipped because the remote tier fell behind. */
+#define TIER_STATS_TIER_(name, type, metric, help, remote) uint64_t name[TIER_L_N];
+#define TIER_STATS_STORE_(name) uint64_t name;
+#define TIER_STATS_TIERD_(name)
+#define TIER_STATS_TIERS_(name) KVT_TIER_STATS_LIST(TIER_STATS_TIER_)
+#define TIER_STATS_FIELD_(src, name, type, metric, help) TIER_STATS_##src##_(name)
+
 struct tier_stats {
-    uint64_t lookups, lookup_keys, lookup_hits, misses;
-    uint64_t puts, put_blocks, dedup_blocks, gets, get_blocks, removes;
-    uint64_t leases_active, reserved, reclaimed;
-    uint64_t pinned_blocks; /* blocks pinned by pinning lookups, ever */
-    uint64_t demotions;      /* warm blocks written to cold (durable) */
-    uint64_t promotions;     /* cold blocks read back into warm */
-    uint64_t hot_promotions; /* warm blocks copied up into hot for a getter that asked */
-    uint64_t dropped;        /* warm blocks evicted with no cold copy (lost) */
+    KVT_STATS_LIST(TIER_STATS_FIELD_)
+    uint64_t pinned_blocks;  /* blocks pinned by pinning lookups, ever */
     uint64_t cold_errors;    /* demotions or promotions that failed */
-    uint64_t checksum_errors, io_errors; /* from the cold tier */
-    uint64_t hits[TIER_L_N], bytes_in[TIER_L_N], bytes_out[TIER_L_N];
-    uint64_t evictions[TIER_L_N], blocks[TIER_L_N], bytes_used[TIER_L_N];
-    uint64_t bytes_capacity[TIER_L_N];
-    uint64_t index_entries, index_bytes;
-    bool memory_locked, huge_pages;
-    /* the remote tier (tier_remote.h counts them; zero without one) */
-    uint64_t remote_hits;            /* blocks read back into warm, verified, and used
-                                        (in the leading run of their request) */
-    uint64_t remote_misses;          /* blocks asked for and absent there */
-    uint64_t remote_puts;            /* blocks written there */
-    uint64_t remote_bytes_in, remote_bytes_out; /* payload bytes written / read back */
-    uint64_t remote_errors;          /* node down, timeout, cluster error, or a write
-                                        skipped because the remote fell behind */
-    uint64_t remote_checksum_errors; /* values read back wrong: misses */
-    uint64_t remote_probes, remote_probe_hits; /* keys asked about by lookups / present */
-    uint64_t remote_redirects;       /* MOVED / ASK followed */
+    bool memory_locked, huge_pages; /* the warm pool's */
 };
 
 struct tier;

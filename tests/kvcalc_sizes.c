@@ -51,6 +51,24 @@ static int parse_str(const char *json, struct kvt_model_desc *m, char *err, size
     return kvt_model_parse_json(json, strlen(json), m, err, cap);
 }
 
+/* A config that must parse: its description into *m; the parser's reason
+ * is the failure's message. */
+static void parse_ok(const char *json, struct kvt_model_desc *m)
+{
+    char err[256];
+    int rc = parse_str(json, m, err, sizeof(err));
+
+    cr_assert_eq(rc, 0, "%s", err);
+}
+
+/* m's layers of kind a number na and those of kind b nb. */
+static void expect_split(const struct kvt_model_desc *m, enum kvt_layer_kind a, uint32_t na,
+                         enum kvt_layer_kind b, uint32_t nb)
+{
+    cr_assert_eq(kvt_model_group(m, a)->layers, na);
+    cr_assert_eq(kvt_model_group(m, b)->layers, nb);
+}
+
 /* What SOURCES.md says of one config. */
 struct expect {
     const char *file;
@@ -421,12 +439,10 @@ Test(kvcalc_sizes, fill_ns_from_model)
 Test(kvcalc_sizes, window_without_pattern_slides_everywhere)
 {
     struct kvt_model_desc m;
-    char err[256];
 
-    cr_assert_eq(parse_str("{\"num_hidden_layers\": 32, \"num_attention_heads\": 32,"
-                           "\"num_key_value_heads\": 8, \"hidden_size\": 4096,"
-                           "\"sliding_window\": 4096, \"torch_dtype\": \"bfloat16\"}",
-                           &m, err, sizeof(err)), 0, "%s", err);
+    parse_ok("{\"num_hidden_layers\": 32, \"num_attention_heads\": 32,"
+             "\"num_key_value_heads\": 8, \"hidden_size\": 4096,"
+             "\"sliding_window\": 4096, \"torch_dtype\": \"bfloat16\"}", &m);
     cr_assert_eq(m.n_groups, 1);
     cr_assert_eq(m.group[0].kind, KVT_LAYER_SLIDING);
     cr_assert_eq(kvt_model_token_bytes(&m), 0);
@@ -437,14 +453,12 @@ Test(kvcalc_sizes, window_without_pattern_slides_everywhere)
 Test(kvcalc_sizes, qwen2_max_window_layers)
 {
     struct kvt_model_desc m;
-    char err[256];
 
-    cr_assert_eq(parse_str("{\"num_hidden_layers\": 28, \"num_attention_heads\": 28,"
-                           "\"num_key_value_heads\": 4, \"hidden_size\": 3584,"
-                           "\"sliding_window\": 4096, \"use_sliding_window\": true,"
-                           "\"max_window_layers\": 21}", &m, err, sizeof(err)), 0, "%s", err);
-    cr_assert_eq(kvt_model_group(&m, KVT_LAYER_FULL)->layers, 21);
-    cr_assert_eq(kvt_model_group(&m, KVT_LAYER_SLIDING)->layers, 7);
+    parse_ok("{\"num_hidden_layers\": 28, \"num_attention_heads\": 28,"
+             "\"num_key_value_heads\": 4, \"hidden_size\": 3584,"
+             "\"sliding_window\": 4096, \"use_sliding_window\": true,"
+             "\"max_window_layers\": 21}", &m);
+    expect_split(&m, KVT_LAYER_FULL, 21, KVT_LAYER_SLIDING, 7);
 }
 
 /* An explicit sliding_window_pattern, text_config winning over the top level,
@@ -452,17 +466,14 @@ Test(kvcalc_sizes, qwen2_max_window_layers)
 Test(kvcalc_sizes, explicit_pattern_and_text_config)
 {
     struct kvt_model_desc m;
-    char err[256];
 
-    cr_assert_eq(parse_str("{\"num_hidden_layers\": 99, \"torch_dtype\": \"float16\","
-                           "\"text_config\": {\"num_hidden_layers\": 12, \"head_dim\": 64.0,"
-                           "\"num_attention_heads\": 8, \"num_key_value_heads\": 4,"
-                           "\"sliding_window\": 512, \"sliding_window_pattern\": 4}}",
-                           &m, err, sizeof(err)), 0, "%s", err);
+    parse_ok("{\"num_hidden_layers\": 99, \"torch_dtype\": \"float16\","
+             "\"text_config\": {\"num_hidden_layers\": 12, \"head_dim\": 64.0,"
+             "\"num_attention_heads\": 8, \"num_key_value_heads\": 4,"
+             "\"sliding_window\": 512, \"sliding_window_pattern\": 4}}", &m);
     cr_assert_eq(m.num_layers, 12);
     cr_assert_str_eq(m.dtype, "fp16", "dtype comes from the top level when text_config has none");
-    cr_assert_eq(kvt_model_group(&m, KVT_LAYER_FULL)->layers, 3);
-    cr_assert_eq(kvt_model_group(&m, KVT_LAYER_SLIDING)->layers, 9);
+    expect_split(&m, KVT_LAYER_FULL, 3, KVT_LAYER_SLIDING, 9);
     cr_assert_eq(kvt_model_group(&m, KVT_LAYER_FULL)->head_dim, 64);
 }
 
@@ -472,24 +483,20 @@ Test(kvcalc_sizes, explicit_pattern_and_text_config)
 Test(kvcalc_sizes, period_offset_and_interval_positions)
 {
     struct kvt_model_desc m;
-    char err[256];
 
-    cr_assert_eq(parse_str("{\"num_hidden_layers\": 10, \"num_attention_heads\": 2,"
-                           "\"head_dim\": 8, \"attn_layer_period\": 4, \"attn_layer_offset\": 3,"
-                           "\"mamba_expand\": 2, \"hidden_size\": 16, \"mamba_d_state\": 4,"
-                           "\"mamba_d_conv\": 4}", &m, err, sizeof(err)), 0, "%s", err);
-    cr_assert_eq(kvt_model_group(&m, KVT_LAYER_FULL)->layers, 2);
-    cr_assert_eq(kvt_model_group(&m, KVT_LAYER_STATE)->layers, 8);
+    parse_ok("{\"num_hidden_layers\": 10, \"num_attention_heads\": 2,"
+             "\"head_dim\": 8, \"attn_layer_period\": 4, \"attn_layer_offset\": 3,"
+             "\"mamba_expand\": 2, \"hidden_size\": 16, \"mamba_d_state\": 4,"
+             "\"mamba_d_conv\": 4}", &m);
+    expect_split(&m, KVT_LAYER_FULL, 2, KVT_LAYER_STATE, 8);
     /* Mamba1 per layer: conv 3 x 32 x 2 + ssm 32 x 4 x 2 (no dtype: bf16) = 448 */
     cr_assert_eq(kvt_model_state_bytes(&m), 8 * 448);
-    cr_assert_eq(parse_str("{\"num_hidden_layers\": 10, \"num_attention_heads\": 2,"
-                           "\"head_dim\": 8, \"full_attention_interval\": 4,"
-                           "\"linear_num_key_heads\": 1, \"linear_key_head_dim\": 2,"
-                           "\"linear_num_value_heads\": 3, \"linear_value_head_dim\": 4,"
-                           "\"linear_conv_kernel_dim\": 4, \"torch_dtype\": \"float32\"}",
-                           &m, err, sizeof(err)), 0, "%s", err);
-    cr_assert_eq(kvt_model_group(&m, KVT_LAYER_FULL)->layers, 2);
-    cr_assert_eq(kvt_model_group(&m, KVT_LAYER_STATE)->layers, 8);
+    parse_ok("{\"num_hidden_layers\": 10, \"num_attention_heads\": 2,"
+             "\"head_dim\": 8, \"full_attention_interval\": 4,"
+             "\"linear_num_key_heads\": 1, \"linear_key_head_dim\": 2,"
+             "\"linear_num_value_heads\": 3, \"linear_value_head_dim\": 4,"
+             "\"linear_conv_kernel_dim\": 4, \"torch_dtype\": \"float32\"}", &m);
+    expect_split(&m, KVT_LAYER_FULL, 2, KVT_LAYER_STATE, 8);
     /* GDN per layer, fp32: conv 3 x (2x1x2 + 3x4 = 16) x 4 = 192 + rec 3x2x4 x 4 = 96 */
     cr_assert_eq(kvt_model_state_bytes(&m), 8 * (192 + 96));
 }
@@ -503,7 +510,7 @@ Test(kvcalc_sizes, infinity_and_nan_tokens)
                     "\"s\": \"a \\\"NaN\\\" Infinity\","
                     "\"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"head_dim\": 8}";
 
-    cr_assert_eq(parse_str(j, &m, err, sizeof(err)), 0, "%s", err);
+    parse_ok(j, &m);
     cr_assert_str_eq(m.model_type, "Infinity", "a string must not be rewritten");
     cr_assert_eq(kvt_model_token_bytes(&m), 2 * 2 * 2 * 8 * 2);
     /* InfinityX is not the token: a syntax error, with its line */

@@ -16,17 +16,15 @@
 #include <string.h>
 
 #include "kvk.h"
+#include "t_kvk.h"
 
 #define SEED 0x6b766b31ull /* fixed; each case derives its own and prints it */
 #define MAX_LAYERS 4
 
-enum kind { VLLM, FLASHINFER, HND, MLA, TRANSPOSED };
-static const char *const kind_name[] = { "vllm", "flashinfer", "hnd", "mla", "transposed" };
-
 /* One cache shape. misalign shifts every base (and the tier buffer) by
  * that many bytes; one_base puts all layers in one allocation. */
 struct shape {
-    enum kind kind;
+    enum t_kvk_kind kind;
     uint32_t layers, eb, bt, heads, hd;
     int64_t nb;
     bool one_base;
@@ -42,26 +40,13 @@ struct cache {
     int n_mem;
 };
 
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-    return mix((*s)++);
-}
-
 /* The value of element (layer, kv, block, token, head, dim). */
 static uint32_t pat(uint32_t layer, uint32_t kv, int64_t b, uint32_t t, uint32_t h, uint32_t d)
 {
     uint64_t x = ((((((uint64_t)layer * 2 + kv) * 1000003 + (uint64_t)b) * 1009 + t) * 1013 +
                    h) * 4099) + d;
 
-    return (uint32_t)mix(x);
+    return (uint32_t)t_kvk_mix(x);
 }
 
 static void put_elem(char *p, uint32_t v, uint32_t eb)
@@ -84,46 +69,9 @@ static uint32_t trunc_elem(uint32_t v, uint32_t eb)
     return eb == 4 ? v : v & ((1u << (8 * eb)) - 1);
 }
 
-/* Strides of each kind, written out from the tensor shapes in kv_layout.h. */
-static void set_strides(struct kvk_layout *l, enum kind k)
-{
-    const int64_t nb = l->num_blocks, bs = l->block_tokens, h = l->kv_heads, d = l->head_dim;
-
-    switch (k) {
-    case VLLM:       /* [2, NB, BS, H, D] */
-        l->stride_kv = nb * bs * h * d, l->stride_block = bs * h * d;
-        l->stride_token = h * d, l->stride_head = d, l->stride_dim = 1;
-        break;
-    case FLASHINFER: /* [NB, 2, BS, H, D] */
-        l->stride_block = 2 * bs * h * d, l->stride_kv = bs * h * d;
-        l->stride_token = h * d, l->stride_head = d, l->stride_dim = 1;
-        break;
-    case HND:        /* [NB, 2, H, BS, D] */
-        l->stride_block = 2 * h * bs * d, l->stride_kv = h * bs * d;
-        l->stride_head = bs * d, l->stride_token = d, l->stride_dim = 1;
-        break;
-    case MLA:        /* [NB, BS, D] */
-        l->stride_block = bs * d, l->stride_token = d, l->stride_dim = 1;
-        l->stride_kv = 0, l->stride_head = 0;
-        break;
-    case TRANSPOSED: /* [NB, 2, D, BS, H]: dim is not innermost */
-        l->stride_block = 2 * d * bs * h, l->stride_kv = d * bs * h;
-        l->stride_dim = bs * h, l->stride_token = h, l->stride_head = 1;
-        break;
-    }
-}
-
 static void layout_init(struct kvk_layout *l, const struct shape *s)
 {
-    memset(l, 0, sizeof(*l));
-    l->n_layers = s->layers;
-    l->elem_bytes = s->eb;
-    l->block_tokens = s->bt;
-    l->kv_heads = s->kind == MLA ? 1 : s->heads;
-    l->head_dim = s->hd;
-    l->n_kv = s->kind == MLA ? 1 : 2;
-    l->num_blocks = s->nb;
-    set_strides(l, s->kind);
+    *l = t_kvk_layout(s->kind, s->layers, s->eb, s->bt, s->heads, s->hd, s->nb);
 }
 
 /* Element offset in a layer, from the strides; the tests' own formula. */
@@ -156,8 +104,7 @@ static void cache_init(struct cache *c, const struct shape *s, bool fill)
 
     memset(c, 0, sizeof(*c));
     layout_init(l, s);
-    layer_bytes = (size_t)l->n_kv * l->num_blocks * l->block_tokens * l->kv_heads *
-                  l->head_dim * l->elem_bytes;
+    layer_bytes = t_kvk_layer_bytes(l);
     if (s->one_base) {
         c->n_mem = 1;
         c->mem_bytes = s->layers * (layer_bytes + pad) + s->misalign;
@@ -195,30 +142,17 @@ static void cache_fini(struct cache *c)
         free(c->mem[i]);
 }
 
-/* n distinct ids in [0, nb), by a partial Fisher-Yates shuffle. */
 static void pick_ids(int64_t *ids, size_t n, int64_t nb, uint64_t *rng)
 {
-    int64_t *all = malloc(nb * sizeof(*all));
-
-    cr_assert_not_null(all);
-    for (int64_t i = 0; i < nb; i++)
-        all[i] = i;
-    for (size_t i = 0; i < n; i++) {
-        size_t j = i + rng_next(rng) % (nb - i);
-        int64_t t = all[i];
-
-        all[i] = all[j], all[j] = t;
-        ids[i] = all[i];
-    }
-    free(all);
+    cr_assert_eq(t_kvk_pick_ids(ids, n, nb, rng), 0, "no memory for %lld ids", (long long)nb);
 }
 
-static void describe(char *buf, size_t cap, const struct shape *s, enum kind to, size_t n,
+static void describe(char *buf, size_t cap, const struct shape *s, enum t_kvk_kind to, size_t n,
                      uint64_t seed)
 {
     snprintf(buf, cap, "%s->%s L%u eb%u bt%u H%u D%u nb%lld n%zu%s mis%zu seed %#llx",
-             kind_name[s->kind], kind_name[to], s->layers, s->eb, s->bt, s->heads, s->hd,
-             (long long)s->nb, n, s->one_base ? " one-base" : "", s->misalign,
+             t_kvk_kind_name[s->kind], t_kvk_kind_name[to], s->layers, s->eb, s->bt, s->heads,
+             s->hd, (long long)s->nb, n, s->one_base ? " one-base" : "", s->misalign,
              (unsigned long long)seed);
 }
 
@@ -252,7 +186,7 @@ static void check_tier(const struct kvk_layout *l, char *const *blk, const int64
  * with the expected one (the source pages moved by the tests' own index
  * walk, everything else still zero, gaps and misalignment bytes included).
  */
-static void run_case(const struct shape *s, enum kind to, size_t n, uint64_t seed)
+static void run_case(const struct shape *s, enum t_kvk_kind to, size_t n, uint64_t seed)
 {
     struct shape sd = *s;
     struct cache a, b, want;
@@ -318,57 +252,57 @@ static void run_case(const struct shape *s, enum kind to, size_t n, uint64_t see
 }
 
 /* Every elem size and head dim of one kind, n = 1 and 7. */
-static void run_kind(enum kind k)
+static void run_kind(enum t_kvk_kind k)
 {
     static const uint32_t dims[] = { 64, 80, 128 }, mla_dims[] = { 576, 64 };
     static const uint32_t ebs[] = { 1, 2, 4 };
-    const uint32_t *hd = k == MLA ? mla_dims : dims;
-    size_t nhd = k == MLA ? 2 : 3, c = 0;
+    const uint32_t *hd = k == T_MLA ? mla_dims : dims;
+    size_t nhd = k == T_MLA ? 2 : 3, c = 0;
 
     for (size_t e = 0; e < 3; e++)
         for (size_t i = 0; i < nhd; i++, c++) {
             struct shape s = { .kind = k, .layers = 3, .eb = ebs[e], .bt = 8, .heads = 2,
                                .hd = hd[i], .nb = 12, .one_base = c & 1 };
 
-            run_case(&s, k, 1, mix(SEED + 100 * k + 2 * c));
-            run_case(&s, k, 7, mix(SEED + 100 * k + 2 * c + 1));
+            run_case(&s, k, 1, t_kvk_mix(SEED + 100 * k + 2 * c));
+            run_case(&s, k, 7, t_kvk_mix(SEED + 100 * k + 2 * c + 1));
         }
 }
 
 Test(kvk_gather_vs_ref, vllm_flash_layout)
 {
-    run_kind(VLLM);
+    run_kind(T_VLLM);
 }
 
 Test(kvk_gather_vs_ref, flashinfer_layout)
 {
-    run_kind(FLASHINFER);
+    run_kind(T_FLASHINFER);
 }
 
 Test(kvk_gather_vs_ref, hnd_layout)
 {
-    run_kind(HND);
+    run_kind(T_HND);
 }
 
 Test(kvk_gather_vs_ref, mla_layout)
 {
-    run_kind(MLA);
+    run_kind(T_MLA);
 }
 
 /* dim not innermost: the plan copies one element at a time */
 Test(kvk_gather_vs_ref, transposed_layout_element_copies)
 {
-    run_kind(TRANSPOSED);
+    run_kind(T_TRANSPOSED);
 }
 
 Test(kvk_gather_vs_ref, n1024_blocks)
 {
-    struct shape s = { .kind = VLLM, .layers = 2, .eb = 2, .bt = 4, .heads = 2, .hd = 64,
+    struct shape s = { .kind = T_VLLM, .layers = 2, .eb = 2, .bt = 4, .heads = 2, .hd = 64,
                        .nb = 1100 };
 
-    run_case(&s, VLLM, 1024, mix(SEED + 1024));
-    s.kind = HND, s.eb = 1, s.one_base = true;
-    run_case(&s, HND, 1024, mix(SEED + 1025));
+    run_case(&s, T_VLLM, 1024, t_kvk_mix(SEED + 1024));
+    s.kind = T_HND, s.eb = 1, s.one_base = true;
+    run_case(&s, T_HND, 1024, t_kvk_mix(SEED + 1025));
 }
 
 /* every base and the tier blocks offset by elem_bytes from malloc's alignment */
@@ -376,35 +310,59 @@ Test(kvk_gather_vs_ref, unaligned_bases)
 {
     static const uint32_t ebs[] = { 1, 2, 4 };
 
-    for (int k = VLLM; k <= TRANSPOSED; k++)
+    for (int k = T_VLLM; k <= T_TRANSPOSED; k++)
         for (size_t e = 0; e < 3; e++) {
             struct shape s = { .kind = k, .layers = 2, .eb = ebs[e], .bt = 4, .heads = 3,
-                               .hd = k == MLA ? 576 : 80, .nb = 9, .one_base = e & 1,
+                               .hd = k == T_MLA ? 576 : 80, .nb = 9, .one_base = e & 1,
                                .misalign = ebs[e] };
 
-            run_case(&s, k, 7, mix(SEED + 300 + 10 * k + e));
+            run_case(&s, k, 7, t_kvk_mix(SEED + 300 + 10 * k + e));
         }
 }
 
 /* the tier format does not depend on the engine layout */
 Test(kvk_gather_vs_ref, gather_one_layout_scatter_another)
 {
-    static const enum kind pairs[][2] = {
-        { FLASHINFER, VLLM }, { HND, FLASHINFER }, { VLLM, HND }, { TRANSPOSED, VLLM },
+    static const enum t_kvk_kind pairs[][2] = {
+        { T_FLASHINFER, T_VLLM }, { T_HND, T_FLASHINFER }, { T_VLLM, T_HND },
+        { T_TRANSPOSED, T_VLLM },
     };
 
     for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
         struct shape s = { .kind = pairs[i][0], .layers = 2, .eb = 2, .bt = 8, .heads = 2,
                            .hd = 128, .nb = 10 };
 
-        run_case(&s, pairs[i][1], 7, mix(SEED + 400 + i));
+        run_case(&s, pairs[i][1], 7, t_kvk_mix(SEED + 400 + i));
+    }
+}
+
+/* t_kvk_layout's strides are the ones kv_layout.h writes out for each kind
+ * (NB 5, BS 4, H 3, D 7): kv, block, token, head, dim. */
+Test(kvk_gather_vs_ref, layouts_have_the_strides_of_kv_layout_h)
+{
+    static const int64_t want[][5] = {
+        { 5 * 4 * 3 * 7, 4 * 3 * 7, 3 * 7, 7, 1 },     /* vllm [2, NB, BS, H, D] */
+        { 4 * 3 * 7, 2 * 4 * 3 * 7, 3 * 7, 7, 1 },     /* flashinfer [NB, 2, BS, H, D] */
+        { 3 * 4 * 7, 2 * 3 * 4 * 7, 7, 4 * 7, 1 },     /* hnd [NB, 2, H, BS, D] */
+        { 0, 4 * 7, 7, 0, 1 },                         /* mla [NB, BS, D] */
+        { 7 * 4 * 3, 2 * 7 * 4 * 3, 3, 1, 4 * 3 },     /* transposed [NB, 2, D, BS, H] */
+    };
+
+    for (int k = T_VLLM; k <= T_TRANSPOSED; k++) {
+        struct kvk_layout l = t_kvk_layout(k, 1, 2, 4, 3, 7, 5);
+        const int64_t got[5] = { l.stride_kv, l.stride_block, l.stride_token, l.stride_head,
+                                 l.stride_dim };
+
+        for (int a = 0; a < 5; a++)
+            cr_assert_eq(got[a], want[k][a], "%s stride %d: expected %lld, got %lld",
+                         t_kvk_kind_name[k], a, (long long)want[k][a], (long long)got[a]);
     }
 }
 
 Test(kvk_gather_vs_ref, block_bytes)
 {
     /* Llama-3-8B in vLLM: 32 layers, 16 tokens, 8 KV heads of 128, BF16 */
-    struct shape s = { .kind = VLLM, .layers = 32, .eb = 2, .bt = 16, .heads = 8, .hd = 128,
+    struct shape s = { .kind = T_VLLM, .layers = 32, .eb = 2, .bt = 16, .heads = 8, .hd = 128,
                        .nb = 1000 };
     struct kvk_layout l;
     char dummy;
@@ -415,7 +373,7 @@ Test(kvk_gather_vs_ref, block_bytes)
     cr_assert_eq(kvk_block_bytes(&l), 2u << 20, "expected 2 MiB, got %zu",
                  kvk_block_bytes(&l));
     /* DeepSeek-V3 MLA: 61 layers, 64 tokens, 576 latent, FP8 */
-    s = (struct shape){ .kind = MLA, .layers = 61, .eb = 1, .bt = 64, .hd = 576, .nb = 10 };
+    s = (struct shape){ .kind = T_MLA, .layers = 61, .eb = 1, .bt = 64, .hd = 576, .nb = 10 };
     layout_init(&l, &s);
     l.base = &dummy, l.layer_stride = 10 * 64 * 576;
     cr_assert_eq(kvk_layout_check(&l), 0);
@@ -424,7 +382,7 @@ Test(kvk_gather_vs_ref, block_bytes)
 
 Test(kvk_gather_vs_ref, zero_blocks_is_a_no_op)
 {
-    struct shape s = { .kind = VLLM, .layers = 1, .eb = 2, .bt = 4, .heads = 1, .hd = 64,
+    struct shape s = { .kind = T_VLLM, .layers = 1, .eb = 2, .bt = 4, .heads = 1, .hd = 64,
                        .nb = 2, .one_base = true };
     struct cache c;
 
@@ -449,7 +407,7 @@ struct bad_rig {
 
 static void rig_init(struct bad_rig *r)
 {
-    struct shape s = { .kind = VLLM, .layers = 2, .eb = 2, .bt = 4, .heads = 2, .hd = 64,
+    struct shape s = { .kind = T_VLLM, .layers = 2, .eb = 2, .bt = 4, .heads = 2, .hd = 64,
                        .nb = 8, .one_base = true };
 
     cache_init(&r->a, &s, true);
@@ -582,7 +540,7 @@ Test(kvk_gather_vs_ref, bad_ids_and_pointers_write_nothing)
  */
 Test(kvk_gather_vs_ref, one_block_cache_with_any_block_stride)
 {
-    struct shape s = { .kind = VLLM, .layers = 2, .eb = 4, .bt = 4, .heads = 2, .hd = 8,
+    struct shape s = { .kind = T_VLLM, .layers = 2, .eb = 4, .bt = 4, .heads = 2, .hd = 8,
                        .nb = 1 };
     struct cache a, b;
     const int64_t id = 0;

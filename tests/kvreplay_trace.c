@@ -142,8 +142,40 @@ static double jd(json_t *j, const char *path)
 
 /* Relative closeness for computed money (doubles through JSON). */
 #define EXPECT_D(j, path, want)                                                          \
-    cr_expect(fabs(jd(j, path) - (want)) <= 1e-9 * fmax(1.0, fabs(want)),                \
+    cr_expect(fabs(jd(j, path) - (want)) <= 1e-9 * (fabs(want) > 1.0 ? fabs(want) : 1.0), \
               "%s: expected %.12g, got %.12g", path, (double)(want), jd(j, path))
+
+/*
+ * Many EXPECT_I / EXPECT_D at once: spec is "name=value ..." for the paths
+ * prefix + name. A real value may be a quotient ("5/12") so the sums in
+ * the comments stay readable.
+ */
+static void expect_spec(json_t *j, const char *prefix, const char *spec, bool real)
+{
+    char buf[1024], *tok, *save;
+
+    snprintf(buf, sizeof(buf), "%s", spec);
+    cr_assert_lt(strlen(spec), sizeof(buf), "spec too long: %s", spec);
+    for (tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+        char path[192], *eq = strchr(tok, '='), *end;
+        double want;
+
+        cr_assert_not_null(eq, "spec item %s has no =", tok);
+        *eq = '\0';
+        snprintf(path, sizeof(path), "%s%s", prefix, tok);
+        want = strtod(eq + 1, &end);
+        if (*end == '/')
+            want /= strtod(end + 1, &end);
+        cr_assert_eq(*end, '\0', "spec item %s: bad value %s", tok, eq + 1);
+        if (real)
+            EXPECT_D(j, path, want);
+        else
+            EXPECT_I(j, path, (long long)want);
+    }
+}
+
+#define EXPECT_INTS(j, prefix, spec) expect_spec(j, prefix, spec, false)
+#define EXPECT_REALS(j, prefix, spec) expect_spec(j, prefix, spec, true)
 
 /* ---- hand-made traces, in-process ------------------------------------------- */
 
@@ -175,27 +207,16 @@ Test(kvreplay_trace, shared_prefixes_give_exact_hits_when_all_fits)
     for (int i = 0; i < 2; i++) {
         char p[64];
 
-#define RUN(field) (snprintf(p, sizeof(p), "runs/%d/" field, i), p)
-        EXPECT_I(r.json, RUN("requests"), 5);
-        EXPECT_I(r.json, RUN("blocks"), 12);
-        EXPECT_I(r.json, RUN("hit_blocks"), 5);
-        EXPECT_I(r.json, RUN("tokens"), 5424);
-        EXPECT_I(r.json, RUN("hit_tokens"), 2536);
-        EXPECT_D(r.json, RUN("block_hit_rate"), 5.0 / 12);
-        EXPECT_D(r.json, RUN("token_hit_rate"), 2536.0 / 5424);
-        EXPECT_I(r.json, RUN("tiers/warm/blocks"), 5);
-        EXPECT_I(r.json, RUN("tiers/warm/tokens"), 2536);
-        EXPECT_I(r.json, RUN("tiers/cold/blocks"), 0);
-        EXPECT_I(r.json, RUN("stored"), 7);
-        EXPECT_I(r.json, RUN("evicted"), 0);
-#undef RUN
+        snprintf(p, sizeof(p), "runs/%d/", i);
+        EXPECT_INTS(r.json, p, "requests=5 blocks=12 hit_blocks=5 tokens=5424 hit_tokens=2536 "
+                               "tiers/warm/blocks=5 tiers/warm/tokens=2536 "
+                               "tiers/cold/blocks=0 stored=7 evicted=0");
+        EXPECT_REALS(r.json, p, "block_hit_rate=5/12 token_hit_rate=2536/5424");
     }
     EXPECT_I(r.json, "runs/0/capacity_bytes", 64 << 20);
     EXPECT_I(r.json, "runs/1/capacity_bytes", 1 << 30);
-    EXPECT_I(r.json, "unbounded/hit_blocks", 5);
-    EXPECT_I(r.json, "unbounded/hit_tokens", 2536);
-    EXPECT_I(r.json, "trace/distinct_blocks", 7);
-    EXPECT_I(r.json, "trace/input_tokens", 5424);
+    EXPECT_INTS(r.json, "", "unbounded/hit_blocks=5 unbounded/hit_tokens=2536 "
+                            "trace/distinct_blocks=7 trace/input_tokens=5424");
     /* 0 .. 3600 ms */
     EXPECT_D(r.json, "trace/hours", 3.6 / 3600);
     run_free(&r);
@@ -228,14 +249,8 @@ Test(kvreplay_trace, leaf_first_lru_outcome_is_exact)
                                                  "--high-wm", "1", "--low-wm", "1", "--json",
                                                  NULL });
 
-    EXPECT_I(r.json, "runs/0/slots", 4);
-    EXPECT_I(r.json, "runs/0/blocks", 9);
-    EXPECT_I(r.json, "runs/0/hit_blocks", 2);
-    EXPECT_I(r.json, "runs/0/hit_tokens", 1024);
-    EXPECT_I(r.json, "runs/0/tokens", 4608);
-    EXPECT_I(r.json, "runs/0/evicted", 3);
-    EXPECT_I(r.json, "runs/0/stored", 7);
-    EXPECT_I(r.json, "runs/0/refused", 0);
+    EXPECT_INTS(r.json, "runs/0/", "slots=4 blocks=9 hit_blocks=2 hit_tokens=1024 tokens=4608 "
+                                   "evicted=3 stored=7 refused=0");
     /* unbounded: r4 and r5 hit both blocks */
     EXPECT_I(r.json, "unbounded/hit_blocks", 4);
     run_free(&r);
@@ -266,10 +281,7 @@ Test(kvreplay_trace, watermarks_evict_between_requests)
     tr = write_file(0, "wm.jsonl", text);
     r = kvr_ok((const char *const[]){ tr, "--block-bytes", "2M", "--capacity", "32M", "--json",
                                       NULL });
-    EXPECT_I(r.json, "runs/0/slots", 16);
-    EXPECT_I(r.json, "runs/0/hit_blocks", 1);
-    EXPECT_I(r.json, "runs/0/evicted", 3);
-    EXPECT_I(r.json, "runs/0/stored", 17);
+    EXPECT_INTS(r.json, "runs/0/", "slots=16 hit_blocks=1 evicted=3 stored=17");
     run_free(&r);
 }
 
@@ -529,17 +541,10 @@ Test(kvreplay_trace, cost_arithmetic_on_known_numbers)
         "--hours", "2", "--ram-bytes", "10G", "--ram-price-gib-hour", "0.01",
         "--nvme-bytes", "100G", "--nvme-price-gib-hour", "0.001", "--json", NULL });
 
-    EXPECT_D(r.json, "cost/api_nocache", 8.0);
-    EXPECT_D(r.json, "cost/api_cache", 6.1);
-    EXPECT_D(r.json, "cost/api_saved", 1.9);
-    EXPECT_D(r.json, "cost/gpu_hours_nocache", 16000.0 / 3600);
-    EXPECT_D(r.json, "cost/gpu_hours_cache", 12000.0 / 3600);
-    EXPECT_D(r.json, "cost/gpu_nocache", 16.0);
-    EXPECT_D(r.json, "cost/gpu_cache", 12.0);
-    EXPECT_D(r.json, "cost/ram_cost", 0.2);
-    EXPECT_D(r.json, "cost/nvme_cost", 0.2);
-    EXPECT_D(r.json, "cost/net_saved", 3.6);
-    EXPECT_D(r.json, "cost/net_saved_per_hour", 1.8);
+    EXPECT_REALS(r.json, "cost/", "api_nocache=8 api_cache=6.1 api_saved=1.9 "
+                                  "gpu_hours_nocache=16000/3600 gpu_hours_cache=12000/3600 "
+                                  "gpu_nocache=16 gpu_cache=12 ram_cost=0.2 nvme_cost=0.2 "
+                                  "net_saved=3.6 net_saved_per_hour=1.8");
     run_free(&r);
 }
 
@@ -569,10 +574,8 @@ Test(kvreplay_trace, live_cost_from_a_running_tierd)
     kvt_close(c);
     r = kvr_ok((const char *const[]){ "--live", "--socket", d.sock, "--hours", "1", "--json",
                                       NULL });
-    EXPECT_D(r.json, "cost/hit_tokens", 96.0);
-    EXPECT_D(r.json, "cost/miss_tokens", 64.0);
-    EXPECT_D(r.json, "cost/ram_gib", 1.0 / 16);
-    EXPECT_D(r.json, "cost/nvme_gib", 64.0 / 1024); /* the tests' --cold-bytes 64M */
+    /* nvme_gib: the tests' --cold-bytes 64M */
+    EXPECT_REALS(r.json, "cost/", "hit_tokens=96 miss_tokens=64 ram_gib=1/16 nvme_gib=64/1024");
     run_free(&r);
     r = kvr((const char *const[]){ "--live", "--socket", "/nonexistent.sock", NULL });
     cr_expect_eq(r.status, 69, "no tierd: got %d", r.status);

@@ -31,6 +31,17 @@ static kvt_ns *ns_for(kvt_client *c)
     return t_ns(c, TIER_BLOCK);
 }
 
+/* n keys of seed, then a private tierd, a client of it (*cl) and the
+ * namespace of the test's tier blocks, returned. */
+static kvt_ns *start_ns(struct t_tierd *d, kvt_client **cl, kvt_key *keys, size_t n,
+                        uint64_t seed)
+{
+    t_keys(keys, n, seed);
+    t_tierd_start(d, NULL);
+    *cl = t_connect(d);
+    return ns_for(*cl);
+}
+
 Test(kvt_offload_e2e, another_process_restores_the_same_pages)
 {
     struct t_tierd d;
@@ -92,10 +103,7 @@ Test(kvt_offload_e2e, descriptors_that_do_not_fit_change_nothing)
     int64_t ids[4] = { 1, 2, 3, NB }; /* the last is out of range */
     kvt_stats st;
 
-    t_keys(keys, 4, 77);
-    t_tierd_start(&d, NULL);
-    cl = t_connect(&d);
-    ns = ns_for(cl);
+    ns = start_ns(&d, &cl, keys, 4, 77);
     cache_init(&c, true);
     cr_assert_eq(kvt_offload(ns, NULL, keys, 4, &c.l, ids, NULL), -ERANGE);
     cr_assert_eq(kvt_lookup(ns, keys, 4, 0, NULL), 0, "nothing stored");
@@ -136,10 +144,7 @@ Test(kvt_offload_e2e, restore_into_a_repeated_block_id_is_refused)
     const int64_t src_ids[3] = { 1, 2, 3 }, dst_ids[3] = { 7, 9, 7 };
     kvt_stats st;
 
-    t_keys(keys, 3, 78);
-    t_tierd_start(&d, NULL);
-    cl = t_connect(&d);
-    ns = ns_for(cl);
+    ns = start_ns(&d, &cl, keys, 3, 78);
     cache_init(&src, true);
     cache_init(&dst, false);
     cr_assert_eq(kvt_offload(ns, NULL, keys, 3, &src.l, src_ids, NULL), 3);

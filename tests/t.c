@@ -131,19 +131,25 @@ char *t_sh_okf(const char *fmt, ...)
     return out;
 }
 
+const char *const *t_prog_argv(struct t_argv *a, const char *prog, const char *const *args,
+                               int memcheck)
+{
+    int n = memcheck ? t_memcheck_argv(a->argv, a->supp, sizeof(a->supp)) : 0;
+
+    a->argv[n++] = t_bin(prog, a->bin, sizeof(a->bin));
+    for (int i = 0; args[i] && n < 79; i++)
+        a->argv[n++] = args[i];
+    a->argv[n] = NULL;
+    return a->argv;
+}
+
 int t_run(const char *prog, const char *const *args, int memcheck, char **out, char **err)
 {
-    char bin[512], supp[600];
-    const char *argv[80];
-    int n = 0, fo = tmp_stream(), fe = tmp_stream(), st;
+    struct t_argv a;
+    const char *const *argv = t_prog_argv(&a, prog, args, memcheck);
+    int fo = tmp_stream(), fe = tmp_stream(), st;
     pid_t pid;
 
-    if (memcheck)
-        n = t_memcheck_argv(argv, supp, sizeof(supp));
-    argv[n++] = t_bin(prog, bin, sizeof(bin));
-    for (int i = 0; args[i] && n < 79; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
     pid = fork();
     cr_assert(pid >= 0, "fork: %s", strerror(errno));
     if (pid == 0) {
@@ -258,6 +264,47 @@ static void start_in(struct t_tierd *d, const char *const *args)
         d->pid = 0;
         cr_assert_fail("tierd did not accept connections within %d s", secs);
     }
+}
+
+void t_acks_open(struct t_acks *a, void (*fn)(const char *arg, int wfd), const char *arg)
+{
+    int p[2];
+
+    cr_assert_eq(pipe(p), 0, "pipe: %s", strerror(errno));
+    a->pid = fork();
+    cr_assert(a->pid >= 0, "fork: %s", strerror(errno));
+    if (a->pid == 0) {
+        close(p[0]);
+        fn(arg, p[1]);
+        _exit(0);
+    }
+    close(p[1]);
+    a->rfd = p[0];
+}
+
+int t_ack_send(int wfd, uint64_t i)
+{
+    return write(wfd, &i, sizeof(i)) == sizeof(i) ? 0 : -1;
+}
+
+long t_acks_read(struct t_acks *a, uint8_t *acked, size_t cap, long max)
+{
+    long n = 0;
+    uint64_t i;
+
+    while ((max < 0 || n < max) && read(a->rfd, &i, sizeof(i)) == sizeof(i)) {
+        cr_assert_lt(i, cap, "ack of %llu, past the %zu the test checks", (unsigned long long)i,
+                     cap);
+        acked[i] = 1;
+        n++;
+    }
+    return n;
+}
+
+void t_acks_close(struct t_acks *a)
+{
+    close(a->rfd);
+    t_wait(a->pid);
 }
 
 int t_wait(pid_t pid)
@@ -416,6 +463,16 @@ void t_io_done(void *ctx, int64_t res)
     io->res = res;
 }
 
+void t_nvme_drain(struct tier_nvme *n)
+{
+    cr_assert_eq(tier_nvme_submit(n), 0);
+    while (tier_nvme_inflight(n) > 0) {
+        int rc = tier_nvme_reap(n, 1);
+
+        cr_assert_geq(rc, 0, "reap: %s", strerror(-rc));
+    }
+}
+
 int t_put_chain(kvt_ns *ns, const kvt_key *k, size_t n, size_t blk, uint64_t seed0,
                 unsigned flags)
 {
@@ -536,34 +593,41 @@ int t_as_user(uid_t uid, int (*fn)(const char *sock, void *arg), const char *soc
     return t_wait(pid);
 }
 
-int t_user_puts(const char *sock, void *arg)
+int t_put_get4(kvt_ns *ns, const kvt_key *k, uint8_t *buf, size_t blk, uint64_t seed0)
 {
-    static uint8_t buf[4][T_USER_BLK];
     const void *src[4];
     void *dst[4];
+    int rc = 0;
+
+    for (int i = 0; i < 4; i++) {
+        t_fill(buf + i * blk, blk, seed0 + (uint64_t)i);
+        src[i] = buf + i * blk;
+        dst[i] = buf + i * blk;
+    }
+    if (kvt_put(ns, NULL, k, 4, src) != 4)
+        rc = 1;
+    memset(buf, 0, 4 * blk);
+    if (!rc && kvt_get(ns, k, 4, dst) != 4)
+        rc = 2;
+    for (int i = 0; i < 4 && !rc; i++)
+        if (t_check(buf + i * blk, blk, seed0 + (uint64_t)i) != -1)
+            rc = 3;
+    return rc;
+}
+
+int t_user_puts(const char *sock, void *arg)
+{
+    static uint8_t buf[4 * T_USER_BLK];
     kvt_key k[4];
     kvt_client *c;
-    kvt_ns *ns;
     int rc;
 
     (void)arg;
     if ((rc = kvt_connect(sock, &c)) != 0)
         return rc == -EUSERS ? 9 : 10;
-    ns = t_ns(c, T_USER_BLK);
     t_keys(k, 4, 1);
-    for (int i = 0; i < 4; i++) {
-        t_fill(buf[i], T_USER_BLK, 100 + (uint64_t)i);
-        src[i] = buf[i];
-        dst[i] = buf[i];
-    }
-    if (kvt_put(ns, NULL, k, 4, src) != 4)
-        return 11;
-    memset(buf, 0, sizeof(buf));
-    if (kvt_get(ns, k, 4, dst) != 4)
-        return 12;
-    for (int i = 0; i < 4; i++)
-        if (t_check(buf[i], T_USER_BLK, 100 + (uint64_t)i) != -1)
-            return 13;
+    if ((rc = t_put_get4(t_ns(c, T_USER_BLK), k, buf, T_USER_BLK, 100)) != 0)
+        return 10 + rc;
     kvt_close(c);
     return 0;
 }

@@ -43,6 +43,16 @@ void t_tierd_stop(struct t_tierd *d);
  * most 6). */
 int t_memcheck_argv(const char **argv, char *supp, size_t cap);
 
+/* The argv of the built program prog (t_bin) with args (NULL-terminated,
+ * at most 72), behind t_memcheck_argv's words when memcheck: a->argv, whose
+ * strings a holds. */
+struct t_argv {
+    const char *argv[80];
+    char bin[512], supp[600];
+};
+const char *const *t_prog_argv(struct t_argv *a, const char *prog, const char *const *args,
+                               int memcheck);
+
 /* Run the built program prog (t_bin) with args (NULL-terminated), under
  * memcheck when memcheck and KVT_TEST_VALGRIND are set. Its stdout and
  * stderr go to *out and *err (malloc'd, NUL-terminated; either pointer may
@@ -139,6 +149,27 @@ struct t_io {
     int64_t res; /* what it got */
 };
 void t_io_done(void *ctx, int64_t res);
+struct tier_nvme;
+/* Submit a tier_nvme's queued requests and reap until none is in flight;
+ * fails the test on an error. */
+void t_nvme_drain(struct tier_nvme *n);
+
+/* The crash tests' witness: a child running fn(arg, wfd) (it must _exit)
+ * that writes the number of each block or chain acknowledged to it, with
+ * t_ack_send, to the pipe whose read end the parent keeps. */
+struct t_acks {
+    pid_t pid; /* the child */
+    int rfd;   /* the pipe's read end */
+};
+void t_acks_open(struct t_acks *a, void (*fn)(const char *arg, int wfd), const char *arg);
+/* In the child: report number i acknowledged. 0, or -1 when the pipe is
+ * gone. */
+int t_ack_send(int wfd, uint64_t i);
+/* Read acks, up to max of them (max < 0: until the child's end), setting
+ * acked[i] for each (i < cap, else the test fails): how many were read. */
+long t_acks_read(struct t_acks *a, uint8_t *acked, size_t cap, long max);
+/* Close the read end and reap the child. */
+void t_acks_close(struct t_acks *a);
 
 /* Wait for a child and return its exit status (or 128+signal). */
 int t_wait(pid_t pid);
@@ -163,6 +194,11 @@ const char *t_config(const char *text);
 /* Run fn(sock, arg) in a child as uid (gid = uid, no other groups; the
  * suite must run as root); its return is the child's exit status. */
 int t_as_user(uid_t uid, int (*fn)(const char *sock, void *arg), const char *sock, void *arg);
+/* Put 4 blocks of blk bytes under k (payloads t_fill'ed from seed0 + i,
+ * in buf, 4 * blk bytes) with kvt_put, read them back with kvt_get into
+ * buf zeroed and check every byte; no assertion, for t_as_user children:
+ * 0, or 1 when the put, 2 the get, 3 a byte failed. */
+int t_put_get4(kvt_ns *ns, const kvt_key *k, uint8_t *buf, size_t blk, uint64_t seed0);
 /* A t_as_user function: connect to sock, put 4 blocks of T_USER_BLK (keys
  * of seed 1, payloads of seeds 100..103) and read them back, every byte
  * checked. 0, 9 when refused with -EUSERS, else 10..13 for the step that

@@ -38,13 +38,32 @@ struct kvt_wire_hdr t_wire_hdr(uint16_t op, uint32_t req_id, uint32_t flags, siz
     };
 }
 
-ssize_t t_wire_send2(int fd, const void *a, size_t alen, const void *b, size_t blen)
+ssize_t t_wire_send_fd(int fd, const void *a, size_t alen, const void *b, size_t blen,
+                       int pass_fd, int flags)
 {
+    union {
+        char b[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } cm = { { 0 } }; /* padding too: memcheck reads all of msg_control */
     struct iovec iov[2] = { { (void *)a, alen }, { (void *)b, blen } };
     struct msghdr m = { .msg_iov = iov, .msg_iovlen = 2 };
-    ssize_t r = sendmsg(fd, &m, MSG_NOSIGNAL);
+    ssize_t r;
 
+    if (pass_fd >= 0) {
+        m.msg_control = cm.b;
+        m.msg_controllen = sizeof(cm.b);
+        *CMSG_FIRSTHDR(&m) = (struct cmsghdr){ .cmsg_len = CMSG_LEN(sizeof(int)),
+                                               .cmsg_level = SOL_SOCKET,
+                                               .cmsg_type = SCM_RIGHTS };
+        memcpy(CMSG_DATA(CMSG_FIRSTHDR(&m)), &pass_fd, sizeof(pass_fd));
+    }
+    r = sendmsg(fd, &m, MSG_NOSIGNAL | flags);
     return r < 0 ? -errno : r;
+}
+
+ssize_t t_wire_send2(int fd, const void *a, size_t alen, const void *b, size_t blen)
+{
+    return t_wire_send_fd(fd, a, alen, b, blen, -1, 0);
 }
 
 ssize_t t_wire_recv(int fd, struct kvt_wire_hdr *h, void *body, size_t cap, int *pass_fd, int ms)

@@ -295,7 +295,7 @@ static void acked(void *ctx, int rc)
 {
     struct ack *a = ctx;
 
-    if (rc == 0 && write(a->fd, &a->i, sizeof(a->i)) != sizeof(a->i))
+    if (rc == 0 && t_ack_send(a->fd, a->i) != 0)
         _exit(3);
     free(a);
 }
@@ -348,32 +348,21 @@ Test(tier_cold_durable, sigkill_keeps_every_acknowledged_block)
 
     for (size_t kp = 0; kp < sizeof(kill_after) / sizeof(kill_after[0]); kp++) {
         struct dir d;
-        int pfd[2], records = 0;
+        struct t_acks a;
+        int records = 0;
         static uint8_t ackd[4000];
-        uint64_t i, nack = 0;
-        pid_t pid;
+        uint64_t i, nack;
         struct tier_cold *c;
         void *rd = block();
 
         mkdir_tmp(&d);
         memset(ackd, 0, sizeof(ackd));
-        cr_assert_eq(pipe(pfd), 0);
-        pid = fork();
-        if (pid == 0) {
-            close(pfd[0]);
-            crash_child(d.path, pfd[1]);
-        }
-        close(pfd[1]);
-        while (nack < (uint64_t)kill_after[kp] && read(pfd[0], &i, sizeof(i)) == sizeof(i)) {
-            ackd[i] = 1;
-            nack++;
-        }
-        kill(pid, SIGKILL);
+        t_acks_open(&a, crash_child, d.path);
+        nack = (uint64_t)t_acks_read(&a, ackd, sizeof(ackd), kill_after[kp]);
+        kill(a.pid, SIGKILL);
         /* acks already in the pipe were acknowledged before the kill */
-        while (read(pfd[0], &i, sizeof(i)) == sizeof(i))
-            ackd[i] = 1;
-        close(pfd[0]);
-        t_wait(pid);
+        t_acks_read(&a, ackd, sizeof(ackd), -1);
+        t_acks_close(&a);
 
         c = open_cold(&d, 4096 * BLK, 8);
         for (i = 0; i < 4000; i++) {

@@ -59,6 +59,25 @@ static void put(struct tier *t, uint64_t seed, size_t n, const struct tier_key *
     cr_assert_eq(tier_commit(t, 1, MIB, 7, k, n), (size_t)rc);
 }
 
+/* A test's store and one batch of up to 64 keys with their reservation. */
+struct batch {
+    struct sink s;
+    struct tier *t;
+    struct tier_key k[64];
+    uint32_t ids[64];
+    uint64_t offs[64];
+    struct tier_stats st;
+};
+
+/* store(hi, lo) with n keys of seed in b->k; the reservation is the test's */
+static struct tier *batch_open(struct batch *b, double hi, double lo, size_t n, uint64_t seed)
+{
+    b->s.n = 0;
+    b->t = store(&b->s, hi, lo);
+    t_keys((kvt_key *)b->k, n, seed);
+    return b->t;
+}
+
 static size_t present(struct tier *t, uint64_t seed, size_t n)
 {
     struct tier_key k[64];
@@ -116,17 +135,13 @@ Test(tier_evict_order, shared_root_goes_after_all_its_children)
 
 Test(tier_evict_order, access_moves_a_chain_to_the_hot_end)
 {
-    struct sink s = { .n = 0 };
-    struct tier *t = store(&s, 0.5, 0.25);
-    struct tier_key k[8];
-    uint32_t ids[8];
-    uint64_t offs[8];
+    struct batch b;
+    struct tier *t = batch_open(&b, 0.5, 0.25, 8, 1);
 
     put(t, 1, 8, NULL);
     put(t, 2, 9, NULL);
-    t_keys((kvt_key *)k, 8, 1);
-    cr_assert_eq(tier_get(t, 1, MIB, k, 8, ids, offs), 8);
-    tier_release(t, ids, 8, false); /* A is now the most recent */
+    cr_assert_eq(tier_get(t, 1, MIB, b.k, 8, b.ids, b.offs), 8);
+    tier_release(t, b.ids, 8, false); /* A is now the most recent */
     cr_assert_eq(tier_maintain(t), 9);
     cr_assert_eq(present(t, 1, 8), 8, "A was used last and stays");
     cr_assert_eq(present(t, 2, 9), 0, "B goes");
@@ -186,26 +201,22 @@ Test(tier_evict_order, leased_blocks_are_never_evicted)
 
 Test(tier_evict_order, reserve_is_all_or_nothing_and_dedups)
 {
-    struct sink s = { .n = 0 };
-    struct tier *t = store(&s, 0.99, 0.9);
-    struct tier_key k[40];
-    uint32_t ids[40];
-    uint64_t offs[40];
-    struct tier_stats st;
+    struct batch b;
+    struct tier *t = batch_open(&b, 0.99, 0.9, 40, 5);
+    struct tier_key *k = b.k;
 
-    t_keys((kvt_key *)k, 40, 5);
-    cr_assert_eq(tier_reserve(t, 1, MIB, 1, NULL, k, 40, ids, offs), -ENOSPC,
+    cr_assert_eq(tier_reserve(t, 1, MIB, 1, NULL, k, 40, b.ids, b.offs), -ENOSPC,
                  "40 blocks cannot fit 32 slots");
-    tier_stats_get(t, &st);
-    cr_assert_eq(st.reserved, 0, "a failed batch leaves nothing reserved");
-    cr_assert_eq(st.bytes_used[TIER_L_WARM], 0);
-    cr_assert_eq(st.index_entries, 0);
-    cr_assert_eq(tier_reserve(t, 1, MIB, 1, NULL, k, 4, ids, offs), 4);
-    cr_assert_eq(tier_reserve(t, 1, MIB, 2, NULL, k, 6, ids, offs), 2,
+    tier_stats_get(t, &b.st);
+    cr_assert_eq(b.st.reserved, 0, "a failed batch leaves nothing reserved");
+    cr_assert_eq(b.st.bytes_used[TIER_L_WARM], 0);
+    cr_assert_eq(b.st.index_entries, 0);
+    cr_assert_eq(tier_reserve(t, 1, MIB, 1, NULL, k, 4, b.ids, b.offs), 4);
+    cr_assert_eq(tier_reserve(t, 1, MIB, 2, NULL, k, 6, b.ids, b.offs), 2,
                  "4 in flight are deduplicated, 2 new");
-    cr_assert_eq(ids[0], TIER_NONE);
-    cr_assert_eq(offs[3], UINT64_MAX);
-    cr_assert_neq(offs[4], UINT64_MAX);
+    cr_assert_eq(b.ids[0], TIER_NONE);
+    cr_assert_eq(b.offs[3], UINT64_MAX);
+    cr_assert_neq(b.offs[4], UINT64_MAX);
     cr_assert_eq(tier_commit(t, 1, MIB, 2, k, 6), 2, "owner 2 commits only its own");
     cr_assert_eq(tier_lookup(t, 1, k, 6, NULL), 0, "k[0..4) still uncommitted");
     cr_assert_eq(tier_commit(t, 1, MIB, 1, k, 6), 4);
@@ -215,50 +226,41 @@ Test(tier_evict_order, reserve_is_all_or_nothing_and_dedups)
 
 Test(tier_evict_order, aborted_parent_with_children_leaks_nothing)
 {
-    struct sink s = { .n = 0 };
-    struct tier *t = store(&s, 0.99, 0.9);
-    struct tier_key k[2];
-    uint32_t ids[2];
-    uint64_t offs[2];
-    struct tier_stats st;
+    struct batch b;
+    struct tier *t = batch_open(&b, 0.99, 0.9, 2, 9);
+    struct tier_key *k = b.k;
 
-    t_keys((kvt_key *)k, 2, 9);
-    cr_assert_eq(tier_reserve(t, 1, MIB, 1, NULL, k, 2, ids, offs), 2);
+    cr_assert_eq(tier_reserve(t, 1, MIB, 1, NULL, k, 2, b.ids, b.offs), 2);
     cr_assert_eq(tier_commit(t, 1, MIB, 1, &k[1], 1), 1);
     cr_assert_eq(tier_abort(t, 1, 1, k, 2), 1, "only the reserved parent is aborted");
     cr_assert_eq(tier_lookup(t, 1, k, 2, NULL), 0, "the chain has lost its head");
-    tier_stats_get(t, &st);
-    cr_assert_eq(st.bytes_used[TIER_L_WARM], MIB, "the parent's slot went back");
+    tier_stats_get(t, &b.st);
+    cr_assert_eq(b.st.bytes_used[TIER_L_WARM], MIB, "the parent's slot went back");
     /* re-reserving the parent revives it */
-    cr_assert_eq(tier_reserve(t, 1, MIB, 1, NULL, k, 1, ids, offs), 1);
+    cr_assert_eq(tier_reserve(t, 1, MIB, 1, NULL, k, 1, b.ids, b.offs), 1);
     cr_assert_eq(tier_commit(t, 1, MIB, 1, k, 1), 1);
     cr_assert_eq(tier_lookup(t, 1, k, 2, NULL), 2);
     cr_assert_eq(tier_remove(t, 1, k, 2), 2, "removal goes leaf-first through the batch");
-    tier_stats_get(t, &st);
-    cr_assert_eq(st.bytes_used[TIER_L_WARM], 0);
-    cr_assert_eq(st.index_entries, 0, "no ghost left behind");
+    tier_stats_get(t, &b.st);
+    cr_assert_eq(b.st.bytes_used[TIER_L_WARM], 0);
+    cr_assert_eq(b.st.index_entries, 0, "no ghost left behind");
     tier_destroy(t);
 }
 
 Test(tier_evict_order, reclaim_by_ids_drops_only_the_owners_reservations)
 {
-    struct sink s = { .n = 0 };
-    struct tier *t = store(&s, 0.99, 0.9);
-    struct tier_key k[4];
-    uint32_t ids[4];
-    uint64_t offs[4];
-    struct tier_stats st;
+    struct batch b;
+    struct tier *t = batch_open(&b, 0.99, 0.9, 4, 11);
 
-    t_keys((kvt_key *)k, 4, 11);
-    cr_assert_eq(tier_reserve(t, 1, MIB, 5, NULL, k, 4, ids, offs), 4);
-    cr_assert_eq(tier_commit(t, 1, MIB, 5, k, 2), 2);
-    cr_assert_eq(tier_abort_ids(t, 6, ids, 4), 0, "another owner reclaims nothing");
-    cr_assert_eq(tier_abort_ids(t, 5, ids, 4), 2, "committed ids are stale, skipped");
-    tier_stats_get(t, &st);
-    cr_assert_eq(st.reserved, 0);
-    cr_assert_eq(st.reclaimed, 2);
-    cr_assert_eq(st.bytes_used[TIER_L_WARM], 2ull * MIB);
-    cr_assert_eq(tier_lookup(t, 1, k, 4, NULL), 2);
+    cr_assert_eq(tier_reserve(t, 1, MIB, 5, NULL, b.k, 4, b.ids, b.offs), 4);
+    cr_assert_eq(tier_commit(t, 1, MIB, 5, b.k, 2), 2);
+    cr_assert_eq(tier_abort_ids(t, 6, b.ids, 4), 0, "another owner reclaims nothing");
+    cr_assert_eq(tier_abort_ids(t, 5, b.ids, 4), 2, "committed ids are stale, skipped");
+    tier_stats_get(t, &b.st);
+    cr_assert_eq(b.st.reserved, 0);
+    cr_assert_eq(b.st.reclaimed, 2);
+    cr_assert_eq(b.st.bytes_used[TIER_L_WARM], 2ull * MIB);
+    cr_assert_eq(tier_lookup(t, 1, b.k, 4, NULL), 2);
     tier_destroy(t);
 }
 

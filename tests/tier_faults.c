@@ -85,16 +85,6 @@ static struct tier_nvme *open_plain(void)
     return n;
 }
 
-static void drain(struct tier_nvme *n)
-{
-    cr_assert_eq(tier_nvme_submit(n), 0);
-    while (tier_nvme_inflight(n) > 0) {
-        int rc = tier_nvme_reap(n, 1);
-
-        cr_assert_geq(rc, 0, "reap: %s", strerror(-rc));
-    }
-}
-
 /* Queue nb reads or writes of SBLK at blocks first.. (in order), drain. */
 static void io_blocks(struct tier_nvme *n, bool wr, int first, int nb, uint8_t **bufs,
                       struct t_io *io)
@@ -107,7 +97,7 @@ static void io_blocks(struct tier_nvme *n, bool wr, int first, int nb, uint8_t *
 
         cr_assert_eq(rc, 0, "queue %d: %s", i, strerror(-rc));
     }
-    drain(n);
+    t_nvme_drain(n);
     for (int i = 0; i < nb; i++)
         cr_assert_eq(io[i].calls, 1, "request %d: callback ran %d times", i, io[i].calls);
 }
@@ -117,7 +107,7 @@ static int64_t sync_res(struct tier_nvme *n)
     struct t_io io = { 0 };
 
     cr_assert_eq(tier_nvme_sync(n, t_io_done, &io), 0);
-    drain(n);
+    t_nvme_drain(n);
     cr_assert_eq(io.calls, 1);
     return io.res;
 }
@@ -346,7 +336,7 @@ static void pattern(struct tier_nvme *n, const char *spec, uint8_t *out)
     for (int i = 0; i < 200; i++) {
         io = (struct t_io){ 0 };
         cr_assert_eq(tier_nvme_read(n, 0, b, 4096, t_io_done, &io), 0);
-        drain(n);
+        t_nvme_drain(n);
         out[i] = io.res < 0;
     }
     free(b);

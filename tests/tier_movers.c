@@ -329,6 +329,65 @@ static uint64_t rnd(uint64_t *s)
     return *s;
 }
 
+/* The random runs' step: a run of n (1..8) of the 64 keys from the
+ * returned index, cut at the end. */
+static size_t pick_run(uint64_t *s, size_t *n)
+{
+    size_t at = rnd(s) % 64;
+
+    *n = 1 + rnd(s) % 8;
+    if (at + *n > 64)
+        *n = 64 - at;
+    return at;
+}
+
+/* The leases a random run holds: up to 32 gets of up to 8 blocks. */
+struct leases {
+    uint32_t ids[32][8];
+    int n[32];   /* blocks of each */
+    int count;
+};
+
+/* A full table drops a random lease (released, the last moved into its
+ * place); else the slot for the next one. */
+static uint32_t *lease_slot(struct leases *l, struct tier *t, uint64_t *s)
+{
+    int j;
+
+    if (l->count < 32)
+        return l->ids[l->count];
+    j = (int)(rnd(s) % 32);
+    tier_release(t, l->ids[j], (size_t)l->n[j], false);
+    memcpy(l->ids[j], l->ids[--l->count], sizeof(l->ids[j]));
+    l->n[j] = l->n[l->count];
+    return NULL;
+}
+
+static void leases_release(struct leases *l, struct tier *t)
+{
+    while (l->count > 0) {
+        l->count--;
+        tier_release(t, l->ids[l->count], (size_t)l->n[l->count], false);
+    }
+}
+
+/* A random run's fresh rig (write-through or not), its 64 keys of seed
+ * and an empty lease table. */
+static void run_open(struct rig *r, bool write_through, struct tier_key *k, struct leases *l,
+                     uint64_t seed)
+{
+    rig_open(r, true, write_through);
+    t_keys((kvt_key *)k, 64, seed);
+    l->count = 0;
+}
+
+/* tier_check after each step of a seed's run. */
+static void step_check(struct rig *r, uint64_t seed, int step)
+{
+    if (tier_check(r->t, r->why, sizeof(r->why)))
+        cr_assert_fail("seed %llu step %d: %s", (unsigned long long)seed, step, r->why);
+}
+
 Test(tier_movers, random_operations_with_cold_keep_every_invariant)
 {
     uint64_t cold_evictions = 0;
@@ -336,21 +395,17 @@ Test(tier_movers, random_operations_with_cold_keep_every_invariant)
     for (uint64_t seed = 1; seed <= 4; seed++) {
         struct rig r;
         struct tier_key k[64];
-        static uint32_t lease_ids[32][8];
-        int lease_n[32], nl = 0;
+        static struct leases ls;
         uint64_t s = seed * 7919;
 
         /* seeds 3 and 4 on a disk of 12 blocks: cold evictions too */
         cold_bytes = seed > 2 ? 12 * BLK : 64u << 20;
-        rig_open(&r, true, seed % 2 == 0);
-        t_keys((kvt_key *)k, 64, seed);
+        run_open(&r, seed % 2 == 0, k, &ls, seed);
         for (int step = 0; step < 3000; step++) {
-            size_t at = rnd(&s) % 64, n = 1 + rnd(&s) % 8;
-            uint32_t ids[8], pending;
+            size_t n, at = pick_run(&s, &n);
+            uint32_t ids[8], pending, *lease;
             uint64_t offs[8];
 
-            if (at + n > 64)
-                n = 64 - at;
             switch (rnd(&s) % 6) {
             case 0: case 1: {
                 int rc = tier_reserve(r.t, 1, BLK, 1, at ? &k[at - 1] : NULL, k + at, n, ids,
@@ -361,19 +416,11 @@ Test(tier_movers, random_operations_with_cold_keep_every_invariant)
                 break;
             }
             case 2:
-                if (nl < 32) {
-                    int h = tier_get_async(r.t, 1, BLK, k + at, n, lease_ids[nl], offs, &r,
-                                           &pending);
+                if ((lease = lease_slot(&ls, r.t, &s))) {
+                    int h = tier_get_async(r.t, 1, BLK, k + at, n, lease, offs, &r, &pending);
 
                     if (h > 0)
-                        lease_n[nl++] = h;
-                } else {
-                    int j = (int)(rnd(&s) % 32);
-
-                    tier_release(r.t, lease_ids[j], (size_t)lease_n[j], false);
-                    lease_ids[j][0] = lease_ids[--nl][0];
-                    memcpy(lease_ids[j], lease_ids[nl], sizeof(lease_ids[j]));
-                    lease_n[j] = lease_n[nl];
+                        ls.n[ls.count++] = h;
                 }
                 break;
             case 3:
@@ -390,13 +437,9 @@ Test(tier_movers, random_operations_with_cold_keep_every_invariant)
                     tier_prefetch(r.t, 1, BLK, k + at, n, 0);
                 break;
             }
-            if (tier_check(r.t, r.why, sizeof(r.why)))
-                cr_assert_fail("seed %llu step %d: %s", (unsigned long long)seed, step, r.why);
+            step_check(&r, seed, step);
         }
-        while (nl > 0) {
-            nl--;
-            tier_release(r.t, lease_ids[nl], (size_t)lease_n[nl], false);
-        }
+        leases_release(&ls, r.t);
         {
             struct tier_stats st;
 
@@ -618,22 +661,18 @@ Test(tier_movers, random_operations_with_hot_keep_every_invariant)
     for (uint64_t seed = 11; seed <= 13; seed++) {
         struct rig r;
         struct tier_key k[64];
-        static uint32_t lease_ids[32][8];
-        int lease_n[32], nl = 0;
+        static struct leases ls;
         uint64_t s = seed * 104729;
 
         cold_bytes = seed == 13 ? 12 * BLK : 64u << 20;
-        rig_open(&r, true, false);
-        t_keys((kvt_key *)k, 64, seed);
+        run_open(&r, false, k, &ls, seed);
         for (int step = 0; step < 3000; step++) {
-            size_t at = rnd(&s) % 64, n = 1 + rnd(&s) % 8;
-            uint32_t ids[8], pending;
+            size_t n, at = pick_run(&s, &n);
+            uint32_t ids[8], pending, *lease;
             uint64_t offs[8];
             bool into_hot;
             int rc;
 
-            if (at + n > 64)
-                n = 64 - at;
             switch (rnd(&s) % 7) {
             case 0: case 1: /* into hot or into warm */
                 into_hot = rnd(&s) % 2;
@@ -656,23 +695,17 @@ Test(tier_movers, random_operations_with_hot_keep_every_invariant)
                     tier_abort(r.t, 1, 1, k + at, n);
                 break;
             case 2:
-                if (nl < 32) {
+                if ((lease = lease_slot(&ls, r.t, &s))) {
                     /* readers of hot in place, or of warm; some ask for hot */
                     unsigned fl = (unsigned)(rnd(&s) % 4);
                     uint8_t tiers[8];
-                    int h = tier_get_ex(r.t, 1, BLK, k + at, n, fl, lease_ids[nl], offs, tiers,
-                                        &r, &pending);
+                    int h = tier_get_ex(r.t, 1, BLK, k + at, n, fl, lease, offs, tiers, &r,
+                                        &pending);
 
                     if (h > 0) {
-                        check_leased(&r, k, at, h, lease_ids[nl], offs, tiers);
-                        lease_n[nl++] = h;
+                        check_leased(&r, k, at, h, lease, offs, tiers);
+                        ls.n[ls.count++] = h;
                     }
-                } else {
-                    int j = (int)(rnd(&s) % 32);
-
-                    tier_release(r.t, lease_ids[j], (size_t)lease_n[j], false);
-                    memcpy(lease_ids[j], lease_ids[--nl], sizeof(lease_ids[j]));
-                    lease_n[j] = lease_n[nl];
                 }
                 break;
             case 3:
@@ -689,8 +722,7 @@ Test(tier_movers, random_operations_with_hot_keep_every_invariant)
                 tier_prefetch(r.t, 1, BLK, k + at, n, rnd(&s) % 2 ? TIER_GET_PROMOTE : 0);
                 break;
             }
-            if (tier_check(r.t, r.why, sizeof(r.why)))
-                cr_assert_fail("seed %llu step %d: %s", (unsigned long long)seed, step, r.why);
+            step_check(&r, seed, step);
         }
         {
             struct tier_stats st;
@@ -701,10 +733,7 @@ Test(tier_movers, random_operations_with_hot_keep_every_invariant)
             hot_promotions += st.hot_promotions;
             hot_hits += st.hits[TIER_L_HOT];
         }
-        while (nl > 0) {
-            nl--;
-            tier_release(r.t, lease_ids[nl], (size_t)lease_n[nl], false);
-        }
+        leases_release(&ls, r.t);
         tier_forget_waiter(r.t, &r);
         rig_close(&r, false);
         rig_rm(&r);

@@ -92,6 +92,13 @@ static void fx_mount(const char *type, const char *opts)
     cr_skip("%s", why);
 }
 
+/* The O_DIRECT fallback was logged, once and alone. */
+static void expect_one_odirect_line(const struct logrec *lr)
+{
+    cr_assert_eq(lr->calls, 1, "one log line expected, got %d", lr->calls);
+    cr_assert_eq(lr->odirect, 1, "the log line should mention O_DIRECT");
+}
+
 static struct tier_nvme *open_nvme(uint64_t bytes, uint32_t qd, bool no_direct,
                                    struct logrec *lr)
 {
@@ -103,6 +110,14 @@ static struct tier_nvme *open_nvme(uint64_t bytes, uint32_t qd, bool no_direct,
     cr_assert_eq(rc, 0, "tier_nvme_open(%s, %llu bytes): %s", g_path,
                  (unsigned long long)bytes, strerror(-rc));
     return n;
+}
+
+/* fx_dir(parent), then open_nvme there. */
+static struct tier_nvme *open_in(const char *parent, uint64_t bytes, uint32_t qd, bool no_direct,
+                                 struct logrec *lr)
+{
+    fx_dir(parent);
+    return open_nvme(bytes, qd, no_direct, lr);
 }
 
 /* Queue a read or write; while the table is full, submit and reap one
@@ -128,17 +143,6 @@ static int queue_io(struct tier_nvme *n, bool wr, uint64_t off, void *buf, uint6
     return busy;
 }
 
-/* Submit and reap until nothing is in flight. */
-static void drain(struct tier_nvme *n)
-{
-    cr_assert_eq(tier_nvme_submit(n), 0);
-    while (tier_nvme_inflight(n) > 0) {
-        int rc = tier_nvme_reap(n, 1);
-
-        cr_assert_geq(rc, 0, "reap: %s", strerror(-rc));
-    }
-}
-
 static void check_done(const struct t_io *io, int nio, int64_t want, const char *what)
 {
     for (int i = 0; i < nio; i++) {
@@ -154,7 +158,7 @@ static void sync_now(struct tier_nvme *n)
     struct t_io io = { 0 };
 
     cr_assert_eq(tier_nvme_sync(n, t_io_done, &io), 0);
-    drain(n);
+    t_nvme_drain(n);
     check_done(&io, 1, 0, "sync");
 }
 
@@ -177,7 +181,7 @@ static int roundtrip(struct tier_nvme *n, int nblk, uint32_t blk, uint64_t seed)
         t_fill(src[i], blk, seed + (uint64_t)i);
         busy += queue_io(n, true, off, src[i], blk, &wio[i]);
     }
-    drain(n);
+    t_nvme_drain(n);
     check_done(wio, nblk, blk, "write");
     sync_now(n);
     for (int i = 0; i < nblk; i++) {
@@ -186,7 +190,7 @@ static int roundtrip(struct tier_nvme *n, int nblk, uint32_t blk, uint64_t seed)
         dst[i] = t_abuf(blk);
         busy += queue_io(n, false, off, dst[i], blk, &rio[i]);
     }
-    drain(n);
+    t_nvme_drain(n);
     check_done(rio, nblk, blk, "read");
     for (int i = 0; i < nblk; i++) {
         long bad = t_check(dst[i], blk, seed + (uint64_t)i);
@@ -208,8 +212,7 @@ Test(tier_nvme_io, roundtrip_64_blocks_at_qd_8_with_o_direct, .fini = fx_fini)
     struct tier_nvme *n;
     int busy;
 
-    fx_dir("/tmp");
-    n = open_nvme(64ull * BLK, 8, false, &lr);
+    n = open_in("/tmp", 64ull * BLK, 8, false, &lr);
     cr_assert(tier_nvme_direct(n), "O_DIRECT should work on /tmp (ext4); log: %s", lr.last);
     cr_assert_eq(lr.calls, 0, "nothing to log on ext4, got: %s", lr.last);
     cr_assert_eq(tier_nvme_bytes(n), 64ull * BLK);
@@ -227,14 +230,12 @@ Test(tier_nvme_io, tmpfs_works_with_or_without_o_direct, .fini = fx_fini)
     struct logrec lr = { 0 };
     struct tier_nvme *n;
 
-    fx_dir("/dev/shm");
-    n = open_nvme(16ull * BLK, 8, false, &lr);
+    n = open_in("/dev/shm", 16ull * BLK, 8, false, &lr);
     if (tier_nvme_direct(n)) {
         cr_log_info("this kernel accepts O_DIRECT on tmpfs; no fallback to check here");
         cr_assert_eq(lr.calls, 0, "nothing to log, got: %s", lr.last);
     } else {
-        cr_assert_eq(lr.calls, 1, "one log line expected, got %d", lr.calls);
-        cr_assert_eq(lr.odirect, 1, "the log line should mention O_DIRECT");
+        expect_one_odirect_line(&lr);
     }
     roundtrip(n, 16, BLK, 2000);
     tier_nvme_close(n);
@@ -245,11 +246,9 @@ Test(tier_nvme_io, no_direct_on_tmpfs_uses_buffered_io_and_logs_once, .fini = fx
     struct logrec lr = { 0 };
     struct tier_nvme *n;
 
-    fx_dir("/dev/shm");
-    n = open_nvme(16ull * BLK, 8, true, &lr);
+    n = open_in("/dev/shm", 16ull * BLK, 8, true, &lr);
     cr_assert_not(tier_nvme_direct(n));
-    cr_assert_eq(lr.calls, 1, "one log line expected, got %d", lr.calls);
-    cr_assert_eq(lr.odirect, 1, "the log line should mention O_DIRECT");
+    expect_one_odirect_line(&lr);
     roundtrip(n, 16, BLK, 3000);
     cr_assert_eq(lr.calls, 1, "I/O must not log");
     tier_nvme_close(n);
@@ -281,8 +280,7 @@ Test(tier_nvme_io, bad_requests_are_einval_and_a_full_table_is_ebusy, .fini = fx
     struct tier_nvme *n;
     uint8_t *buf = t_abuf(2 * 8192);
 
-    fx_dir("/tmp");
-    n = open_nvme(size, 2, false, &lr);
+    n = open_in("/tmp", size, 2, false, &lr);
     cr_assert_eq(tier_nvme_write(n, 512, buf, 4096, t_io_done, io), -EINVAL, "misaligned offset");
     cr_assert_eq(tier_nvme_read(n, 0, buf, 4096 + 512, t_io_done, io), -EINVAL,
                  "misaligned length");
@@ -328,8 +326,7 @@ Test(tier_nvme_io, data_survives_close_and_reopen, .fini = fx_fini)
     struct tier_nvme *n;
     struct stat st;
 
-    fx_dir("/tmp");
-    n = open_nvme(size, 32, false, &lr);
+    n = open_in("/tmp", size, 32, false, &lr);
     for (int i = 0; i < 16; i++) {
         src[i] = t_abuf(BLK);
         t_fill(src[i], BLK, 6000 + (uint64_t)i);
@@ -350,7 +347,7 @@ Test(tier_nvme_io, data_survives_close_and_reopen, .fini = fx_fini)
         dst[i] = t_abuf(BLK);
         queue_io(n, false, (uint64_t)i * BLK, dst[i], BLK, &rio[i]);
     }
-    drain(n);
+    t_nvme_drain(n);
     check_done(rio, 16, BLK, "read after reopen");
     for (int i = 0; i < 16; i++) {
         long bad = t_check(dst[i], BLK, 6000 + (uint64_t)i);
@@ -370,8 +367,7 @@ Test(tier_nvme_io, eventfd_becomes_readable_and_reap_0_runs_the_callback, .fini 
     uint8_t *buf = t_abuf(BLK);
     struct pollfd p;
 
-    fx_dir("/tmp");
-    n = open_nvme(4ull * BLK, 8, false, &lr);
+    n = open_in("/tmp", 4ull * BLK, 8, false, &lr);
     p = (struct pollfd){ .fd = tier_nvme_event_fd(n), .events = POLLIN };
     cr_assert_geq(p.fd, 0);
     cr_assert_eq(poll(&p, 1, 0), 0, "eventfd readable before any I/O");
@@ -411,12 +407,11 @@ Test(tier_nvme_io, callback_can_queue_the_next_request, .fini = fx_fini)
     struct chain c = { 0 };
     uint8_t *src = t_abuf(BLK);
 
-    fx_dir("/tmp");
-    c.n = open_nvme(4ull * BLK, 1, false, &lr); /* qd 1: the read reuses the write's slot */
+    c.n = open_in("/tmp", 4ull * BLK, 1, false, &lr); /* qd 1: the read reuses the write's slot */
     c.dst = t_abuf(BLK);
     t_fill(src, BLK, 8000);
     cr_assert_eq(tier_nvme_write(c.n, 0, src, BLK, on_write_then_read, &c), 0);
-    drain(c.n);
+    t_nvme_drain(c.n);
     check_done(&c.wr, 1, BLK, "write");
     cr_assert_eq(c.rd_rc, 0, "queueing from the callback failed: %s (slot not freed first?)",
                  strerror(-c.rd_rc));
@@ -441,8 +436,7 @@ Test(tier_nvme_io, short_write_is_completed_by_reap, .fini = fx_fini)
     struct pollfd p;
 
     signal(SIGXFSZ, SIG_IGN);
-    fx_dir("/tmp");
-    n = open_nvme(4ull * BLK, 8, false, &lr);
+    n = open_in("/tmp", 4ull * BLK, 8, false, &lr);
     cr_assert_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
     lim = (struct rlimit){ .rlim_cur = BLK + 64 * 1024, .rlim_max = old.rlim_max };
     cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
@@ -452,10 +446,10 @@ Test(tier_nvme_io, short_write_is_completed_by_reap, .fini = fx_fini)
     p = (struct pollfd){ .fd = tier_nvme_event_fd(n), .events = POLLIN };
     cr_assert_eq(poll(&p, 1, 5000), 1, "no completion within 5 s");
     cr_assert_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
-    drain(n);
+    t_nvme_drain(n);
     check_done(&wio, 1, BLK, "write cut short by RLIMIT_FSIZE");
     cr_assert_eq(tier_nvme_read(n, BLK, dst, BLK, t_io_done, &rio), 0);
-    drain(n);
+    t_nvme_drain(n);
     check_done(&rio, 1, BLK, "read");
     cr_assert_eq(t_check(dst, BLK, 9000), -1, "the remainder was not written");
     tier_nvme_close(n);
@@ -474,14 +468,13 @@ Test(tier_nvme_io, error_after_a_short_write_reaches_the_callback, .fini = fx_fi
     struct tier_nvme *n;
 
     signal(SIGXFSZ, SIG_IGN);
-    fx_dir("/tmp");
-    n = open_nvme(4ull * BLK, 8, false, &lr);
+    n = open_in("/tmp", 4ull * BLK, 8, false, &lr);
     cr_assert_eq(getrlimit(RLIMIT_FSIZE, &lim), 0);
     lim.rlim_cur = BLK + 64 * 1024;
     cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
     t_fill(src, BLK, 9500);
     cr_assert_eq(tier_nvme_write(n, BLK, src, BLK, t_io_done, &wio), 0);
-    drain(n);
+    t_nvme_drain(n);
     check_done(&wio, 1, -EFBIG, "write past RLIMIT_FSIZE");
     tier_nvme_close(n);
     free(src);

@@ -6,13 +6,13 @@
  * and a failed open says which part failed and leaves no fd behind.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "t.h"
+#include "t_fds.h"
 #include "tier.h"
 #include "tier_cold.h"
 #include "tier_hot.h"
@@ -23,22 +23,10 @@
 /* File descriptors this process holds now. */
 static int fds_open(void)
 {
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
+    int n = t_fds_open();
 
-    cr_assert_not_null(d);
-    while (readdir(d))
-        n++;
-    closedir(d);
+    cr_assert_geq(n, 0, "/proc/self/fd: %s", strerror(-n));
     return n;
-}
-
-static void rm_dir(const char *dir)
-{
-    char cmd[128];
-
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
 }
 
 Test(tier_open, owns_its_tiers_and_a_reopen_serves_the_disk)
@@ -78,7 +66,7 @@ Test(tier_open, owns_its_tiers_and_a_reopen_serves_the_disk)
     cr_assert_eq(tier_check(t, (char[256]){ 0 }, 256), 0);
     tier_close(t);
     tier_close(NULL);
-    rm_dir(dir);
+    t_rmtree(dir);
 }
 
 Test(tier_open, a_failed_open_says_which_part_and_closes_the_rest)
@@ -129,5 +117,5 @@ Test(tier_open, a_failed_open_says_which_part_and_closes_the_rest)
         cr_expect_null(t, "no store handed out");
         cr_expect_eq(fds_open(), before, "fds left open");
     }
-    rm_dir(dir);
+    t_rmtree(dir);
 }

@@ -61,7 +61,7 @@ Test(tierctl_cli, stats_table_and_json_tell_what_happened)
     traffic(&d, 6, 2);
     cr_assert_eq(tierctl(out, sizeof(out), (const char *[]){ "stats", "--socket", d.sock, NULL }),
                  0, "%s", out);
-    cr_assert(strstr(out, "hit rate") && strstr(out, "75.0%"), "table: %s", out);
+    cr_assert(strstr(out, "hit_rate") && strstr(out, "75.0%"), "table: %s", out);
     cr_assert(strstr(out, "warm"), "no tier rows: %s", out);
     cr_assert_eq(tierctl(out, sizeof(out),
                          (const char *[]){ "stats", "--json", "--socket", d.sock, NULL }),

@@ -39,6 +39,19 @@ static int get_chain(kvt_ns *ns, int c)
     return t_get_seeded(ns, 9000 + (uint64_t)c, CHAIN, BLK, (uint64_t)c * 100, dst);
 }
 
+/* Start d with args (restart: again, on its folder), connect, and open a
+ * namespace of blk blocks: the namespace, its client in *c. */
+static kvt_ns *open_on(struct t_tierd *d, const char *const *args, bool restart, uint64_t blk,
+                       kvt_client **c)
+{
+    if (restart)
+        t_tierd_restart(d, args);
+    else
+        t_tierd_start(d, args);
+    *c = t_connect(d);
+    return t_ns(*c, blk);
+}
+
 /* Wait (bounded) until the mover has brought warm back under its mark. */
 static void settle(kvt_client *c)
 {
@@ -63,9 +76,7 @@ Test(tierd_cold, blocks_beyond_warm_go_to_disk_and_come_back)
     kvt_key k[CHAIN];
     uint8_t tiers[CHAIN];
 
-    t_tierd_start(&d, t_small_warm);
-    c = t_connect(&d);
-    ns = t_ns(c, BLK);
+    ns = open_on(&d, t_small_warm, false, BLK, &c);
     for (int ch = 0; ch < 12; ch++) { /* 96 MiB through a 32 MiB warm tier */
         cr_assert_geq(put_chain(ns, ch, 0), 0, "chain %d", ch);
         settle(c);
@@ -95,16 +106,12 @@ Test(tierd_cold, restart_serves_every_block_from_disk)
     kvt_key k[CHAIN];
     uint8_t tiers[CHAIN];
 
-    t_tierd_start(&d, t_small_warm);
-    c = t_connect(&d);
-    ns = t_ns(c, BLK);
+    ns = open_on(&d, t_small_warm, false, BLK, &c);
     for (int ch = 0; ch < 3; ch++)
         cr_assert_eq(put_chain(ns, ch, 0), CHAIN);
     kvt_close(c);
     cr_assert_eq(t_tierd_kill(&d, SIGTERM), 0, "clean stop (warm flushed to cold)");
-    t_tierd_restart(&d, t_small_warm);
-    c = t_connect(&d);
-    ns = t_ns(c, BLK);
+    ns = open_on(&d, t_small_warm, true, BLK, &c);
     for (int ch = 0; ch < 3; ch++) {
         t_keys(k, CHAIN, 9000 + (uint64_t)ch);
         cr_assert_eq(kvt_lookup(ns, k, CHAIN, 0, tiers), CHAIN, "chain %d after restart", ch);
@@ -128,7 +135,7 @@ static void durable_putter(const char *sock, int fd)
     for (int ch = 0; ch < 1000; ch++) {
         if (put_chain(ns, ch, KVT_COMMIT_DURABLE) != CHAIN)
             _exit(0); /* tierd died: expected */
-        if (write(fd, &ch, sizeof(ch)) != sizeof(ch))
+        if (t_ack_send(fd, (uint64_t)ch) != 0)
             _exit(3);
     }
     _exit(0);
@@ -142,33 +149,20 @@ Test(tierd_cold, sigkill_loses_no_acknowledged_durable_block)
     for (size_t kp = 0; kp < sizeof(kill_after) / sizeof(kill_after[0]); kp++) {
         struct t_tierd d;
         static uint8_t acked[1000];
-        int pfd[2], ch, nack = 0, last = -1;
-        pid_t pid;
+        struct t_acks a;
+        int ch, last = -1;
         kvt_client *c;
         kvt_ns *ns;
 
         memset(acked, 0, sizeof(acked));
         t_tierd_start(&d, args);
-        cr_assert_eq(pipe(pfd), 0);
-        pid = fork();
-        if (pid == 0) {
-            close(pfd[0]);
-            durable_putter(d.sock, pfd[1]);
-        }
-        close(pfd[1]);
-        while (nack < kill_after[kp] && read(pfd[0], &ch, sizeof(ch)) == sizeof(ch)) {
-            acked[ch] = 1;
-            nack++;
-        }
+        t_acks_open(&a, durable_putter, d.sock);
+        t_acks_read(&a, acked, sizeof(acked), kill_after[kp]);
         t_tierd_kill(&d, SIGKILL);
-        while (read(pfd[0], &ch, sizeof(ch)) == sizeof(ch))
-            acked[ch] = 1; /* acknowledged before the kill */
-        close(pfd[0]);
-        t_wait(pid);
+        t_acks_read(&a, acked, sizeof(acked), -1); /* acknowledged before the kill */
+        t_acks_close(&a);
 
-        t_tierd_restart(&d, args);
-        c = t_connect(&d);
-        ns = t_ns(c, BLK);
+        ns = open_on(&d, args, true, BLK, &c);
         for (ch = 0; ch < 1000; ch++) {
             int hits = get_chain(ns, ch); /* checks every byte it gets */
 
@@ -193,9 +187,7 @@ Test(tierd_cold, flipped_bytes_on_disk_are_misses)
     char path[400];
     int fd;
 
-    t_tierd_start(&d, t_small_warm);
-    c = t_connect(&d);
-    ns = t_ns(c, BLK);
+    ns = open_on(&d, t_small_warm, false, BLK, &c);
     cr_assert_eq(put_chain(ns, 0, KVT_COMMIT_DURABLE), CHAIN);
     kvt_close(c);
     cr_assert_eq(t_tierd_kill(&d, SIGTERM), 0);
@@ -211,9 +203,7 @@ Test(tierd_cold, flipped_bytes_on_disk_are_misses)
         cr_assert_eq(pwrite(fd, &b, 1, at), 1);
     }
     close(fd);
-    t_tierd_restart(&d, t_small_warm);
-    c = t_connect(&d);
-    ns = t_ns(c, BLK);
+    ns = open_on(&d, t_small_warm, true, BLK, &c);
     cr_assert_eq(get_chain(ns, 0), 0, "corrupt blocks must be misses");
     cr_assert_eq(kvt_stats_get(c, &st), 0);
     cr_assert_geq(st.checksum_errors, 1);
@@ -230,9 +220,7 @@ Test(tierd_cold, full_cold_file_costs_blocks_not_the_daemon)
     kvt_ns *ns;
     kvt_stats st;
 
-    t_tierd_start(&d, args);
-    c = t_connect(&d);
-    ns = t_ns(c, BLK);
+    ns = open_on(&d, args, false, BLK, &c);
     for (int ch = 0; ch < 12; ch++) {
         cr_assert_geq(put_chain(ns, ch, 0), 0, "chain %d", ch);
         settle(c);
@@ -261,16 +249,12 @@ Test(tierd_cold, a_get_deadline_turns_slow_disk_reads_into_misses)
     kvt_lease lease;
     int hits;
 
-    t_tierd_start(&d, args);
-    c = t_connect(&d);
-    ns = t_ns(c, BIG);
+    ns = open_on(&d, args, false, BIG, &c);
     t_keys(k, NB, 777);
     cr_assert_eq(t_put_chain(ns, k, NB, BIG, 700, KVT_COMMIT_DURABLE), NB);
     kvt_close(c);
     cr_assert_eq(t_tierd_kill(&d, SIGTERM), 0);
-    t_tierd_restart(&d, args); /* now every block is on disk only */
-    c = t_connect(&d);
-    ns = t_ns(c, BIG);
+    ns = open_on(&d, args, true, BIG, &c); /* now every block is on disk only */
 
     /* 128 MiB of O_DIRECT reads cannot land within 1 ms: the get answers
      * with what is in memory by then, the rest are misses */
@@ -316,9 +300,7 @@ Test(tierd_cold, durable_commit_larger_than_the_queue_answers)
     kvt_key k[NB];
     kvt_stats st;
 
-    t_tierd_start(&d, args);
-    c = t_connect(&d);
-    ns = t_ns(c, SMALL);
+    ns = open_on(&d, args, false, SMALL, &c);
     t_keys(k, NB, 4242);
     cr_assert_eq(t_put_chain(ns, k, NB, SMALL, 0, KVT_COMMIT_DURABLE), NB);
     cr_assert_eq(kvt_stats_get(c, &st), 0);
@@ -384,9 +366,7 @@ Test(tierd_cold, a_full_file_system_is_a_clear_error_not_a_crash)
     }
 
     /* one that fits; then the file system fills up behind it */
-    t_tierd_restart(&d, fits);
-    c = t_connect(&d);
-    ns = t_ns(c, BLK);
+    ns = open_on(&d, fits, true, BLK, &c);
     cr_assert_eq(put_chain(ns, 0, KVT_COMMIT_DURABLE), CHAIN, "8 blocks fill 8 MiB exactly");
     snprintf(cmd, sizeof(cmd), "dd if=/dev/zero of='%s/filler' bs=1M count=64 2>/dev/null",
              data);
@@ -421,9 +401,7 @@ Test(tierd_cold, a_key_twice_in_one_request_is_answered)
     const void *got[2];
     kvt_lease lease;
 
-    t_tierd_start(&d, args);
-    c = t_connect(&d);
-    ns = t_ns(c, BLK);
+    ns = open_on(&d, args, false, BLK, &c);
     t_keys(k, 1, 31337);
     k[1] = k[0];
     cr_assert_eq(kvt_put_reserve(ns, NULL, k, 2, slots), 1);
@@ -432,9 +410,7 @@ Test(tierd_cold, a_key_twice_in_one_request_is_answered)
     cr_assert_eq(kvt_put_commit_flags(ns, k, 2, KVT_COMMIT_DURABLE), 1);
     kvt_close(c);
     cr_assert_eq(t_tierd_kill(&d, SIGTERM), 0);
-    t_tierd_restart(&d, args); /* on disk only now */
-    c = t_connect(&d);
-    ns = t_ns(c, BLK);
+    ns = open_on(&d, args, true, BLK, &c); /* on disk only now */
     cr_assert_eq(kvt_get_lease(ns, k, 2, got, &lease), 2);
     cr_assert_eq(t_check(got[0], BLK, 5), -1);
     cr_assert_eq(t_check(got[1], BLK, 5), -1);
@@ -451,9 +427,7 @@ Test(tierd_cold, a_hot_tier_is_reported_and_the_rest_works_around_it)
     kvt_ns *ns;
     kvt_stats st;
 
-    t_tierd_start(&d, args); /* emulated here: no GPU */
-    c = t_connect(&d);
-    ns = t_ns(c, BLK);
+    ns = open_on(&d, args, false, BLK, &c); /* emulated here: no GPU */
     cr_assert_eq(kvt_stats_get(c, &st), 0);
     cr_assert_eq(st.tier[KVT_TIER_HOT].bytes_capacity, 16u << 20);
     cr_assert_eq(put_chain(ns, 3, 0), CHAIN);
@@ -513,9 +487,7 @@ Test(tierd_cold, writes_a_timed_out_durable_commit_queued_still_reach_the_disk)
     kvt_key_story st[4];
     int rc, disk = 0;
 
-    t_tierd_start(&d, args);
-    c = t_connect(&d);
-    ns = t_ns(c, BLK);
+    ns = open_on(&d, args, false, BLK, &c);
     cr_assert_eq(kvt_hot_attach(c, NULL), 0);
     t_keys(k, N, 31);
     cr_assert_eq(kvt_put_reserve_flags(ns, NULL, k, N, slots, KVT_RESERVE_HOT), N);

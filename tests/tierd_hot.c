@@ -155,6 +155,26 @@ Test(tierd_hot, written_in_hot_read_in_place_by_another_process)
     t_tierd_stop(&d);
 }
 
+/* Start d with hot_args, connect, and kvt_put n (<= 12) blocks under k
+ * (payloads t_fill'ed from seed0 + i): the namespace, its client in *c. */
+static kvt_ns *start_put(struct t_tierd *d, kvt_client **c, const kvt_key *k, int n,
+                         uint64_t seed0)
+{
+    static uint8_t buf[12][BLK];
+    const void *bufs[12];
+    kvt_ns *ns;
+
+    for (int i = 0; i < n; i++) {
+        t_fill(buf[i], BLK, seed0 + (uint64_t)i);
+        bufs[i] = buf[i];
+    }
+    t_tierd_start(d, hot_args);
+    *c = t_connect(d);
+    ns = t_ns(*c, BLK);
+    cr_assert_eq(kvt_put(ns, NULL, k, (size_t)n, bufs), n);
+    return ns;
+}
+
 Test(tierd_hot, a_getter_that_asks_gets_blocks_copied_up_from_warm)
 {
     struct t_tierd d;
@@ -162,18 +182,9 @@ Test(tierd_hot, a_getter_that_asks_gets_blocks_copied_up_from_warm)
     kvt_client *c;
     kvt_ns *ns;
     kvt_stats st;
-    static uint8_t buf[12][BLK];
-    const void *bufs[12];
 
     t_keys(k, 12, 8);
-    for (int i = 0; i < 12; i++) {
-        t_fill(buf[i], BLK, 200 + (uint64_t)i);
-        bufs[i] = buf[i];
-    }
-    t_tierd_start(&d, hot_args);
-    c = t_connect(&d);
-    ns = t_ns(c, BLK);
-    cr_assert_eq(kvt_put(ns, NULL, k, 12, bufs), 12);
+    ns = start_put(&d, &c, k, 12, 200);
     cr_assert(wait_tier(ns, k, 12, KVT_TIER_WARM));
     cr_assert_eq(kvt_hot_attach(c, NULL), 0);
     /* read from warm (where they are), asking for hot afterwards */
@@ -194,18 +205,9 @@ Test(tierd_hot, a_prefetch_that_asks_brings_disk_blocks_up_to_hot)
     kvt_key k[10];
     kvt_client *c;
     kvt_ns *ns;
-    static uint8_t buf[10][BLK];
-    const void *bufs[10];
 
     t_keys(k, 10, 9);
-    for (int i = 0; i < 10; i++) {
-        t_fill(buf[i], BLK, 300 + (uint64_t)i);
-        bufs[i] = buf[i];
-    }
-    t_tierd_start(&d, hot_args);
-    c = t_connect(&d);
-    ns = t_ns(c, BLK);
-    cr_assert_eq(kvt_put(ns, NULL, k, 10, bufs), 10);
+    ns = start_put(&d, &c, k, 10, 300);
     kvt_close(c);
     /* a clean stop writes warm to disk; after the restart they are cold */
     cr_assert_eq(t_tierd_kill(&d, SIGTERM), 0);

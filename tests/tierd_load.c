@@ -43,6 +43,12 @@ static bool under_valgrind(void)
     return getenv("KVT_TEST_VALGRIND") != NULL;
 }
 
+/* under_vg under valgrind, else plain: a slower run gets smaller figures */
+static const char *vg_or(const char *under_vg, const char *plain)
+{
+    return under_valgrind() ? under_vg : plain;
+}
+
 /* How long a client waits for a reply before it calls the daemon gone. */
 static const char *timeout_ms(void)
 {
@@ -54,17 +60,10 @@ static const char *timeout_ms(void)
  * run it under valgrind when the suite runs there. */
 static pid_t kvload_start(const char *out, const char *const *args, bool memcheck)
 {
-    char bin[512], supp[600];
-    const char *argv[48];
-    int n = 0;
+    struct t_argv a;
+    const char *const *argv = t_prog_argv(&a, "kvload", args, memcheck);
     pid_t pid;
 
-    if (memcheck)
-        n = t_memcheck_argv(argv, supp, sizeof(supp));
-    argv[n++] = t_bin("kvload", bin, sizeof(bin));
-    for (int i = 0; args[i] && n < 46; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
     pid = fork();
     cr_assert(pid >= 0, "fork: %s", strerror(errno));
     if (pid == 0) {
@@ -156,22 +155,39 @@ static void assert_serves(kvt_client *c, uint64_t seed)
     cr_assert_eq(kvt_release(ns, &l), 0);
 }
 
+/* After a run: a client of d waits until it is the only one and nothing
+ * is leased or reserved (settled), then, with seed != 0, checks that the
+ * daemon serves (assert_serves). The settled counters. */
+static kvt_stats settled_on(const struct t_tierd *d, uint64_t seed)
+{
+    kvt_client *c = t_connect(d);
+    kvt_stats st = settled(c);
+
+    if (seed)
+        assert_serves(c, seed);
+    kvt_close(c);
+    return st;
+}
+
 static void path_in(char *buf, size_t cap, const struct t_tierd *d, const char *name)
 {
     snprintf(buf, cap, "%s/%s", d->dir, name);
 }
 
-/* kvload on d's socket with args (NULL-terminated, --socket and --json
- * added here), its report in d's folder: it must exit 0 (no correctness
- * error) and report no wrong byte, no leak, no unexpected error
- * (assert_clean). The report, which the caller frees. */
-static json_t *clean_load(const struct t_tierd *d, const char *const *args, bool memcheck)
+/* Start d (t_tierd_start with targs), then kvload on its socket with args
+ * (NULL-terminated, --socket and --json added here), its report in d's
+ * folder: it must exit 0 (no correctness error) and report no wrong byte,
+ * no leak, no unexpected error (assert_clean). The report, which the
+ * caller frees; d runs on. */
+static json_t *clean_load(struct t_tierd *d, const char *const *targs, const char *const *args,
+                          bool memcheck)
 {
     const char *argv[32] = { "--socket", d->sock, "--json" };
     char out[400];
     json_t *j;
     int n = 3, rc;
 
+    t_tierd_start(d, targs);
     for (int i = 0; args[i] && n < 31; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
@@ -188,17 +204,15 @@ Test(tierd_load, short_run_checks_every_byte_and_leaks_no_slot)
 {
     static const char *const targs[] = { "--warm-bytes", "16M", "--cold-bytes", "256M", NULL };
     struct t_tierd d;
-    const char *clients = under_valgrind() ? "4" : "16";
-    const char *secs = under_valgrind() ? "3" : "5";
-    kvt_client *c;
     kvt_stats st;
     json_t *j;
 
-    t_tierd_start(&d, targs);
     /* 64 prompts x 8 blocks of 64 KiB: twice the warm tier, so blocks move
      * to disk and back while they are shared */
-    j = clean_load(&d, (const char *const[]){ "--clients", clients, "--seconds", secs,
-                                              "--prefixes", "64", "--chain", "8", NULL },
+    j = clean_load(&d, targs,
+                   (const char *const[]){ "--clients", vg_or("4", "16"),
+                                          "--seconds", vg_or("3", "5"), "--prefixes", "64",
+                                          "--chain", "8", NULL },
                    true);
     cr_assert_gt(json_integer_value(json_object_get(json_object_get(json_object_get(j, "op"),
                                                                     "get"), "count")), 0);
@@ -206,10 +220,8 @@ Test(tierd_load, short_run_checks_every_byte_and_leaks_no_slot)
                 jint(j, "ops"), json_real_value(json_object_get(j, "ops_per_s")),
                 jint(j, "verified"));
     json_decref(j);
-    c = t_connect(&d);
-    st = settled(c);
+    st = settled_on(&d, 0);
     cr_assert_gt(st.demotions + st.dropped, 0, "the load should have pushed blocks out of warm");
-    kvt_close(c);
     t_tierd_stop(&d);
 }
 
@@ -219,28 +231,21 @@ Test(tierd_load, sigkilled_clients_leave_no_lease_or_reservation)
 {
     static const char *const targs[] = { "--warm-bytes", "32M", NULL };
     struct t_tierd d;
-    const char *clients = under_valgrind() ? "4" : "12";
-    const char *secs = under_valgrind() ? "4" : "5";
-    const char *hold = under_valgrind() ? "50000" : "500";
-    kvt_client *c;
-    kvt_stats st;
     json_t *j;
 
-    t_tierd_start(&d, targs);
     /* each lease and reservation is held a while (longer than a request
      * takes, also under valgrind), so most kills land on a client that
      * holds something */
-    j = clean_load(&d, (const char *const[]){ "--clients", clients, "--seconds", secs,
-                                              "--prefixes", "16", "--chain", "8",
-                                              "--kill-clients", "8", "--hold-us", hold, NULL },
+    j = clean_load(&d, targs,
+                   (const char *const[]){ "--clients", vg_or("4", "12"),
+                                          "--seconds", vg_or("4", "5"), "--prefixes", "16",
+                                          "--chain", "8", "--kill-clients", "8",
+                                          "--hold-us", vg_or("50000", "500"), NULL },
                    false);
     cr_assert_eq(jint(j, "killed"), 8, "expected 8 clients killed, got %lld", jint(j, "killed"));
     json_decref(j);
-    c = t_connect(&d);
-    st = settled(c);
-    cr_assert_gt(st.reclaimed, 0, "no lease or reservation was reclaimed from 8 killed clients");
-    assert_serves(c, 77);
-    kvt_close(c);
+    cr_assert_gt(settled_on(&d, 77).reclaimed, 0,
+                 "no lease or reservation was reclaimed from 8 killed clients");
     t_tierd_stop(&d);
 }
 
@@ -262,7 +267,6 @@ Test(tierd_load, sigkilled_tierd_keeps_durable_blocks_and_clients_reconnect)
     char out[400], dlog[400], chk[400];
     const char *clients = under_valgrind() ? "4" : "12";
     const char *secs = under_valgrind() ? "25" : "8";
-    kvt_client *c;
     json_t *j;
     pid_t pid;
     unsigned long recorded = 0;
@@ -310,9 +314,7 @@ Test(tierd_load, sigkilled_tierd_keeps_durable_blocks_and_clients_reconnect)
     cr_assert_lt(json_real_value(json_object_get(j, "slowest_error_ms")),
                  atof(timeout_ms()) + 1000, "a client waited too long for its error");
     json_decref(j);
-    c = t_connect(&d);
-    settled(c);
-    kvt_close(c);
+    settled_on(&d, 0);
     t_tierd_stop(&d);
 }
 
@@ -519,22 +521,17 @@ Test(tierd_load, full_cold_tier_costs_durable_puts_not_the_daemon)
 {
     static const char *const targs[] = { "--warm-bytes", "16M", "--cold-bytes", "4M", NULL };
     struct t_tierd d;
-    const char *clients = under_valgrind() ? "4" : "8";
-    kvt_client *c;
     json_t *j;
 
-    t_tierd_start(&d, targs);
-    j = clean_load(&d, (const char *const[]){ "--clients", clients, "--seconds", "3",
-                                              "--prefixes", "32", "--chain", "8",
-                                              "--durable-every", "2", NULL },
+    j = clean_load(&d, targs,
+                   (const char *const[]){ "--clients", vg_or("4", "8"), "--seconds", "3",
+                                          "--prefixes", "32", "--chain", "8",
+                                          "--durable-every", "2", NULL },
                    false);
     cr_log_info("load: full cold tier: %lld -ENOSPC, %lld durable blocks",
                 jint(j, "enospc"), jint(j, "durable_blocks"));
     json_decref(j);
-    c = t_connect(&d);
-    settled(c);
-    assert_serves(c, 4);
-    kvt_close(c);
+    settled_on(&d, 4);
     t_tierd_stop(&d);
 }
 

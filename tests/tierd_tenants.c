@@ -28,43 +28,40 @@
 #define STRANGER T_STRANGER
 #define config_two t_config_two
 
+/* A child's client on sock, its namespace of BLK blocks and 4 keys of
+ * seed in k: the namespace, or NULL when it could not connect. */
+static kvt_ns *user_ns(const char *sock, kvt_client **c, kvt_key *k, uint64_t seed)
+{
+    if (kvt_connect(sock, c))
+        return NULL;
+    t_keys(k, 4, seed);
+    return t_ns(*c, BLK);
+}
+
 /* Alice sees nothing of bob's: not his keys, not his namespace, not his
  * counters; her own put of the same keys holds her own bytes. */
 static int alice_isolated(const char *sock, void *arg)
 {
-    static uint8_t buf[4][BLK];
-    const void *src[4];
-    void *dst[4];
+    static uint8_t buf[4 * BLK];
     kvt_key k[4];
     kvt_ns_info info[4];
     kvt_stats st;
     kvt_client *c;
     kvt_ns *ns;
+    int rc;
 
     (void)arg;
-    if (kvt_connect(sock, &c))
+    if (!(ns = user_ns(sock, &c, k, 1)))
         return 20;
-    ns = t_ns(c, BLK);
-    t_keys(k, 4, 1);
     if (kvt_lookup(ns, k, 4, 0, NULL) != 0)
         return 21; /* bob's blocks are visible */
     if (kvt_stats_get(c, &st) || st.tier[KVT_TIER_WARM].blocks != 0 || st.clients != 1)
         return 22; /* bob's blocks or session counted */
     if (kvt_admin_namespaces(c, info, 4) != 1 || info[0].lookups != 1)
         return 23;
-    for (int i = 0; i < 4; i++) {
-        t_fill(buf[i], BLK, 200 + (uint64_t)i);
-        src[i] = buf[i];
-        dst[i] = buf[i];
-    }
-    if (kvt_put(ns, NULL, k, 4, src) != 4)
-        return 24; /* deduplicated against bob's? */
-    memset(buf, 0, sizeof(buf));
-    if (kvt_get(ns, k, 4, dst) != 4)
-        return 25;
-    for (int i = 0; i < 4; i++)
-        if (t_check(buf[i], BLK, 200 + (uint64_t)i) != -1)
-            return 26;
+    /* 24: the put failed (deduplicated against bob's?), 25 the get, 26 a byte */
+    if ((rc = t_put_get4(ns, k, buf, BLK, 200)) != 0)
+        return 23 + rc;
     /* her namespace id may equal bob's: purging it purges hers only */
     if (kvt_admin_purge(c, info[0].id) != 4)
         return 27;
@@ -86,10 +83,8 @@ static int bob_intact(const char *sock, void *arg)
     kvt_ns *ns;
 
     (void)arg;
-    if (kvt_connect(sock, &c))
+    if (!(ns = user_ns(sock, &c, k, 1)))
         return 30;
-    ns = t_ns(c, BLK);
-    t_keys(k, 4, 1);
     if (kvt_lookup(ns, k, 4, 0, tiers) != 4)
         return 31;
     for (int i = 0; i < 4; i++) {
@@ -157,29 +152,40 @@ static int alice_floods(const char *sock, void *arg)
     return 0;
 }
 
-Test(tierd_tenants, two_uids_see_and_touch_only_their_own)
+/* Start d on the two tenants' config (its path returned, for the caller
+ * to unlink), its folder open to their uids; skips the test unless root. */
+static const char *two_tenants(struct t_tierd *d)
 {
-    struct t_tierd d;
     const char *cfg;
-    int st;
 
     if (geteuid() != 0)
         cr_skip_test("needs root to run clients as other uids (CI runs as root)");
     cfg = t_config(config_two);
-    t_tierd_start(&d, (const char *const[]){ "--config", cfg, NULL });
-    cr_assert_eq(chmod(d.dir, 0755), 0); /* the other uids must reach the socket */
-    st = t_as_user(BOB, t_user_puts, d.sock, NULL);
-    cr_assert_eq(st, 0, "bob: exit %d", st);
-    st = t_as_user(ALICE, alice_isolated, d.sock, NULL);
-    cr_assert_eq(st, 0, "alice: exit %d", st);
-    st = t_as_user(BOB, bob_intact, d.sock, NULL);
-    cr_assert_eq(st, 0, "bob after alice: exit %d", st);
-    st = t_as_user(STRANGER, stranger, d.sock, NULL);
-    cr_assert_eq(st, 0, "a uid of no tenant: exit %d", st);
-    st = t_as_user(ALICE, alice_floods, d.sock, NULL);
-    cr_assert_eq(st, 0, "alice over her quota: exit %d", st);
-    st = t_as_user(BOB, bob_intact, d.sock, NULL);
-    cr_assert_eq(st, 0, "bob after alice's flood: exit %d", st);
+    t_tierd_start(d, (const char *const[]){ "--config", cfg, NULL });
+    cr_assert_eq(chmod(d->dir, 0755), 0); /* the other uids must reach the socket */
+    return cfg;
+}
+
+/* fn(d's socket, arg) as uid must exit 0; who names it in the failure. */
+static void as_user_ok(uid_t uid, int (*fn)(const char *, void *), const struct t_tierd *d,
+                       void *arg, const char *who)
+{
+    int st = t_as_user(uid, fn, d->sock, arg);
+
+    cr_assert_eq(st, 0, "%s: exit %d", who, st);
+}
+
+Test(tierd_tenants, two_uids_see_and_touch_only_their_own)
+{
+    struct t_tierd d;
+    const char *cfg = two_tenants(&d);
+
+    as_user_ok(BOB, t_user_puts, &d, NULL, "bob");
+    as_user_ok(ALICE, alice_isolated, &d, NULL, "alice");
+    as_user_ok(BOB, bob_intact, &d, NULL, "bob after alice");
+    as_user_ok(STRANGER, stranger, &d, NULL, "a uid of no tenant");
+    as_user_ok(ALICE, alice_floods, &d, NULL, "alice over her quota");
+    as_user_ok(BOB, bob_intact, &d, NULL, "bob after alice's flood");
     t_tierd_stop(&d);
     unlink(cfg);
 }
@@ -193,10 +199,8 @@ static int bob_unpins(const char *sock, void *arg)
     kvt_key k[4];
     kvt_ns *ns;
 
-    if (kvt_connect(sock, &c))
+    if (!(ns = user_ns(sock, &c, k, 9)))
         return 10;
-    ns = t_ns(c, BLK);
-    t_keys(k, 4, 9);
     if (kvt_unpin(c, &pin) != 0)
         return 11;
     if (kvt_lookup_pin(ns, k, 4, 0, &mine, NULL) != 0 || mine.id != 0)
@@ -210,7 +214,7 @@ static int bob_unpins(const char *sock, void *arg)
 Test(tierd_tenants, a_pin_is_released_only_within_its_tenant)
 {
     struct t_tierd d;
-    const char *cfg;
+    const char *cfg = two_tenants(&d);
     kvt_client *c;
     kvt_ns *ns;
     kvt_key k[4];
@@ -218,13 +222,7 @@ Test(tierd_tenants, a_pin_is_released_only_within_its_tenant)
     kvt_stats st;
     const void *src[4];
     static uint8_t buf[BLK];
-    int rc;
 
-    if (geteuid() != 0)
-        cr_skip_test("needs root to run clients as other uids (CI runs as root)");
-    cfg = t_config(config_two);
-    t_tierd_start(&d, (const char *const[]){ "--config", cfg, NULL });
-    cr_assert_eq(chmod(d.dir, 0755), 0);
     c = t_connect(&d); /* root: alice */
     ns = t_ns(c, BLK);
     t_keys(k, 4, 9);
@@ -233,8 +231,7 @@ Test(tierd_tenants, a_pin_is_released_only_within_its_tenant)
     cr_assert_eq(kvt_put(ns, NULL, k, 4, src), 4);
     cr_assert_eq(kvt_lookup_pin(ns, k, 4, 0, &pin, NULL), 4);
     cr_assert_eq(pin.n, 4);
-    rc = t_as_user(BOB, bob_unpins, d.sock, &pin);
-    cr_assert_eq(rc, 0, "bob: exit %d", rc);
+    as_user_ok(BOB, bob_unpins, &d, &pin, "bob");
     cr_assert_eq(kvt_stats_get(c, &st), 0);
     cr_assert_eq(st.leases_active, 4, "another tenant released alice's pin");
     cr_assert_eq(kvt_unpin(c, &pin), 0);
@@ -250,26 +247,18 @@ Test(tierd_tenants, a_pin_is_released_only_within_its_tenant)
 Test(tierd_tenants, each_tenant_has_its_own_disk)
 {
     struct t_tierd d;
-    const char *cfg;
+    const char *cfg = two_tenants(&d);
     char path[512];
     struct stat sb;
-    int st;
 
-    if (geteuid() != 0)
-        cr_skip_test("needs root to run clients as other uids (CI runs as root)");
-    cfg = t_config(config_two);
-    t_tierd_start(&d, (const char *const[]){ "--config", cfg, NULL });
-    cr_assert_eq(chmod(d.dir, 0755), 0);
-    st = t_as_user(BOB, t_user_puts, d.sock, NULL);
-    cr_assert_eq(st, 0, "bob: exit %d", st);
+    as_user_ok(BOB, t_user_puts, &d, NULL, "bob");
     cr_assert_eq(t_tierd_kill(&d, SIGTERM), 0); /* flushes warm to each tenant's disk */
     snprintf(path, sizeof(path), "%s/data/tenants/bob/cold.data", d.dir);
     cr_assert_eq(stat(path, &sb), 0, "no %s", path);
     snprintf(path, sizeof(path), "%s/data/tenants/alice/cold.data", d.dir);
     cr_assert_eq(stat(path, &sb), 0, "no %s", path);
     t_tierd_restart(&d, (const char *const[]){ "--config", cfg, NULL });
-    st = t_as_user(ALICE, alice_isolated, d.sock, NULL);
-    cr_assert_eq(st, 0, "alice after restart: exit %d", st);
+    as_user_ok(ALICE, alice_isolated, &d, NULL, "alice after restart");
     t_tierd_stop(&d);
     unlink(cfg);
 }

@@ -180,12 +180,12 @@ static uint64_t st_u64(const struct tier_stats *st, size_t field, int i)
 /* A family with a sample per tenant: one figure of each tenant's store. */
 struct tenant_family {
     const char *name, *type; /* type: "counter" or "gauge" */
-    const char *key;         /* the field's name (kvtier.h's list) */
+    const char *key;         /* the field's name (kvt_stats_list.h's list) */
     size_t field;            /* offset of the uint64_t in struct tier_stats */
     const char *help;
 };
 
-/* The stores' figures, from kvtier.h's list of counters (those with a
+/* The stores' figures, from kvt_stats_list.h's list of counters (those with a
  * metric name; the remote tier's in their own table), in its order. */
 #define FAM_STORE(name, type, metric, help) { metric, #type, #name, ST_FIELD(name), help },
 #define FAM_TIERD(name, type, metric, help)
@@ -256,7 +256,7 @@ static size_t field_named(const char *key)
     return SIZE_MAX;
 }
 
-/* The per-tier families, from kvtier.h's list (remote: the name of the
+/* The per-tier families, from kvt_stats_list.h's list (remote: the name of the
  * remote tier's figure, "": it has none). */
 #define TIER_FAM(name, type, metric, help, remote)                                         \
     per_tier(b, s, metric, #type, help, ST_FIELD(name), field_named(remote));

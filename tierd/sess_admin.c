@@ -132,7 +132,7 @@ int sess_op_ns_list(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t 
 
 /* ---- counters ---------------------------------------------------------- */
 
-/* The reply's counters come from kvtier.h's list: a STORE one is the same
+/* The reply's counters come from kvt_stats_list.h's list: a STORE one is the same
  * field of the store's counters, the TIERS entry the per-tier array, and
  * the TIERD ones are tierd's own (set in sess_op_stats). */
 #define STAT_TIER(name, type, metric, help, remote) st->tier[i].name = ts->name[i];
@@ -146,6 +146,7 @@ int sess_op_ns_list(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t 
 
 static void stats_from_store(kvt_stats *st, const struct tier_stats *ts)
 {
+    _Static_assert((int)TIER_L_N == (int)KVT_TIER_COUNT, "the store's per-tier arrays");
     KVT_STATS_LIST(STAT)
 }
 

@@ -117,47 +117,185 @@ static struct tenant *section_tenant(struct parse *p, const char *name)
     return t;
 }
 
-/* A key of [remote], the remote tier (every tenant's): 0, or -1 with
- * p->err set. */
-static int remote_key(struct parse *p, const char *key, const char *val)
+/*
+ * The config's keys, a table per section: each key's setter reads its
+ * value into the daemon, the remote tier or tenant t (NULL outside a
+ * [tenant.NAME] section); 0, or -1 with p->err set. The "known:" list of
+ * an unknown key's message is the table's, so it never falls behind.
+ */
+struct key {
+    const char *name;
+    int (*set)(struct parse *p, struct tenant *t, const char *key, const char *val);
+};
+
+static int set_socket_group(struct parse *p, struct tenant *t, const char *key, const char *val)
+{
+    struct group *g = getgrnam(val);
+    char *end;
+    unsigned long n = strtoul(val, &end, 10);
+
+    (void)t, (void)key;
+    if (!g && (*end || end == val)) {
+        snprintf(p->err, sizeof(p->err), "socket_group: no such group '%s'", val);
+        return -1;
+    }
+    p->d->socket_gid = g ? g->gr_gid : (gid_t)n;
+    return 0;
+}
+
+static int set_seeds(struct parse *p, struct tenant *t, const char *key, const char *val)
 {
     struct tierd_remote *r = &p->d->remote;
 
-    if (strcmp(key, "seeds") == 0) {
-        if (snprintf(r->seeds, sizeof(r->seeds), "%s", val) >= (int)sizeof(r->seeds)) {
-            snprintf(p->err, sizeof(p->err), "seeds: list too long");
-            return -1;
-        }
-        return 0;
+    (void)t, (void)key;
+    if (snprintf(r->seeds, sizeof(r->seeds), "%s", val) >= (int)sizeof(r->seeds)) {
+        snprintf(p->err, sizeof(p->err), "seeds: list too long");
+        return -1;
     }
-    if (strcmp(key, "timeout_ms") == 0) {
-        char *end;
-        unsigned long v = strtoul(val, &end, 10);
+    return 0;
+}
 
-        if (*end || end == val || v < 1 || v > 60000) {
-            snprintf(p->err, sizeof(p->err), "timeout_ms: want 1..60000, got '%s'", val);
-            return -1;
-        }
-        r->timeout_ms = (uint32_t)v;
-        return 0;
+static int set_timeout_ms(struct parse *p, struct tenant *t, const char *key, const char *val)
+{
+    char *end;
+    unsigned long v = strtoul(val, &end, 10);
+
+    (void)t, (void)key;
+    if (*end || end == val || v < 1 || v > 60000) {
+        snprintf(p->err, sizeof(p->err), "timeout_ms: want 1..60000, got '%s'", val);
+        return -1;
     }
-    if (strcmp(key, "policy") == 0) {
-        if (tierd_parse_policy(val, &r->policy) < 0) {
-            snprintf(p->err, sizeof(p->err),
-                     "policy: want write-through or on-demotion, got '%s'", val);
-            return -1;
-        }
-        return 0;
+    p->d->remote.timeout_ms = (uint32_t)v;
+    return 0;
+}
+
+static int set_policy(struct parse *p, struct tenant *t, const char *key, const char *val)
+{
+    (void)t, (void)key;
+    if (tierd_parse_policy(val, &p->d->remote.policy) < 0) {
+        snprintf(p->err, sizeof(p->err), "policy: want write-through or on-demotion, got '%s'",
+                 val);
+        return -1;
     }
-    if (strcmp(key, "namespaces") == 0) {
-        if (tierd_parse_ns_filter(val, r) < 0) {
-            snprintf(p->err, sizeof(p->err), "namespaces: prefix too long");
-            return -1;
-        }
-        return 0;
+    return 0;
+}
+
+static int set_namespaces(struct parse *p, struct tenant *t, const char *key, const char *val)
+{
+    (void)t, (void)key;
+    if (tierd_parse_ns_filter(val, &p->d->remote) < 0) {
+        snprintf(p->err, sizeof(p->err), "namespaces: prefix too long");
+        return -1;
     }
-    snprintf(p->err, sizeof(p->err),
-             "[remote]: unknown key '%s' (known: seeds, timeout_ms, policy, namespaces)", key);
+    return 0;
+}
+
+static int set_uids(struct parse *p, struct tenant *t, const char *key, const char *val)
+{
+    return id_list(p, key, val, true, t->uids, &t->nuids);
+}
+
+static int set_gids(struct parse *p, struct tenant *t, const char *key, const char *val)
+{
+    return id_list(p, key, val, false, t->gids, &t->ngids);
+}
+
+static int set_max_clients(struct parse *p, struct tenant *t, const char *key, const char *val)
+{
+    char *end;
+    unsigned long n = strtoul(val, &end, 10);
+
+    (void)key;
+    if (*end || end == val || *val < '0' || *val > '9' || n < 1 || n > 1000000) {
+        snprintf(p->err, sizeof(p->err), "max_clients: want 1..1000000, got '%s'", val);
+        return -1;
+    }
+    t->max_clients = (uint32_t)n;
+    return 0;
+}
+
+static int set_lease_bytes(struct parse *p, struct tenant *t, const char *key, const char *val)
+{
+    int64_t v = size_of(val);
+
+    (void)key;
+    if (v < (64 << 10)) {
+        snprintf(p->err, sizeof(p->err), "lease_bytes: %s '%s' (at least 64K)",
+                 v < 0 ? "bad size" : "too small", val);
+        return -1;
+    }
+    t->lease_bytes_max = (uint64_t)v;
+    return 0;
+}
+
+/* A pool's size into *out: at least min bytes, or 0 where zero_ok. */
+static int pool_size(struct parse *p, const char *key, const char *val, int64_t min,
+                     bool zero_ok, uint64_t *out)
+{
+    int64_t v = size_of(val);
+
+    if (v < 0 || (v < min && !(zero_ok && v == 0))) {
+        snprintf(p->err, sizeof(p->err), "%s: bad size '%s' (e.g. 512M, 8G; at least 1M%s)",
+                 key, val, zero_ok ? ", or 0 for none" : "");
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+static int set_warm_bytes(struct parse *p, struct tenant *t, const char *key, const char *val)
+{
+    return pool_size(p, key, val, 1 << 20, false, &t->warm_bytes);
+}
+
+static int set_cold_bytes(struct parse *p, struct tenant *t, const char *key, const char *val)
+{
+    int rc = pool_size(p, key, val, 1 << 20, true, &t->cold_bytes);
+
+    if (p->def->no_cold)
+        t->cold_bytes = 0; /* --no-cold wins over the file */
+    return rc;
+}
+
+static int set_hot_bytes(struct parse *p, struct tenant *t, const char *key, const char *val)
+{
+    return pool_size(p, key, val, 0, true, &t->hot_bytes);
+}
+
+static const struct key daemon_keys[] = {
+    { "socket_group", set_socket_group },
+    { 0 },
+};
+
+static const struct key remote_keys[] = {
+    { "seeds", set_seeds },   { "timeout_ms", set_timeout_ms },
+    { "policy", set_policy }, { "namespaces", set_namespaces },
+    { 0 },
+};
+
+static const struct key tenant_keys[] = {
+    { "uids", set_uids },               { "gids", set_gids },
+    { "warm_bytes", set_warm_bytes },   { "cold_bytes", set_cold_bytes },
+    { "hot_bytes", set_hot_bytes },     { "max_clients", set_max_clients },
+    { "lease_bytes", set_lease_bytes },
+    { 0 },
+};
+
+/* Key key of [section], found in keys and set; 0, or -1 with p->err set. */
+static int set_key(struct parse *p, const struct key *keys, struct tenant *t,
+                   const char *section, const char *key, const char *val)
+{
+    char known[128];
+    size_t n = 0;
+
+    for (const struct key *k = keys; k->name; k++)
+        if (strcmp(k->name, key) == 0)
+            return k->set(p, t, key, val);
+    known[0] = '\0';
+    for (const struct key *k = keys; k->name && n < sizeof(known); k++)
+        n += (size_t)snprintf(known + n, sizeof(known) - n, "%s%s", k == keys ? "" : ", ",
+                              k->name);
+    snprintf(p->err, sizeof(p->err), "[%s]: unknown key '%s' (known: %s)", section, key, known);
     return -1;
 }
 
@@ -166,95 +304,39 @@ static int on_key(void *user, const char *section, const char *key, const char *
 {
     struct parse *p = user;
     struct tenant *t;
-    int64_t v;
+    int rc;
 
     if (p->failed)
         return 1; /* only the first problem is reported */
     if (strcmp(section, "daemon") == 0) {
-        if (strcmp(key, "socket_group") == 0) {
-            struct group *g = getgrnam(val);
-            char *end;
-            unsigned long n = strtoul(val, &end, 10);
-
-            if (!g && (*end || end == val)) {
-                snprintf(p->err, sizeof(p->err), "socket_group: no such group '%s'", val);
-                goto bad;
-            }
-            p->d->socket_gid = g ? g->gr_gid : (gid_t)n;
-            return 1;
-        }
-        snprintf(p->err, sizeof(p->err), "[daemon]: unknown key '%s' (known: socket_group)",
-                 key);
-        goto bad;
-    }
-    if (strcmp(section, "remote") == 0) {
-        if (remote_key(p, key, val) < 0)
-            goto bad;
-        return 1;
-    }
-    if (strncmp(section, "tenant.", 7) != 0) {
+        rc = set_key(p, daemon_keys, NULL, section, key, val);
+    } else if (strcmp(section, "remote") == 0) {
+        rc = set_key(p, remote_keys, NULL, section, key, val);
+    } else if (strncmp(section, "tenant.", 7) == 0) {
+        t = section_tenant(p, section + 7);
+        rc = t ? set_key(p, tenant_keys, t, section, key, val) : -1;
+    } else {
         snprintf(p->err, sizeof(p->err),
                  "unknown section [%s] (sections: [daemon], [remote], [tenant.NAME])",
                  section);
-        goto bad;
+        rc = -1;
     }
-    t = section_tenant(p, section + 7);
-    if (!t)
-        goto bad;
-    if (strcmp(key, "uids") == 0) {
-        if (id_list(p, key, val, true, t->uids, &t->nuids) < 0)
-            goto bad;
-        return 1;
-    }
-    if (strcmp(key, "gids") == 0) {
-        if (id_list(p, key, val, false, t->gids, &t->ngids) < 0)
-            goto bad;
-        return 1;
-    }
-    if (strcmp(key, "max_clients") == 0) {
-        char *end;
-        unsigned long n = strtoul(val, &end, 10);
+    if (rc < 0)
+        p->failed = true;
+    return rc < 0 ? 0 : 1;
+}
 
-        if (*end || end == val || *val < '0' || *val > '9' || n < 1 || n > 1000000) {
-            snprintf(p->err, sizeof(p->err), "max_clients: want 1..1000000, got '%s'", val);
-            goto bad;
-        }
-        t->max_clients = (uint32_t)n;
-        return 1;
-    }
-    if (strcmp(key, "lease_bytes") == 0) {
-        v = size_of(val);
-        if (v < (64 << 10)) {
-            snprintf(p->err, sizeof(p->err), "lease_bytes: %s '%s' (at least 64K)",
-                     v < 0 ? "bad size" : "too small", val);
-            goto bad;
-        }
-        t->lease_bytes_max = (uint64_t)v;
-        return 1;
-    }
-    if (strcmp(key, "warm_bytes") != 0 && strcmp(key, "cold_bytes") != 0 &&
-        strcmp(key, "hot_bytes") != 0) {
-        snprintf(p->err, sizeof(p->err),
-                 "[tenant.%s]: unknown key '%s' (known: uids, gids, warm_bytes, cold_bytes, "
-                 "hot_bytes, max_clients, lease_bytes)", t->name, key);
-        goto bad;
-    }
-    v = size_of(val);
-    if (v < 0 || (key[0] == 'w' && v < (1 << 20)) || (key[0] == 'c' && v && v < (1 << 20))) {
-        snprintf(p->err, sizeof(p->err), "%s: bad size '%s' (e.g. 512M, 8G; at least 1M%s)",
-                 key, val, key[0] == 'w' ? "" : ", or 0 for none");
-        goto bad;
-    }
-    if (key[0] == 'w')
-        t->warm_bytes = (uint64_t)v;
-    else if (key[0] == 'c')
-        t->cold_bytes = p->def->no_cold ? 0 : (uint64_t)v;
-    else
-        t->hot_bytes = (uint64_t)v;
-    return 1;
-bad:
-    p->failed = true;
-    return 0;
+/* The first id of a[0..na) that b[0..nb) holds too, into *id. */
+static bool shared_id(const uint32_t *a, uint32_t na, const uint32_t *b, uint32_t nb,
+                      uint32_t *id)
+{
+    for (uint32_t x = 0; x < na; x++)
+        for (uint32_t y = 0; y < nb; y++)
+            if (a[x] == b[y]) {
+                *id = a[x];
+                return true;
+            }
+    return false;
 }
 
 /* No two tenants admit the same uid or gid: who a peer is must be clear. */
@@ -263,21 +345,14 @@ static int check_overlap(struct tierd *d, char *err, size_t cap)
     for (uint32_t i = 0; i < d->ntenants; i++)
         for (uint32_t j = i + 1; j < d->ntenants; j++) {
             const struct tenant *a = &d->tenants[i], *b = &d->tenants[j];
+            uint32_t id;
+            bool uid = shared_id(a->uids, a->nuids, b->uids, b->nuids, &id);
 
-            for (uint32_t x = 0; x < a->nuids; x++)
-                for (uint32_t y = 0; y < b->nuids; y++)
-                    if (a->uids[x] == b->uids[y]) {
-                        snprintf(err, cap, "uid %u is in tenants %s and %s", a->uids[x],
-                                 a->name, b->name);
-                        return -EINVAL;
-                    }
-            for (uint32_t x = 0; x < a->ngids; x++)
-                for (uint32_t y = 0; y < b->ngids; y++)
-                    if (a->gids[x] == b->gids[y]) {
-                        snprintf(err, cap, "gid %u is in tenants %s and %s", a->gids[x],
-                                 a->name, b->name);
-                        return -EINVAL;
-                    }
+            if (uid || shared_id(a->gids, a->ngids, b->gids, b->ngids, &id)) {
+                snprintf(err, cap, "%s %u is in tenants %s and %s", uid ? "uid" : "gid", id,
+                         a->name, b->name);
+                return -EINVAL;
+            }
         }
     for (uint32_t i = 0; i < d->ntenants; i++)
         if (!d->tenants[i].nuids && !d->tenants[i].ngids) {
@@ -408,24 +483,99 @@ static bool str_ok(const char *s, size_t cap, bool nonempty)
     return z && (!nonempty || z != s);
 }
 
-int tenant_ns_open(struct tenant *t, const struct kvt_wire_ns_req *req, uint32_t *id)
+/* req checked, and copied field by field into *n, so that padding after
+ * the NULs never tells two equal descriptors apart. 0 or -EINVAL. */
+static int ns_normal(const struct kvt_wire_ns_req *req, struct kvt_wire_ns_req *n)
 {
-    struct kvt_wire_ns_req n = { 0 };
-
     if (!str_ok(req->model_id, sizeof(req->model_id), true) ||
         !str_ok(req->dtype, sizeof(req->dtype), false) ||
         !str_ok(req->layout, sizeof(req->layout), false) || req->block_bytes == 0 ||
         req->block_tokens == 0 || req->tp_size == 0 || req->tp_rank >= req->tp_size)
         return -EINVAL;
-    /* normalise: copy fields so padding after the NULs never tells two equal
-     * descriptors apart */
-    n.block_bytes = req->block_bytes;
-    n.block_tokens = req->block_tokens;
-    n.tp_rank = req->tp_rank;
-    n.tp_size = req->tp_size;
-    strcpy(n.model_id, req->model_id);
-    strcpy(n.dtype, req->dtype);
-    strcpy(n.layout, req->layout);
+    memset(n, 0, sizeof(*n)); /* the padding too: the registry compares bytes */
+    n->block_bytes = req->block_bytes;
+    n->block_tokens = req->block_tokens;
+    n->tp_rank = req->tp_rank;
+    n->tp_size = req->tp_size;
+    strcpy(n->model_id, req->model_id);
+    strcpy(n->dtype, req->dtype);
+    strcpy(n->layout, req->layout);
+    return 0;
+}
+
+/* The id of a namespace new to t, described by n. */
+static int ns_new_id(struct tenant *t, const struct kvt_wire_ns_req *n, uint32_t *id)
+{
+    if (t->cold) {
+        /* the id comes from the tenant's cold index, so that blocks on disk
+         * find their namespace again after a restart, and only theirs;
+         * packed by hand: struct padding would put undefined bytes into a
+         * key that must be the same on every run (the uid keeps the ids of
+         * folders written before tenants existed) */
+        uint8_t desc[sizeof(uint32_t) + sizeof(*n)];
+        uint32_t tag = (uint32_t)t->d->uid;
+
+        memcpy(desc, &tag, sizeof(tag));
+        memcpy(desc + sizeof(tag), n, sizeof(*n));
+        return tier_cold_ns_id(t->cold, desc, sizeof(desc), id);
+    }
+    /* the next id: namespaces never close, so the nns open take 1..nns
+     * (not ns_cap + 1: that doubled the registry with each namespace) */
+    *id = t->nns + 1;
+    return 0;
+}
+
+/* Room in t's registry for namespace id (doubling it). 0 or -ENOMEM. */
+static int ns_room(struct tenant *t, uint32_t id)
+{
+    uint32_t cap = t->ns_cap ? t->ns_cap : 16;
+    struct tierd_ns *p;
+
+    if (id <= t->ns_cap)
+        return 0;
+    while (cap < id)
+        cap *= 2;
+    p = realloc(t->ns, cap * sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    memset(p + t->ns_cap, 0, (cap - t->ns_cap) * sizeof(*p));
+    t->ns = p;
+    t->ns_cap = cap;
+    return 0;
+}
+
+/* Namespace id (n) on t's remote tier, when it has one and the model id
+ * passes its filter; a failure is logged, and the namespace stays local. */
+static void ns_remote(struct tenant *t, const struct kvt_wire_ns_req *n, uint32_t id)
+{
+    /* on the cluster, a namespace is named by what is the same on every
+     * node (tenant and descriptor), never by the local id; given as
+     * fields, which the store hashes with SHA-256 (tier_remote_ns_id).
+     * The tenant's name is our config's, never the client's text: a
+     * client picks only fields under its own tenant's name. */
+    struct tier_remote_ns_desc rd = {
+        .tenant = t->name, .model_id = n->model_id, .dtype = n->dtype,
+        .layout = n->layout, .block_tokens = n->block_tokens,
+        .block_bytes = n->block_bytes, .tp_rank = n->tp_rank, .tp_size = n->tp_size,
+    };
+    int rc;
+
+    if (!t->remote || strncmp(n->model_id, t->d->remote.ns_prefix,
+                              strlen(t->d->remote.ns_prefix)) != 0)
+        return;
+    rc = tier_remote_ns_add(t->remote, id, &rd);
+    if (rc < 0)
+        tierd_log("tenant %s namespace %u: not on the remote tier: %s", t->name, id,
+                  strerror(-rc));
+}
+
+int tenant_ns_open(struct tenant *t, const struct kvt_wire_ns_req *req, uint32_t *id)
+{
+    struct kvt_wire_ns_req n;
+    int rc = ns_normal(req, &n);
+
+    if (rc < 0)
+        return rc;
     /* linear: namespaces are opened once per engine process, and few */
     for (uint32_t i = 0; i < t->ns_cap; i++)
         if (t->ns[i].open && memcmp(&t->ns[i].d, &n, sizeof(n)) == 0) {
@@ -434,59 +584,11 @@ int tenant_ns_open(struct tenant *t, const struct kvt_wire_ns_req *req, uint32_t
         }
     if (t->nns == TIERD_NS_MAX)
         return -ENOSPC;
-    if (t->cold) {
-        /* the id comes from the tenant's cold index, so that blocks on disk
-         * find their namespace again after a restart, and only theirs;
-         * packed by hand: struct padding would put undefined bytes into a
-         * key that must be the same on every run (the uid keeps the ids of
-         * folders written before tenants existed) */
-        uint8_t desc[sizeof(uint32_t) + sizeof(n)];
-        uint32_t tag = (uint32_t)t->d->uid;
-        int rc;
-
-        memcpy(desc, &tag, sizeof(tag));
-        memcpy(desc + sizeof(tag), &n, sizeof(n));
-        rc = tier_cold_ns_id(t->cold, desc, sizeof(desc), id);
-        if (rc < 0)
-            return rc;
-    } else {
-        /* the next id: namespaces never close, so the nns open take 1..nns
-         * (not ns_cap + 1: that doubled the registry with each namespace) */
-        *id = t->nns + 1;
-    }
-    if (*id > t->ns_cap) {
-        uint32_t cap = t->ns_cap ? t->ns_cap : 16;
-        struct tierd_ns *p;
-
-        while (cap < *id)
-            cap *= 2;
-        p = realloc(t->ns, cap * sizeof(*p));
-        if (!p)
-            return -ENOMEM;
-        memset(p + t->ns_cap, 0, (cap - t->ns_cap) * sizeof(*p));
-        t->ns = p;
-        t->ns_cap = cap;
-    }
+    if ((rc = ns_new_id(t, &n, id)) < 0 || (rc = ns_room(t, *id)) < 0)
+        return rc;
     t->ns[*id - 1] = (struct tierd_ns){ .open = true, .d = n };
     t->nns++;
-    if (t->remote && strncmp(n.model_id, t->d->remote.ns_prefix,
-                             strlen(t->d->remote.ns_prefix)) == 0) {
-        /* on the cluster, a namespace is named by what is the same on every
-         * node (tenant and descriptor), never by the local id; given as
-         * fields, which the store hashes with SHA-256 (tier_remote_ns_id).
-         * The tenant's name is our config's, never the client's text: a
-         * client picks only fields under its own tenant's name. */
-        struct tier_remote_ns_desc rd = {
-            .tenant = t->name, .model_id = n.model_id, .dtype = n.dtype,
-            .layout = n.layout, .block_tokens = n.block_tokens,
-            .block_bytes = n.block_bytes, .tp_rank = n.tp_rank, .tp_size = n.tp_size,
-        };
-        int rc = tier_remote_ns_add(t->remote, *id, &rd);
-
-        if (rc < 0)
-            tierd_log("tenant %s namespace %u: not on the remote tier: %s", t->name, *id,
-                      strerror(-rc));
-    }
+    ns_remote(t, &n, *id);
     if (t->d->verbose)
         tierd_log("tenant %s namespace %u: %s %s %s block %u tokens / %llu bytes, tp %u/%u",
                   t->name, *id, n.model_id, n.dtype, n.layout, n.block_tokens,

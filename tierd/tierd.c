@@ -1,19 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tierd.c - the daemon: command line, data folder lock, the listening
- * socket, signals, the namespace registry and the event loop.
+ * socket, signals, each tenant's store opened and closed, and the event
+ * loop. The tenants and their namespaces are tenant.c's, the clients
+ * sess*.c's.
  *
- * Usage: tierd [--socket PATH] [--data DIR] [--warm-bytes SIZE] [--high-wm F]
- *              [--low-wm F] [--no-mlock] [--no-hugepages] [--max-clients N]
- *              [--metrics-port N [--metrics-addr A] [--metrics-token-file F]
- *               [--metrics-no-model-ids] [--metrics-max-namespaces N]] [-v]
- * Exit codes follow sysexits.h.
+ * Usage: tierd [options]; `tierd --help` lists them (usage() below, and
+ * man/tierd.8). Exit codes follow sysexits.h.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,66 +153,148 @@ static int num_opt(const char *opt, const char *s, uint64_t min, uint64_t max, u
     return 0;
 }
 
-/* The long name of option c in lo. */
-static const char *long_name(const struct option *lo, int c)
+/* How an option's argument is read, and so the type of its field. */
+enum opt_kind {
+    O_STR,    /* const char *: the argument as it is */
+    O_FLAG,   /* bool: no argument, set */
+    O_SIZE,   /* uint64_t: size_opt, at least min */
+    O_U32,    /* uint32_t: num_opt in [min, max] */
+    O_INT,    /* int: the same */
+    O_U16,    /* uint16_t: the same */
+    O_FRAC,   /* double: a fraction in (0, 1] */
+    O_IPV4,   /* const char *: an IPv4 address */
+    O_POLICY, /* int: the remote tier's policy (enum tier_remote_policy) */
+    O_HELP,   /* no field: print the usage and exit */
+};
+
+#define AT(field) offsetof(struct opts, field)
+
+/* The options: one row each, read by set_opt into the field at `at` (a
+ * table, as usage() is one too; a new option is one row). */
+static const struct opt_def {
+    const char *name;
+    char short_name;    /* -v, -h; 0: none */
+    enum opt_kind kind;
+    size_t at;          /* its field in struct opts */
+    uint64_t min, max;  /* numbers: the bounds; sizes: the least (and no most) */
+} opt_defs[] = {
+    { "socket", 0, O_STR, AT(socket), 0, 0 },
+    { "config", 0, O_STR, AT(config), 0, 0 },
+    { "data", 0, O_STR, AT(data), 0, 0 },
+    { "warm-bytes", 0, O_SIZE, AT(warm_bytes), 1, 0 },
+    { "high-wm", 0, O_FRAC, AT(high_wm), 0, 0 },
+    { "low-wm", 0, O_FRAC, AT(low_wm), 0, 0 },
+    { "no-mlock", 0, O_FLAG, AT(no_mlock), 0, 0 },
+    { "no-hugepages", 0, O_FLAG, AT(no_huge), 0, 0 },
+    { "max-clients", 0, O_U32, AT(max_clients), 1, 1000000 },
+    /* ms: 0 (none) to an hour */
+    { "durable-wait-ms", 0, O_U32, AT(durable_wait_ms), 0, 3600000 },
+    { "handshake-timeout-ms", 0, O_U32, AT(handshake_ms), 0, 3600000 },
+    { "busy-poll-us", 0, O_INT, AT(busy_poll_us), 0, 100000 },
+    { "cold-bytes", 0, O_SIZE, AT(cold_bytes), 1u << 20, 0 },
+    { "cold-qd", 0, O_U32, AT(cold_qd), 4, 4096 },
+    { "no-cold", 0, O_FLAG, AT(no_cold), 0, 0 },
+    { "write-through", 0, O_FLAG, AT(write_through), 0, 0 },
+    { "no-flush", 0, O_FLAG, AT(no_flush), 0, 0 },
+    { "hot-bytes", 0, O_SIZE, AT(hot_bytes), 0, 0 },
+    { "hot-device", 0, O_INT, AT(hot_device), 0, 1024 },
+    { "metrics-port", 0, O_U16, AT(metrics_port), 1, 65535 },
+    { "metrics-addr", 0, O_IPV4, AT(metrics_addr), 0, 0 },
+    { "metrics-token-file", 0, O_STR, AT(metrics_token_file), 0, 0 },
+    { "metrics-no-model-ids", 0, O_FLAG, AT(metrics_no_model_ids), 0, 0 },
+    { "metrics-max-namespaces", 0, O_U32, AT(metrics_max_ns), 0, METRICS_MAX_NS_LIMIT },
+    { "remote-seeds", 0, O_STR, AT(remote_seeds), 0, 0 },
+    { "remote-policy", 0, O_POLICY, AT(remote_policy), 0, 0 },
+    { "remote-timeout-ms", 0, O_U32, AT(remote_timeout_ms), 1, 60000 },
+    { "remote-namespaces", 0, O_STR, AT(remote_ns), 0, 0 },
+    { "verbose", 'v', O_FLAG, AT(verbose), 0, 0 },
+    { "help", 'h', O_HELP, 0, 0, 0 },
+};
+
+#define NOPTS (sizeof(opt_defs) / sizeof(opt_defs[0]))
+#define OPT_VAL 256 /* getopt_long's value of opt_defs[i]: OPT_VAL + i, past any char */
+
+/* Read option d's argument arg into its field of o: 0, or -1 after saying
+ * what is wrong. */
+static int set_opt(const struct opt_def *d, const char *arg, struct opts *o)
 {
-    for (; lo->name; lo++)
-        if (lo->val == c)
-            return lo->name;
-    return "?";
+    void *f = (char *)o + d->at;
+    char name[64];
+    uint64_t v;
+
+    snprintf(name, sizeof(name), "--%s", d->name);
+    switch (d->kind) {
+    case O_STR: *(const char **)f = arg; return 0;
+    case O_FLAG: *(bool *)f = true; return 0;
+    case O_HELP: usage(stdout); exit(EX_OK);
+    case O_SIZE:
+        if (size_opt(name, arg, d->min, &v) < 0)
+            return -1;
+        *(uint64_t *)f = v;
+        return 0;
+    case O_U32: case O_INT: case O_U16:
+        if (num_opt(name, arg, d->min, d->max, &v) < 0)
+            return -1;
+        if (d->kind == O_U32)
+            *(uint32_t *)f = (uint32_t)v;
+        else if (d->kind == O_INT)
+            *(int *)f = (int)v;
+        else
+            *(uint16_t *)f = (uint16_t)v;
+        return 0;
+    case O_FRAC:
+        if ((*(double *)f = parse_frac(arg)) < 0) {
+            fprintf(stderr, "tierd: %s: want a fraction in (0, 1], got '%s'\n", name, arg);
+            return -1;
+        }
+        return 0;
+    case O_IPV4: {
+        struct in_addr a;
+
+        if (inet_pton(AF_INET, arg, &a) != 1) {
+            fprintf(stderr, "tierd: %s: want an IPv4 address, got '%s'\n", name, arg);
+            return -1;
+        }
+        *(const char **)f = arg;
+        return 0;
+    }
+    case O_POLICY: {
+        enum tier_remote_policy pol;
+
+        if (tierd_parse_policy(arg, &pol) < 0) {
+            fprintf(stderr, "tierd: %s: want write-through or on-demotion, got '%s'\n", name,
+                    arg);
+            return -1;
+        }
+        *(int *)f = (int)pol;
+        return 0;
+    }
+    }
+    return -1;
+}
+
+/* The row of what getopt_long returned (OPT_VAL + its index, or its short
+ * name), or NULL for an option that is none of ours. */
+static const struct opt_def *opt_of(int c)
+{
+    for (size_t i = 0; i < NOPTS; i++)
+        if (c == OPT_VAL + (int)i || (opt_defs[i].short_name && c == opt_defs[i].short_name))
+            return &opt_defs[i];
+    return NULL;
 }
 
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
-    static const struct option lo[] = {
-        { "socket", required_argument, NULL, 's' },
-        { "config", required_argument, NULL, 'f' },
-        { "data", required_argument, NULL, 'd' },
-        { "warm-bytes", required_argument, NULL, 'w' },
-        { "high-wm", required_argument, NULL, 'H' },
-        { "low-wm", required_argument, NULL, 'L' },
-        { "no-mlock", no_argument, NULL, 'M' },
-        { "no-hugepages", no_argument, NULL, 'P' },
-        { "max-clients", required_argument, NULL, 'c' },
-        { "durable-wait-ms", required_argument, NULL, 'u' },
-        { "handshake-timeout-ms", required_argument, NULL, 'k' },
-        { "busy-poll-us", required_argument, NULL, 'b' },
-        { "cold-bytes", required_argument, NULL, 'C' },
-        { "cold-qd", required_argument, NULL, 'Q' },
-        { "no-cold", no_argument, NULL, 'N' },
-        { "write-through", no_argument, NULL, 'W' },
-        { "no-flush", no_argument, NULL, 'F' },
-        { "hot-bytes", required_argument, NULL, 'T' },
-        { "hot-device", required_argument, NULL, 'D' },
-        { "metrics-port", required_argument, NULL, 'm' },
-        { "metrics-addr", required_argument, NULL, 'A' },
-        { "metrics-token-file", required_argument, NULL, 'K' },
-        { "metrics-no-model-ids", no_argument, NULL, 'I' },
-        { "metrics-max-namespaces", required_argument, NULL, 'X' },
-        { "remote-seeds", required_argument, NULL, 'R' },
-        { "remote-policy", required_argument, NULL, 'p' },
-        { "remote-timeout-ms", required_argument, NULL, 't' },
-        { "remote-namespaces", required_argument, NULL, 'n' },
-        { "verbose", no_argument, NULL, 'v' },
-        { "help", no_argument, NULL, 'h' },
-        { 0 },
-    };
-    /* the options that take a number or a size, and their bounds: checked
-     * (and said what is wrong) before the switch, which only stores v */
-    static const struct {
-        int c;
-        bool size;         /* cmn_parse_size, else cmn_parse_uint */
-        uint64_t min, max; /* a size's max: none */
-    } nums[] = {
-        { 'w', true, 1, 0 },          { 'C', true, 1u << 20, 0 },  { 'T', true, 0, 0 },
-        { 'c', false, 1, 1000000 },   { 'b', false, 0, 100000 },   { 'Q', false, 4, 4096 },
-        { 'D', false, 0, 1024 },      { 'm', false, 1, 65535 },    { 't', false, 1, 60000 },
-        { 'X', false, 0, METRICS_MAX_NS_LIMIT },
-        { 'u', false, 0, 3600000 },   { 'k', false, 0, 3600000 }, /* ms: 0 (none) to an hour */
-    };
-    uint64_t v = 0;
+    struct option lo[NOPTS + 1];
     int c;
 
+    for (size_t i = 0; i < NOPTS; i++) {
+        bool arg = opt_defs[i].kind != O_FLAG && opt_defs[i].kind != O_HELP;
+
+        lo[i] = (struct option){ opt_defs[i].name, arg ? required_argument : no_argument, NULL,
+                                 OPT_VAL + (int)i };
+    }
+    lo[NOPTS] = (struct option){ 0 };
     *o = (struct opts){
         .socket = getenv("KVTIER_SOCKET"), .data = getenv("KVTIER_DATA"),
         .warm_bytes = 1ull << 30, .high_wm = 0.95, .low_wm = 0.85, .max_clients = 1024,
@@ -226,79 +308,14 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     if (!o->data || !*o->data)
         o->data = DEFAULT_DATA;
     while ((c = getopt_long(argc, argv, "vh", lo, NULL)) != -1) {
-        for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
-            char name[64];
+        const struct opt_def *d = opt_of(c);
 
-            if (nums[i].c != c)
-                continue;
-            snprintf(name, sizeof(name), "--%s", long_name(lo, c));
-            if (nums[i].size ? size_opt(name, optarg, nums[i].min, &v) < 0
-                             : num_opt(name, optarg, nums[i].min, nums[i].max, &v) < 0)
-                return -1;
+        if (!d) {
+            usage(stderr);
+            return -1;
         }
-        switch (c) {
-        case 's': o->socket = optarg; break;
-        case 'f': o->config = optarg; break;
-        case 'd': o->data = optarg; break;
-        case 'w': o->warm_bytes = v; break;
-        case 'H':
-            if ((o->high_wm = parse_frac(optarg)) < 0) {
-                fprintf(stderr, "tierd: --high-wm: want a fraction in (0, 1], got '%s'\n", optarg);
-                return -1;
-            }
-            break;
-        case 'L':
-            if ((o->low_wm = parse_frac(optarg)) < 0) {
-                fprintf(stderr, "tierd: --low-wm: want a fraction in (0, 1], got '%s'\n", optarg);
-                return -1;
-            }
-            break;
-        case 'M': o->no_mlock = true; break;
-        case 'P': o->no_huge = true; break;
-        case 'c': o->max_clients = (uint32_t)v; break;
-        case 'b': o->busy_poll_us = (int)v; break;
-        case 'C': o->cold_bytes = v; break;
-        case 'Q': o->cold_qd = (uint32_t)v; break;
-        case 'N': o->no_cold = true; break;
-        case 'W': o->write_through = true; break;
-        case 'F': o->no_flush = true; break;
-        case 'T': o->hot_bytes = v; break;
-        case 'D': o->hot_device = (int)v; break;
-        case 'm': o->metrics_port = (uint16_t)v; break;
-        case 'A': {
-            struct in_addr a;
-
-            if (inet_pton(AF_INET, optarg, &a) != 1) {
-                fprintf(stderr, "tierd: --metrics-addr: want an IPv4 address, got '%s'\n",
-                        optarg);
-                return -1;
-            }
-            o->metrics_addr = optarg;
-            break;
-        }
-        case 'K': o->metrics_token_file = optarg; break;
-        case 'I': o->metrics_no_model_ids = true; break;
-        case 'X': o->metrics_max_ns = (uint32_t)v; break;
-        case 'R': o->remote_seeds = optarg; break;
-        case 'n': o->remote_ns = optarg; break;
-        case 'p': {
-            enum tier_remote_policy pol;
-
-            if (tierd_parse_policy(optarg, &pol) < 0) {
-                fprintf(stderr, "tierd: --remote-policy: want write-through or on-demotion, "
-                                "got '%s'\n", optarg);
-                return -1;
-            }
-            o->remote_policy = (int)pol;
-            break;
-        }
-        case 't': o->remote_timeout_ms = (uint32_t)v; break;
-        case 'u': o->durable_wait_ms = (uint32_t)v; break;
-        case 'k': o->handshake_ms = (uint32_t)v; break;
-        case 'v': o->verbose = true; break;
-        case 'h': usage(stdout); exit(EX_OK);
-        default: usage(stderr); return -1;
-        }
+        if (set_opt(d, optarg, o) < 0)
+            return -1;
     }
     if (optind < argc) {
         fprintf(stderr, "tierd: unexpected argument '%s'\n", argv[optind]);
@@ -625,14 +642,113 @@ static int socket_mode(struct tierd *d, const char *path)
     return 0;
 }
 
+/* The tenants (tenant_config: --config, or the one default tenant), and
+ * the remote tier: the command line over the config file's [remote].
+ * EX_OK, or a sysexits code after logging why (the tenants are the
+ * caller's to free either way). */
+static int configure(struct tierd *d, const struct opts *o)
+{
+    struct tenant_defaults def = { .data = o->data, .warm_bytes = o->warm_bytes,
+                                   .cold_bytes = o->cold_bytes, .hot_bytes = o->hot_bytes,
+                                   .no_cold = o->no_cold };
+    char err[512];
+    int rc = tenant_config(d, o->config, &def, err, sizeof(err));
+
+    if (rc < 0) {
+        tierd_log("--config %s", err);
+        return rc == -EINVAL ? EX_CONFIG : rc == -ENOMEM ? EX_OSERR : EX_NOINPUT;
+    }
+    if (o->remote_seeds && snprintf(d->remote.seeds, sizeof(d->remote.seeds), "%s",
+                                    o->remote_seeds) >= (int)sizeof(d->remote.seeds)) {
+        tierd_log("--remote-seeds: list too long");
+        return EX_USAGE;
+    }
+    if (o->remote_timeout_ms)
+        d->remote.timeout_ms = o->remote_timeout_ms;
+    if (o->remote_policy >= 0)
+        d->remote.policy = (enum tier_remote_policy)o->remote_policy;
+    if (o->remote_ns && tierd_parse_ns_filter(o->remote_ns, &d->remote) < 0) {
+        tierd_log("--remote-namespaces: prefix too long");
+        return EX_USAGE;
+    }
+    return EX_OK;
+}
+
+/* The metrics page, when asked for: bound before the tiers open, so that a
+ * port in use stops tierd at once. EX_OK, or a sysexits code after logging
+ * why. */
+static int open_metrics(struct tierd *d, const struct opts *o)
+{
+    struct metrics_cfg mc = { .addr = o->metrics_addr, .port = o->metrics_port,
+                              .token_file = o->metrics_token_file,
+                              .no_model_ids = o->metrics_no_model_ids,
+                              .max_ns = o->metrics_max_ns };
+    char err[512];
+    int rc;
+
+    if (!o->metrics_port)
+        return EX_OK;
+    rc = metrics_open(d, &mc, err, sizeof(err), &d->metrics);
+    if (rc < 0) {
+        tierd_log("%s", err);
+        return rc == -EADDRINUSE ? EX_TEMPFAIL : rc == -EINVAL ? EX_CONFIG
+               : rc == -ENOENT ? EX_NOINPUT : EX_OSERR;
+    }
+    return EX_OK;
+}
+
+/* The event loop and what it watches: the socket, the signals in sigs,
+ * each tenant's completions, the metrics page; then the sessions. EX_OK,
+ * or EX_OSERR after logging why (what was made is the caller's to close). */
+static int watch(struct tierd *d, const sigset_t *sigs)
+{
+    int rc = 0;
+
+    d->sig_fd = signalfd(-1, sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (d->sig_fd < 0 || ev_loop_create(&d->loop) < 0 ||
+        ev_add(d->loop, d->listen_fd, sess_on_accept, d) < 0 ||
+        ev_add(d->loop, d->sig_fd, on_signal, d) < 0)
+        rc = -1;
+    for (uint32_t i = 0; rc >= 0 && i < d->ntenants; i++) {
+        struct tenant *t = &d->tenants[i];
+
+        if ((t->cold && ev_add(d->loop, tier_event_fd(t->store), on_cold, t) < 0) ||
+            (t->hot && ev_add(d->loop, tier_hot_fd(t->store), on_cold, t) < 0) ||
+            (t->remote && ev_add(d->loop, tier_remote_fd(t->store), on_cold, t) < 0))
+            rc = -1;
+    }
+    if (rc < 0 || (d->metrics && metrics_attach(d->metrics, d->loop) < 0) || sess_init(d) < 0) {
+        tierd_log("cannot set up the event loop: %s", strerror(errno));
+        return EX_OSERR;
+    }
+    return EX_OK;
+}
+
+/* A clean stop: the sessions closed, the socket gone, each tenant's warm
+ * tier written to cold (unless --no-flush). */
+static void stop(struct tierd *d, const struct opts *o)
+{
+    sess_close_all(d);
+    unlink(o->socket);
+    for (uint32_t i = 0; i < d->ntenants && !o->no_flush; i++) {
+        struct tenant *t = &d->tenants[i];
+        int rc;
+
+        if (!t->cold)
+            continue;
+        rc = tier_flush_to_cold(t->store);
+        tierd_log("tenant %s: warm tier written to cold%s%s", t->name, rc < 0 ? ": " : "",
+                  rc < 0 ? strerror(-rc) : "");
+    }
+    tierd_log("stopped");
+}
+
 int main(int argc, char **argv)
 {
     struct tierd d = { .listen_fd = -1, .sig_fd = -1, .lock_fd = -1 };
     struct opts o;
-    struct tenant_defaults def;
-    char err[512];
     sigset_t sigs;
-    int rc, ex = EX_OK;
+    int rc, ex;
 
     if (parse_opts(argc, argv, &o) < 0)
         return EX_USAGE;
@@ -648,51 +764,15 @@ int main(int argc, char **argv)
     sigaddset(&sigs, SIGTERM);
     sigprocmask(SIG_BLOCK, &sigs, NULL);
 
-    def = (struct tenant_defaults){ .data = o.data, .warm_bytes = o.warm_bytes,
-                                    .cold_bytes = o.cold_bytes, .hot_bytes = o.hot_bytes,
-                                    .no_cold = o.no_cold };
-    rc = tenant_config(&d, o.config, &def, err, sizeof(err));
-    if (rc < 0) {
-        tierd_log("--config %s", err);
-        tenant_free_all(&d);
-        return rc == -EINVAL ? EX_CONFIG : rc == -ENOMEM ? EX_OSERR : EX_NOINPUT;
-    }
-    /* the remote tier: the command line over the config file's [remote] */
-    if (o.remote_seeds && snprintf(d.remote.seeds, sizeof(d.remote.seeds), "%s",
-                                   o.remote_seeds) >= (int)sizeof(d.remote.seeds)) {
-        tierd_log("--remote-seeds: list too long");
-        tenant_free_all(&d);
-        return EX_USAGE;
-    }
-    if (o.remote_timeout_ms)
-        d.remote.timeout_ms = o.remote_timeout_ms;
-    if (o.remote_policy >= 0)
-        d.remote.policy = (enum tier_remote_policy)o.remote_policy;
-    if (o.remote_ns && tierd_parse_ns_filter(o.remote_ns, &d.remote) < 0) {
-        tierd_log("--remote-namespaces: prefix too long");
-        tenant_free_all(&d);
-        return EX_USAGE;
-    }
+    if ((ex = configure(&d, &o)) != EX_OK)
+        goto out_tenants;
     d.lock_fd = lock_data(o.data);
     if (d.lock_fd < 0) {
         ex = -d.lock_fd;
         goto out_tenants;
     }
-    if (o.metrics_port) {
-        struct metrics_cfg mc = { .addr = o.metrics_addr, .port = o.metrics_port,
-                                  .token_file = o.metrics_token_file,
-                                  .no_model_ids = o.metrics_no_model_ids,
-                                  .max_ns = o.metrics_max_ns };
-
-        /* bound before the tiers open: a port in use stops tierd at once */
-        rc = metrics_open(&d, &mc, err, sizeof(err), &d.metrics);
-        if (rc < 0) {
-            tierd_log("%s", err);
-            ex = rc == -EADDRINUSE ? EX_TEMPFAIL : rc == -EINVAL ? EX_CONFIG
-                 : rc == -ENOENT ? EX_NOINPUT : EX_OSERR;
-            goto out_lock;
-        }
-    }
+    if ((ex = open_metrics(&d, &o)) != EX_OK)
+        goto out_lock;
     for (uint32_t i = 0; i < d.ntenants && ex == EX_OK; i++)
         ex = open_tenant(&d, &d.tenants[i], &o);
     if (ex != EX_OK)
@@ -708,24 +788,8 @@ int main(int argc, char **argv)
         ex = EX_OSERR;
         goto out_loop;
     }
-    d.sig_fd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (d.sig_fd < 0 || ev_loop_create(&d.loop) < 0 ||
-        ev_add(d.loop, d.listen_fd, sess_on_accept, &d) < 0 ||
-        ev_add(d.loop, d.sig_fd, on_signal, &d) < 0)
-        rc = -1;
-    for (uint32_t i = 0; rc >= 0 && i < d.ntenants; i++) {
-        struct tenant *t = &d.tenants[i];
-
-        if ((t->cold && ev_add(d.loop, tier_event_fd(t->store), on_cold, t) < 0) ||
-            (t->hot && ev_add(d.loop, tier_hot_fd(t->store), on_cold, t) < 0) ||
-            (t->remote && ev_add(d.loop, tier_remote_fd(t->store), on_cold, t) < 0))
-            rc = -1;
-    }
-    if (rc < 0 || (d.metrics && metrics_attach(d.metrics, d.loop) < 0) || sess_init(&d) < 0) {
-        tierd_log("cannot set up the event loop: %s", strerror(errno));
-        ex = EX_OSERR;
+    if ((ex = watch(&d, &sigs)) != EX_OK)
         goto out_loop;
-    }
     ev_set_spin(d.loop, o.busy_poll_us);
     tierd_log("listening on %s (%u tenant%s)", o.socket, d.ntenants, d.ntenants > 1 ? "s" : "");
     sd_notify(0, "READY=1"); /* Type=notify under systemd: clients may come (else a no-op) */
@@ -736,18 +800,7 @@ int main(int argc, char **argv)
         tierd_log("event loop failed: %s", strerror(-rc));
         ex = EX_OSERR;
     }
-    sess_close_all(&d);
-    unlink(o.socket);
-    for (uint32_t i = 0; i < d.ntenants && !o.no_flush; i++) {
-        struct tenant *t = &d.tenants[i];
-
-        if (!t->cold)
-            continue;
-        rc = tier_flush_to_cold(t->store);
-        tierd_log("tenant %s: warm tier written to cold%s%s", t->name, rc < 0 ? ": " : "",
-                  rc < 0 ? strerror(-rc) : "");
-    }
-    tierd_log("stopped");
+    stop(&d, &o);
 out_loop:
     metrics_close(d.metrics); /* unwatches its fds: before the loop goes */
     d.metrics = NULL;

@@ -96,140 +96,177 @@ static int own_ok(const char *path, const struct stat *st, char *why, size_t cap
 #define WALK_DEPTH 128
 #define WALK_LINKS 40
 
-int tierd_dir_safe(const char *path, enum tierd_dir_want want, char *why, size_t cap)
+struct walk {
+    const char *path;     /* the path asked about, for messages */
+    char *why;            /* the caller's message buffer, cap bytes */
+    size_t cap;
+    char todo[PATH_MAX];  /* what is left to walk, below done */
+    char done[PATH_MAX];  /* the folder reached, as a path */
+    int fds[WALK_DEPTH];  /* the folders from "/" to done, held open (O_PATH) */
+    int depth, links;     /* fds held; links followed so far */
+};
+
+static int walk_fail(struct walk *w, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Say why in w->why; returns rc, for `return walk_fail(...)`. */
+static int walk_fail(struct walk *w, int rc, const char *fmt, ...)
 {
-    char todo[PATH_MAX], next[PATH_MAX], done[PATH_MAX], link[PATH_MAX];
-    int fds[WALK_DEPTH], depth = 0, links = 0, rc = 0;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(w->why, w->cap, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* The walk set up at "/", with the absolute form of path left to walk. */
+static int walk_start(struct walk *w, const char *path)
+{
     struct stat st;
+    int rc;
 
     if (path[0] != '/') {
-        if (!getcwd(done, sizeof(done)) ||
-            snprintf(todo, sizeof(todo), "%s/%s", done, path) >= (int)sizeof(todo)) {
-            snprintf(why, cap, "%s: path too long", path);
-            return -ENAMETOOLONG;
-        }
-    } else if (snprintf(todo, sizeof(todo), "%s", path) >= (int)sizeof(todo)) {
-        snprintf(why, cap, "%s: path too long", path);
-        return -ENAMETOOLONG;
+        if (!getcwd(w->done, sizeof(w->done)) ||
+            snprintf(w->todo, sizeof(w->todo), "%s/%s", w->done, path) >= (int)sizeof(w->todo))
+            return walk_fail(w, -ENAMETOOLONG, "%s: path too long", path);
+    } else if (snprintf(w->todo, sizeof(w->todo), "%s", path) >= (int)sizeof(w->todo)) {
+        return walk_fail(w, -ENAMETOOLONG, "%s: path too long", path);
     }
-    strcpy(done, "/");
-    fds[depth++] = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (fds[0] < 0 || fstat(fds[0], &st) < 0) {
+    strcpy(w->done, "/");
+    w->fds[w->depth++] = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (w->fds[0] < 0 || fstat(w->fds[0], &st) < 0) {
         rc = -errno;
-        snprintf(why, cap, "/: %s", strerror(-rc));
-        goto out;
+        return walk_fail(w, rc, "/: %s", strerror(-rc));
     }
-    rc = ancestor_ok("/", &st, why, cap);
+    return ancestor_ok("/", &st, w->why, w->cap);
+}
+
+/* Component c (next: its path) is a link, fd its O_PATH descriptor (closed
+ * here), rest what follows it: in a folder already checked, and root's or
+ * ours (in a sticky folder, another user's link is theirs to re-point at
+ * any time), it is followed, from where it points. 0, or the error. */
+static int follow_link(struct walk *w, const char *c, const char *rest, char *next,
+                       const struct stat *st, int fd)
+{
+    char link[PATH_MAX];
+    ssize_t len = readlinkat(w->fds[w->depth - 1], c, link, sizeof(link) - 1);
+    int rc;
+
+    close(fd);
+    if (st->st_uid != 0 && st->st_uid != geteuid())
+        return walk_fail(w, -EPERM, "%s is a symbolic link of uid %u, neither root nor us",
+                         next, (unsigned)st->st_uid);
+    if (len < 0 || ++w->links > WALK_LINKS) {
+        rc = len < 0 ? -errno : -ELOOP;
+        return walk_fail(w, rc, "%s: %s", next, strerror(-rc));
+    }
+    link[len] = 0;
+    /* next is PATH_MAX bytes (walk_step's) */
+    if (snprintf(next, PATH_MAX, "%s/%s", link, rest) >= PATH_MAX)
+        return walk_fail(w, -ENAMETOOLONG, "%s: path too long", w->path);
+    strcpy(w->todo, next);
+    if (link[0] == '/') {
+        while (w->depth > 1)
+            close(w->fds[--w->depth]);
+        strcpy(w->done, "/");
+    }
+    return 0;
+}
+
+/* One component of w->todo walked: 0 to go on, 1 when none is left, or
+ * the error (w->why says it). */
+static int walk_step(struct walk *w)
+{
+    char next[PATH_MAX], *c = w->todo, *rest;
+    struct stat st;
+    size_t n;
+    int fd, rc;
+
+    while (*c == '/')
+        c++;
+    if (!*c)
+        return 1;
+    rest = strchr(c, '/');
+    n = rest ? (size_t)(rest - c) : strlen(c);
+    c[n] = 0;
+    rest = rest ? c + n + 1 : c + n;
+    if (strcmp(c, ".") == 0 || strcmp(c, "..") == 0) {
+        if (strcmp(c, "..") == 0 && w->depth > 1) { /* ".." of "/" is "/" */
+            close(w->fds[--w->depth]);
+            *strrchr(w->done, '/') = 0;
+            if (!w->done[0])
+                strcpy(w->done, "/");
+        }
+        memmove(w->todo, rest, strlen(rest) + 1);
+        return 0;
+    }
+    if (snprintf(next, sizeof(next), "%s%s%s", w->done, strcmp(w->done, "/") ? "/" : "", c) >=
+        (int)sizeof(next))
+        return walk_fail(w, -ENAMETOOLONG, "%s: path too long", w->path);
+    fd = openat(w->fds[w->depth - 1], c, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        rc = -errno;
+        if (fd >= 0)
+            close(fd);
+        return walk_fail(w, rc, "%s: %s", next, strerror(-rc));
+    }
+    if (S_ISLNK(st.st_mode))
+        return follow_link(w, c, rest, next, &st, fd);
+    if (!S_ISDIR(st.st_mode)) {
+        close(fd);
+        return walk_fail(w, -ENOTDIR, "%s: not a folder", next);
+    }
+    memmove(w->todo, rest, strlen(rest) + 1);
+    while (w->todo[0] == '/')
+        memmove(w->todo, w->todo + 1, strlen(w->todo));
+    if (w->depth == WALK_DEPTH) {
+        close(fd);
+        return walk_fail(w, -ENAMETOOLONG, "%s: too deep", w->path);
+    }
+    w->fds[w->depth++] = fd;
+    strcpy(w->done, next);
+    return ancestor_ok(w->done, &st, w->why, w->cap);
+}
+
+/* What want asks of the folder the walk ended in (after "..", or ".",
+ * too). 0, or the error. */
+static int walk_end_ok(struct walk *w, enum tierd_dir_want want)
+{
+    struct stat st;
+    int rc;
+
+    if (want == TIERD_DIR_ON_THE_WAY)
+        return 0;
+    if (fstat(w->fds[w->depth - 1], &st) < 0) {
+        rc = -errno;
+        return walk_fail(w, rc, "%s: %s", w->done, strerror(-rc));
+    }
+    if (want == TIERD_DIR_OURS)
+        return own_ok(w->done, &st, w->why, w->cap);
+    if (st.st_mode & (S_IWGRP | S_IWOTH)) /* even sticky: anyone could take a name in it
+                                             while we are down */
+        return walk_fail(w, -EPERM, "%s is writable by %s (mode %04o): chmod go-w it, or use "
+                         "another folder", w->done,
+                         st.st_mode & S_IWOTH ? "every user" : "its group",
+                         (unsigned)(st.st_mode & 07777));
+    return 0;
+}
+
+int tierd_dir_safe(const char *path, enum tierd_dir_want want, char *why, size_t cap)
+{
+    struct walk w = { .path = path, .why = why, .cap = cap };
+    int rc = walk_start(&w, path);
+
     /* one component at a time, links never followed blindly: each folder
      * reached, a link's target included, is checked before anything below
      * it is looked at, so no one but root and us can change the way */
-    while (rc == 0) {
-        char *c = todo, *rest;
-        size_t n;
-        int fd;
-
-        while (*c == '/')
-            c++;
-        if (!*c)
-            break;
-        rest = strchr(c, '/');
-        n = rest ? (size_t)(rest - c) : strlen(c);
-        c[n] = 0;
-        rest = rest ? c + n + 1 : c + n;
-        if (strcmp(c, ".") == 0 || (strcmp(c, "..") == 0 && depth == 1)) {
-            memmove(todo, rest, strlen(rest) + 1);
-            continue;
-        }
-        if (strcmp(c, "..") == 0) {
-            close(fds[--depth]);
-            *strrchr(done, '/') = 0;
-            if (!done[0])
-                strcpy(done, "/");
-            memmove(todo, rest, strlen(rest) + 1);
-            continue;
-        }
-        if (snprintf(next, sizeof(next), "%s%s%s", done, strcmp(done, "/") ? "/" : "", c) >=
-            (int)sizeof(next)) {
-            rc = -ENAMETOOLONG;
-            snprintf(why, cap, "%s: path too long", path);
-            break;
-        }
-        fd = openat(fds[depth - 1], c, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0 || fstat(fd, &st) < 0) {
-            rc = -errno;
-            snprintf(why, cap, "%s: %s", next, strerror(-rc));
-            if (fd >= 0)
-                close(fd);
-            break;
-        }
-        if (S_ISLNK(st.st_mode)) {
-            /* in a folder already checked, and root's or ours (in a sticky
-             * folder, another user's link is theirs to re-point at any
-             * time): follow it, from where it points */
-            ssize_t len = readlinkat(fds[depth - 1], c, link, sizeof(link) - 1);
-
-            close(fd);
-            if (st.st_uid != 0 && st.st_uid != geteuid()) {
-                rc = -EPERM;
-                snprintf(why, cap, "%s is a symbolic link of uid %u, neither root nor us",
-                         next, (unsigned)st.st_uid);
-                break;
-            }
-            if (len < 0 || ++links > WALK_LINKS) {
-                rc = len < 0 ? -errno : -ELOOP;
-                snprintf(why, cap, "%s: %s", next, strerror(-rc));
-                break;
-            }
-            link[len] = 0;
-            if (snprintf(next, sizeof(next), "%s/%s", link, rest) >= (int)sizeof(next)) {
-                rc = -ENAMETOOLONG;
-                snprintf(why, cap, "%s: path too long", path);
-                break;
-            }
-            strcpy(todo, next);
-            if (link[0] == '/') {
-                while (depth > 1)
-                    close(fds[--depth]);
-                strcpy(done, "/");
-            }
-            continue;
-        }
-        if (!S_ISDIR(st.st_mode)) {
-            close(fd);
-            rc = -ENOTDIR;
-            snprintf(why, cap, "%s: not a folder", next);
-            break;
-        }
-        memmove(todo, rest, strlen(rest) + 1);
-        while (todo[0] == '/')
-            memmove(todo, todo + 1, strlen(todo));
-        if (depth == WALK_DEPTH) {
-            close(fd);
-            rc = -ENAMETOOLONG;
-            snprintf(why, cap, "%s: too deep", path);
-            break;
-        }
-        fds[depth++] = fd;
-        strcpy(done, next);
-        rc = ancestor_ok(done, &st, why, cap);
-    }
-    /* the folder the walk ended in (after "..", or ".", too) */
-    if (rc == 0 && want != TIERD_DIR_ON_THE_WAY) {
-        if (fstat(fds[depth - 1], &st) < 0) {
-            rc = -errno;
-            snprintf(why, cap, "%s: %s", done, strerror(-rc));
-        } else if (want == TIERD_DIR_OURS) {
-            rc = own_ok(done, &st, why, cap);
-        } else if (rc == 0 && (st.st_mode & (S_IWGRP | S_IWOTH))) {
-            rc = -EPERM; /* even sticky: anyone could take a name in it while we are down */
-            snprintf(why, cap, "%s is writable by %s (mode %04o): chmod go-w it, or use "
-                     "another folder", done, st.st_mode & S_IWOTH ? "every user" : "its group",
-                     (unsigned)(st.st_mode & 07777));
-        }
-    }
-out:
-    while (depth > 0)
-        if (fds[--depth] >= 0)
-            close(fds[depth]);
+    while (rc == 0)
+        rc = walk_step(&w);
+    if (rc == 1)
+        rc = walk_end_ok(&w, want);
+    while (w.depth > 0)
+        if (w.fds[--w.depth] >= 0)
+            close(w.fds[w.depth]);
     return rc;
 }

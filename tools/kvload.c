@@ -91,6 +91,25 @@ static const char *const op_name[OP_N] = { "lookup", "put", "get", "remove" };
     X(rechecked_blocks, "their blocks")                                                    \
     X(changed_under_lease, "blocks right when leased, wrong at release (also in wrong)")
 
+/* The counts every mode keeps, one list: each slot's fields and their sums
+ * (the reports print them by name). */
+#define SUMMED_COUNTERS(X)                                                                  \
+    X(hit_blocks, "blocks leased by gets")                                                 \
+    X(verified, "of those, checked right")                                                 \
+    X(wrong, "of those, a wrong byte or key: never allowed")                               \
+    X(put_blocks, "blocks this slot wrote and committed")                                  \
+    X(durable_blocks, "of those, acknowledged durable")                                    \
+    X(unexpected, "calls that failed otherwise: never allowed")                            \
+    X(enospc, "reserve or durable commit: pool or disk full")                              \
+    X(eagain, "reserve: warm still full of blocks on their way to disk")                   \
+    X(nodata, "durable commit: a key deduplicated against a block evicted (or a put "      \
+              "aborted) since: put it again")                                              \
+    X(busy, "durable commit raced another durable commit")                                 \
+    X(refused, "connect refused by a limit (EUSERS, EMFILE)")                              \
+    X(outage, "calls that failed because tierd went away")                                 \
+    X(reconnects, "connections made again after an outage")                                \
+    X(started, "processes run in this slot")
+
 /* What one client slot counts; one writer (the process in the slot, or its
  * replacement after a kill), read by the parent at the end. A killed
  * process's counts stay. */
@@ -98,25 +117,11 @@ struct cstat {
     uint64_t ops[OP_N];           /* calls that succeeded */
     uint64_t hist[OP_N][NBUCKET]; /* their latencies, ns */
     uint64_t max_ns[OP_N];
-    uint64_t hit_blocks;          /* blocks leased by gets */
-    uint64_t verified;            /* of those, checked right */
-    uint64_t wrong;               /* of those, a wrong byte or key: never allowed */
-    uint64_t put_blocks;          /* blocks this slot wrote and committed */
-    uint64_t durable_blocks;      /* of those, acknowledged durable */
-    uint64_t unexpected;          /* calls that failed otherwise: never allowed */
-    int64_t last_unexpected;      /* the last such error code */
+    int64_t last_unexpected;      /* the last unexpected error code */
     uint64_t unexpected_op;       /* ... and its operation */
-    uint64_t enospc;              /* reserve or durable commit: pool or disk full */
-    uint64_t eagain;              /* reserve: warm still full of blocks on their way to disk */
-    uint64_t nodata;              /* durable commit: a key deduplicated against a block
-                                     evicted (or a put aborted) since: put it again */
-    uint64_t busy;                /* durable commit raced another durable commit */
-    uint64_t refused;             /* connect refused by a limit (EUSERS, EMFILE) */
-    uint64_t outage;              /* calls that failed because tierd went away */
-    uint64_t reconnects;          /* connections made again after an outage */
     uint64_t max_err_ns;          /* slowest failing call: how long to a clear error */
-    uint64_t started;             /* processes run in this slot */
 #define X(name, what) uint64_t name;
+    SUMMED_COUNTERS(X)
     ORACLE_COUNTERS(X)
 #undef X
 } __attribute__((aligned(64)));
@@ -968,11 +973,6 @@ static void show_tierd_log(void)
         fprintf(stderr, "kvload: no tierd log\n");
 }
 
-/* Start opt.tierd (again, after a kill) on the socket and data folder in
- * tmpdir, its log appended beside them, and wait until it accepts a
- * client: 60 s at most, as it may run under valgrind. Our --socket and
- * --data come last, so that they win over TIERD-ARGS, and so that BIN may
- * be a wrapper (valgrind) whose arguments name the real tierd. */
 /* cmn_tierd_wait's test of readiness: a client gets through HELLO. */
 static int hello(const char *sock, void *arg)
 {
@@ -985,6 +985,11 @@ static int hello(const char *sock, void *arg)
     return 0;
 }
 
+/* Start opt.tierd (again, after a kill) on the socket and data folder in
+ * tmpdir, its log appended beside them, and wait until it accepts a
+ * client: 60 s at most, as it may run under valgrind. Our --socket and
+ * --data come last, so that they win over TIERD-ARGS, and so that BIN may
+ * be a wrapper (valgrind) whose arguments name the real tierd. */
 static int exec_tierd(void)
 {
     char data[128], logp[128];
@@ -1121,27 +1126,14 @@ static void sum_stats(struct totals *t)
             if (x->max_ns[op] > o->max_ns[op])
                 o->max_ns[op] = x->max_ns[op];
         }
-        o->hit_blocks += x->hit_blocks;
-        o->verified += x->verified;
-        o->wrong += x->wrong;
-        o->put_blocks += x->put_blocks;
-        o->durable_blocks += x->durable_blocks;
-        o->unexpected += x->unexpected;
         if (x->unexpected) {
             o->last_unexpected = x->last_unexpected;
             o->unexpected_op = x->unexpected_op;
         }
-        o->enospc += x->enospc;
-        o->eagain += x->eagain;
-        o->nodata += x->nodata;
-        o->busy += x->busy;
-        o->refused += x->refused;
-        o->outage += x->outage;
-        o->reconnects += x->reconnects;
         if (x->max_err_ns > o->max_err_ns)
             o->max_err_ns = x->max_err_ns;
-        o->started += x->started;
 #define X(name, what) o->name += x->name;
+        SUMMED_COUNTERS(X)
         ORACLE_COUNTERS(X)
 #undef X
     }

@@ -9,8 +9,8 @@
  */
 #include <ctype.h>
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvt_common.h"
 #include "kvtier.h"
 
 static const char usage_text[] =
@@ -67,15 +68,17 @@ static int usage(void)
     return EX_USAGE;
 }
 
-/* Report a getopt failure for subcommand cmd; returns EX_USAGE. */
-static int bad_option(const char *cmd, int opt, char *const argv[])
+/* Report a refused option of subcommand cmd (p->err says why); returns
+ * EX_USAGE. */
+static int bad_option(const char *cmd, const struct cmn_opts *p)
 {
-    if (opt == ':')
-        fprintf(stderr, "tierctl %s: option '%s' needs a value\n", cmd, argv[optind - 1]);
-    else
-        fprintf(stderr, "tierctl %s: unknown option '%s'\n", cmd, argv[optind - 1]);
-    return usage();
+    fprintf(stderr, "tierctl %s: %s\n", cmd, p->err);
+    return p->arg ? EX_USAGE : usage(); /* a bad value: the line says it all */
 }
+
+/* The options every operator command may take. */
+#define OPT_SOCKET { "socket", 's', CMN_OPT_TEXT, 0, 0, 0, 0, false }
+#define OPT_HELP { "help", 'h', CMN_OPT_FLAG, 0, 0, 0, 0, true }
 
 /* ---- hash ------------------------------------------------------------ */
 
@@ -149,22 +152,6 @@ static int read_tokens(FILE *f, struct tokvec *t)
     return 0;
 }
 
-/* Parse a block size: a decimal number in 1..UINT32_MAX. */
-static int parse_block(const char *s, uint32_t *out)
-{
-    char *end;
-    unsigned long long v;
-
-    if (*s < '0' || *s > '9')
-        return -EINVAL;
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno || *end || v == 0 || v > UINT32_MAX)
-        return -EINVAL;
-    *out = (uint32_t)v;
-    return 0;
-}
-
 /* Hash the tokens and print one hex key per full block. */
 static int print_keys(const kvt_hash_opts *o, const struct tokvec *t)
 {
@@ -195,40 +182,38 @@ static int print_keys(const kvt_hash_opts *o, const struct tokvec *t)
 
 static int cmd_hash(int argc, char *argv[])
 {
-    static const struct option longopts[] = {
-        {"seed", required_argument, NULL, 's'},
-        {"block-tokens", required_argument, NULL, 'b'},
-        {"salt", required_argument, NULL, 'S'},
-        {"lora", required_argument, NULL, 'l'},
-        {"lora-path", required_argument, NULL, 'p'},
-        {"untagged", no_argument, NULL, 'u'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    static const struct cmn_opt tab[] = {
+        { "seed", 'S', CMN_OPT_TEXT, 0, 0, 0, 0, false },
+        { "block-tokens", 'b', CMN_OPT_UINT, 1, UINT32_MAX, 0, 0, false },
+        { "salt", 'a', CMN_OPT_TEXT, 0, 0, 0, 0, false },
+        { "lora", 'l', CMN_OPT_TEXT, 0, 0, 0, 0, false },
+        { "lora-path", 'p', CMN_OPT_TEXT, 0, 0, 0, 0, false },
+        { "untagged", 'u', CMN_OPT_FLAG, 0, 0, 0, 0, false },
+        OPT_HELP,
+        { NULL },
     };
     kvt_hash_opts o = {.block_tokens = 16, .seed = getenv("PYTHONHASHSEED")};
     struct tokvec t = {NULL, 0, 0};
+    struct cmn_opts p;
     int opt, rc;
 
-    while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+    cmn_opts_init(&p, tab);
+    while ((opt = cmn_opts_next(&p, argc, argv)) != -1) {
         switch (opt) {
-        case 's':
-            o.seed = optarg;
+        case 'S':
+            o.seed = p.arg;
             break;
         case 'b':
-            if (parse_block(optarg, &o.block_tokens) < 0) {
-                fprintf(stderr, "tierctl hash: --block-tokens '%s' is not in 1..%" PRIu32
-                        "\n", optarg, UINT32_MAX);
-                return usage();
-            }
+            o.block_tokens = (uint32_t)p.u;
             break;
-        case 'S':
-            o.cache_salt = optarg;
+        case 'a':
+            o.cache_salt = p.arg;
             break;
         case 'l':
-            o.lora_name = optarg;
+            o.lora_name = p.arg;
             break;
         case 'p':
-            o.lora_path = optarg;
+            o.lora_path = p.arg;
             break;
         case 'u':
             o.extra_format = KVT_EXTRA_UNTAGGED;
@@ -236,7 +221,7 @@ static int cmd_hash(int argc, char *argv[])
         case 'h':
             return usage();
         default:
-            return bad_option("hash", opt, argv);
+            return bad_option("hash", &p);
         }
     }
     if (optind < argc) {
@@ -294,61 +279,115 @@ static const char *fmt_pct(uint64_t part, uint64_t whole, char buf[16])
     return buf;
 }
 
+/* The value of the counter named key of kvt_stats_list.h's list (a STORE or
+ * TIERD one) into *v; false when there is none. O(list): a few per table. */
+#define BY_NAME_STORE(name)                                                                \
+    if (!strcmp(key, #name)) {                                                             \
+        *v = s->name;                                                                      \
+        return true;                                                                       \
+    }
+#define BY_NAME_TIERD(name) BY_NAME_STORE(name)
+#define BY_NAME_TIERS(name)
+#define BY_NAME(src, name, type, metric, help) BY_NAME_##src(name)
+
+static bool counter_named(const kvt_stats *s, const char *key, uint64_t *v)
+{
+    KVT_STATS_LIST(BY_NAME)
+    return false;
+}
+
+/* A figure as the table shows it: a byte count (kvt_stats_list.h: its name
+ * holds "bytes") in IEC units, anything else as the number. Returns buf. */
+static const char *fmt_figure(const char *name, uint64_t v, char buf[24])
+{
+    if (strstr(name, "bytes"))
+        return fmt_bytes(v, buf);
+    snprintf(buf, 24, "%" PRIu64, v);
+    return buf;
+}
+
+static void row(const char *name, const char *figure, const char *help)
+{
+    printf("  %-22s %12s  %s\n", name, figure, help);
+}
+
+/* A remote tier is in use when any of its counters (remote_*) moved: its
+ * rows and its column are shown only then. */
+#define REMOTE_USED_STORE(name) used |= !strncmp(#name, "remote_", 7) && s->name;
+#define REMOTE_USED_TIERD(name)
+#define REMOTE_USED_TIERS(name)
+#define REMOTE_USED(src, name, type, metric, help) REMOTE_USED_##src(name)
+
+static bool remote_used(const kvt_stats *s)
+{
+    bool used = false;
+
+    KVT_STATS_LIST(REMOTE_USED)
+    return used;
+}
+
+/* The table's rows, from kvt_stats_list.h's list in its order: one a
+ * counter (name, figure, help), hit_rate after lookup_hits, the remote
+ * tier's only when one is in use; the per-tier array is the table below. */
+#define ROW_TIERD(name, help) ROW_STORE(name, help)
+#define ROW_STORE(name, help)                                                              \
+    if (remote || strncmp(#name, "remote_", 7))                                            \
+        row(#name, fmt_figure(#name, s->name, b), help);                                   \
+    if (!strcmp(#name, "lookup_hits"))                                                     \
+        row("hit_rate", fmt_pct(s->lookup_hits, s->lookup_keys, b),                       \
+            "Leading hits per key asked.");
+#define ROW_TIERS(name, help)
+#define ROW(src, name, type, metric, help) ROW_##src(name, help)
+
+/* One row of the per-tier table: the field of each tier, and the remote
+ * tier's figure of it (rname, "": none) when one is in use. */
+static void tier_row(const kvt_stats *s, const char *name, size_t off, const char *rname,
+                     bool remote, const char *help)
+{
+    char b[24];
+    uint64_t v;
+
+    printf("  %-14s", name);
+    for (int i = KVT_TIER_HOT; i < KVT_TIER_COUNT; i++) {
+        memcpy(&v, (const char *)&s->tier[i] + off, sizeof(v));
+        printf(" %11s", fmt_figure(name, v, b));
+    }
+    if (remote)
+        printf(" %11s", counter_named(s, rname, &v) ? fmt_figure(name, v, b) : "-");
+    printf("  %s\n", help);
+}
+
+#define TIER_ROW(name, type, metric, help, rname)                                          \
+    tier_row(s, #name, offsetof(kvt_tier_stats, name), rname, remote, help);
+
+/* Every counter of kvt_stats, one row each, then the per-tier figures as a
+ * table of a row a figure and a column a tier (narrow, however many
+ * figures the list holds). */
 static void print_table(const char *path, const kvt_stats *s)
 {
     uint64_t secs = s->uptime_ms / 1000;
-    char b1[16], b2[16], b3[16];
+    bool remote = remote_used(s);
+    char b[24];
 
     printf("tierd at %s, up %" PRIu64 "d %02" PRIu64 ":%02" PRIu64 ":%02" PRIu64 "\n", path,
            secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
-    printf("  %-18s %" PRIu32 "\n", "clients", s->clients);
-    printf("  %-18s %" PRIu32 "\n", "namespaces", s->namespaces);
-    printf("  %-18s %" PRIu64 " (keys asked %" PRIu64 ", leading hits %" PRIu64 ")\n",
-           "lookups", s->lookups, s->lookup_keys, s->lookup_hits);
-    printf("  %-18s %s\n", "hit rate", fmt_pct(s->lookup_hits, s->lookup_keys, b1));
-    printf("  %-18s %" PRIu64 "\n", "misses", s->misses);
-    printf("  %-18s %" PRIu64 " (blocks committed %" PRIu64 ")\n", "puts", s->puts,
-           s->put_blocks);
-    printf("  %-18s %" PRIu64 " (blocks leased %" PRIu64 ")\n", "gets", s->gets, s->get_blocks);
-    printf("  %-18s %" PRIu64 " blocks\n", "dedup", s->dedup_blocks);
-    printf("  %-18s %" PRIu64 " blocks\n", "removes", s->removes);
-    printf("  %-18s %" PRIu64 " blocks\n", "leases active", s->leases_active);
-    printf("  %-18s %" PRIu64 " blocks\n", "reserved", s->reserved);
-    printf("  %-18s %" PRIu64 "\n", "reclaimed", s->reclaimed);
-    printf("  %-18s %" PRIu64 "\n", "protocol errors", s->proto_errors);
-    printf("  %-18s %" PRIu64 " entries, %s\n", "index", s->index_entries,
-           fmt_bytes(s->index_bytes, b1));
-    printf("  %-18s %" PRIu64 " demoted, %" PRIu64 " promoted, %" PRIu64 " dropped\n",
-           "warm <-> cold", s->demotions, s->promotions, s->dropped);
-    printf("  %-18s %" PRIu64 " copied up for getters\n", "warm -> hot", s->hot_promotions);
-    printf("  %-18s %" PRIu64 " checksum, %" PRIu64 " I/O, %" PRIu64 " deadline misses\n",
-           "cold errors", s->checksum_errors, s->io_errors, s->deadline_misses);
-    if (s->remote_puts || s->remote_hits || s->remote_misses || s->remote_errors ||
-        s->remote_probes || s->remote_checksum_errors) { /* a remote tier in use */
-        printf("  %-18s %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64 " puts, %s in, "
-               "%s out\n", "remote (cluster)", s->remote_hits, s->remote_misses,
-               s->remote_puts, fmt_bytes(s->remote_bytes_in, b1),
-               fmt_bytes(s->remote_bytes_out, b2));
-        printf("  %-18s %" PRIu64 " keys asked, %" PRIu64 " held\n", "remote lookups",
-               s->remote_probes, s->remote_probe_hits);
-        printf("  %-18s %" PRIu64 " errors, %" PRIu64 " checksum, %" PRIu64 " redirects\n",
-               "remote errors", s->remote_errors, s->remote_checksum_errors,
-               s->remote_redirects);
-    }
-    printf("\n  %-5s %12s %11s %11s %7s %12s %11s %11s %11s\n", "tier", "blocks", "used",
-           "capacity", "use", "hits", "bytes in", "bytes out", "evictions");
-    for (int i = KVT_TIER_HOT; i < KVT_TIER_COUNT; i++) {
-        const kvt_tier_stats *t = &s->tier[i];
-        char used[16], cap[16];
-
-        printf("  %-5s %12" PRIu64 " %11s %11s %7s %12" PRIu64 " %11s %11s %11" PRIu64 "\n",
-               tier_names[i], t->blocks, fmt_bytes(t->bytes_used, used),
-               fmt_bytes(t->bytes_capacity, cap), fmt_pct(t->bytes_used, t->bytes_capacity, b1),
-               t->hits, fmt_bytes(t->bytes_in, b2), fmt_bytes(t->bytes_out, b3), t->evictions);
-    }
+    snprintf(b, sizeof(b), "%" PRIu32, s->clients);
+    row("clients", b, "Clients connected (of this tenant).");
+    snprintf(b, sizeof(b), "%" PRIu32, s->namespaces);
+    row("namespaces", b, "Namespaces open.");
+    KVT_STATS_LIST(ROW)
+    printf("\n  %-14s", "tier");
+    for (int i = KVT_TIER_HOT; i < KVT_TIER_COUNT; i++)
+        printf(" %11s", tier_names[i]);
+    printf("%s\n", remote ? "      remote" : "");
+    KVT_TIER_STATS_LIST(TIER_ROW)
+    printf("  %-14s", "use");
+    for (int i = KVT_TIER_HOT; i < KVT_TIER_COUNT; i++)
+        printf(" %11s", fmt_pct(s->tier[i].bytes_used, s->tier[i].bytes_capacity, b));
+    printf("%s  Share of the tier in use.\n", remote ? "           -" : "");
 }
 
-/* The JSON of kvtier.h's list of counters: top-level fields, the remote
+/* The JSON of kvt_stats_list.h's list of counters: top-level fields, the remote
  * tier's (remote_*) in "remote" without the prefix, the per-tier array in
  * "tiers"; hit_rate follows lookup_hits. */
 #define JSON_TOP_TIERD(name) JSON_TOP_STORE(name)
@@ -420,7 +459,7 @@ static int unreachable(const char *path, int err)
 }
 
 /* Parse the common options of the operator commands: --socket, and
- * --json / --timeout / --ns where the command takes them (NULL: not). */
+ * --json / --timeout / --ns where the command takes them (false: not). */
 struct opts {
     const char *path;
     int json;
@@ -431,49 +470,40 @@ struct opts {
 static int parse_opts(const char *cmd, int argc, char *argv[], struct opts *o, bool json,
                       bool timeout, bool ns)
 {
-    static const struct option longopts[] = {
-        {"json", no_argument, NULL, 'j'},
-        {"timeout", required_argument, NULL, 't'},
-        {"ns", required_argument, NULL, 'n'},
-        {"socket", required_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    char *end;
-    int opt;
+    static const struct cmn_opt json_opt = { "json", 'j', CMN_OPT_FLAG, 0, 0, 0, 0, false };
+    static const struct cmn_opt timeout_opt = { "timeout", 't', CMN_OPT_REAL, 0, 0, 1, 86400,
+                                                false };
+    static const struct cmn_opt ns_opt = { "ns", 'n', CMN_OPT_UINT, 1, UINT32_MAX, 0, 0,
+                                           false };
+    struct cmn_opt tab[6] = { OPT_SOCKET, OPT_HELP }; /* and those cmd takes */
+    int n = 2, opt;
+    struct cmn_opts p;
 
-    while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        if ((opt == 'j' && !json) || (opt == 't' && !timeout) || (opt == 'n' && !ns)) {
-            fprintf(stderr, "tierctl %s: unknown option '%s'\n", cmd, argv[optind - 1]);
-            return usage();
-        }
+    if (json)
+        tab[n++] = json_opt;
+    if (timeout)
+        tab[n++] = timeout_opt;
+    if (ns)
+        tab[n++] = ns_opt;
+    cmn_opts_init(&p, tab);
+    while ((opt = cmn_opts_next(&p, argc, argv)) != -1) {
         switch (opt) {
         case 'j':
             o->json = 1;
             break;
         case 't':
-            o->timeout = strtod(optarg, &end);
-            if (*end || !(o->timeout >= 1 && o->timeout <= 86400)) {
-                fprintf(stderr, "tierctl %s: --timeout '%s': seconds from 1 to 86400\n", cmd,
-                        optarg);
-                return EX_USAGE;
-            }
+            o->timeout = p.d;
             break;
         case 'n':
-            o->ns = strtol(optarg, &end, 10);
-            if (*end || o->ns < 1 || o->ns > UINT32_MAX) {
-                fprintf(stderr, "tierctl %s: --ns '%s': a namespace id (see `tierctl "
-                                "namespaces`)\n", cmd, optarg);
-                return EX_USAGE;
-            }
+            o->ns = (long)p.u;
             break;
         case 's':
-            o->path = optarg;
+            o->path = p.arg;
             break;
         case 'h':
             return usage();
         default:
-            return bad_option(cmd, opt, argv);
+            return bad_option(cmd, &p);
         }
     }
     if (!o->path)
@@ -844,12 +874,12 @@ static void print_top(const char *path, const kvt_stats *s, const kvt_stats *p, 
 
 static int cmd_top(int argc, char *argv[])
 {
-    static const struct option longopts[] = {
-        {"interval", required_argument, NULL, 'i'},
-        {"count", required_argument, NULL, 'n'},
-        {"socket", required_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    static const struct cmn_opt tab[] = {
+        { "interval", 'i', CMN_OPT_REAL, 0, 0, 0.05, 3600, false },
+        { "count", 'n', CMN_OPT_UINT, 1, LONG_MAX, 0, 0, false },
+        OPT_SOCKET,
+        OPT_HELP,
+        { NULL },
     };
     const char *path = NULL;
     double interval = 1.0;
@@ -857,33 +887,25 @@ static int cmd_top(int argc, char *argv[])
     kvt_client *c = NULL;
     kvt_stats cur, prev;
     bool tty = isatty(STDOUT_FILENO);
+    struct cmn_opts p;
     int opt, rc;
-    char *end;
 
-    while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+    cmn_opts_init(&p, tab);
+    while ((opt = cmn_opts_next(&p, argc, argv)) != -1) {
         switch (opt) {
         case 'i':
-            interval = strtod(optarg, &end);
-            if (*end || !(interval >= 0.05 && interval <= 3600)) {
-                fprintf(stderr, "tierctl top: --interval '%s': seconds from 0.05 to 3600\n",
-                        optarg);
-                return EX_USAGE;
-            }
+            interval = p.d;
             break;
         case 'n':
-            count = strtol(optarg, &end, 10);
-            if (*end || count < 1) {
-                fprintf(stderr, "tierctl top: --count '%s': a positive number\n", optarg);
-                return EX_USAGE;
-            }
+            count = (long)p.u;
             break;
         case 's':
-            path = optarg;
+            path = p.arg;
             break;
         case 'h':
             return usage();
         default:
-            return bad_option("top", opt, argv);
+            return bad_option("top", &p);
         }
     }
     if ((rc = no_args("top", argc, argv)))
@@ -940,25 +962,21 @@ static int cmd_health(int argc, char *argv[])
 
 int main(int argc, char *argv[])
 {
+    static const struct {
+        const char *name;
+        int (*run)(int argc, char *argv[]);
+    } cmds[] = {
+        { "hash", cmd_hash },   { "stats", cmd_stats }, { "top", cmd_top },
+        { "health", cmd_health }, { "namespaces", cmd_namespaces }, { "why", cmd_why },
+        { "flush", cmd_flush }, { "evict", cmd_evict },
+    };
+
     if (argc < 2)
         return usage();
     /* Each subcommand parses its own options, its name standing as argv[0]. */
-    if (strcmp(argv[1], "hash") == 0)
-        return cmd_hash(argc - 1, argv + 1);
-    if (strcmp(argv[1], "stats") == 0)
-        return cmd_stats(argc - 1, argv + 1);
-    if (strcmp(argv[1], "top") == 0)
-        return cmd_top(argc - 1, argv + 1);
-    if (strcmp(argv[1], "health") == 0)
-        return cmd_health(argc - 1, argv + 1);
-    if (strcmp(argv[1], "namespaces") == 0)
-        return cmd_namespaces(argc - 1, argv + 1);
-    if (strcmp(argv[1], "why") == 0)
-        return cmd_why(argc - 1, argv + 1);
-    if (strcmp(argv[1], "flush") == 0)
-        return cmd_flush(argc - 1, argv + 1);
-    if (strcmp(argv[1], "evict") == 0)
-        return cmd_evict(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+        if (strcmp(argv[1], cmds[i].name) == 0)
+            return cmds[i].run(argc - 1, argv + 1);
     if (strcmp(argv[1], "--help") != 0 && strcmp(argv[1], "-h") != 0 &&
         strcmp(argv[1], "help") != 0)
         fprintf(stderr, "tierctl: unknown command '%s'\n", argv[1]);

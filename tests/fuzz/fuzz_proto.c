@@ -188,7 +188,7 @@ static void request(int c, uint16_t op, uint32_t id, const void *body, size_t le
 
     memcpy(msg, &h, sizeof(h));
     memcpy(msg + sizeof(h), body, len);
-    fz_send(c, msg, sizeof(h) + len, -1);
+    t_wire_send_fd(c, msg, sizeof(h) + len, NULL, 0, -1, MSG_DONTWAIT);
     turn();
     drain(c);
 }
@@ -222,7 +222,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int pass = attack(&r);
 
         id++;
-        fz_send(c, msg, len, pass);
+        t_wire_send_fd(c, msg, len, NULL, 0, pass, MSG_DONTWAIT);
         if (pass >= 0)
             close(pass);
         turn();

@@ -5,10 +5,7 @@
  * Never fails on short input: a record cut by the end of the input is
  * clipped, the next read reports the end.
  */
-#include <errno.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
 
 #include "fuzz_wire.h"
 
@@ -71,28 +68,4 @@ size_t fz_build(const struct fz_rec *r, uint16_t op, uint32_t req_id, uint8_t *o
     len = r->len < cap - n ? r->len : cap - n;
     memcpy(out + n, r->buf, len);
     return n + len;
-}
-
-int fz_send(int sock, const void *msg, size_t len, int fd)
-{
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } cm;
-    struct iovec iov = { (void *)msg, len };
-    struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
-
-    if (fd >= 0) {
-        struct cmsghdr *ch;
-
-        memset(&cm, 0, sizeof(cm));
-        m.msg_control = cm.buf;
-        m.msg_controllen = sizeof(cm.buf);
-        ch = CMSG_FIRSTHDR(&m);
-        ch->cmsg_level = SOL_SOCKET;
-        ch->cmsg_type = SCM_RIGHTS;
-        ch->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(ch), &fd, sizeof(fd));
-    }
-    return sendmsg(sock, &m, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 ? -errno : 0;
 }

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz_wire.h - the fake peer of the protocol harnesses: how a fuzz input
- * becomes a stream of SOCK_SEQPACKET messages (kvt_wire.h) and how they are
- * sent. fuzz_reply.c plays a hostile tierd with it; a daemon-side harness
- * plays a hostile client with the same records (each record one request).
+ * becomes a stream of SOCK_SEQPACKET messages (kvt_wire.h); t_wire_send_fd
+ * (tests/t_wire.h) sends them. fuzz_reply.c plays a hostile tierd with it;
+ * a daemon-side harness plays a hostile client with the same records (each
+ * record one request).
  *
  * A record in the input:
  *     mode (u8, FZ_M_*)
@@ -61,9 +62,5 @@ int fz_next(struct fz_in *in, struct fz_rec *r);
  * req_id) under FZ_M_FRAME, else r's bytes as they are. Returns its length
  * (at most cap: longer messages are cut). */
 size_t fz_build(const struct fz_rec *r, uint16_t op, uint32_t req_id, uint8_t *out, size_t cap);
-
-/* Send one message on sock without blocking, passing fd along when fd >= 0.
- * 0 or -errno (a full queue is the harness's to ignore). */
-int fz_send(int sock, const void *msg, size_t len, int fd);
 
 #endif /* FUZZ_WIRE_H */

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "kvk.h"
+#include "../t_kvk.h"
 
 #define CK(call)                                                                      \
     do {                                                                              \
@@ -68,104 +69,80 @@ static void *xmalloc(size_t n)
     return p;
 }
 
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 /* Deterministic bytes: every 8-byte word a hash of (seed, word index). */
 static void fill_pattern(char *p, size_t bytes, uint64_t seed)
 {
     size_t words = bytes / 8;
 
     for (size_t i = 0; i < words; i++) {
-        uint64_t v = mix(seed ^ (i * 0x100000001b3ull));
+        uint64_t v = t_kvk_mix(seed ^ (i * 0x100000001b3ull));
 
         memcpy(p + 8 * i, &v, 8);
     }
     for (size_t i = 8 * words; i < bytes; i++)
-        p[i] = (char)mix(seed + i);
+        p[i] = (char)t_kvk_mix(seed + i);
 }
 
-/* n distinct ids in [0, nb): a partial Fisher-Yates shuffle. */
+/* A device copy of bytes of host memory; cudaFree it. */
+static void *to_device(const void *h, size_t bytes)
+{
+    void *d;
+
+    CK(cudaMalloc(&d, bytes));
+    CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* cudaFree each device pointer, free() each host one. */
+static void dev_free1(void *d)
+{
+    CK(cudaFree(d));
+}
+template <typename... P> static void dev_free(P... d)
+{
+    (dev_free1((void *)d), ...);
+}
+template <typename... P> static void host_free(P... h)
+{
+    (free((void *)h), ...);
+}
+
+/* Stream work between two events: span_start, the work, span_ms. */
+struct span {
+    cudaEvent_t t0, t1;
+};
+
+static void span_start(struct span *s, cudaStream_t st)
+{
+    CK(cudaEventCreate(&s->t0));
+    CK(cudaEventCreate(&s->t1));
+    CK(cudaEventRecord(s->t0, st));
+}
+
+/* Milliseconds since span_start, once the work queued before has run. */
+static float span_ms(struct span *s, cudaStream_t st)
+{
+    float ms = 0;
+
+    CK(cudaEventRecord(s->t1, st));
+    CK(cudaEventSynchronize(s->t1));
+    CK(cudaEventElapsedTime(&ms, s->t0, s->t1));
+    CK(cudaEventDestroy(s->t0));
+    CK(cudaEventDestroy(s->t1));
+    return ms;
+}
+
+/* n distinct ids in [0, nb). */
 static void pick_ids(int64_t *ids, size_t n, int64_t nb, uint64_t *rng)
 {
-    int64_t *all = (int64_t *)xmalloc((size_t)nb * sizeof(*all));
-
-    for (int64_t i = 0; i < nb; i++)
-        all[i] = i;
-    for (size_t i = 0; i < n; i++) {
-        size_t j = i + mix((*rng)++) % (size_t)(nb - (int64_t)i);
-        int64_t t = all[i];
-
-        all[i] = all[j];
-        all[j] = t;
-        ids[i] = all[i];
+    if (t_kvk_pick_ids(ids, n, nb, rng) != 0) {
+        fprintf(stderr, "kvk_check: out of host memory (%lld ids)\n", (long long)nb);
+        exit(2);
     }
-    free(all);
 }
 
 /* ---------------------------------------------------------------------- */
-/* Layouts                                                                */
-
-enum kind { VLLM, FLASHINFER, HND, MLA };
-static const char *const kind_name[] = { "vllm", "flashinfer", "hnd", "mla" };
-
-/* Shape and strides (in elements) of one kind, from kv_layout.h's tensors.
- * Bases are filled in later. */
-static struct kvk_layout make_layout(enum kind k, uint32_t layers, uint32_t eb, uint32_t bt,
-                                     uint32_t heads, uint32_t hd, int64_t nb)
-{
-    struct kvk_layout l;
-    const int64_t BS = bt, D = hd;
-    int64_t H;
-
-    memset(&l, 0, sizeof(l));
-    l.n_layers = layers;
-    l.elem_bytes = eb;
-    l.block_tokens = bt;
-    l.kv_heads = k == MLA ? 1 : heads;
-    l.head_dim = hd;
-    l.n_kv = k == MLA ? 1 : 2;
-    l.num_blocks = nb;
-    l.stride_dim = 1;
-    H = l.kv_heads;
-    switch (k) {
-    case VLLM: /* [2, NB, BS, H, D] */
-        l.stride_kv = nb * BS * H * D;
-        l.stride_block = BS * H * D;
-        l.stride_token = H * D;
-        l.stride_head = D;
-        break;
-    case FLASHINFER: /* [NB, 2, BS, H, D] */
-        l.stride_block = 2 * BS * H * D;
-        l.stride_kv = BS * H * D;
-        l.stride_token = H * D;
-        l.stride_head = D;
-        break;
-    case HND: /* [NB, 2, H, BS, D] */
-        l.stride_block = 2 * H * BS * D;
-        l.stride_kv = H * BS * D;
-        l.stride_head = BS * D;
-        l.stride_token = D;
-        break;
-    case MLA: /* [NB, BS, D] */
-        l.stride_block = BS * D;
-        l.stride_token = D;
-        break;
-    }
-    return l;
-}
-
-/* Bytes of one layer's tensor; every layout here is dense. */
-static size_t layer_bytes_of(const struct kvk_layout *l)
-{
-    return (size_t)l->n_kv * (size_t)l->num_blocks * l->block_tokens * l->kv_heads *
-           l->head_dim * l->elem_bytes;
-}
+/* Caches                                                                 */
 
 /*
  * A cache mirrored on host and device: one allocation on each side, the
@@ -188,7 +165,7 @@ struct mcache {
 static void mcache_init(struct mcache *c, const struct kvk_layout *shape, bool one_base,
                         size_t mis, cudaStream_t st)
 {
-    size_t lb = layer_bytes_of(shape);
+    size_t lb = t_kvk_layer_bytes(shape);
     struct kvk_layout dl;
 
     memset(c, 0, sizeof(*c));
@@ -250,19 +227,32 @@ static long long first_diff(const char *a, const char *b, size_t n)
 
 static int n_fail, n_ok;
 
+/* Count one check; a passed one prints `gpu: kvk <what> OK` (a failed one
+ * printed its first difference already). */
+static void tally(bool ok, const char *what)
+{
+    if (ok) {
+        printf("gpu: kvk %s OK\n", what);
+        n_ok++;
+    } else {
+        n_fail++;
+    }
+    fflush(stdout);
+}
+
 /*
  * One (layout, elem, head dim, misalignment): a patterned source cache on
  * both sides, and for each n a gather and a scatter checked against the
  * reference.
  */
-static void check_shape(enum kind k, uint32_t eb, uint32_t hd, size_t mis, cudaStream_t st)
+static void check_shape(enum t_kvk_kind k, uint32_t eb, uint32_t hd, size_t mis, cudaStream_t st)
 {
     static const size_t ns[] = { 1, 1024 };
-    struct kvk_layout shape = make_layout(k, CHK_LAYERS, eb, CHK_TOKENS, CHK_HEADS, hd,
+    struct kvk_layout shape = t_kvk_layout(k, CHK_LAYERS, eb, CHK_TOKENS, CHK_HEADS, hd,
                                           CHK_BLOCKS);
     bool one_base = ((eb + hd / 64 + (uint32_t)k) & 1) != 0;
     struct mcache src, dst;
-    uint64_t rng = mix(0x6b766b32ull ^ ((uint64_t)k << 40) ^ ((uint64_t)eb << 32) ^
+    uint64_t rng = t_kvk_mix(0x6b766b32ull ^ ((uint64_t)k << 40) ^ ((uint64_t)eb << 32) ^
                        ((uint64_t)hd << 8) ^ mis);
     size_t bb;
 
@@ -288,26 +278,23 @@ static void check_shape(enum kind k, uint32_t eb, uint32_t hd, size_t mis, cudaS
         bool ok = true;
 
         if (mis)
-            snprintf(label, sizeof(label), "%s elem=%u D=%u n=%zu mis=%zu", kind_name[k], eb,
+            snprintf(label, sizeof(label), "%s elem=%u D=%u n=%zu mis=%zu", t_kvk_kind_name[k], eb,
                      hd, n, mis);
         else
-            snprintf(label, sizeof(label), "%s elem=%u D=%u n=%zu", kind_name[k], eb, hd, n);
+            snprintf(label, sizeof(label), "%s elem=%u D=%u n=%zu", t_kvk_kind_name[k], eb, hd, n);
         pick_ids(src_ids, n, CHK_BLOCKS, &rng);
         pick_ids(dst_ids, n, CHK_BLOCKS, &rng);
         KV(kvk_check_ids(&src.hl, src_ids, n));
         KV(kvk_check_ids(&dst.hl, dst_ids, n));
 
         CK(cudaMalloc((void **)&dtier, tier_bytes));
-        CK(cudaMalloc((void **)&d_src_ids, n * sizeof(int64_t)));
-        CK(cudaMalloc((void **)&d_dst_ids, n * sizeof(int64_t)));
-        CK(cudaMalloc((void **)&dptrs, n * sizeof(void *)));
         for (size_t i = 0; i < n; i++) {
             hptrs[i] = htier + mis + i * bb;
             dptrs_host[i] = dtier + mis + i * bb;
         }
-        CK(cudaMemcpy(d_src_ids, src_ids, n * sizeof(int64_t), cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(d_dst_ids, dst_ids, n * sizeof(int64_t), cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(dptrs, dptrs_host, n * sizeof(void *), cudaMemcpyHostToDevice));
+        d_src_ids = (int64_t *)to_device(src_ids, n * sizeof(int64_t));
+        d_dst_ids = (int64_t *)to_device(dst_ids, n * sizeof(int64_t));
+        dptrs = (void **)to_device(dptrs_host, n * sizeof(void *));
 
         /* gather: untouched bytes keep 0xee on both sides */
         memset(htier, 0xee, tier_bytes);
@@ -338,32 +325,17 @@ static void check_shape(enum kind k, uint32_t eb, uint32_t hd, size_t mis, cudaS
         at = first_diff(dst.h, hcache_back, dst.bytes);
         if (at >= 0) {
             long long rel = at - (long long)mis;
-            long long span = (long long)(layer_bytes_of(&shape) + PAD);
+            long long span = (long long)(t_kvk_layer_bytes(&shape) + PAD);
 
             printf("gpu: kvk %s FAIL scatter: cache byte %lld (layer %lld, offset %lld): "
                    "expected 0x%02x, got 0x%02x\n", label, at, rel < 0 ? -1 : rel / span,
                    rel < 0 ? rel : rel % span, (uint8_t)dst.h[at], (uint8_t)hcache_back[at]);
             ok = false;
         }
-        if (ok) {
-            printf("gpu: kvk %s OK\n", label);
-            n_ok++;
-        } else {
-            n_fail++;
-        }
-        fflush(stdout);
+        tally(ok, label);
 
-        free(hcache_back);
-        CK(cudaFree(dtier));
-        CK(cudaFree(d_src_ids));
-        CK(cudaFree(d_dst_ids));
-        CK(cudaFree(dptrs));
-        free(src_ids);
-        free(dst_ids);
-        free(hptrs);
-        free(dptrs_host);
-        free(htier);
-        free(back);
+        dev_free(dtier, d_src_ids, d_dst_ids, dptrs);
+        host_free(hcache_back, src_ids, dst_ids, hptrs, dptrs_host, htier, back);
     }
     mcache_fini(&src);
     mcache_fini(&dst);
@@ -373,16 +345,16 @@ static void check_all(cudaStream_t st)
 {
     static const uint32_t ebs[] = { 1, 2, 4 }, dims[] = { 64, 128 };
 
-    for (int k = VLLM; k <= HND; k++)
+    for (int k = T_VLLM; k <= T_HND; k++)
         for (size_t e = 0; e < 3; e++)
             for (size_t d = 0; d < 2; d++)
-                check_shape((enum kind)k, ebs[e], dims[d], 0, st);
-    check_shape(MLA, 2, 576, 0, st);
+                check_shape((enum t_kvk_kind)k, ebs[e], dims[d], 0, st);
+    check_shape(T_MLA, 2, 576, 0, st);
     /* bases off 16-byte alignment: the 4-, 2- and 1-byte copy paths */
-    for (int k = VLLM; k <= MLA; k++)
+    for (int k = T_VLLM; k <= T_MLA; k++)
         for (size_t e = 0; e < 3; e++)
-            if (k != MLA || ebs[e] == 2)
-                check_shape((enum kind)k, ebs[e], k == MLA ? 576 : 64, ebs[e], st);
+            if (k != T_MLA || ebs[e] == 2)
+                check_shape((enum t_kvk_kind)k, ebs[e], k == T_MLA ? 576 : 64, ebs[e], st);
 }
 
 /*
@@ -396,7 +368,7 @@ static void check_all(cudaStream_t st)
 static void check_repeated_ids(cudaStream_t st)
 {
     const size_t n = 1024;
-    struct kvk_layout shape = make_layout(VLLM, CHK_LAYERS, 2, CHK_TOKENS, CHK_HEADS, 128,
+    struct kvk_layout shape = t_kvk_layout(T_VLLM, CHK_LAYERS, 2, CHK_TOKENS, CHK_HEADS, 128,
                                           CHK_BLOCKS);
     struct mcache dst;
     int64_t *ids = (int64_t *)xmalloc(n * sizeof(int64_t)), *d_ids;
@@ -410,17 +382,14 @@ static void check_repeated_ids(cudaStream_t st)
     mcache_init(&dst, &shape, false, 0, st);
     dptrs_host = (void **)xmalloc(n * sizeof(void *));
     fill_pattern(htier, n * bb, 0x64757073ull);
-    CK(cudaMalloc((void **)&dtier, n * bb));
-    CK(cudaMalloc((void **)&d_ids, n * sizeof(int64_t)));
-    CK(cudaMalloc((void **)&dptrs, n * sizeof(void *)));
+    dtier = (char *)to_device(htier, n * bb);
     for (size_t i = 0; i < n; i++) {
         ids[i] = (int64_t)(i / 2);
         hptrs[i] = htier + i * bb;
         dptrs_host[i] = dtier + i * bb;
     }
-    CK(cudaMemcpy(dtier, htier, n * bb, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_ids, ids, n * sizeof(int64_t), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dptrs, dptrs_host, n * sizeof(void *), cudaMemcpyHostToDevice));
+    d_ids = (int64_t *)to_device(ids, n * sizeof(int64_t));
+    dptrs = (void **)to_device(dptrs_host, n * sizeof(void *));
     if (kvk_check_scatter_ids(&dst.hl, ids, n) != -EINVAL ||
         kvk_scatter_ref(&dst.hl, (const void *const *)hptrs, ids, n) != -EINVAL) {
         printf("gpu: kvk repeated ids FAIL: the reference accepted them\n");
@@ -439,26 +408,13 @@ static void check_repeated_ids(cudaStream_t st)
     back = (char *)xmalloc(dst.bytes);
     CK(cudaMemcpy(back, dst.d, dst.bytes, cudaMemcpyDeviceToHost));
     at = first_diff(dst.h, back, dst.bytes);
-    if (at >= 0) {
+    if (at >= 0)
         printf("gpu: kvk repeated ids FAIL scatter: cache byte %lld: expected 0x%02x, "
                "got 0x%02x\n", at, (uint8_t)dst.h[at], (uint8_t)back[at]);
-        n_fail++;
-    } else {
-        printf("gpu: kvk repeated ids: the last tier block of each id OK\n");
-        n_ok++;
-    }
-    fflush(stdout);
-    free(back);
-    CK(cudaFree(dtier));
-    CK(cudaFree(d_ids));
-    CK(cudaFree(dptrs));
+    tally(at < 0, "repeated ids: the last tier block of each id");
+    dev_free(dtier, d_ids, dptrs);
     mcache_fini(&dst);
-    free(ids);
-    free(last_ids);
-    free(hptrs);
-    free(last_ptrs);
-    free(dptrs_host);
-    free(htier);
+    host_free(back, ids, last_ids, hptrs, last_ptrs, dptrs_host, htier);
 }
 
 /*
@@ -472,7 +428,7 @@ static void check_repeated_ids(cudaStream_t st)
  */
 static void check_part_near_4gib(cudaStream_t st)
 {
-    struct kvk_layout shape = make_layout(MLA, 1, 1, 65537, 1, 65535, 1);
+    struct kvk_layout shape = t_kvk_layout(T_MLA, 1, 1, 65537, 1, 65535, 1);
     size_t bytes = kvk_block_bytes(&shape);
     struct kvk_layout dl;
     char *h = (char *)xmalloc(bytes), *back = (char *)xmalloc(bytes), *dcache, *dtier;
@@ -480,29 +436,23 @@ static void check_part_near_4gib(cudaStream_t st)
     const int64_t id = 0;
     int64_t *d_id;
     bool ok = true;
-    cudaEvent_t t0, t1;
-    float ms = 0;
+    struct span sp;
+    char what[96];
+    float ms;
 
     fill_pattern(h, bytes, 0x34676962ull);
-    CK(cudaMalloc((void **)&dcache, bytes));
+    dcache = (char *)to_device(h, bytes);
     CK(cudaMalloc((void **)&dtier, bytes));
-    CK(cudaMalloc((void **)&dptrs, sizeof(void *)));
-    CK(cudaMalloc((void **)&d_id, sizeof(id)));
     tier_ptr = dtier;
-    CK(cudaMemcpy(dptrs, &tier_ptr, sizeof(void *), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_id, &id, sizeof(id), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dcache, h, bytes, cudaMemcpyHostToDevice));
+    dptrs = (void **)to_device(&tier_ptr, sizeof(void *));
+    d_id = (int64_t *)to_device(&id, sizeof(id));
     dl = shape;
     dl.base = dcache;
     KV(kvk_layout_check(&dl));
-    CK(cudaEventCreate(&t0));
-    CK(cudaEventCreate(&t1));
-    CK(cudaEventRecord(t0, st));
+    span_start(&sp, st);
     CK(cudaMemset(dtier, 0, bytes));
     KV(kvk_gather(&dl, d_id, 1, dptrs, st));
-    CK(cudaEventRecord(t1, st));
-    CK(cudaEventSynchronize(t1));
-    CK(cudaEventElapsedTime(&ms, t0, t1));
+    ms = span_ms(&sp, st);
     CK(cudaMemcpy(back, dtier, bytes, cudaMemcpyDeviceToHost));
     if (first_diff(h, back, bytes) >= 0) {
         printf("gpu: kvk part of %zu bytes FAIL gather\n", bytes);
@@ -516,21 +466,10 @@ static void check_part_near_4gib(cudaStream_t st)
         printf("gpu: kvk part of %zu bytes FAIL scatter\n", bytes);
         ok = false;
     }
-    if (ok) {
-        printf("gpu: kvk part of %zu bytes, byte copies (gather %.0f ms) OK\n", bytes, ms);
-        n_ok++;
-    } else {
-        n_fail++;
-    }
-    fflush(stdout);
-    CK(cudaEventDestroy(t0));
-    CK(cudaEventDestroy(t1));
-    CK(cudaFree(dcache));
-    CK(cudaFree(dtier));
-    CK(cudaFree(dptrs));
-    CK(cudaFree(d_id));
-    free(h);
-    free(back);
+    snprintf(what, sizeof(what), "part of %zu bytes, byte copies (gather %.0f ms)", bytes, ms);
+    tally(ok, what);
+    dev_free(dcache, dtier, dptrs, d_id);
+    host_free(h, back);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -573,23 +512,26 @@ static void bench_once(const struct bench_op *op, cudaStream_t st)
 /* Mean milliseconds of one op over B_REPS back-to-back repetitions. */
 static float time_ms(const struct bench_op *op, cudaStream_t st)
 {
-    cudaEvent_t t0, t1;
-    float ms = 0;
+    struct span sp;
 
     for (int i = 0; i < B_WARMUP; i++)
         bench_once(op, st);
     CK(cudaStreamSynchronize(st));
-    CK(cudaEventCreate(&t0));
-    CK(cudaEventCreate(&t1));
-    CK(cudaEventRecord(t0, st));
+    span_start(&sp, st);
     for (int i = 0; i < B_REPS; i++)
         bench_once(op, st);
-    CK(cudaEventRecord(t1, st));
-    CK(cudaEventSynchronize(t1));
-    CK(cudaEventElapsedTime(&ms, t0, t1));
-    CK(cudaEventDestroy(t0));
-    CK(cudaEventDestroy(t1));
-    return ms / B_REPS;
+    return span_ms(&sp, st) / B_REPS;
+}
+
+/* time_ms of a gather and of a scatter of op's blocks to / from ptrs */
+static void time_movers(struct bench_op *op, void **ptrs, float *gather_ms, float *scatter_ms,
+                        cudaStream_t st)
+{
+    op->ptrs = ptrs;
+    op->what = 0;
+    *gather_ms = time_ms(op, st);
+    op->what = 1;
+    *scatter_ms = time_ms(op, st);
 }
 
 static void report(const char *name, const char *a_name, float a_ms, const char *b_name,
@@ -605,10 +547,10 @@ static void report(const char *name, const char *a_name, float a_ms, const char 
 
 static int bench_all(cudaStream_t st)
 {
-    struct kvk_layout shape = make_layout(VLLM, B_LAYERS, 2, B_TOKENS, B_HEADS, B_DIM,
+    struct kvk_layout shape = t_kvk_layout(T_VLLM, B_LAYERS, 2, B_TOKENS, B_HEADS, B_DIM,
                                           B_ENGINE_BLOCKS);
     struct kvk_layout hl, dl;
-    size_t lb = layer_bytes_of(&shape), bb, total;
+    size_t lb = t_kvk_layer_bytes(&shape), bb, total;
     void *layers_host[B_LAYERS];
     void **d_layers, **d_ptrs, **d_pin_ptrs;
     void *ptrs_host[B_N], *pin_ptrs_host[B_N];
@@ -633,8 +575,7 @@ static int bench_all(cudaStream_t st)
 
     pick_ids(ids, B_N, B_ENGINE_BLOCKS, &rng);
     KV(kvk_check_ids(&dl, ids, B_N));
-    CK(cudaMalloc((void **)&d_ids, sizeof(ids)));
-    CK(cudaMemcpy(d_ids, ids, sizeof(ids), cudaMemcpyHostToDevice));
+    d_ids = (int64_t *)to_device(ids, sizeof(ids));
 
     CK(cudaMalloc((void **)&dtier, total));
     CK(cudaMalloc((void **)&dtier2, total));
@@ -645,10 +586,8 @@ static int bench_all(cudaStream_t st)
         ptrs_host[i] = dtier + (size_t)i * bb;
         pin_ptrs_host[i] = pinned_dev + (size_t)i * bb;
     }
-    CK(cudaMalloc((void **)&d_ptrs, sizeof(ptrs_host)));
-    CK(cudaMalloc((void **)&d_pin_ptrs, sizeof(pin_ptrs_host)));
-    CK(cudaMemcpy(d_ptrs, ptrs_host, sizeof(ptrs_host), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_pin_ptrs, pin_ptrs_host, sizeof(pin_ptrs_host), cudaMemcpyHostToDevice));
+    d_ptrs = (void **)to_device(ptrs_host, sizeof(ptrs_host));
+    d_pin_ptrs = (void **)to_device(pin_ptrs_host, sizeof(pin_ptrs_host));
     CK(cudaMemset(dtier2, 0x5a, total));
 
     printf("# bench: vLLM flash-attn BF16, %d layers, %d KV heads, head dim %d, %d-token "
@@ -660,17 +599,11 @@ static int bench_all(cudaStream_t st)
     op.ids = d_ids;
     op.bytes = total;
 
-    op.what = 0, op.ptrs = d_ptrs;
-    g_ms = time_ms(&op, st);
-    op.what = 1;
-    s_ms = time_ms(&op, st);
+    time_movers(&op, d_ptrs, &g_ms, &s_ms, st);
     op.what = 2, op.a = dtier2, op.b = dtier, op.dir = cudaMemcpyDeviceToDevice;
     d2d_ms = time_ms(&op, st);
 
-    op.what = 0, op.ptrs = d_pin_ptrs;
-    gp_ms = time_ms(&op, st);
-    op.what = 1;
-    sp_ms = time_ms(&op, st);
+    time_movers(&op, d_pin_ptrs, &gp_ms, &sp_ms, st);
     op.what = 2, op.a = pinned, op.b = dtier2, op.dir = cudaMemcpyDeviceToHost;
     d2h_ms = time_ms(&op, st);
     op.a = dtier2, op.b = pinned, op.dir = cudaMemcpyHostToDevice;
@@ -699,13 +632,8 @@ static int bench_all(cudaStream_t st)
     }
     free(check);
 
-    CK(cudaFree(d_ids));
-    CK(cudaFree(d_ptrs));
-    CK(cudaFree(d_pin_ptrs));
-    CK(cudaFree(dtier));
-    CK(cudaFree(dtier2));
+    dev_free(d_ids, d_ptrs, d_pin_ptrs, dtier, dtier2, d_layers);
     CK(cudaFreeHost(pinned));
-    CK(cudaFree(d_layers));
     for (int i = 0; i < B_LAYERS; i++)
         CK(cudaFree(layers_host[i]));
     return bad;

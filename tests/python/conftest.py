@@ -5,12 +5,7 @@ KVT_TEST_BIN names the folder with tierd and libkvtier.so (default: the
 checkout's build/); KVT_TEST_ATTACH=<socket> uses a tierd already running.
 """
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-import time
 
 import pytest
 
@@ -19,58 +14,10 @@ BIN = os.environ.get("KVT_TEST_BIN") or os.path.join(SRC, "build")
 os.environ.setdefault("KVTIER_LIB", os.path.join(BIN, "libkvtier.so"))
 sys.path.insert(0, os.path.join(SRC, "client", "python"))
 sys.path.insert(0, os.path.join(SRC, "tests"))       # hash_ref.py
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import kvtier  # noqa: E402
-
-
-class Tierd:
-    """A tierd of our own: socket and data folder in a temp dir."""
-
-    def __init__(self, *args):
-        self.dir = tempfile.mkdtemp(prefix="kvt-pytest-")
-        self.sock = os.path.join(self.dir, "tierd.sock")
-        self.args = list(args)
-        self.proc = None
-        self.start()
-
-    def start(self):
-        cmd = [os.path.join(BIN, "tierd"), "--socket", self.sock,
-               "--data", os.path.join(self.dir, "data"), "--cold-bytes", "64M",
-               "--warm-bytes", "64M"] + self.args
-        err = None if os.environ.get("KVT_TEST_VERBOSE") else subprocess.DEVNULL
-        self.proc = subprocess.Popen(cmd, stderr=err)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                kvtier.Client(self.sock).close()
-                return
-            except kvtier.KvtierError:
-                if self.proc.poll() is not None:
-                    raise RuntimeError("tierd exited at start with status %d"
-                                       % self.proc.returncode)
-                time.sleep(0.01)
-        self.proc.kill()
-        raise RuntimeError("tierd did not accept connections within 10 s")
-
-    def kill(self, sig=signal.SIGTERM):
-        """Stop tierd by sig (SIGTERM: a clean stop), keeping its data folder
-        for start() to run it on again. Returns its exit status (-sig when
-        the signal killed it)."""
-        if self.proc is None:
-            return 0
-        self.proc.send_signal(sig)
-        try:
-            rc = self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = self.proc.wait()
-        self.proc = None
-        return rc
-
-    def stop(self):
-        rc = self.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
-        return rc
+from tierd_proc import Tierd  # noqa: E402,F401 (the vLLM tests' conftest takes it from here)
 
 
 @pytest.fixture(scope="session")

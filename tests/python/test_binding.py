@@ -5,6 +5,8 @@ import hashlib
 import json
 import os
 import random
+import signal
+import time
 
 import cbor2
 import numpy as np
@@ -370,3 +372,57 @@ def test_lookup_pin_and_unpin_by_another_client(tierd, ns_factory, client):
     assert ns.lookup_pin(keys[3:]) == (0, 0, 0)
     with pytest.raises(kvtier.KvtierError):
         ns.lookup_pin(keys, hold_ms=kvtier.PIN_MAX_MS + 1)
+
+
+def test_namespace_id_names_it_for_purge(client, ns_factory):
+    ns = ns_factory(4096, suffix="-purge")
+    other = ns_factory(4096, suffix="-kept")
+    keys = kvtier.hash_prompt(range(48), 16)
+    assert ns.put(keys, [bytes([7]) * 4096] * 3) == 3
+    assert other.put(keys, [bytes([8]) * 4096] * 3) == 3
+    mine = [n["id"] for n in client.namespaces() if n["model_id"].endswith("-purge")]
+    assert mine == [ns.id] and ns.id != other.id
+    assert client.purge(ns.id) == 3
+    assert ns.lookup(keys) == 0
+    assert other.lookup(keys) == 3          # another namespace keeps its blocks
+    with pytest.raises(kvtier.KvtierError):
+        client.purge(0xfffffff0)            # no such namespace
+
+
+def test_set_timeout_bounds_a_hung_daemon(tmp_path):
+    from tierd_proc import Tierd
+    d = Tierd(parent=str(tmp_path))
+    try:
+        c = kvtier.Client(d.sock)
+        ns = c.ns_open("pytest/timeout", "bf16", "test", 16, 4096)
+        keys = kvtier.hash_prompt(range(32), 16)
+        assert ns.lookup(keys) == 0
+        c.set_timeout(300)
+        d.proc.send_signal(signal.SIGSTOP)
+        try:
+            t = time.monotonic()
+            with pytest.raises(kvtier.KvtierError) as e:
+                ns.lookup(keys)
+            took = time.monotonic() - t
+        finally:
+            d.proc.send_signal(signal.SIGCONT)
+        assert e.value.code == -errno.ETIMEDOUT
+        assert took < 10, "the 300 ms bound held the call %.1f s" % took
+        with pytest.raises(kvtier.KvtierError):
+            ns.lookup(keys)                  # closed for use after a timeout
+        c.close()
+        with kvtier.Client(d.sock) as c2:   # the daemon itself is fine
+            c2.set_timeout(0)
+            assert c2.ns_open("pytest/timeout", "bf16", "test", 16, 4096).lookup(keys) == 0
+        # bounded from the handshake on: a connect to a hung daemon
+        d.proc.send_signal(signal.SIGSTOP)
+        try:
+            t = time.monotonic()
+            with pytest.raises(kvtier.KvtierError) as e:
+                kvtier.Client(d.sock, timeout_ms=300)
+            took = time.monotonic() - t
+        finally:
+            d.proc.send_signal(signal.SIGCONT)
+        assert e.value.code == -errno.ETIMEDOUT and took < 10
+    finally:
+        assert d.stop() == 0

@@ -21,17 +21,14 @@ from vllm.v1.request import RequestStatus
 
 from test_vllm_modules import BS, Blocks, cpu_cache, fake_config, fake_kv_cache_config, \
     prompt, vllm_request, none_hash  # noqa: F401 (none_hash: the module's autouse fixture)
+from test_vllm_modules import pair as modules_pair
 
 WAIT_S = 30
 
 
 def pair(sock, kv, **extra):
     """An asynchronous scheduler and worker, the worker on cache kv."""
-    cfg, kcc = fake_config(sock, asynchronous=True, **extra), fake_kv_cache_config()
-    s = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
-    w = vc.KvtierConnector(cfg, KVConnectorRole.WORKER, kcc)
-    w.register_kv_caches(kv)
-    return s, w
+    return modules_pair(sock, kv, asynchronous=True, **extra)
 
 
 def step(w, meta, finished=()):

@@ -6,7 +6,7 @@ connector before its fix): a request aborted while its resumed load runs is
 freed once; a sliding-only model's failed load goes back whole; a plain
 model's failed load is not offered again; a preempted request aborted
 before the next step still has its saves waited for; a producer never
-loads; a connector cache reset is not reported done."""
+loads; a connector cache reset reported done leaves no old block served."""
 import threading
 from types import SimpleNamespace
 
@@ -24,6 +24,15 @@ from vllm.v1.request import RequestStatus
 from test_vllm_modules import BS, Blocks, cpu_cache, fake_config, fake_kv_cache_config, \
     prompt, vllm_request, none_hash  # noqa: F401 (none_hash: the module's autouse fixture)
 from test_vllm_async import Gate, pair, prefill, step, store, until
+
+
+def stored(tierd, n, seed):
+    """An asynchronous scheduler and worker, and a prompt of n blocks and a
+    token whose n blocks are in tierd (from the worker's blocks 0..n-1)."""
+    s, w = pair(tierd.sock, cpu_cache(8))
+    toks = prompt(n * BS + 1, seed)
+    store(w, toks, list(range(n)))
+    return s, w, toks
 
 
 class FakeSched:
@@ -62,10 +71,7 @@ class FakeSched:
 
 
 def test_abort_while_a_resumed_load_runs_frees_once(tierd):
-    kv = cpu_cache(8)
-    s, w = pair(tierd.sock, kv)
-    toks = prompt(2 * BS + 1, 81)
-    store(w, toks, [0, 1])
+    s, w, toks = stored(tierd, 2, 81)
     req = vllm_request(toks, "w")
     sched = FakeSched(s, SimpleNamespace(kv_transfer_config=s._kv_transfer_config))
     sched.requests["w"] = req
@@ -140,10 +146,7 @@ def test_sliding_only_failed_load_goes_back_whole(tierd):
 
 
 def test_failed_plain_load_is_not_offered_again(tierd):
-    kv = cpu_cache(8)
-    s, w = pair(tierd.sock, kv)
-    toks = prompt(3 * BS + 1, 95)
-    store(w, toks, [0, 1, 2])
+    s, w, toks = stored(tierd, 3, 95)
     req = vllm_request(toks, "L")
     rounds = []
     for _ in range(3):
@@ -218,11 +221,8 @@ def test_a_producer_never_loads(tierd):
         c.shutdown()
 
 
-def test_reset_cache_is_not_reported_done(tierd):
-    kv = cpu_cache(8)
-    s, w = pair(tierd.sock, kv)
-    toks = prompt(3 * BS + 1, 99)
-    store(w, toks, [0, 1, 2])
+def test_reset_cache_done_serves_no_old_block(tierd):
+    s, w, toks = stored(tierd, 3, 99)
     fake = SimpleNamespace(connector=s, log_stats=False)
     ok = Scheduler.reset_connector_cache(fake)
     hit = s.get_num_new_matched_tokens(vllm_request(toks, "after-reset"), 0)
@@ -232,3 +232,4 @@ def test_reset_cache_is_not_reported_done(tierd):
     for c in (s, w):
         c.shutdown()
     assert not (ok and hit[0]), "reset reported done, old-weight KV still served"
+    assert ok and hit == (0, False), "the reset purged the model's blocks and said so"

@@ -96,9 +96,10 @@ def test_hybrid_round_trip_by_group_rules(tierd):
     keys = kvtier.hash_prompt(toks, BS, seed="0")
     ns = wa._tierd.ns[0]
     assert isinstance(ns, kvtier.HybridNamespace)
-    # the sliding group keeps the window of the save's last block, the full all
-    assert [ns.group(g).lookup(keys[i:6]) for g, i in ((0, 4), (1, 0))] == [2, 6]
-    assert ns.group(0).lookup(keys[:4]) == 0
+    # the sliding group keeps the windows of the save's last two blocks, the
+    # full all
+    assert [ns.group(g).lookup(keys[i:6]) for g, i in ((0, 3), (1, 0))] == [3, 6]
+    assert ns.group(0).lookup(keys[:3]) == 0
     assert ns.lookup(keys) == 6
 
     # instance B: 6 blocks hit; vLLM gives the sliding group null blocks (0)
@@ -123,6 +124,19 @@ def test_hybrid_round_trip_by_group_rules(tierd):
             assert torch.equal(kv_b[name][dst[pos]], kv_a[name][src[pos]]), (name, pos)
         assert not kv_b[name][0].any(), "the null block was written"
     assert not kv_b["layers.1.attn"][15].any(), "the local block was written"
+    for c in (sa, wa, sb, wb):
+        c.shutdown()
+
+
+def test_hybrid_same_prompt_again_hits_all_but_its_last_block(tierd):
+    """A prompt that ends on a block boundary, asked again: vLLM computes
+    its last token itself, so it asks for one block less than was saved,
+    and that shorter prefix's window must be there too."""
+    kv_a = cache(16)
+    toks = prompt(6 * BS, 64)
+    sa, wa = save_prompt(tierd.sock, toks, kv_a, [[1, 2, 3, 4, 5, 6], [8, 9, 10, 11, 12, 13]])
+    sb, wb = pair(tierd.sock, cache(16, fill=0))
+    assert sb.get_num_new_matched_tokens(vllm_request(toks, "again"), 0) == (5 * BS, True)
     for c in (sa, wa, sb, wb):
         c.shutdown()
 

@@ -114,6 +114,16 @@ def fake_kv_cache_config(layers=2, heads=2, head=32, dtype=torch.float32):
     return SimpleNamespace(kv_cache_groups=[group])
 
 
+def pair(sock, kv, **extra):
+    """A scheduler and a worker on tierd sock (synchronous unless
+    asynchronous=True), the worker on cache kv."""
+    cfg, kcc = fake_config(sock, **extra), fake_kv_cache_config()
+    s = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
+    w = vc.KvtierConnector(cfg, KVConnectorRole.WORKER, kcc)
+    w.register_kv_caches(kv)
+    return s, w
+
+
 def test_refuses_other_hash_algo_and_a_random_seed(tierd, monkeypatch):
     kcc = fake_kv_cache_config()
     with pytest.raises(vc.KvtierConfigError, match="sha256_cbor"):
@@ -374,10 +384,7 @@ def test_evicted_between_lookup_and_load_is_reported(tierd):
 def test_tierd_gone_is_a_miss_not_a_failure():
     from conftest import Tierd
     d = Tierd()
-    cfg, kcc = fake_config(d.sock), fake_kv_cache_config()
-    s = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
-    w = vc.KvtierConnector(cfg, KVConnectorRole.WORKER, kcc)
-    w.register_kv_caches(cpu_cache(4))
+    s, w = pair(d.sock, cpu_cache(4))
     assert d.stop() == 0
     req = vllm_request(prompt(3 * BS, 5), "gone")
     assert s.get_num_new_matched_tokens(req, 0) == (0, False)
@@ -389,7 +396,8 @@ def test_tierd_gone_is_a_miss_not_a_failure():
     w.wait_for_save()
     assert w.get_block_ids_with_load_errors() == {1, 2}
     # a connector may start while no tierd runs: vLLM serves without kvtier
-    s2 = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
+    s2 = vc.KvtierConnector(fake_config(d.sock), KVConnectorRole.SCHEDULER,
+                            fake_kv_cache_config())
     assert s2.get_num_new_matched_tokens(req, 0) == (0, False)
     for c in (s, w, s2):
         c.shutdown()
@@ -419,11 +427,8 @@ def test_tierd_killed_and_restarted():
     next lookup reconnects at once, without a miss."""
     from conftest import Tierd
     d = Tierd()
-    cfg, kcc = fake_config(d.sock, reconnect_ms=50), fake_kv_cache_config()
-    s = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
-    w = vc.KvtierConnector(cfg, KVConnectorRole.WORKER, kcc)
     kv = cpu_cache(8)
-    w.register_kv_caches(kv)
+    s, w = pair(d.sock, kv, reconnect_ms=50)
     toks = prompt(4 * BS + 1, 41)
     keys = kvtier.hash_prompt(toks, BS, seed="0")
     w._tierd.ns[0].offload(keys, w._layout, [0, 1, 2, 3])
@@ -467,10 +472,7 @@ def test_a_block_that_failed_to_load_is_saved_again(tierd):
     """vLLM recomputes from the first block that failed to load (it resets
     the request's computed tokens there); the connector then saves those
     blocks again as they become full, so that kvtier holds them again."""
-    cfg, kcc = fake_config(tierd.sock), fake_kv_cache_config()
-    s = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
-    w = vc.KvtierConnector(cfg, KVConnectorRole.WORKER, kcc)
-    w.register_kv_caches(cpu_cache(8))
+    s, w = pair(tierd.sock, cpu_cache(8))
     toks = prompt(4 * BS + 1, 51)
     keys = kvtier.hash_prompt(toks, BS, seed="0")
     w._tierd.ns[0].offload(keys, w._layout, [0, 1, 2, 3])
@@ -542,3 +544,67 @@ def test_a_hit_is_held_until_its_load(tmp_path):
     for c in (s, w):
         c.shutdown()
     assert d.stop() == 0
+
+
+def test_hung_tierd_costs_a_lookup_its_timeout_not_30_s():
+    """tierd stopped (SIGSTOP), not gone: the scheduler's lookup is a miss
+    after lookup_timeout_ms, and the lookups that follow do not try it
+    again until the doubled wait has passed; once it answers, hits again."""
+    from conftest import Tierd
+    d = Tierd()
+    s, w = pair(d.sock, cpu_cache(8), lookup_timeout_ms=300, reconnect_ms=200)
+    toks = prompt(3 * BS + 1, 61)
+    keys = kvtier.hash_prompt(toks, BS, seed="0")
+    w._tierd.ns[0].offload(keys[:3], w._layout, [0, 1, 2])
+    d.proc.send_signal(signal.SIGSTOP)
+    try:
+        t = time.monotonic()
+        assert s.get_num_new_matched_tokens(vllm_request(toks, "h1"), 0) == (0, False)
+        first = time.monotonic() - t
+        t = time.monotonic()
+        for i in range(5):      # within the wait: no new try, no new stall
+            assert s.get_num_new_matched_tokens(vllm_request(toks, "h%d" % (i + 2)), 0) == \
+                (0, False)
+        after = time.monotonic() - t
+    finally:
+        d.proc.send_signal(signal.SIGCONT)
+    assert first < 5, "a hung tierd held the lookup %.1f s" % first
+    assert after < 0.25, "lookups within the wait tried the hung tierd (%.2f s)" % after
+    deadline = time.monotonic() + 10
+    while s.get_num_new_matched_tokens(vllm_request(toks, "back"), 0) != (3 * BS, False):
+        assert time.monotonic() < deadline, "no hit after tierd answered again"
+        time.sleep(0.1)
+    for c in (s, w):
+        c.shutdown()
+    assert d.stop() == 0
+
+
+def test_reset_cache_purges_the_models_blocks(tierd):
+    """vLLM's reset_prefix_cache(reset_connector=True) after a weight
+    update: the model's blocks, computed with the old weights, are gone
+    from tierd (reset_cache True); another model's stay."""
+    s, w = pair(tierd.sock, cpu_cache(8))
+    other = fake_config(tierd.sock)
+    other.model_config = SimpleNamespace(model="test/another-model", revision=None)
+    wo = vc.KvtierConnector(other, KVConnectorRole.WORKER, fake_kv_cache_config())
+    wo.register_kv_caches(cpu_cache(8))
+    toks = prompt(3 * BS + 1, 62)
+    keys = kvtier.hash_prompt(toks, BS, seed="0")
+    for c in (w, wo):
+        assert c._tierd.ns[0].offload(keys[:3], c._layout, [0, 1, 2]) == 3
+    assert s.get_num_new_matched_tokens(vllm_request(toks, "r1"), 0) == (3 * BS, False)
+    s._tierd.unpin(s._reqs["r1"].pins)
+    assert s.reset_cache() is True
+    assert s.get_num_new_matched_tokens(vllm_request(toks, "r2"), 0) == (0, False)
+    assert w._tierd.ns[0].lookup(keys) == 0
+    assert wo._tierd.ns[0].lookup(keys) == 3, "another model's blocks were purged"
+    # a pin held on the model's blocks keeps them busy: the reset waits for
+    # it, then (still held) says it failed
+    assert w._tierd.ns[0].offload(keys[:3], w._layout, [0, 1, 2]) == 3
+    _, pin, _ = w._tierd.ns[0].lookup_pin(keys[:3], 5000)
+    s.RESET_TIMEOUT_S = 0.3
+    assert s.reset_cache() is False
+    w._tierd.client.unpin(pin)
+    assert s.reset_cache() is True
+    for c in (s, w, wo):
+        c.shutdown()

@@ -14,7 +14,6 @@
  * measured (a daemon did not start, a call failed, a hash came out wrong).
  * One file per figure (bench.h lists them); the harness is harness.c.
  */
-#include <getopt.h>
 
 #include "bench.h"
 
@@ -64,40 +63,38 @@ static int parse_groups(const char *s, unsigned *out)
     return *out ? 0 : -EINVAL;
 }
 
+/* A number of an option in [lo, hi]. */
+#define NUM(name, key, lo, hi) { name, key, CMN_OPT_UINT, lo, hi, 0, 0, false }
+/* A tierd --warm-bytes (checked here, passed on as written). */
+#define POOL(name, key) { name, key, CMN_OPT_SIZE, 1, 0, 0, 0, false }
+
 static int parse_args(int argc, char **argv)
 {
-    static const struct option lo[] = {
-        { "only", required_argument, NULL, 'o' },   { "no-redis", no_argument, NULL, 'R' },
-        { "rounds", required_argument, NULL, 'r' }, { "round-ms", required_argument, NULL, 'm' },
-        { "hash-runs", required_argument, NULL, 'H' },
-        { "pool-2m", required_argument, NULL, '2' }, { "pool-64k", required_argument, NULL, '6' },
-        { "pool-lookup", required_argument, NULL, 'L' }, { "help", no_argument, NULL, 'h' },
-        { "cold-mib", required_argument, NULL, 'c' },
-        { "cold-rounds", required_argument, NULL, 'C' },
-        { "prefetch-trials", required_argument, NULL, 'P' },
-        { "work-us", required_argument, NULL, 'w' },
-        { "restart-blocks", required_argument, NULL, 'B' },
-        { NULL, 0, NULL, 0 },
+    static const struct cmn_opt tab[] = {
+        { "only", 'o', CMN_OPT_TEXT, 0, 0, 0, 0, false },
+        { "no-redis", 'R', CMN_OPT_FLAG, 0, 0, 0, 0, false },
+        { "help", 'h', CMN_OPT_FLAG, 0, 0, 0, 0, true },
+        NUM("rounds", 'r', 1, 64),          NUM("round-ms", 'm', 1, 3600000),
+        NUM("hash-runs", 'H', 1, 256),      NUM("cold-mib", 'c', 2, 64 * 1024),
+        NUM("cold-rounds", 'C', 1, 64),     NUM("prefetch-trials", 'P', 1, 64),
+        NUM("work-us", 'w', 0, 60000000),   NUM("restart-blocks", 'B', 1000, 100000000),
+        POOL("pool-2m", '2'),               POOL("pool-64k", '6'),
+        POOL("pool-lookup", 'L'),
+        { NULL },
     };
-    /* the numeric options and their bounds, checked before the switch */
-    static const struct {
-        int c;
-        uint64_t min, max;
-    } nums[] = {
-        { 'r', 1, 64 }, { 'm', 1, 3600000 }, { 'H', 1, 256 }, { 'c', 2, 64 * 1024 },
-        { 'C', 1, 64 }, { 'P', 1, 64 },      { 'w', 0, 60000000 }, { 'B', 1000, 100000000 },
-    };
-    uint64_t v = 0;
+    struct cmn_opts p;
     int c;
 
-    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-        for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++)
-            if (nums[i].c == c && cmn_parse_uint(optarg, nums[i].min, nums[i].max, &v) < 0)
-                return -EINVAL;
+    cmn_opts_init(&p, tab);
+    while ((c = cmn_opts_next(&p, argc, argv)) != -1) {
+        uint64_t v = p.u;
+
         switch (c) {
         case 'o':
-            if (parse_groups(optarg, &bench_opt.groups) < 0)
+            if (parse_groups(p.arg, &bench_opt.groups) < 0) {
+                fprintf(stderr, "tierbench: --only '%s': not a list of groups\n", p.arg);
                 return -EINVAL;
+            }
             break;
         case 'R': bench_opt.redis = false; break;
         case 'r': bench_opt.rounds = (int)v; break;
@@ -108,17 +105,21 @@ static int parse_args(int argc, char **argv)
         case 'P': bench_opt.prefetch_trials = (int)v; break;
         case 'w': bench_opt.work_us = (unsigned)v; break;
         case 'B': bench_opt.restart_blocks = (size_t)v; break;
-        case '2': bench_opt.pool_2m = optarg; break;
-        case '6': bench_opt.pool_64k = optarg; break;
-        case 'L': bench_opt.pool_lookup = optarg; break;
+        case '2': bench_opt.pool_2m = p.arg; break;
+        case '6': bench_opt.pool_64k = p.arg; break;
+        case 'L': bench_opt.pool_lookup = p.arg; break;
         case 'h':
             usage(stdout);
             exit(0);
         default:
+            fprintf(stderr, "tierbench: %s\n", p.err);
             return -EINVAL;
         }
     }
-    return optind == argc ? 0 : -EINVAL;
+    if (optind == argc)
+        return 0;
+    fprintf(stderr, "tierbench: unexpected argument '%s'\n", argv[optind]);
+    return -EINVAL;
 }
 
 int main(int argc, char **argv)

@@ -72,50 +72,58 @@ static int pg_kvtier(void *arg)
     return want(p, "kvt_remove", r, PG_BATCH);
 }
 
+/* One pipelined round of PG_BATCH SETs of src (set) or GETs into dst:
+ * append them all, then read every reply. 0; 1 when a reply was not the
+ * one expected (the rest still read); -EIO when the connection failed,
+ * said in p->what. */
+static int pg_redis_round(struct pg *p, char (*key)[16], const size_t *klen, bool set)
+{
+    int bad = 0;
+
+    for (int i = 0; i < PG_BATCH; i++) {
+        const char *argv[3] = { set ? "SET" : "GET", key[i], p->src[i] };
+        size_t len[3] = { 3, klen[i], p->bs };
+
+        if (redisAppendCommandArgv(p->rc, set ? 3 : 2, argv, len) != REDIS_OK)
+            goto out_conn;
+    }
+    for (int i = 0; i < PG_BATCH; i++) {
+        redisReply *rep;
+
+        if (redisGetReply(p->rc, (void **)&rep) != REDIS_OK)
+            goto out_conn;
+        if (set)
+            bad |= rep->type != REDIS_REPLY_STATUS;
+        else if (rep->type == REDIS_REPLY_STRING && rep->len == p->bs)
+            memcpy(p->dst[i], rep->str, p->bs);
+        else
+            bad = 1;
+        freeReplyObject(rep);
+    }
+    return bad;
+out_conn:
+    p->what = p->rc->errstr[0] ? p->rc->errstr : "redis connection";
+    return -EIO;
+}
+
 static int pg_redis(void *arg)
 {
     struct pg *p = arg;
     char key[PG_BATCH][16];
     size_t klen[PG_BATCH];
-    int err = 0;
+    int set, get;
 
-    for (int i = 0; i < PG_BATCH; i++) {
+    for (int i = 0; i < PG_BATCH; i++)
         klen[i] = (size_t)snprintf(key[i], sizeof(key[i]), "tb:%d", i);
-        const char *argv[3] = { "SET", key[i], p->src[i] };
-        size_t len[3] = { 3, klen[i], p->bs };
-        if (redisAppendCommandArgv(p->rc, 3, argv, len) != REDIS_OK)
-            goto out_conn;
-    }
-    for (int i = 0; i < PG_BATCH; i++) {
-        redisReply *rep;
-        if (redisGetReply(p->rc, (void **)&rep) != REDIS_OK)
-            goto out_conn;
-        if (rep->type != REDIS_REPLY_STATUS)
-            err = -EIO;
-        freeReplyObject(rep);
-    }
-    for (int i = 0; i < PG_BATCH; i++) {
-        const char *argv[2] = { "GET", key[i] };
-        size_t len[2] = { 3, klen[i] };
-        if (redisAppendCommandArgv(p->rc, 2, argv, len) != REDIS_OK)
-            goto out_conn;
-    }
-    for (int i = 0; i < PG_BATCH; i++) {
-        redisReply *rep;
-        if (redisGetReply(p->rc, (void **)&rep) != REDIS_OK)
-            goto out_conn;
-        if (rep->type == REDIS_REPLY_STRING && rep->len == p->bs)
-            memcpy(p->dst[i], rep->str, p->bs);
-        else
-            err = -EIO;
-        freeReplyObject(rep);
-    }
-    if (err)
+    if ((set = pg_redis_round(p, key, klen, true)) < 0)
+        return set;
+    if ((get = pg_redis_round(p, key, klen, false)) < 0)
+        return get;
+    if (set || get) {
         p->what = "redis SET/GET reply";
-    return err;
-out_conn:
-    p->what = p->rc->errstr[0] ? p->rc->errstr : "redis connection";
-    return -EIO;
+        return -EIO;
+    }
+    return 0;
 }
 
 static void pg_free(struct pg *p)

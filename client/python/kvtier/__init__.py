@@ -50,6 +50,24 @@ LAYER_KINDS = ("full", "mla", "indexer", "sliding", "state", "none")
 
 # ---- C types (mirrors of client/kvtier.h and kernels/kv_layout.h) ---------
 
+_C_TYPES = {"u8": ctypes.c_uint8, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64,
+            "i64": ctypes.c_int64, "str": ctypes.c_char_p, "ptr": ctypes.c_void_p,
+            "size": ctypes.c_size_t}
+
+
+def _decl(*parts):
+    """A ctypes _fields_ list written as C declares it: each part is "type
+    name name ..." (a type of _C_TYPES, then the fields of that type, in the
+    struct's order) or a (name, ctype) pair for any other type."""
+    out = []
+    for p in parts:
+        if isinstance(p, tuple):
+            out.append(p)
+            continue
+        kind, *names = p.split()
+        out.extend((n, _C_TYPES[kind]) for n in names)
+    return out
+
 class _Key(ctypes.Structure):
     _fields_ = [("b", ctypes.c_uint8 * KEY_BYTES)]
 
@@ -72,12 +90,9 @@ EXTRA_UNTAGGED = 1  # earlier vLLM: bare LoRA name, identifiers, salt
 
 
 class _Model(ctypes.Structure):
-    _fields_ = [("model_id", ctypes.c_char_p), ("dtype", ctypes.c_char_p),
-                ("layout", ctypes.c_char_p), ("block_tokens", ctypes.c_uint32),
-                ("tp_rank", ctypes.c_uint32), ("tp_size", ctypes.c_uint32),
-                ("block_bytes", ctypes.c_uint64), ("pp_rank", ctypes.c_uint32),
-                ("pp_size", ctypes.c_uint32), ("variant", ctypes.c_void_p),
-                ("variant_len", ctypes.c_size_t)]
+    _fields_ = _decl("str model_id dtype layout", "u32 block_tokens tp_rank tp_size",
+                     "u64 block_bytes", "u32 pp_rank pp_size", "ptr variant",
+                     "size variant_len")
 
 
 class _Lease(ctypes.Structure):
@@ -89,45 +104,10 @@ class _Pin(ctypes.Structure):
 
 
 class _Layout(ctypes.Structure):
-    _fields_ = [("n_layers", ctypes.c_uint32), ("layer_base", ctypes.POINTER(ctypes.c_void_p)),
-                ("base", ctypes.c_void_p), ("layer_stride", ctypes.c_int64),
-                ("elem_bytes", ctypes.c_uint32), ("block_tokens", ctypes.c_uint32),
-                ("kv_heads", ctypes.c_uint32), ("head_dim", ctypes.c_uint32),
-                ("n_kv", ctypes.c_uint32), ("num_blocks", ctypes.c_int64),
-                ("stride_kv", ctypes.c_int64), ("stride_block", ctypes.c_int64),
-                ("stride_token", ctypes.c_int64), ("stride_head", ctypes.c_int64),
-                ("stride_dim", ctypes.c_int64)]
-
-
-class _TierStats(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_uint64) for n in (
-        "hits", "bytes_in", "bytes_out", "evictions", "blocks", "bytes_used",
-        "bytes_capacity")]
-
-
-_STATS_U64 = ("uptime_ms", "lookups", "lookup_keys", "lookup_hits", "misses", "puts",
-              "put_blocks", "dedup_blocks", "gets", "get_blocks", "removes",
-              "leases_active", "reserved", "reclaimed", "proto_errors", "index_entries",
-              "index_bytes", "demotions", "promotions", "dropped", "checksum_errors",
-              "io_errors", "deadline_misses")
-
-
-# kvt_stats grows at its end (KVT_STATS_VERSION): fields of later versions
-# are read only when the library says it filled them
-_STATS_V4 = ("remote_hits", "remote_misses", "remote_puts", "remote_bytes_in",
-             "remote_bytes_out", "remote_errors", "remote_checksum_errors", "remote_probes",
-             "remote_probe_hits", "remote_redirects")
-
-
-class _Stats(ctypes.Structure):
-    _fields_ = ([("version", ctypes.c_uint32), ("clients", ctypes.c_uint32),
-                 ("namespaces", ctypes.c_uint32), ("pad", ctypes.c_uint32)] +
-                [(n, ctypes.c_uint64) for n in _STATS_U64] +
-                [("tier", _TierStats * 4), ("hot_promotions", ctypes.c_uint64)] +
-                [(n, ctypes.c_uint64) for n in _STATS_V4] +
-                # room for fields a newer libkvtier may append: it writes its
-                # whole struct, which must never run past ours
-                [("_spare", ctypes.c_uint64 * 64)])
+    _fields_ = _decl("u32 n_layers", ("layer_base", ctypes.POINTER(ctypes.c_void_p)),
+                     "ptr base", "i64 layer_stride",
+                     "u32 elem_bytes block_tokens kv_heads head_dim n_kv",
+                     "i64 num_blocks stride_kv stride_block stride_token stride_head stride_dim")
 
 
 _NS_U64 = ("lookups", "lookup_keys", "hit_keys", "hit_tokens", "put_blocks", "get_blocks",
@@ -216,11 +196,13 @@ _hash_prompt = _proto("kvt_hash_prompt", ctypes.c_ssize_t, _P(_HashOpts),
                       _P(ctypes.c_uint32), _sz, _KP)
 _none_hash = _proto("kvt_none_hash", _c_int, ctypes.c_char_p, _KP)
 _default_socket = _proto("kvt_default_socket", ctypes.c_char_p)
-_connect = _proto("kvt_connect", _c_int, ctypes.c_char_p, _P(_vp))
+_connect = _proto("kvt_connect_timeout", _c_int, ctypes.c_char_p, ctypes.c_uint32, _P(_vp))
 _close = _proto("kvt_close", None, _vp)
 _ns_open = _proto("kvt_ns_open", _c_int, _vp, _P(_Model), _P(_vp))
 _ns_block_bytes = _proto("kvt_ns_block_bytes", ctypes.c_uint64, _vp)
 _ns_set_deadline = _proto("kvt_ns_set_deadline", None, _vp, ctypes.c_uint32)
+_ns_id = _proto("kvt_ns_id", ctypes.c_uint32, _vp)
+_set_timeout = _proto("kvt_set_timeout", None, _vp, ctypes.c_uint32)
 _lookup = _proto("kvt_lookup", _c_int, _vp, _KP, _sz, _c_uint, _P(ctypes.c_uint8))
 _lookup_pin = _proto("kvt_lookup_pin", _c_int, _vp, _KP, _sz, ctypes.c_uint32, _P(_Pin),
                      _P(ctypes.c_uint8))
@@ -235,9 +217,45 @@ _offload = _proto("kvt_offload", _c_int, _vp, _KP, _KP, _sz, _P(_Layout),
                   _P(ctypes.c_int64), _vp)
 _restore = _proto("kvt_restore", _c_int, _vp, _KP, _sz, _P(_Layout), _P(ctypes.c_int64), _vp)
 _remove = _proto("kvt_remove", _c_int, _vp, _KP, _sz)
+
+
+class _StatsField(ctypes.Structure):
+    _fields_ = _decl("str name type help", "u32 offset bytes")   # kvt_stats_field
+
+
+_stats_fields = _proto("kvt_stats_fields", _P(_StatsField), _c_int, _P(_sz), _P(_sz))
+
+
+def _stats_struct(name, of, tier=None):
+    """(a ctypes struct laid out as the loaded libkvtier's kvt_stats (of 0,
+    KVT_STATS_OF_STATS; tier: the per-tier struct, for its "tier" array) or
+    kvt_tier_stats (of 1), its field names in order), from the library's own
+    kvt_stats_fields() table: the counters are declared once, in C
+    (kvt_stats_list.h), and this struct is never run past by the library."""
+    n, size = _sz(), _sz()
+    table = _stats_fields(of, ctypes.byref(n), ctypes.byref(size))
+    rows = [(table[i].name.decode(), table[i].offset, table[i].bytes) for i in range(n.value)]
+    fields = []
+    for fname, _, nbytes in rows:
+        if fname == "tier" and tier is not None:
+            fields.append((fname, tier * (nbytes // ctypes.sizeof(tier))))
+        else:
+            fields.append((fname, {4: ctypes.c_uint32, 8: ctypes.c_uint64}[nbytes]))
+    cls = type(name, (ctypes.Structure,), {"_fields_": fields})
+    moved = [f for f, off, _ in rows if getattr(cls, f).offset != off]
+    if moved or ctypes.sizeof(cls) != size.value:
+        raise ImportError("kvtier: %s from %s's kvt_stats_fields() does not lay out as the "
+                          "library says (fields %s, %d bytes, not %d)"
+                          % (name, lib_path, moved, ctypes.sizeof(cls), size.value))
+    return cls, tuple(f for f, _, _ in rows)
+
+
+_TierStats, _TIER_STATS = _stats_struct("_TierStats", 1)
+_Stats, _STATS = _stats_struct("_Stats", 0, _TierStats)
 _stats_get = _proto("kvt_stats_get", _c_int, _vp, _P(_Stats))
 _admin_namespaces = _proto("kvt_admin_namespaces", _c_int, _vp, _P(_NsInfo), _sz)
 _admin_flush = _proto("kvt_admin_flush", _c_int, _vp)
+_admin_purge = _proto("kvt_admin_purge", _c_int, _vp, ctypes.c_uint32)
 _model_parse_file = _proto("kvt_model_parse_file", _c_int, ctypes.c_char_p, _P(_ModelDesc),
                            ctypes.c_char_p, _sz)
 _model_set_dtype = _proto("kvt_model_set_dtype", _c_int, _P(_ModelDesc), ctypes.c_char_p)
@@ -293,6 +311,18 @@ def _keys(keys):
     raw = b"".join(_key_bytes(k) for k in keys)
     ctypes.memmove(arr, raw, len(raw))
     return arr, len(keys)
+
+
+def _id_batches(keys, block_ids):
+    """keys and their engine block ids (as many) in batches of BATCH_MAX:
+    (index of the batch's first key, its keys as a C array, their count,
+    its ids as a C int64 array) for each."""
+    keys, ids = list(keys), list(block_ids)
+    if len(ids) != len(keys):
+        raise ValueError("%d keys, %d block ids" % (len(keys), len(ids)))
+    for i in range(0, len(keys), BATCH_MAX):
+        arr, n = _keys(keys[i:i + BATCH_MAX])
+        yield i, arr, n, (ctypes.c_int64 * n)(*ids[i:i + BATCH_MAX])
 
 
 def _parent(parent):
@@ -457,14 +487,16 @@ class Client:
     releases every view into the pools they handed out: using one afterwards
     raises ValueError."""
 
-    def __init__(self, socket_path=None):
+    def __init__(self, socket_path=None, timeout_ms=0):
+        """timeout_ms bounds each reply's wait, the handshake's included
+        (0: KVTIER_TIMEOUT_MS or 30 s); see set_timeout."""
         self._h = None
         # views into the pools, until close (by id: a memoryview's hash is
         # its bytes', and writable ones have none)
         self._views = weakref.WeakValueDictionary()
         self.lock = threading.RLock()
         h = _vp()
-        _check(_connect(_b(socket_path), ctypes.byref(h)),
+        _check(_connect(_b(socket_path), timeout_ms, ctypes.byref(h)),
                "kvt_connect(%s)" % (socket_path or default_socket()))
         self._h = h
 
@@ -561,12 +593,10 @@ class Client:
         s = _Stats()
         with self.lock:
             _check(_stats_get(self._handle(), ctypes.byref(s)), "kvt_stats_get")
-        d = {n: getattr(s, n) for n in ("version", "clients", "namespaces") + _STATS_U64}
-        d["hot_promotions"] = s.hot_promotions
-        if s.version >= 4:
-            d.update((n, getattr(s, n)) for n in _STATS_V4)
-        d["tier"] = {TIER_NAMES[i]: {n: getattr(s.tier[i], n) for n, _ in _TierStats._fields_}
-                     for i in range(1, 4)}
+        # every field of kvt_stats (kvt_stats_list.h's list), the head's pad excepted
+        d = {n: getattr(s, n) for n in _STATS if n not in ("pad", "tier")}
+        d["tier"] = {TIER_NAMES[i]: {n: getattr(s.tier[i], n) for n in _TIER_STATS}
+                     for i in range(1, len(TIER_NAMES))}
         return d
 
     def namespaces(self):
@@ -591,6 +621,19 @@ class Client:
         """Write every warm block without a disk copy to cold and wait."""
         with self.lock:
             _check(_admin_flush(self._handle()), "kvt_admin_flush")
+
+    def purge(self, ns_id):
+        """Remove every block of namespace ns_id (Namespace.id) from every
+        tier and the disk: the number removed. All or nothing: EBUSY while
+        any of its blocks is leased, being written or moving."""
+        with self.lock:
+            return _check(_admin_purge(self._handle(), ns_id), "kvt_admin_purge")
+
+    def set_timeout(self, ms):
+        """Bound each reply's wait to ms (0: KVTIER_TIMEOUT_MS or 30 s); past
+        it the call raises ETIMEDOUT and the client is closed for use."""
+        with self.lock:
+            _set_timeout(self._handle(), ms)
 
 
 class Reservation:
@@ -751,6 +794,7 @@ class Namespace:
     def __init__(self, client, h):
         self.client, self._h = client, h
         self.block_bytes = _ns_block_bytes(h)
+        self.id = _ns_id(h)          # Client.purge's; 0 for a hybrid one
 
     def _handle(self):
         self.client._handle()
@@ -844,13 +888,9 @@ class Namespace:
         store them as keys (kvt_offload), in batches of BATCH_MAX. stream:
         None for a cache in host memory, else the address of a cudaStream_t
         (CUDA builds of libkvtier). Returns blocks newly stored."""
-        keys, ids = list(keys), list(block_ids)
-        if len(ids) != len(keys):
-            raise ValueError("%d keys, %d block ids" % (len(keys), len(ids)))
+        keys = list(keys)
         stored = 0
-        for i in range(0, len(keys), BATCH_MAX):
-            arr, n = _keys(keys[i:i + BATCH_MAX])
-            idarr = (ctypes.c_int64 * n)(*ids[i:i + BATCH_MAX])
+        for i, arr, n, idarr in _id_batches(keys, block_ids):
             par = _parent(keys[i - 1] if i else parent)
             with self.client.lock:
                 stored += _check(_offload(self._handle(), par, arr, n, ctypes.byref(layout.c),
@@ -861,13 +901,8 @@ class Namespace:
         """Scatter the leading cached run of keys into engine blocks block_ids
         (kvt_restore, in batches of BATCH_MAX; stream as for offload).
         Returns the run's length."""
-        keys, ids = list(keys), list(block_ids)
-        if len(ids) != len(keys):
-            raise ValueError("%d keys, %d block ids" % (len(keys), len(ids)))
         run = 0
-        for i in range(0, len(keys), BATCH_MAX):
-            arr, n = _keys(keys[i:i + BATCH_MAX])
-            idarr = (ctypes.c_int64 * n)(*ids[i:i + BATCH_MAX])
+        for _, arr, n, idarr in _id_batches(keys, block_ids):
             with self.client.lock:
                 got = _check(_restore(self._handle(), arr, n, ctypes.byref(layout.c), idarr,
                                       stream), "kvt_restore")

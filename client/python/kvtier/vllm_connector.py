@@ -596,15 +596,19 @@ class _Tierd:
     connection is dead for good (KVT_EDISCONNECTED, -ETIMEDOUT): it is closed
     here and a new one, with its namespaces, opened at a later use, trying
     at most every retry_s (a connect where nothing listens fails at once,
-    but a hung tierd holds each try for KVTIER_TIMEOUT_MS). Meanwhile
+    but a hung tierd holds each try for timeout_ms: after each try that
+    timed out, the wait doubles, to a minute at most, so that a hung tierd
+    costs the scheduler a shrinking share of its time). Meanwhile
     spaces() is None and the connector counts lookups as misses, loads as
     failed (vLLM recomputes them) and saves as skipped: vLLM goes on serving
     without kvtier. Pins taken on a lost connection died with its tierd; a
     new tierd may reuse their ids, so an unpin sent there is at worst an
     early release (the hit may then be evicted, reported and recomputed)."""
 
-    def __init__(self, socket, descs, retry_s):
+    def __init__(self, socket, descs, retry_s, timeout_ms=0):
         self.socket, self._descs, self._retry_s = socket, list(descs), retry_s
+        self._timeout_ms = timeout_ms   # each reply's bound (0: libkvtier's)
+        self._wait = retry_s   # before the next connect: grows while tierd hangs
         self.client = None     # kvtier.Client, None while tierd is away
         self.ns = None         # the namespaces of descs, in order, with client
         self._next_try = 0.0   # time.monotonic() of the next connect, while away
@@ -631,7 +635,7 @@ class _Tierd:
                          d["pp_size"], d["variant"])
 
     def _open(self):
-        c = kvtier.Client(self.socket)
+        c = kvtier.Client(self.socket, self._timeout_ms)
         try:
             self.ns = [self._ns_open(c, d) for d in self._descs]
         except BaseException:
@@ -639,9 +643,16 @@ class _Tierd:
             raise
         self.client = c
 
+    def _hung(self, e):
+        """After e: the next connect in self._wait, which doubles when e is a
+        timeout (tierd there but not answering)."""
+        if e.code == -errno.ETIMEDOUT:
+            self._wait = min(max(2 * self._wait, self._retry_s, 1.0), 60.0)
+        self._next_try = time.monotonic() + self._wait
+
     def _not_there(self, e):
-        """A connect failed: try again in retry_s."""
-        self._next_try = time.monotonic() + self._retry_s
+        """A connect failed: try again later (_hung)."""
+        self._hung(e)
         if not self._away:
             log.warning("kvtier: tierd on %s is away (%s): lookups are misses, loads are "
                         "recomputed and saves skipped until it is back", self._where(), e)
@@ -668,7 +679,7 @@ class _Tierd:
             self._not_there(e)
             return None
         log.info("kvtier: connected to tierd on %s again", self._where())
-        self._away = False
+        self._away, self._wait = False, self._retry_s
         return self.ns
 
     def call(self, what, fn):
@@ -696,6 +707,8 @@ class _Tierd:
         log.warning("kvtier: %s: %s", what, e)
         if e.code in _DEAD:
             self._drop()
+            if e.code == -errno.ETIMEDOUT:
+                self._hung(e)      # not at the next call: it would hang as long
 
     def unpin(self, pins):
         """Release the pins a lookup took (0s skipped); those of a lost
@@ -820,6 +833,14 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         if retry_ms < 0:
             raise KvtierConfigError("kvtier: reconnect_ms must be 0 or more, not %d"
                                     % retry_ms)
+        # the scheduler's bound on each call to tierd: its lookups run inside
+        # vLLM's scheduling step, which a hung tierd must not stall for
+        # libkvtier's 30 s (the workers' loads and saves keep that bound)
+        lookup_ms = extra.get("lookup_timeout_ms", 1000)
+        if not isinstance(lookup_ms, int) or isinstance(lookup_ms, bool) or \
+                not 0 < lookup_ms <= 600000:
+            raise KvtierConfigError("kvtier: lookup_timeout_ms must be 1..600000, not %r"
+                                    % (lookup_ms,))
         policy = load_failure_policy(vllm_config, extra)
         # asynchronous by default: a load holds up only its own request and a
         # save no request at all, where the synchronous mode holds the batch
@@ -876,7 +897,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             self._failed_recving = set()   # hybrid: loads that failed, for vLLM
             self._loader = self._saver = None   # asynchronous: made with the layout
             self._finishing = set()   # finished requests whose saves may still run
-        self._tierd = _Tierd(socket, descs, self._retry_s)
+        self._tierd = _Tierd(socket, descs, self._retry_s,
+                             lookup_ms if role == KVConnectorRole.SCHEDULER else 0)
         log.info("kvtier: %s connector on %s; block hashes seeded with %r (%s); failed "
                  "loads: %s; %s loads and saves", role.name.lower(),
                  socket or kvtier.default_socket(), self._seed, origin, policy,
@@ -1082,14 +1104,41 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
 
     def reset_cache(self):
         """vLLM's reset_prefix_cache(reset_connector=True), after a weight
-        update: kvtier keeps every block it holds, so the reset did not
-        happen (False), and vLLM says so. Purge the model's namespaces
-        (tierctl purge) or give the new weights another model id or
-        revision."""
-        log.warning("kvtier: a connector cache reset was asked; kvtier keeps its blocks "
-                    "(purge the namespaces with tierctl, or serve new weights under "
-                    "another model id or revision)")
-        return False
+        update: the blocks kvtier holds for this model were computed with the
+        old weights, so every namespace of the model (each rank's, each
+        stage's, each group's of a hybrid model) is purged; a later save
+        stores the new weights' blocks. True once all are, False (vLLM says
+        the reset failed) when tierd is away or a namespace stayed busy
+        (leased, being written) for RESET_TIMEOUT_S."""
+        deadline = time.monotonic() + self.RESET_TIMEOUT_S
+
+        def purge(spaces):
+            ids = []
+            for ns in spaces:
+                ids += [ns.group(g).id for g in range(ns.groups)] \
+                    if isinstance(ns, kvtier.HybridNamespace) else [ns.id]
+            removed = 0
+            for ns_id in ids:
+                while True:
+                    try:
+                        removed += self._tierd.client.purge(ns_id)
+                        break
+                    except kvtier.KvtierError as e:
+                        if e.code == -errno.EBUSY and time.monotonic() < deadline:
+                            time.sleep(0.05)   # a worker's load or save still on it
+                            continue
+                        raise
+            return removed
+
+        ok, removed = self._tierd.call("connector cache reset (purge)", purge)
+        if ok:
+            log.info("kvtier: connector cache reset: %d blocks purged", removed)
+        else:
+            log.warning("kvtier: connector cache reset failed: tierd still holds this "
+                        "model's blocks (purge them with tierctl)")
+        return ok
+
+    RESET_TIMEOUT_S = 10
 
     def request_finished_all_groups(self, request, block_ids):
         # vLLM's hybrid allocator (SupportsHMA) calls this instead
@@ -1236,12 +1285,17 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         (kvt_offload_hybrid). A null block where a group would
         read (vLLM freed it) skips the rest: a block never stored is a miss,
         one stored from the null block a wrong answer."""
-        stored = 0
-        for i in range(0, len(sv.keys), kvtier.BATCH_MAX):
-            keys = sv.keys[i:i + kvtier.BATCH_MAX]
+        stored, n = 0, len(sv.keys)
+        # the last block is a batch of its own, so that the one before it
+        # ends a batch too and has its window stored: vLLM computes a
+        # prompt's last token itself, so the same prompt again (one that
+        # ends on a block boundary) asks for a hit one block short of it
+        starts = sorted(set(range(0, n, kvtier.BATCH_MAX)) | ({n - 1} if n > 1 else set()))
+        for i, j in zip(starts, starts[1:] + [n]):
+            keys = sv.keys[i:j]
             ios = []
             for (g, kind), lay, ids in zip(self._groups, self._layouts, sv.group_ids):
-                ids = ids[i:i + kvtier.BATCH_MAX]
+                ids = ids[i:j]
                 if kind == "state":
                     ios.append(self._state_io(sv, lay, ids, i))
                     continue
