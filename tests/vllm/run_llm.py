@@ -6,6 +6,8 @@ JSON: the generated token ids and vLLM's own prefix-cache counters.
 usage: run_llm.py MODEL_DIR REQUEST_JSON OUT_JSON
 REQUEST_JSON: {"prompt": [ids], "max_tokens": N, "connector": bool,
                "cache_salt": str|null, "block_size": N}, and optionally
+  "dtype": the model's dtype (float32 unless given); "block_size" null: the
+      one vLLM picks (a state model's is aligned to its state's page);
   "connector_class", "connector_module": another connector (a test's
       subclass of KvtierConnector), "extra_config": its
       kv_connector_extra_config;
@@ -87,17 +89,20 @@ def main():
     if tp > 1:
         kw.update(tensor_parallel_size=tp, distributed_executor_backend="mp")
     t0 = time.monotonic()
-    llm = LLM(model=model, skip_tokenizer_init=True, dtype="float32",
-              block_size=req["block_size"], max_model_len=2048, max_num_seqs=4,
+    if req["block_size"] is not None:
+        kw["block_size"] = req["block_size"]
+    llm = LLM(model=model, skip_tokenizer_init=True, dtype=req.get("dtype", "float32"),
+              max_model_len=2048, max_num_seqs=4,
               enforce_eager=True, enable_prefix_caching=True,
               prefix_caching_hash_algo="sha256_cbor", disable_log_stats=False, seed=0,
               **kw)
     startup = round(time.monotonic() - t0, 1)
+    block_size = llm.llm_engine.vllm_config.cache_config.block_size
     sp = SamplingParams(temperature=0.0, max_tokens=req["max_tokens"], ignore_eos=True,
                         detokenize=False, logprobs=0)
     if "steps" not in req:
         res = generate(llm, sp, req["prompt"], req.get("cache_salt"))
-        res["startup_s"] = startup
+        res.update(startup_s=startup, block_size=block_size)
         json.dump(res, open(out_path, "w"))
         return
     steps = []
@@ -105,7 +110,8 @@ def main():
         steps.append(generate(llm, sp, tokens, req.get("cache_salt")))
         pause(req["pause_dir"], i, steps[-1])
         llm.reset_prefix_cache()
-    json.dump({"steps": steps, "startup_s": startup}, open(out_path, "w"))
+    json.dump({"steps": steps, "startup_s": startup, "block_size": block_size},
+              open(out_path, "w"))
 
 
 if __name__ == "__main__":

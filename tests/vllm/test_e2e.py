@@ -89,10 +89,13 @@ def tp_env(tp):
             if len(cpus) >= tp else "nobind"}
 
 
-def run_vllm(tmp, name, model, tierd, tokens, connector, salt=None, extra=None, tp=1):
+def run_vllm(tmp, name, model, tierd, tokens, connector, salt=None, extra=None, tp=1,
+             **req_set):
+    """One run_llm.py instance on tokens; req_set overrides fields of its
+    request (dtype, block_size)."""
     req = {"prompt": tokens, "max_tokens": MAX_TOKENS, "connector": connector,
            "cache_salt": salt, "block_size": BS, "extra_config": extra or {},
-           "tensor_parallel_size": tp}
+           "tensor_parallel_size": tp, **req_set}
     p, out, logf = start_vllm(tmp, name, model, req, vllm_env(tierd, **tp_env(tp)))
     try:
         p.wait(timeout=RUN_TIMEOUT)

@@ -5,7 +5,11 @@ group and a full-attention group, as vLLM's hybrid allocator makes for
 Gemma 2 and gpt-oss. Its blocks go through the C hybrid API: every block of
 the full group, the window of the sliding one; a load fills exactly the
 blocks vLLM gave it (never its null block), and a failed one goes back to
-vLLM whole (failed_recving), after which that request is a miss."""
+vLLM whole (failed_recving), after which that request is a miss. Then a
+recurrent-state group (a MambaSpec, as vLLM makes for Qwen3-Next's linear
+attention) beside a full one: a save keeps only the state of a step that
+ends on a block boundary, a load copies the hit's last state into the
+block vLLM gives that position."""
 from types import SimpleNamespace
 
 import pytest
@@ -216,4 +220,145 @@ def test_hybrid_save_never_reads_a_freed_block(tierd):
     ns = w._tierd.ns[0]
     assert [ns.group(g).lookup(keys) for g in (0, 1)] == [0, 0]
     for c in (s, w):
+        c.shutdown()
+
+
+# ---- a state group (Mamba, linear attention) beside a full one ------------
+
+CONV, SSM = (96, 3), (1, 16, 16)            # one layer's states, as vLLM shapes them
+STATE = (96 * 3 + 16 * 16) * 2              # their bytes (bfloat16)
+PAGE = STATE + 64                           # vLLM's page of one layer: states, padding
+
+
+def state_config(mode="align"):
+    """Qwen3-Next's groups as vLLM makes them: linear-attention layers (a
+    MambaSpec group, listed first) and full-attention ones."""
+    from vllm.v1.kv_cache_interface import MambaSpec
+    st = MambaSpec(block_size=BS, shapes=(CONV, SSM), dtypes=(torch.bfloat16,) * 2,
+                   page_size_padded=PAGE, mamba_cache_mode=mode)
+    full = FullAttentionSpec(block_size=BS, num_kv_heads=H, head_size=D, dtype=torch.float32)
+    return SimpleNamespace(kv_cache_groups=[
+        SimpleNamespace(layer_names=["layers.0.linear_attn", "layers.2.linear_attn"],
+                        kv_cache_spec=st),
+        SimpleNamespace(layer_names=["layers.1.attn", "layers.3.attn"], kv_cache_spec=full)])
+
+
+def state_cache(nb, fill=None, seed=5):
+    """Per-layer tensors as vLLM hands them to a connector: [nb, H, BS, 2D]
+    for attention; for a state layer a [nb, 1, 1, PAGE] int8 view of its
+    pages (MambaBase.bind_kv_cache reads its states from each page's start),
+    here a block stride wider than the page, as where groups share memory."""
+    g = torch.Generator().manual_seed(seed)
+    kv = {}
+    for i in (1, 3):
+        kv["layers.%d.attn" % i] = (torch.randn(nb, H, BS, 2 * D, generator=g) if fill is None
+                                    else torch.full((nb, H, BS, 2 * D), float(fill)))
+    for i in (0, 2):
+        raw = (torch.randint(-128, 128, (nb, 1, 1, PAGE + 32), generator=g, dtype=torch.int8)
+               if fill is None else torch.full((nb, 1, 1, PAGE + 32), fill, dtype=torch.int8))
+        kv["layers.%d.linear_attn" % i] = raw[..., :PAGE]
+    return kv
+
+
+def state_pair(sock, kv, mode="align"):
+    cfg, kcc = fake_config(sock, asynchronous=True), state_config(mode)
+    s = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
+    w = vc.KvtierConnector(cfg, KVConnectorRole.WORKER, kcc)
+    w.register_kv_caches(kv)
+    return s, w
+
+
+def state_save(sock, toks, kv, ids, n_sched):
+    """Instance A computes toks[:n_sched] in one step and saves it."""
+    s, w = state_pair(sock, kv)
+    req = vllm_request(toks, "a")
+    assert s.get_num_new_matched_tokens(req, 0) == (0, False)
+    s._kv_cache_manager = manager(ids)
+    s.update_state_after_alloc(req, Blocks(ids[0]), 0)
+    meta = s.build_connector_meta(SimpleNamespace(num_scheduled_tokens={"a": n_sched}))
+    step(w, meta)
+    w.handle_preemptions(vc.KvtierConnectorMetadata())
+    return s, w, meta
+
+
+def test_state_group_namespace_sizes_the_real_state(tierd):
+    d = vc.namespace_desc(fake_config(tierd.sock), state_config(), 0)
+    assert [(g["kind"], g["layers"]) for g in d["groups"]] == [("state", 2), ("full", 2)]
+    # the states' bytes, not vLLM's padded page
+    assert d["block_bytes"] == [2 * STATE, 2 * 2 * BS * H * D * 4]
+    assert d["dtype"] == "fp32", "the namespace's dtype is the attention's"
+    assert b"states=96x3:bfloat16,1x16x16:bfloat16" in d["variant"]
+
+
+def test_state_round_trip_restores_the_hit_s_last_state(tierd):
+    kv_a, kv_b = state_cache(16), state_cache(16, fill=0)
+    toks = prompt(4 * BS + 7, 71)
+    ids_a = [[9, 10, 11, 12, 13], [1, 2, 3, 4, 5]]
+    # a chunk of exactly 4 blocks: vLLM keeps the state after it in block 12
+    sa, wa, meta = state_save(tierd.sock, toks, kv_a, ids_a, 4 * BS)
+    assert meta.saves[0].state_at == 3
+    keys = kvtier.hash_prompt(toks, BS, seed="0")
+    ns = wa._tierd.ns[0]
+    assert [ns.group(g).lookup(keys[i:4]) for g, i in ((0, 3), (1, 0))] == [1, 4]
+    assert ns.group(0).lookup(keys[:3]) == 0, "only the step's last state is exact"
+    assert ns.lookup(keys) == 4
+
+    sb, wb = state_pair(tierd.sock, kv_b)
+    req = vllm_request(toks, "b")
+    assert sb.get_num_new_matched_tokens(req, BS) == (3 * BS, True)
+    ids_b = [[0, 0, 0, 6, 7], [8, 2, 3, 4, 5]]   # the state's slot: block 6
+    sb.update_state_after_alloc(req, GroupBlocks(ids_b), 3 * BS)
+    meta = sb.build_connector_meta(SimpleNamespace(num_scheduled_tokens={}))
+    sending, recving, errs = until(wb, lambda s, r, e: r, meta)
+    assert (recving, errs) == ({"b"}, set())
+    assert wb.get_transfer_results(set()).failed_recving == set()
+    for name in ("layers.0.linear_attn", "layers.2.linear_attn"):
+        a, b = kv_a[name][:, 0, 0], kv_b[name][:, 0, 0]
+        assert torch.equal(b[6, :STATE], a[12, :STATE]), name
+        assert not b[6, STATE:].any(), "the page's padding was written"
+        assert not b[[0, 7]].any(), "a block other than the state's was written"
+    for name in ("layers.1.attn", "layers.3.attn"):
+        for pos in range(1, 4):
+            assert torch.equal(kv_b[name][ids_b[1][pos]], kv_a[name][ids_a[1][pos]]), name
+        assert not kv_b[name][8].any(), "the local block was written"
+    for c in (sa, wa, sb, wb):
+        c.shutdown()
+
+
+def test_no_state_is_saved_off_a_block_boundary(tierd):
+    """A step that ends inside a block leaves no block's state exact: its
+    full blocks are stored, no state, and no prefix is restorable."""
+    kv = state_cache(16, seed=8)
+    toks = prompt(4 * BS + 7, 72)
+    sa, wa, meta = state_save(tierd.sock, toks, kv, [[9, 10, 11, 12, 13], [1, 2, 3, 4, 5]],
+                              4 * BS + 7)
+    assert meta.saves[0].state_at is None
+    keys = kvtier.hash_prompt(toks, BS, seed="0")
+    ns = wa._tierd.ns[0]
+    assert (ns.group(0).lookup(keys), ns.group(1).lookup(keys), ns.lookup(keys)) == (0, 4, 0)
+    for c in (sa, wa):
+        c.shutdown()
+
+
+def test_state_load_that_fails_goes_back_whole(tierd):
+    kv_a, kv_b = state_cache(16, seed=9), state_cache(16, fill=0)
+    toks = prompt(4 * BS + 7, 73)
+    sa, wa, _ = state_save(tierd.sock, toks, kv_a, [[9, 10, 11, 12, 13], [1, 2, 3, 4, 5]],
+                           4 * BS)
+    sb, wb = state_pair(tierd.sock, kv_b)
+    req = vllm_request(toks, "f")
+    assert sb.get_num_new_matched_tokens(req, 0) == (4 * BS, True)
+    sb.update_state_after_alloc(req, GroupBlocks([[0, 0, 0, 6, 7], [1, 2, 3, 4, 5]]), 4 * BS)
+    meta = sb.build_connector_meta(SimpleNamespace(num_scheduled_tokens={}))
+    keys = kvtier.hash_prompt(toks, BS, seed="0")
+    assert wa._tierd.ns[0].group(0).remove(keys[3:4]) == 1     # the state
+    wb.bind_connector_metadata(meta)
+    wb.start_load_kv(None)
+    wb._loader.wait()
+    res = wb.get_transfer_results(set())
+    assert (res.finished_recving, res.failed_recving) == ({"f"}, {"f"})
+    wb.clear_connector_metadata()
+    sb.update_connector_output(SimpleNamespace(failed_recving={"f"}, invalid_block_ids=set()))
+    assert sb.get_num_new_matched_tokens(req, 0) == (0, False)
+    for c in (sa, wa, sb, wb):
         c.shutdown()

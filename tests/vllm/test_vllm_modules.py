@@ -211,14 +211,16 @@ def test_failed_loads_are_recomputed_not_failed(tierd):
                            KVConnectorRole.SCHEDULER, kcc)
 
 
-def test_refuses_state_groups_and_mixed_block_sizes(tierd):
-    """Recurrent-state groups (Mamba, linear attention) are not handled yet,
-    and groups must share a block size (a hash covers one run of tokens)."""
+def test_refuses_unaligned_state_groups_and_mixed_block_sizes(tierd):
+    """Recurrent-state groups (Mamba, linear attention) only where vLLM keeps
+    a state per block (mamba_cache_mode "align"; without prefix caching it
+    keeps one per request, "none"), and groups must share a block size (a
+    hash covers one run of tokens)."""
     from vllm.v1.kv_cache_interface import MambaSpec
     kcc = fake_kv_cache_config()
     mamba = MambaSpec(block_size=BS, shapes=((3, 64),), dtypes=(torch.float32,))
     kcc.kv_cache_groups.append(SimpleNamespace(layer_names=["m"], kv_cache_spec=mamba))
-    with pytest.raises(vc.KvtierConfigError, match="recurrent state"):
+    with pytest.raises(vc.KvtierConfigError, match="mamba_cache_mode \"align\""):
         vc.KvtierConnector(fake_config(tierd.sock), KVConnectorRole.SCHEDULER, kcc)
     kcc = fake_kv_cache_config()
     other = FullAttentionSpec(block_size=2 * BS, num_kv_heads=2, head_size=32,

@@ -760,12 +760,14 @@ class GroupIO:
     (kvt_group_io): a KV group's Layout and block ids (one per key of the
     call), or a state group's buffers: states (offload: one address per key,
     None where the engine has none) or state_out (restore: one address), of
-    state_bytes each."""
+    state_bytes each. keep: whatever those addresses point into, held as long
+    as the GroupIO is."""
 
     def __init__(self, layout=None, block_ids=None, states=None, state_out=None,
-                 state_bytes=0):
+                 state_bytes=0, keep=None):
         self.layout, self.block_ids = layout, block_ids
         self.states, self.state_out, self.state_bytes = states, state_out, state_bytes
+        self.keep = keep
 
 
 def _group_ios(ios, n):

@@ -55,6 +55,11 @@ How vLLM's calls map onto kvtier:
     blocks and anything that stores other bytes never does. The tier block
     format (layer, K/V, token, head, dim) does not depend on the engine's
     paged layout, so a CPU and a GPU instance of the same model share too.
+  - hybrid models (several KV cache groups): a hybrid namespace with a
+    group per vLLM group, each stored by its rule: full attention every
+    block, a sliding window the window of a save's last block, a
+    recurrent state (vLLM's "align" mode) the state at the block boundary
+    a step ended on; a load fills each group's blocks, all or none.
   - failures: kvtier is a cache, so nothing it does fails a request. While
     tierd is away (killed, not yet started) lookups are misses, loads are
     reported failed and saves skipped; the connection is opened again once
@@ -65,6 +70,7 @@ How vLLM's calls map onto kvtier:
 """
 import errno
 import hashlib
+import math
 import os
 import queue
 import threading
@@ -117,6 +123,8 @@ class _Save:
     keys: list
     block_ids: list
     group_ids: list | None = None  # hybrid: engine block ids per group, for keys
+    state_at: int | None = None    # state groups: the key whose block holds the state
+    #                                after it once the step has run (None: no key's)
 
 
 @dataclass
@@ -224,14 +232,34 @@ def _model_id(model_config):
     return mid
 
 
-def _group_kind(spec):
-    """kvtier's kind of layer group ("full" or "sliding") for a vLLM KV cache
-    spec; KvtierConfigError for any other."""
-    name = type(spec).__name__
-    if name == "MambaSpec" or not hasattr(spec, "num_kv_heads"):
+def _state_kind(spec):
+    """A MambaSpec group (Mamba, linear attention): "state", where vLLM keeps
+    a state at every block boundary it caches (mamba_cache_mode "align", as
+    vLLM sets with prefix caching: block i's slot holds the state after
+    tokens [0, (i + 1) * block size)); KvtierConfigError otherwise."""
+    mode = getattr(spec, "mamba_cache_mode", None)
+    if mode != "align":
         raise KvtierConfigError(
-            "kvtier: unsupported KV cache spec %s: recurrent state (Mamba, linear "
-            "attention) groups are not handled by the connector yet" % name)
+            "kvtier: a recurrent-state (Mamba, linear attention) group needs vLLM's "
+            "mamba_cache_mode \"align\" (vLLM's default with --enable-prefix-caching), "
+            "not %r: only then does vLLM keep a state per block for kvtier to save" % mode)
+    odd = [a for a in ("num_speculative_blocks", "num_prefill_checkpoint_blocks")
+           if getattr(spec, a, 0)]
+    if odd:
+        # those move states away from their block's slot
+        raise KvtierConfigError("kvtier: recurrent-state groups with %s are not supported"
+                                % ", ".join(odd))
+    return "state"
+
+
+def _group_kind(spec):
+    """kvtier's kind of layer group ("full", "sliding" or "state") for a vLLM
+    KV cache spec; KvtierConfigError for any other."""
+    name = type(spec).__name__
+    if name == "MambaSpec":
+        return _state_kind(spec)
+    if not hasattr(spec, "num_kv_heads"):
+        raise KvtierConfigError("kvtier: unsupported KV cache spec %s" % name)
     for a in ("block_size", "num_kv_heads", "head_size", "dtype"):
         if not hasattr(spec, a):
             raise KvtierConfigError("kvtier: unsupported KV cache spec %s (no %s)" % (name, a))
@@ -247,7 +275,7 @@ def _group_kind(spec):
                                     "tokens (speculative decoding) are not supported")
     else:
         raise KvtierConfigError("kvtier: unsupported KV cache spec %s: full or sliding-"
-                                "window attention only" % name)
+                                "window attention, or recurrent state, only" % name)
     odd = [a for a, ok in (
         ("head_size_v", getattr(spec, "head_size_v", None) in (None, spec.head_size)),
         ("kv_quant_mode", getattr(getattr(spec, "kv_quant_mode", None), "name",
@@ -260,8 +288,9 @@ def _group_kind(spec):
 def kv_groups(kv_cache_config):
     """vLLM's KV cache groups with kvtier's kind of each, [(group, kind)]:
     one full-attention group is a plain namespace, anything else (several
-    groups, sliding windows) a hybrid one. Every group must have the same
-    block size: a block's hash covers the same tokens in each."""
+    groups, sliding windows, states) a hybrid one. Every group must have the
+    same block size, and vLLM's block hashes that size: a block's hash covers
+    the same tokens in each."""
     groups = list(kv_cache_config.kv_cache_groups)
     if not groups:
         raise KvtierConfigError("kvtier: the model has no KV cache group")
@@ -273,7 +302,19 @@ def kv_groups(kv_cache_config):
     if len(sizes) != 1:
         raise KvtierConfigError("kvtier: KV cache groups of several block sizes %s"
                                 % sorted(sizes))
+    if all(k == "state" for _, k in out):
+        raise KvtierConfigError("kvtier: a model with no attention group is not supported")
+    hashed = getattr(kv_cache_config, "hash_block_size", None)
+    if hashed not in (None, *sizes):
+        # finer hashes (prefix_match_unit) are not one per block
+        raise KvtierConfigError("kvtier: vLLM hashes every %d tokens, its blocks hold %d"
+                                % (hashed, sizes.pop()))
     return out
+
+
+def _attention_spec(groups):
+    """The spec of the first attention group: the namespace's KV dtype."""
+    return next(g.kv_cache_spec for g, k in groups if k != "state")
 
 
 def _hybrid(groups):
@@ -348,7 +389,7 @@ def namespace_desc(vllm_config, kv_cache_config, tp_rank, pp_rank=0):
     vLLM's order, each its own namespace (Client.ns_open_hybrid)."""
     groups = kv_groups(kv_cache_config)
     group = groups[0][0]
-    spec = group.kv_cache_spec
+    spec = _attention_spec(groups)
     dtype, esize = kv_dtype(vllm_config, spec)
     pp_size = getattr(vllm_config.parallel_config, "pipeline_parallel_size", 1)
     if vllm_config.cache_config.block_size != spec.block_size:
@@ -371,11 +412,13 @@ def namespace_desc(vllm_config, kv_cache_config, tp_rank, pp_rank=0):
         if pp_size != 1:
             raise KvtierConfigError("kvtier: pipeline parallelism with a hybrid model (several "
                                     "KV cache groups) is not supported")
-        gs = _hybrid_groups(vllm_config, groups, dtype, esize)
+        gs, block_bytes = _hybrid_groups(vllm_config, groups, dtype, esize)
         # the groups' shapes and order are in each group's identity (kvt_ns_open_hybrid)
-        d.update(layout="vllm:hybrid:%dG" % len(gs), groups=gs,
-                 block_bytes=[g["layers"] * 2 * spec.block_size * g["kv_heads"] * g["head_dim"]
-                              * esize for g in gs])
+        d.update(layout="vllm:hybrid:%dG" % len(gs), groups=gs, block_bytes=block_bytes)
+        states = state_format(groups)
+        if states:
+            # a state's size does not tell its format (its dtypes, their order)
+            d["variant"] = (d["variant"] + b" " if d["variant"] else b"") + states
         return d
     layers = stage_layers(vllm_config, group, pp_rank, pp_size)
     d.update(layout="vllm:%dLx%dHx%dD" % (layers, spec.num_kv_heads, spec.head_size),
@@ -385,19 +428,49 @@ def namespace_desc(vllm_config, kv_cache_config, tp_rank, pp_rank=0):
 
 
 def _hybrid_groups(vllm_config, groups, dtype, esize):
-    """A hybrid namespace's groups (Client.ns_open_hybrid's dicts), all of
-    the first group's KV dtype."""
-    gs = []
+    """A hybrid namespace's groups (Client.ns_open_hybrid's dicts), the KV
+    groups all of the first one's dtype, and each group's object size (a
+    block of a KV group, a state of all a state group's layers)."""
+    gs, sizes = [], []
+    tp = vllm_config.parallel_config.tensor_parallel_size
     for g, kind in groups:
         spec = g.kv_cache_spec
+        n = len(g.layer_names)
+        if kind == "state":
+            if tp > 1 and getattr(spec, "tp_replicated", False):
+                raise KvtierConfigError("kvtier: recurrent-state groups replicated across "
+                                        "tensor-parallel ranks are not supported")
+            # vLLM's state shapes are one rank's; kvtier splits state_bytes by
+            # the ranks, so it is given the whole model's
+            gs.append({"kind": "state", "layers": n, "state_bytes": state_bytes(spec) * tp})
+            sizes.append(n * state_bytes(spec))
+            continue
         if kv_dtype(vllm_config, spec) != (dtype, esize):
             raise KvtierConfigError("kvtier: KV cache groups of several dtypes")
-        d = {"kind": kind, "layers": len(g.layer_names), "kv_heads": spec.num_kv_heads,
+        d = {"kind": kind, "layers": n, "kv_heads": spec.num_kv_heads,
              "head_dim": spec.head_size, "n_kv": 2, "elem_bytes": esize}
         if kind == "sliding":
             d["window"] = spec.sliding_window
         gs.append(d)
-    return gs
+        sizes.append(n * 2 * spec.block_size * spec.num_kv_heads * spec.head_size * esize)
+    return gs, sizes
+
+
+def state_bytes(spec):
+    """Bytes of one layer's state (a MambaSpec's states, conv and SSM, packed
+    as vLLM packs them at the start of the layer's page): its real size,
+    without the page's padding."""
+    return sum(math.prod(shape) * torch.empty((), dtype=dt).element_size()
+               for shape, dt in zip(spec.shapes, spec.dtypes))
+
+
+def state_format(groups):
+    """The state groups' format (shapes and dtypes of each state), as bytes
+    for the namespace's variant; b"" without state groups."""
+    return b" ".join(("states=" + ",".join(
+        "x".join(map(str, shape)) + ":" + _torch_name(dt)
+        for shape, dt in zip(g.kv_cache_spec.shapes, g.kv_cache_spec.dtypes))).encode()
+        for g, k in groups if k == "state")
 
 
 def purge_namespaces(client, spaces, deadline):
@@ -462,6 +535,48 @@ def layout_for_tensors(tensors, block_size, kv_heads, head_size):
     raise KvtierConfigError(
         "kvtier: unknown KV cache shape %r (block size %d, %d KV heads, head size %d)"
         % (shape, T, H, D))
+
+
+class StateLayout:
+    """Where a state group's states are in vLLM's cache: per layer, vLLM's
+    [B, 1, 1, page] int8 view of its pages, whose first nbytes bytes of
+    block b are the layer's states after that block, packed (conv, then
+    SSM: MambaBase.bind_kv_cache), the rest padding. A kvtier state object
+    is those bytes of every layer, in layer order (block_bytes in all)."""
+
+    def __init__(self, tensors, nbytes):
+        t0 = tensors[0]
+        for t in tensors:
+            if t.dim() != 4 or tuple(t.shape[1:3]) != (1, 1) or t.shape[3] < nbytes or \
+                    t.stride(3) != 1 or t.element_size() != 1 or t.shape[0] != t0.shape[0]:
+                raise KvtierConfigError(
+                    "kvtier: unknown state cache shape %r strides %r (%s; %d-byte states)"
+                    % (tuple(t.shape), tuple(t.stride()), t.dtype, nbytes))
+        self.pages = [t[:, 0, 0, :nbytes] for t in tensors]
+        self.nbytes, self.block_bytes, self.num_blocks = nbytes, nbytes * len(tensors), \
+            t0.shape[0]
+
+    def _check(self, block):
+        if not 0 < block < self.num_blocks:
+            raise KvtierConfigError("kvtier: state block %d of %d" % (block, self.num_blocks))
+
+    def gather(self, block):
+        """A host copy (uint8, contiguous) of block's states, every layer."""
+        self._check(block)
+        return torch.cat([p[block] for p in self.pages]).view(torch.uint8).cpu()
+
+    def restore(self, ns, key, block):
+        """Copy the state object key of namespace ns (a state group's) into
+        block; False when ns does not hold it."""
+        self._check(block)
+        with ns.lease([key]) as le:
+            if not le.views:
+                return False
+            src = torch.frombuffer(bytearray(le.views[0]), dtype=torch.uint8)
+        n = self.nbytes
+        for i, p in enumerate(self.pages):
+            p[block].copy_(src[i * n:(i + 1) * n].view(p.dtype))
+        return True
 
 
 def _worker_ranks():
@@ -769,8 +884,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         group = self._groups[0][0]
         self._layer_names = list(group.layer_names)
         self._block_size = group.kv_cache_spec.block_size
-        self._kv_heads = group.kv_cache_spec.num_kv_heads
-        self._head_size = group.kv_cache_spec.head_size
+        self._states = any(k == "state" for _, k in self._groups)
         if self._hybrid and not self._async:
             # with several groups vLLM hears of a failed load only from an
             # asynchronous one (failed_recving): a synchronous one would leave
@@ -976,6 +1090,11 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                        list(req.block_hashes[first:done]), list(groups[0][first:done]))
             if self._hybrid:
                 sv.group_ids = [list(g[first:done]) for g in groups]
+            if self._states and req.num_computed_tokens + n_sched == done * self._block_size:
+                # the step ends on a block boundary: vLLM's "align" mode keeps
+                # the state after it in that block's slot (after any other
+                # end, no block holds its state)
+                sv.state_at = done - 1 - first
             meta.saves.append(sv)
             st.saved_blocks = done
             st.saving = True
@@ -1055,16 +1174,20 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         # groups share one allocation, and a block id is one group's
         layouts = []
         want = self._desc["block_bytes"] if self._hybrid else [self._desc["block_bytes"]]
-        for (g, _), bb in zip(self._groups, want):
+        for (g, kind), bb in zip(self._groups, want):
             spec = g.kv_cache_spec
-            lay = layout_for_tensors([kv_caches[n] for n in g.layer_names], spec.block_size,
-                                     spec.num_kv_heads, spec.head_size)
+            if kind == "state":
+                lay = StateLayout([kv_caches[n] for n in g.layer_names], state_bytes(spec))
+            else:
+                lay = layout_for_tensors([kv_caches[n] for n in g.layer_names],
+                                         spec.block_size, spec.num_kv_heads, spec.head_size)
             if lay.block_bytes != bb:
                 raise KvtierConfigError("kvtier: KV tensors give %d-byte blocks, the namespace "
                                         "%d" % (lay.block_bytes, bb))
             layouts.append(lay)
         tensors = [kv_caches[n] for n in names]
-        self._layouts, self._layout = layouts, layouts[0]
+        self._layouts = layouts
+        self._layout = next(lay for lay in layouts if not isinstance(lay, StateLayout))
         # the namespace named the scales from the config (kv_variant); scales
         # it did not account for would share other bytes under one name
         odd = scaled_layers(self._vllm, names)
@@ -1115,15 +1238,22 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
 
     def _restore_groups(self, ns, ld, stream):
         """A hybrid load: blocks [ld.first, len(ld.keys)) of every group, or
-        none (0). Each group fills every block vLLM gave it there but its
+        none (0). Each KV group fills every block vLLM gave it there but its
         null ones (0: a sliding group's blocks before its window): a block
         vLLM holds as computed and was not given would be read, or served
-        to a later prefix hit, with someone else's bytes."""
+        to a later prefix hit, with someone else's bytes. A state group
+        fills one block: the hit's last, with the state after it."""
         n = len(ld.keys)
         if ns.lookup(ld.keys) < n:
             return 0
         for g, ((_, kind), lay, ids) in enumerate(zip(self._groups, self._layouts,
                                                       ld.group_ids)):
+            if kind == "state":
+                # the state after the hit's last block, into the block vLLM
+                # gave that position: the one its next step continues from
+                if ids[n - 1] == 0 or not lay.restore(ns.group(g), ld.keys[n - 1], ids[n - 1]):
+                    return 0
+                continue
             a = ld.first
             if kind == "sliding":
                 while a < n and ids[a] == 0:
@@ -1169,8 +1299,9 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
 
     def _offload_groups(self, ns, sv, stream):
         """A hybrid save, in batches of BATCH_MAX: each batch stores every
-        full group's blocks and each sliding group's window of the batch's
-        last block (kvt_offload_hybrid). A null block where a group would
+        full group's blocks, each sliding group's window of the batch's
+        last block and a state group's state of key sv.state_at
+        (kvt_offload_hybrid). A null block where a group would
         read (vLLM freed it) skips the rest: a block never stored is a miss,
         one stored from the null block a wrong answer."""
         stored, n = 0, len(sv.keys)
@@ -1191,6 +1322,9 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             ios = []
             for (g, kind), lay, ids in zip(self._groups, self._layouts, sv.group_ids):
                 ids = ids[i:j]
+                if kind == "state":
+                    ios.append(self._state_io(sv, lay, ids, i))
+                    continue
                 read = ids if kind == "full" else \
                     ids[-window_blocks(g.kv_cache_spec.sliding_window, self._block_size):]
                 if 0 in read:
@@ -1201,6 +1335,20 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             stored += ns.offload_groups(keys, ios, parent=sv.keys[i - 1] if i else sv.parent,
                                         stream=stream)
         return stored
+
+    def _state_io(self, sv, lay, ids, at):
+        """A state group's GroupIO for the batch of save sv from key at: the
+        state of key sv.state_at if the batch has it, else none."""
+        states = [None] * len(ids)
+        k = None if sv.state_at is None else sv.state_at - at
+        if k is not None and 0 <= k < len(ids):
+            if ids[k] == 0:     # never read vLLM's null block as a state
+                log.warning("kvtier: request %s: the state to save is no longer held by "
+                            "vLLM; not saved", sv.req_id)
+            else:
+                states[k] = lay.gather(ids[k])
+        return kvtier.GroupIO(states=[None if t is None else t.data_ptr() for t in states],
+                              state_bytes=lay.block_bytes, keep=states)
 
     def start_load_kv(self, forward_context, **kwargs):
         if not self.has_connector_metadata() or self._layout is None:
