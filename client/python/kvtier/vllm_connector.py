@@ -1311,9 +1311,11 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         # ends on a block boundary) asks for a hit one block short of it.
         # Only where vLLM still holds the one block more that window reads
         # (a save of blocks vLLM's own cache had may come after it freed it)
-        split = n > 1 and all(
-            kind == "full" or n - 1 - window_blocks(g.kv_cache_spec.sliding_window,
-                                                    self._block_size) < 0 or
+        # (a state group has only the state where the step ended: no split)
+        kinds = [kind for _, kind in self._groups]
+        split = n > 1 and "sliding" in kinds and "state" not in kinds and all(
+            kind != "sliding" or n - 1 - window_blocks(g.kv_cache_spec.sliding_window,
+                                                       self._block_size) < 0 or
             ids[n - 1 - window_blocks(g.kv_cache_spec.sliding_window, self._block_size)] != 0
             for (g, kind), ids in zip(self._groups, sv.group_ids))
         starts = sorted(set(range(0, n, kvtier.BATCH_MAX)) | ({n - 1} if split else set()))
