@@ -291,8 +291,13 @@ static void req_done(void *user, const struct tier_req_res *res)
     struct kreq k = p->req;
     int rc;
 
-    if (s->closed || p->kind != SESS_PEND_REQ)
-        return; /* (cancelled requests are never answered) */
+    if (s->closed || p->kind != SESS_PEND_REQ) {
+        /* (cancelled requests are never answered); a get's leases are
+         * ours from here, answered or not */
+        if (res->op == TIER_REQ_GET && res->rc > 0)
+            tier_release(s->t->store, res->ids, (size_t)res->rc, s->closed);
+        return;
+    }
     p->kind = SESS_PEND_NONE;
     pend_done(s); /* (a request answered inside its submit has no t0 yet) */
     k.keys = res->keys;
