@@ -326,8 +326,9 @@ test-vllm: deps build/tierd build/libkvtier.so build/$(SONAME)
 	$(PY_TEST_ENV) timeout 5400 build/venv-vllm/bin/python -m pytest tests/vllm -q -s \
 		-p no:cacheprovider -p no:warnings
 
-# the vLLM figures of issue 16 (not in make test): a 24-layer GQA model and its Gemma 2-shaped hybrid, with random
-# weights made at run time, its instances and tierds in build/bench-vllm/
+# the vLLM figures of issue 16 (not in make test): a 24-layer GQA model and its
+# Gemma 2-shaped hybrid, with random weights made at run time, its instances and
+# tierds in build/bench-vllm/
 bench-vllm: deps build/tierd build/libkvtier.so
 	tests/vllm/setup_venv.sh
 	$(PY_TEST_ENV) timeout 7200 build/venv-vllm/bin/python tests/vllm/bench_vllm.py $(BENCH_VLLM_ARGS)
