@@ -291,7 +291,7 @@ int kvt_connect_timeout(const char *path, uint32_t timeout_ms, kvt_client **out)
     /* non-blocking for the connect alone: a daemon that stopped accepting
      * with its listen queue full would hold a blocking connect forever
      * (the reply bound starts only after it); a Unix socket's connect then
-     * fails at once with EAGAIN, and never returns EINPROGRESS */
+     * fails at once with EAGAIN (never EINPROGRESS) */
     c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (c->fd < 0) {
         rc = -errno;
@@ -299,7 +299,8 @@ int kvt_connect_timeout(const char *path, uint32_t timeout_ms, kvt_client **out)
     }
     if (connect(c->fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
         fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) & ~O_NONBLOCK) < 0) {
-        rc = -errno;
+        /* a full queue: tierd is not answering, as a reply past its bound */
+        rc = errno == EAGAIN ? -ETIMEDOUT : -errno;
         goto out_close;
     }
     rc = hello(c);

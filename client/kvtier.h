@@ -158,8 +158,9 @@ const char *kvt_default_socket(void);
  * Environment: KVTIER_TIMEOUT_MS bounds the wait for each reply (default
  * 30000; then -ETIMEDOUT and the client is closed for use); KVTIER_SPIN_US
  * busy-polls that long for a reply before sleeping (default 50; 0: never).
- * Errors: -ENOENT / -ECONNREFUSED when tierd is not running there, -EAGAIN
- * when it is not accepting connections (its queue of them full),
+ * Errors: -ENOENT / -ECONNREFUSED when tierd is not running there,
+ * -ETIMEDOUT when it does not answer the handshake in time or is not
+ * accepting connections (its queue of them full: at once),
  * KVT_EVERSION, KVT_EPROTO, or a mapping errno. */
 int kvt_connect(const char *socket_path, kvt_client **out);
 

@@ -608,7 +608,7 @@ def scaled_layers(vllm_config, layer_names):
 # stopped answering) ...
 _DEAD = (kvtier.EDISCONNECTED, -errno.ETIMEDOUT)
 # ... and kvt_connect gives these too where no tierd listens (yet)
-_AWAY = _DEAD + (-errno.ENOENT, -errno.ECONNREFUSED, -errno.EAGAIN)   # EAGAIN: not accepting
+_AWAY = _DEAD + (-errno.ENOENT, -errno.ECONNREFUSED)
 
 
 class _Tierd:
@@ -669,7 +669,7 @@ class _Tierd:
     def _hung(self, e):
         """After e: the next connect in self._wait, which doubles when e is a
         timeout (tierd there but not answering)."""
-        if e.code in (-errno.ETIMEDOUT, -errno.EAGAIN):   # there, not answering
+        if e.code == -errno.ETIMEDOUT:    # there, but not answering (or accepting)
             self._wait = min(max(2 * self._wait, self._retry_s, 1.0), 60.0)
         self._next_try = time.monotonic() + self._wait
 
