@@ -608,3 +608,19 @@ def test_reset_cache_purges_the_models_blocks(tierd):
     assert s.reset_cache() is True
     for c in (s, w, wo):
         c.shutdown()
+
+
+def test_a_reset_is_not_bound_by_the_lookup_timeout(tierd):
+    """The scheduler's calls are bounded by lookup_timeout_ms; a purge of a
+    large namespace takes longer than a lookup and must not time out."""
+    s, w = pair(tierd.sock, cpu_cache(64))
+    s._tierd.timeout_ms = 1             # connected first: only the reset meets the bound
+    s._tierd.client.set_timeout(1)
+    for i in range(40):                 # 40 chains of 8 blocks
+        keys = kvtier.hash_prompt(prompt(8 * BS + 1, 200 + i), BS, seed="0")
+        assert w._tierd.ns[0].offload(keys[:8], w._layout, list(range(8 * (i % 8),
+                                                                      8 * (i % 8) + 8))) == 8
+    assert s.reset_cache() is True
+    assert s._tierd.client is not None, "the reset's purge timed out the connection"
+    for c in (s, w):
+        c.shutdown()

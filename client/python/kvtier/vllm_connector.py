@@ -630,7 +630,7 @@ class _Tierd:
 
     def __init__(self, socket, descs, retry_s, timeout_ms=0):
         self.socket, self._descs, self._retry_s = socket, list(descs), retry_s
-        self._timeout_ms = timeout_ms   # each reply's bound (0: libkvtier's)
+        self.timeout_ms = timeout_ms    # each reply's bound (0: libkvtier's)
         self._wait = retry_s   # before the next connect: grows while tierd hangs
         self.client = None     # kvtier.Client, None while tierd is away
         self.ns = None         # the namespaces of descs, in order, with client
@@ -658,7 +658,7 @@ class _Tierd:
                          d["pp_size"], d["variant"])
 
     def _open(self):
-        c = kvtier.Client(self.socket, self._timeout_ms)
+        c = kvtier.Client(self.socket, self.timeout_ms)
         try:
             self.ns = [self._ns_open(c, d) for d in self._descs]
         except BaseException:
@@ -1147,7 +1147,12 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             st.pins = []
 
         def purge(spaces):
-            return purge_namespaces(self._tierd.client, spaces, deadline)
+            c = self._tierd.client
+            c.set_timeout(0)    # a large namespace's purge outlasts a lookup's bound
+            try:
+                return purge_namespaces(c, spaces, deadline)
+            finally:
+                c.set_timeout(self._tierd.timeout_ms)
 
         ok, removed = self._tierd.call("connector cache reset (purge)", purge)
         if ok:
