@@ -384,9 +384,9 @@ def conversation_requests(convs, turns, system, grow, max_out):
 
 
 def cacheable_tokens(reqs):
-    """The prompt tokens an unbounded prefix cache could serve: the full
-    blocks (bar the one holding a prompt's last token) whose prefix an
-    earlier request had."""
+    """The prompt tokens an unbounded prefix cache could serve (the full
+    blocks, bar the one holding a prompt's last token, whose prefix an
+    earlier request had), and the distinct full-block prefixes."""
     seen, hit = set(), 0
     for toks, _ in reqs:
         run = True
@@ -396,7 +396,7 @@ def cacheable_tokens(reqs):
             hit += BLOCK if run else 0
         for b in range(len(toks) // BLOCK):
             seen.add(tuple(toks[:(b + 1) * BLOCK]))
-    return hit
+    return hit, len(seen)
 
 
 def replay_figures(work, model, spec, name, what, reqs, kv_blocks, target, rounds):
@@ -405,8 +405,7 @@ def replay_figures(work, model, spec, name, what, reqs, kv_blocks, target, round
     with kvtier (async) / without against target (None: reported only)."""
     block_bytes = kv_bytes_per_token(spec) * BLOCK
     total = sum(len(p) for p, _ in reqs)
-    cacheable = cacheable_tokens(reqs)
-    uniq = len({tuple(p[:(b + 1) * BLOCK]) for p, _ in reqs for b in range(len(p) // BLOCK)})
+    cacheable, uniq = cacheable_tokens(reqs)
     print("  replay %s: %s; %d requests, %d prompt tokens, %d distinct blocks (%.0f MiB of "
           "KV), at most %d tokens out, all submitted at once; vLLM's KV cache %d blocks of %d "
           "tokens (%.0f MiB)" % (name, what, len(reqs), total, uniq, uniq * block_bytes / 2**20,

@@ -12,13 +12,12 @@ ends on a block boundary, a load copies the hit's last state into the
 block vLLM gives that position."""
 from types import SimpleNamespace
 
-import pytest
 import torch
 
 import kvtier
 from kvtier import vllm_connector as vc
 
-from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole, supports_hma
+from vllm.distributed.kv_transfer.kv_connector.v1.base import supports_hma
 from vllm.v1.core.kv_cache_manager import KVCacheManager
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, \
     SlidingWindowSpec
@@ -26,6 +25,7 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCache
 from test_vllm_modules import BS, Blocks, fake_config, prompt, vllm_request, \
     none_hash  # noqa: F401 (none_hash: the module's autouse fixture)
 from test_vllm_async import step, until
+from test_vllm_modules import pair as modules_pair
 
 WINDOW = 2 * BS                   # 2 blocks
 H, D = 2, 32
@@ -48,11 +48,7 @@ def cache(nb, fill=None, seed=5):
 
 
 def pair(sock, kv):
-    cfg, kcc = fake_config(sock, asynchronous=True), hybrid_config()
-    s = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
-    w = vc.KvtierConnector(cfg, KVConnectorRole.WORKER, kcc)
-    w.register_kv_caches(kv)
-    return s, w
+    return modules_pair(sock, kv, hybrid_config(), asynchronous=True)
 
 
 def manager(ids):
@@ -261,11 +257,7 @@ def state_cache(nb, fill=None, seed=5):
 
 
 def state_pair(sock, kv, mode="align"):
-    cfg, kcc = fake_config(sock, asynchronous=True), state_config(mode)
-    s = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
-    w = vc.KvtierConnector(cfg, KVConnectorRole.WORKER, kcc)
-    w.register_kv_caches(kv)
-    return s, w
+    return modules_pair(sock, kv, state_config(mode), asynchronous=True)
 
 
 def state_save(sock, toks, kv, ids, n_sched):

@@ -114,10 +114,11 @@ def fake_kv_cache_config(layers=2, heads=2, head=32, dtype=torch.float32):
     return SimpleNamespace(kv_cache_groups=[group])
 
 
-def pair(sock, kv, **extra):
+def pair(sock, kv, kcc=None, **extra):
     """A scheduler and a worker on tierd sock (synchronous unless
-    asynchronous=True), the worker on cache kv."""
-    cfg, kcc = fake_config(sock, **extra), fake_kv_cache_config()
+    asynchronous=True) for KV cache config kcc (default
+    fake_kv_cache_config()), the worker on cache kv."""
+    cfg, kcc = fake_config(sock, **extra), kcc or fake_kv_cache_config()
     s = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
     w = vc.KvtierConnector(cfg, KVConnectorRole.WORKER, kcc)
     w.register_kv_caches(kv)

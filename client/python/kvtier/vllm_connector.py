@@ -1302,6 +1302,27 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                    lambda spaces: spaces[0].offload(sv.keys, self._layout, sv.block_ids,
                                                     parent=sv.parent, stream=stream))
 
+    def _split_last(self, sv):
+        """Whether save sv's last block goes in a batch of its own, so that
+        the one before it ends a batch too and has its window stored: vLLM
+        computes a prompt's last token itself, so the same prompt again
+        (one that ends on a block boundary) asks for a hit one block short
+        of it. Only for sliding groups (a state group has only the state
+        where the step ended), and only where vLLM still holds the one
+        block more that window reads (a save of blocks vLLM's own cache had
+        may come after it freed it)."""
+        n = len(sv.keys)
+        kinds = [kind for _, kind in self._groups]
+        if n < 2 or "sliding" not in kinds or "state" in kinds:
+            return False
+        for (g, kind), ids in zip(self._groups, sv.group_ids):
+            if kind != "sliding":
+                continue
+            first = n - 1 - window_blocks(g.kv_cache_spec.sliding_window, self._block_size)
+            if first >= 0 and ids[first] == 0:
+                return False
+        return True
+
     def _offload_groups(self, ns, sv, stream):
         """A hybrid save, in batches of BATCH_MAX: each batch stores every
         full group's blocks, each sliding group's window of the batch's
@@ -1310,20 +1331,10 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         read (vLLM freed it) skips the rest: a block never stored is a miss,
         one stored from the null block a wrong answer."""
         stored, n = 0, len(sv.keys)
-        # the last block is a batch of its own, so that the one before it
-        # ends a batch too and has its window stored: vLLM computes a
-        # prompt's last token itself, so the same prompt again (one that
-        # ends on a block boundary) asks for a hit one block short of it.
-        # Only where vLLM still holds the one block more that window reads
-        # (a save of blocks vLLM's own cache had may come after it freed it)
-        # (a state group has only the state where the step ended: no split)
-        kinds = [kind for _, kind in self._groups]
-        split = n > 1 and "sliding" in kinds and "state" not in kinds and all(
-            kind != "sliding" or n - 1 - window_blocks(g.kv_cache_spec.sliding_window,
-                                                       self._block_size) < 0 or
-            ids[n - 1 - window_blocks(g.kv_cache_spec.sliding_window, self._block_size)] != 0
-            for (g, kind), ids in zip(self._groups, sv.group_ids))
-        starts = sorted(set(range(0, n, kvtier.BATCH_MAX)) | ({n - 1} if split else set()))
+        starts = set(range(0, n, kvtier.BATCH_MAX))
+        if self._split_last(sv):
+            starts.add(n - 1)
+        starts = sorted(starts)
         for i, j in zip(starts, starts[1:] + [n]):
             keys = sv.keys[i:j]
             ios = []
