@@ -3,10 +3,14 @@
  * idx_cold.h - the cold tier's durable index: (namespace, key) -> where the
  * block lies in the data file, its length, XXH3-64 checksum and generation.
  *
- * An LMDB environment in its own folder. Every write is one transaction,
- * durable when the call returns (LMDB syncs on commit), which is what lets
- * tier_cold.c order "data durable" before "index points at it". Only this
- * file sees lmdb.h. Not thread-safe: one caller at a time.
+ * An LMDB environment in its own folder. Every write is one transaction.
+ * idx_cold_put_batch's is committed with one sync (its pages, never its
+ * meta page): it is on disk once a later sync of the environment's file ran
+ * (idx_cold_fd, the next put_batch, or idx_cold_sync), which is what lets
+ * tier_cold.c pipeline its index commits; every other write is durable
+ * when the call returns. A crash never corrupts the index either way: it
+ * comes back at the last transaction whose meta page reached the disk.
+ * Only this file sees lmdb.h. Not thread-safe: one caller at a time.
  */
 #ifndef IDX_COLD_H
 #define IDX_COLD_H
@@ -46,11 +50,19 @@ int idx_cold_open(const char *dir, uint64_t map_bytes, void (*log)(void *, const
                   void *log_ctx, struct idx_cold **out);
 void idx_cold_close(struct idx_cold *x); /* NULL ok */
 
-/* Write n records in one durable transaction. old (NULL or n entries)
+/* Write n records in one transaction, committed but not yet durable: it
+ * is once the environment's file is synced after this returns (a later
+ * put_batch's commit syncs it before anything else, so the transactions
+ * before that one are durable when it returns). old (NULL or n entries)
  * receives the record each key had before (len 0 where none), so the
- * caller can free replaced space once this returns. */
+ * caller can free replaced space once this transaction is durable. */
 int idx_cold_put_batch(struct idx_cold *x, const struct idx_cold_put *p, size_t n,
                        struct idx_cold_rec *old);
+/* The environment's data file, for a sync issued elsewhere (fdatasync of
+ * it makes every transaction committed so far durable). Owned by x. */
+int idx_cold_fd(struct idx_cold *x);
+/* Make every committed transaction durable now (fdatasync). */
+int idx_cold_sync(struct idx_cold *x);
 /* Delete one record durably; -ENOENT when absent. */
 int idx_cold_del(struct idx_cold *x, uint32_t ns, const struct tier_key *key);
 /* Delete every record of namespace ns in one durable transaction, calling

@@ -2,13 +2,25 @@
 /*
  * tier_cold.c - the cold tier (see tier_cold.h for the ordering rules).
  *
- * Design note. A put walks three states: WRITING (its write is in the ring),
+ * Design note. A put walks four states: WRITING (its write is in the ring),
  * PENDING (written, waiting for a batch), SYNCING (the batch's fdatasync is
- * in flight). When the sync completes, one LMDB transaction indexes the
- * whole batch, then the space of any copies it replaced is freed and the
- * callbacks run. A failed sync leaves the file's state unknown: the tier
+ * in flight), INDEXED (its record committed to LMDB, which is not durable
+ * yet). When the data sync completes, one LMDB transaction indexes the
+ * whole batch: it syncs its own pages but not its meta page (idx_cold.h),
+ * so it costs the loop one sync, not two. Its meta page reaches the disk
+ * with the next sync of the index's file: the next batch's commit (which
+ * syncs before it writes anything, so it makes every earlier transaction
+ * durable), or the sync this commit queues into the ring (ISYNC), which
+ * runs beside the next batch's writes and data sync. Only once its
+ * transaction is durable is a put told (its callback runs) and the space of
+ * a copy it replaced freed: a durable ack means bytes and record on disk,
+ * and a crash before it leaves the index at an earlier transaction, whose
+ * records all point at bytes synced before it committed. So one batch's
+ * writes overlap the previous batch's index commit and the syncs of both,
+ * and the order on disk stays: data, then the record, then the ack.
+ * A failed sync (of either file) leaves the state on disk unknown: the tier
  * turns failed and refuses writes (sticky), since retrying could index data
- * that never reached the disk.
+ * that never reached the disk; puts not yet told are told -EIO.
  *
  * Space is a bitmap of 4 KiB pages with first-fit from a rotating cursor:
  * O(pages) in the worst case, but the cursor makes a mostly sequential fill
@@ -38,7 +50,10 @@ struct op {
     void *buf;            /* get: the caller's buffer */
     tier_cold_cb cb;
     void *ctx;
-    struct op *next;      /* pending / syncing list */
+    uint64_t txn;         /* INDEXED: the index transaction holding its record */
+    uint64_t old_off, old_len; /* INDEXED: the copy it replaced (len 0: none), freed
+                                  once txn is durable */
+    struct op *next;      /* pending / syncing / indexed list */
 };
 
 struct tier_cold {
@@ -54,6 +69,13 @@ struct tier_cold {
     unsigned nsyncing;
     bool sync_inflight;
     bool flush_wanted;    /* commit the pending ops as soon as possible */
+    struct op *indexed, **indexed_tail; /* records committed, not yet durable, FIFO */
+    unsigned nindexed;
+    uint64_t txn_seq;     /* index transactions committed (put batches) */
+    uint64_t txn_durable; /* ... of those, the last known durable */
+    uint64_t isync_covers; /* the transaction the ISYNC in flight makes durable */
+    bool isync_inflight;
+    bool isync_wanted;    /* an ISYNC is owed (the ring was full): from tier_cold_poll */
     unsigned writes, reads; /* in flight (reads: backlog included) */
     struct op *backlog, **backlog_tail; /* reads waiting for a ring slot, FIFO */
     struct tier_cold_stats st;
@@ -134,6 +156,102 @@ static void fail_op(struct tier_cold *c, struct op *o, int rc)
 }
 
 static void start_sync(struct tier_cold *c);
+static void start_isync(struct tier_cold *c);
+
+/* The disk or the index failed: what reached it is unknown, so the tier
+ * refuses writes from now on (sticky). */
+static void turn_failed(struct tier_cold *c)
+{
+    if (c->st.failed)
+        return;
+    c->st.failed = true;
+    c->st.io_errors++;
+    say(c, "cold tier: sync or index commit failed; refusing further writes");
+}
+
+/* o's transaction may not be durable and o is told it failed: its record
+ * goes, so that a block its owner dropped does not come back after a
+ * restart (its bytes are right: they were synced first). Where that delete
+ * fails too, the record and both copies' space stay until a restart. */
+static void unindex(struct tier_cold *c, const struct op *o)
+{
+    struct idx_cold_rec now;
+
+    if (idx_cold_get(c->idx, o->ns, &o->key, &now) < 0 || now.gen != o->gen)
+        return; /* replaced or removed since */
+    if (idx_cold_del(c->idx, o->ns, &o->key) < 0)
+        return;
+    free_bytes(c, o->off, o->len);
+    c->st.blocks--;
+}
+
+/* Tell the indexed puts whose transaction is durable (all of them with
+ * rc < 0: failed, their records not vouched for). They leave the list
+ * before any is told: a callback may queue or remove blocks. */
+static void tell_indexed(struct tier_cold *c, int rc)
+{
+    struct op *mine = NULL, **tail = &mine, *o;
+
+    while ((o = c->indexed) && (rc < 0 || o->txn <= c->txn_durable)) {
+        c->indexed = o->next;
+        c->nindexed--;
+        o->next = NULL;
+        *tail = o;
+        tail = &o->next;
+    }
+    if (!c->indexed)
+        c->indexed_tail = &c->indexed;
+    while ((o = mine)) {
+        mine = o->next;
+        if (rc == 0 && o->old_len) /* no durable record points at it any more */
+            free_bytes(c, o->old_off, o->old_len);
+        if (rc < 0)
+            unindex(c, o);
+        o->cb(o->ctx, rc);
+        free(o);
+    }
+}
+
+/* The ISYNC landed: every transaction committed before it was queued is
+ * durable. */
+static void on_isync(void *ctx, int64_t res)
+{
+    struct tier_cold *c = ctx;
+
+    c->isync_inflight = false;
+    if (res < 0) {
+        turn_failed(c);
+        tell_indexed(c, -EIO);
+        return;
+    }
+    if (c->isync_covers > c->txn_durable)
+        c->txn_durable = c->isync_covers;
+    tell_indexed(c, 0);
+    if (c->indexed) /* committed while it ran: they need one more */
+        start_isync(c);
+}
+
+/* Queue the sync of the index's file for the last transaction, unless one
+ * queued after it is in flight. */
+static void start_isync(struct tier_cold *c)
+{
+    if (!c->indexed || c->isync_inflight) {
+        c->isync_wanted = false;
+        return;
+    }
+    if (c->st.failed) {
+        tell_indexed(c, -EIO);
+        return;
+    }
+    if (tier_nvme_sync_fd(c->io, idx_cold_fd(c->idx), on_isync, c) < 0) {
+        c->isync_wanted = true; /* ring full: retried from tier_cold_poll */
+        return;
+    }
+    c->isync_wanted = false;
+    c->isync_inflight = true;
+    c->isync_covers = c->txn_seq;
+    tier_nvme_submit(c->io);
+}
 
 static void on_sync(void *ctx, int64_t res)
 {
@@ -142,7 +260,7 @@ static void on_sync(void *ctx, int64_t res)
     struct idx_cold_put *p = NULL;
     struct idx_cold_rec *old = NULL;
     unsigned n = c->nsyncing, i = 0;
-    int rc = res < 0 ? (int)res : 0;
+    int rc = res < 0 ? (int)res : c->st.failed ? -EIO : 0;
 
     c->sync_inflight = false;
     c->syncing = NULL;
@@ -161,11 +279,13 @@ static void on_sync(void *ctx, int64_t res)
                                                                       : 0 } };
     if (rc == 0)
         rc = idx_cold_put_batch(c->idx, p, n, old);
-    if (rc < 0 && rc != -ENOMEM) {
-        /* the disk or the index failed: what reached it is unknown */
-        c->st.failed = true;
-        c->st.io_errors++;
-        say(c, "cold tier: sync or index commit failed; refusing further writes");
+    if (rc < 0 && rc != -ENOMEM)
+        turn_failed(c);
+    if (rc == 0) {
+        /* this commit synced the index's file before writing its meta
+         * page: every earlier transaction is durable now */
+        c->txn_durable = c->txn_seq++;
+        c->st.commits++;
     }
     for (i = 0; o; o = next, i++) {
         next = o->next;
@@ -173,17 +293,20 @@ static void on_sync(void *ctx, int64_t res)
             fail_op(c, o, rc == -ENOMEM ? rc : -EIO);
             continue;
         }
-        if (old[i].len) /* the replaced copy: no record points at it any more */
-            free_bytes(c, old[i].off, old[i].len);
-        else
+        if (!old[i].len)
             c->st.blocks++;
-        o->cb(o->ctx, 0);
-        free(o);
+        o->txn = c->txn_seq;
+        o->old_off = old[i].off;
+        o->old_len = old[i].len;
+        o->next = NULL;
+        *c->indexed_tail = o;
+        c->indexed_tail = &o->next;
+        c->nindexed++;
     }
-    if (rc == 0)
-        c->st.commits++;
     free(p);
     free(old);
+    tell_indexed(c, 0);
+    start_isync(c);
     if (c->npending >= c->batch || (c->flush_wanted && c->npending))
         start_sync(c);
 }
@@ -425,7 +548,7 @@ int tier_cold_event_fd(const struct tier_cold *c)
 
 unsigned tier_cold_busy(const struct tier_cold *c)
 {
-    return c->writes + c->reads + c->npending + c->nsyncing;
+    return c->writes + c->reads + c->npending + c->nsyncing + c->nindexed;
 }
 
 /* Move backlogged reads into the ring while it has room. */
@@ -454,6 +577,8 @@ int tier_cold_poll(struct tier_cold *c, bool wait)
     feed_backlog(c);
     if (c->flush_wanted && !c->sync_inflight)
         start_sync(c);
+    if (c->isync_wanted)
+        start_isync(c);
     return rc;
 }
 
@@ -557,6 +682,7 @@ int tier_cold_open(const struct tier_cold_cfg *cfg, struct tier_cold **out)
     c->batch = cfg->batch ? cfg->batch : 32;
     c->next_gen = 1;
     c->backlog_tail = &c->backlog;
+    c->indexed_tail = &c->indexed;
     snprintf(path, sizeof(path), "%s/cold.lmdb", cfg->dir);
     rc = idx_cold_open(path, 0, cfg->log, cfg->log_ctx, &c->idx);
     if (rc < 0)

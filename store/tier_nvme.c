@@ -51,7 +51,8 @@ struct req {
     void *ctx;            /* its argument */
     uint8_t *buf;         /* caller's buffer; only read from for NVME_OP_WRITE */
     uint64_t off;         /* file offset of the whole request, bytes */
-    uint64_t len;         /* request length, bytes (0 for NVME_OP_SYNC) */
+    uint64_t len;         /* request length, bytes (0 for the syncs) */
+    int fd;               /* NVME_OP_ISYNC: the file to sync */
     uint64_t done;        /* bytes transferred so far (short transfers) */
     uint32_t next;        /* free stack link while NVME_OP_FREE */
     uint8_t op;           /* enum nvme_op; NVME_OP_FREE when the slot is unused */
@@ -384,8 +385,8 @@ static int prep(struct tier_nvme *n, uint32_t i)
         }
     }
 #endif
-    if (r->op == NVME_OP_SYNC)
-        io_uring_prep_fsync(sqe, n->fd, IORING_FSYNC_DATASYNC);
+    if (r->op == NVME_OP_SYNC || r->op == NVME_OP_ISYNC)
+        io_uring_prep_fsync(sqe, r->op == NVME_OP_SYNC ? n->fd : r->fd, IORING_FSYNC_DATASYNC);
     else if (r->op == NVME_OP_READ)
         io_uring_prep_read(sqe, n->fd, r->buf + r->done, chunk, r->off + r->done);
     else
@@ -403,12 +404,12 @@ static void put_slot(struct tier_nvme *n, uint32_t i)
 }
 
 static int queue(struct tier_nvme *n, enum nvme_op op, uint64_t off, void *buf, uint64_t len,
-                 tier_nvme_cb cb, void *ctx)
+                 int fd, tier_nvme_cb cb, void *ctx)
 {
     uint32_t i;
     int rc;
 
-    if (op != NVME_OP_SYNC) {
+    if (op != NVME_OP_SYNC && op != NVME_OP_ISYNC) {
         /* O_DIRECT needs this; buffered mode checks it too so that a
          * caller tested on tmpfs does not break on NVMe */
         if (len == 0 || off % TIER_NVME_ALIGN || len % TIER_NVME_ALIGN ||
@@ -423,7 +424,7 @@ static int queue(struct tier_nvme *n, enum nvme_op op, uint64_t off, void *buf, 
     n->free_top = n->req[i].next;
     n->nfree--;
     n->req[i] = (struct req){ .cb = cb, .ctx = ctx, .buf = buf, .off = off, .len = len,
-                              .op = (uint8_t)op, .next = NONE };
+                              .fd = fd, .op = (uint8_t)op, .next = NONE };
     rc = prep(n, i);
     if (rc < 0)
         put_slot(n, i);
@@ -433,21 +434,28 @@ static int queue(struct tier_nvme *n, enum nvme_op op, uint64_t off, void *buf, 
 int tier_nvme_read(struct tier_nvme *n, uint64_t off, void *buf, uint64_t len, tier_nvme_cb cb,
                    void *ctx)
 {
-    return queue(n, NVME_OP_READ, off, buf, len, cb, ctx);
+    return queue(n, NVME_OP_READ, off, buf, len, -1, cb, ctx);
 }
 
 int tier_nvme_write(struct tier_nvme *n, uint64_t off, const void *buf, uint64_t len,
                     tier_nvme_cb cb, void *ctx)
 {
     /* the cast drops const only for storage: writes never store into buf */
-    return queue(n, NVME_OP_WRITE, off, (void *)buf, len, cb, ctx);
+    return queue(n, NVME_OP_WRITE, off, (void *)buf, len, -1, cb, ctx);
 }
 
 /* No IOSQE_IO_DRAIN: the header promises ordering only after writes whose
  * callbacks ran, and draining would stall every later read behind it. */
 int tier_nvme_sync(struct tier_nvme *n, tier_nvme_cb cb, void *ctx)
 {
-    return queue(n, NVME_OP_SYNC, 0, NULL, 0, cb, ctx);
+    return queue(n, NVME_OP_SYNC, 0, NULL, 0, -1, cb, ctx);
+}
+
+int tier_nvme_sync_fd(struct tier_nvme *n, int fd, tier_nvme_cb cb, void *ctx)
+{
+    if (fd < 0)
+        return -EBADF;
+    return queue(n, NVME_OP_ISYNC, 0, NULL, 0, fd, cb, ctx);
 }
 
 int tier_nvme_submit(struct tier_nvme *n)
@@ -471,6 +479,7 @@ static bool complete(struct tier_nvme *n, uint32_t i, int res)
     struct req *r = &n->req[i];
     tier_nvme_cb cb = r->cb;
     void *ctx = r->ctx;
+    bool sync = r->op == NVME_OP_SYNC || r->op == NVME_OP_ISYNC;
     int64_t out;
 
 #ifdef KVT_FAULTS
@@ -480,7 +489,7 @@ static bool complete(struct tier_nvme *n, uint32_t i, int res)
     }
 #endif
     out = res;
-    if (r->op != NVME_OP_SYNC && res > 0 && r->done + (uint64_t)res < r->len) {
+    if (!sync && res > 0 && r->done + (uint64_t)res < r->len) {
         /* Short transfer: go on from where it stopped. With O_DIRECT a
          * short count is still a multiple of the logical block size, so the
          * remainder stays aligned enough; if not, the kernel's -EINVAL
@@ -489,7 +498,7 @@ static bool complete(struct tier_nvme *n, uint32_t i, int res)
         if (prep(n, i) == 0)
             return false;
         out = -EBUSY; /* no SQE: impossible by the design note */
-    } else if (r->op != NVME_OP_SYNC && res == 0) {
+    } else if (!sync && res == 0) {
         /* A read at EOF (the file shrank under us) or a write that made no
          * progress: retrying would spin for ever. */
         out = -EIO;
@@ -730,8 +739,8 @@ int tier_nvme_sim_complete(struct tier_nvme *n, unsigned k, int err)
         rc = sim_read(n, r);
     else if (rc == 0 && r->op == NVME_OP_WRITE)
         rc = sim_write(n, r);
-    else if (rc == 0)
-        rc = sim_sync(n, r);
+    else if (rc == 0 && r->op == NVME_OP_SYNC)
+        rc = sim_sync(n, r); /* (an ISYNC's file is real: nothing to simulate) */
     r->sim_res = rc < 0 ? rc : (int64_t)r->len;
     r->sim_done = ++n->sim_dseq;
     if (write(n->efd, &one, sizeof(one)) < 0)

@@ -60,6 +60,12 @@ int tier_nvme_write(struct tier_nvme *n, uint64_t off, const void *buf, uint64_t
 /* Queue a data sync of the file (fdatasync semantics): ordered after every
  * write whose callback has already run, not after writes still in flight. */
 int tier_nvme_sync(struct tier_nvme *n, tier_nvme_cb cb, void *ctx);
+/* Queue a data sync of another file, fd (the caller's, open until the
+ * callback ran): for the cold index, whose commits are made durable through
+ * the same ring without stopping the caller's loop. fdatasync semantics for
+ * what was written to fd before this call. The simulated disk completes it
+ * as any request, with no effect on the data file. */
+int tier_nvme_sync_fd(struct tier_nvme *n, int fd, tier_nvme_cb cb, void *ctx);
 int tier_nvme_submit(struct tier_nvme *n);
 
 /* Run the callbacks of completed requests; wait for at least `min` to
@@ -75,7 +81,7 @@ unsigned tier_nvme_inflight(const struct tier_nvme *n);
  * release builds contain none of it: there the calls below are inert.
  *
  * A spec is rules separated by ',', each  OP:KIND[:SEL]...
- *   OP    read | write | fsync
+ *   OP    read | write | fsync | isync (tier_nvme_sync_fd: the index's file)
  *   KIND  eio | enospc      the io_uring operation fails with -EIO / -ENOSPC
  *                           (nothing is transferred; a read leaves the buffer as it was)
  *         short             (read, write) the operation moves half its bytes, rounded

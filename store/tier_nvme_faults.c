@@ -60,8 +60,10 @@ static bool parse_rule(char *txt, struct fault_rule *r, char *why, size_t cap)
         r->op = NVME_OP_WRITE;
     } else if (!strcmp(op, "fsync")) {
         r->op = NVME_OP_SYNC;
+    } else if (!strcmp(op, "isync")) {
+        r->op = NVME_OP_ISYNC;
     } else {
-        snprintf(why, cap, "unknown operation '%s' (read, write, fsync)", op);
+        snprintf(why, cap, "unknown operation '%s' (read, write, fsync, isync)", op);
         return false;
     }
     if (!kind) {
@@ -74,8 +76,8 @@ static bool parse_rule(char *txt, struct fault_rule *r, char *why, size_t cap)
         r->err = -ENOSPC;
     } else if (!strcmp(kind, "short")) {
         r->err = 0;
-        if (r->op == NVME_OP_SYNC) {
-            snprintf(why, cap, "fsync cannot be short (eio, enospc)");
+        if (r->op == NVME_OP_SYNC || r->op == NVME_OP_ISYNC) {
+            snprintf(why, cap, "%s cannot be short (eio, enospc)", op);
             return false;
         }
     } else {

@@ -12,8 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* What a request slot holds. */
-enum nvme_op { NVME_OP_FREE, NVME_OP_READ, NVME_OP_WRITE, NVME_OP_SYNC };
+/* What a request slot holds: ISYNC is the sync of another file (the cold
+ * index's), its own kind so that fault rules tell the two syncs apart. */
+enum nvme_op { NVME_OP_FREE, NVME_OP_READ, NVME_OP_WRITE, NVME_OP_SYNC, NVME_OP_ISYNC };
 
 #ifdef KVT_FAULTS
 #define FAULT_RULES 16     /* rules in one spec */
@@ -33,7 +34,7 @@ struct fault_rule {
 struct faults {
     struct fault_rule rule[FAULT_RULES];
     unsigned n;                 /* rules in use */
-    uint64_t seen[NVME_OP_SYNC + 1]; /* submissions per nvme_op since the rules were set */
+    uint64_t seen[NVME_OP_ISYNC + 1]; /* submissions per nvme_op since the rules were set */
     uint64_t injected;          /* faults injected since open */
 };
 
