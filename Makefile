@@ -22,7 +22,7 @@ PYTHON  := /usr/bin/python3
 # kvtier's version; its first number is libkvtier's soname (libkvtier.so.0), which
 # changes only when the ABI breaks (the rule: client/libkvtier.map). debian/changelog
 # names the same version (make deb checks).
-VERSION  := 0.1.0
+VERSION  := 0.2.0
 SO_MAJOR := $(firstword $(subst ., ,$(VERSION)))
 SONAME   := libkvtier.so.$(SO_MAJOR)
 

@@ -239,6 +239,49 @@ int kvt_put_commit_flags(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned fla
                      flags & KVT_COMMIT_DURABLE ? KVT_WIRE_KF_DURABLE : 0);
 }
 
+int kvt_put_commit_start(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags,
+                         kvt_commit *cm)
+{
+    struct kvt_commit_slot *cs = NULL;
+    int rc;
+
+    if (!ns || !cm || (flags & ~KVT_COMMIT_DURABLE))
+        return -EINVAL;
+    *cm = (kvt_commit){ 0 };
+    for (int i = 0; i < KVT_WIRE_COMMITS_MAX && !cs; i++)
+        if (!ns->c->commits[i].req_id)
+            cs = &ns->c->commits[i];
+    if (!cs)
+        return -EBUSY; /* as many started as tierd keeps waiting: wait for one */
+    rc = kvt_keys_send(ns, KVT_OP_PUT_COMMIT, flags & KVT_COMMIT_DURABLE ? KVT_WIRE_KF_DURABLE : 0,
+                       keys, n);
+    if (rc < 0)
+        return rc;
+    *cs = (struct kvt_commit_slot){ .req_id = ns->c->req_id, .n = (uint32_t)n };
+    *cm = (kvt_commit){ .id = cs->req_id, .n = (uint32_t)n };
+    return 0;
+}
+
+int kvt_put_commit_wait(kvt_ns *ns, kvt_commit *cm)
+{
+    struct kvt_commit_slot *cs = NULL;
+    int rc;
+
+    if (!ns || !cm || !cm->id)
+        return -EINVAL;
+    for (int i = 0; i < KVT_WIRE_COMMITS_MAX && !cs; i++)
+        if (ns->c->commits[i].req_id == cm->id)
+            cs = &ns->c->commits[i];
+    if (!cs)
+        return -EINVAL; /* not started on this client, or waited for already */
+    rc = kvt_commit_recv(ns->c, cs);
+    if (rc == 0)
+        rc = cs->rc;
+    *cs = (struct kvt_commit_slot){ 0 };
+    *cm = (kvt_commit){ 0 };
+    return rc;
+}
+
 int kvt_put_abort(kvt_ns *ns, const kvt_key *keys, size_t n)
 {
     return count_rpc(ns, KVT_OP_PUT_ABORT, keys, n, 0);

@@ -6,8 +6,10 @@
  *
  * Every call is synchronous except release, which is sent without asking
  * for a reply (the daemon handles messages in order, so a later call sees
- * its effect). Replies are matched by request id; a reply that arrives after
- * its call timed out is skipped. Once the connection fails the client is
+ * its effect), and a started commit (kvt_put_commit_start), whose reply is
+ * kept in its slot when it comes while another call waits. Replies are
+ * matched by request id; a reply that arrives after its call timed out is
+ * skipped. Once the connection fails the client is
  * dead for good (sticky): every call returns KVT_EDISCONNECTED.
  */
 #include <errno.h>
@@ -41,14 +43,16 @@ const char *kvt_default_socket(void)
 int kvt_send_req(kvt_client *c, uint16_t op, uint32_t flags, struct iovec *iov, int niov)
 {
     struct kvt_wire_hdr h = {
-        .magic = KVT_WIRE_MAGIC, .version = KVT_WIRE_VERSION, .op = op,
-        .req_id = ++c->req_id, .flags = flags,
+        .magic = KVT_WIRE_MAGIC, .version = KVT_WIRE_VERSION, .op = op, .flags = flags,
     };
     struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)niov };
     size_t len = 0;
 
     if (c->dead)
         return KVT_EDISCONNECTED;
+    if (++c->req_id == 0) /* 0 marks a free commit slot: never an id */
+        ++c->req_id;
+    h.req_id = c->req_id;
     for (int i = 1; i < niov; i++)
         len += iov[i].iov_len;
     h.body_len = (uint32_t)len;
@@ -97,10 +101,42 @@ static void close_fd(int fd)
         close(fd);
 }
 
-/* Wait for the reply to the last request; its body lands in c->rbuf after
- * the header. fd_out (may be NULL) receives a passed descriptor. Returns the
- * reply's status (0 or negative) and the body length in *blen. */
-static int recv_rep(kvt_client *c, uint16_t op, uint32_t *blen, int *fd_out)
+/* A started commit's reply (h, its body in c->rbuf) into its slot cs:
+ * the count or the error. A count above the keys sent breaks the protocol. */
+static int keep_commit(kvt_client *c, struct kvt_commit_slot *cs, const struct kvt_wire_hdr *h)
+{
+    struct kvt_wire_count_rep rep;
+
+    if (h->version != KVT_WIRE_VERSION || h->op != KVT_OP_PUT_COMMIT || h->status > 0)
+        return kvt_fail(c, KVT_EPROTO);
+    cs->done = true;
+    if (h->status < 0) {
+        cs->rc = h->status;
+        return 0;
+    }
+    if (h->body_len != sizeof(rep))
+        return kvt_fail(c, KVT_EPROTO);
+    memcpy(&rep, kvt_reply_body(c), sizeof(rep));
+    if (rep.count > cs->n)
+        return kvt_fail(c, KVT_EPROTO);
+    cs->rc = (int)rep.count;
+    return 0;
+}
+
+/* The started commit request id names, or NULL. */
+static struct kvt_commit_slot *commit_of(kvt_client *c, uint32_t id)
+{
+    for (int i = 0; i < KVT_WIRE_COMMITS_MAX; i++)
+        if (c->commits[i].req_id == id && id && !c->commits[i].done)
+            return &c->commits[i];
+    return NULL;
+}
+
+/* Wait for the reply to request want; its body lands in c->rbuf after the
+ * header. fd_out (may be NULL) receives a passed descriptor. Replies to
+ * started commits go to their slots on the way. Returns the reply's status
+ * (0 or negative) and the body length in *blen. */
+static int recv_id(kvt_client *c, uint32_t want, uint16_t op, uint32_t *blen, int *fd_out)
 {
     for (;;) {
         int got;
@@ -149,8 +185,13 @@ static int recv_rep(kvt_client *c, uint16_t op, uint32_t *blen, int *fd_out)
             close_fd(got);
             return kvt_fail(c, KVT_EPROTO);
         }
-        if (h.req_id != c->req_id) {
-            close_fd(got); /* the late answer to a call that timed out: not ours */
+        if (h.req_id != want) {
+            struct kvt_commit_slot *cs = commit_of(c, h.req_id);
+
+            close_fd(got); /* a started commit's, or the late answer to a call that
+                              timed out: not this call's */
+            if (cs && keep_commit(c, cs, &h) < 0)
+                return KVT_EPROTO;
             continue;
         }
         /* only the answer to this call may hand over a descriptor */
@@ -167,6 +208,26 @@ static int recv_rep(kvt_client *c, uint16_t op, uint32_t *blen, int *fd_out)
     }
 }
 
+static int recv_rep(kvt_client *c, uint16_t op, uint32_t *blen, int *fd_out)
+{
+    return recv_id(c, c->req_id, op, blen, fd_out);
+}
+
+int kvt_commit_recv(kvt_client *c, struct kvt_commit_slot *cs)
+{
+    struct kvt_wire_hdr h;
+    uint32_t blen;
+    int rc;
+
+    if (cs->done)
+        return 0;
+    rc = recv_id(c, cs->req_id, KVT_OP_PUT_COMMIT, &blen, NULL);
+    if (c->dead)
+        return rc < 0 ? rc : KVT_EDISCONNECTED; /* the connection failed, not the commit */
+    memcpy(&h, c->rbuf, sizeof(h)); /* recv_id checked the framing */
+    return keep_commit(c, cs, &h);
+}
+
 int kvt_rpc(kvt_client *c, uint16_t op, const void *req, size_t len, uint32_t *blen,
             int *fd_out)
 {
@@ -174,6 +235,20 @@ int kvt_rpc(kvt_client *c, uint16_t op, const void *req, size_t len, uint32_t *b
     int rc = kvt_send_req(c, op, 0, iov, len ? 2 : 1);
 
     return rc < 0 ? rc : recv_rep(c, op, blen, fd_out);
+}
+
+int kvt_keys_send(kvt_ns *ns, uint16_t op, uint32_t flags, const kvt_key *keys, size_t n)
+{
+    struct kvt_wire_keys_req r = {
+        .ns_id = ns->id, .n = (uint32_t)n, .block_bytes = ns->block_bytes, .flags = flags,
+    };
+    struct iovec iov[3] = { { 0 }, { &r, sizeof(r) }, { (void *)keys, n * KVT_KEY_BYTES } };
+
+    if (n > KVT_BATCH_MAX)
+        return -E2BIG;
+    if ((n > 0 && !keys) || ns->hy)
+        return -EINVAL; /* a hybrid handle's blocks live in its groups' namespaces */
+    return kvt_send_req(ns->c, op, 0, iov, 3);
 }
 
 int kvt_keys_rpc(kvt_ns *ns, uint16_t op, uint32_t flags, const kvt_key *parent,

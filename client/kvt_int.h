@@ -32,6 +32,15 @@ struct kvt_ns {
     struct kvt_ns *next;  /* the client's list, freed by kvt_close */
 };
 
+/* A commit started and not yet waited for (kvt_put_commit_start): its
+ * reply, kept here when it comes while another call waits for its own. */
+struct kvt_commit_slot {
+    uint32_t req_id;      /* 0: free */
+    uint32_t n;           /* keys committed: the reply's count is at most this */
+    bool done;            /* the reply came: rc holds it */
+    int rc;               /* the count, or the error */
+};
+
 /* A connection to tierd and the pools it maps; one thread at a time. */
 struct kvt_client {
     int fd;
@@ -47,6 +56,7 @@ struct kvt_client {
     int32_t hot_device;
     struct kvt_ns *ns;
     struct kvt_gpu *gpu;  /* device state for device caches (kvt_gpu.c), made on use */
+    struct kvt_commit_slot commits[KVT_WIRE_COMMITS_MAX]; /* started, not waited for */
     _Alignas(16) uint8_t rbuf[KVT_WIRE_MSG_MAX + 64]; /* last reply */
 };
 
@@ -77,6 +87,13 @@ int kvt_rpc(kvt_client *c, uint16_t op, const void *req, size_t len, uint32_t *b
 int kvt_keys_rpc(kvt_ns *ns, uint16_t op, uint32_t flags, const kvt_key *parent,
                  const uint64_t *pin_id, uint32_t hold_ms, const kvt_key *keys, size_t n,
                  uint32_t *blen);
+/* kvt_keys_rpc's request alone: sent, its reply left for a later receive
+ * (kvt_commit_recv). The request's id is c->req_id afterwards. */
+int kvt_keys_send(kvt_ns *ns, uint16_t op, uint32_t flags, const kvt_key *keys, size_t n);
+/* Receive until the commit started in slot cs (of c->commits) has its
+ * reply (replies to other started commits are kept in their slots on the
+ * way). 0 (cs->done, cs->rc), or the connection's error. */
+int kvt_commit_recv(kvt_client *c, struct kvt_commit_slot *cs);
 /* The last reply's body (valid until the next request). */
 static inline const uint8_t *kvt_reply_body(const kvt_client *c)
 {

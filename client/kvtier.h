@@ -277,6 +277,36 @@ int kvt_put_commit(kvt_ns *ns, const kvt_key *keys, size_t n);
  * still writing is waited for; a block in hot is copied down and written. */
 int kvt_put_commit_flags(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags);
 
+/* A commit started by kvt_put_commit_start: the caller's struct, filled
+ * there, emptied by kvt_put_commit_wait. */
+typedef struct kvt_commit {
+    uint32_t id; /* the request's (0: none) */
+    uint32_t n;  /* keys committed */
+} kvt_commit;
+
+/* Commits one client may have started and not yet waited for. */
+#define KVT_COMMITS_MAX 2
+
+/* kvt_put_commit_flags without waiting for the answer: the request is sent
+ * and this returns, so that an engine reserves and fills its next batch
+ * while tierd writes this one (with KVT_COMMIT_DURABLE, tierd writes the
+ * next batch while it makes this one's index durable). Any other call may
+ * be made meanwhile on the client (one thread at a time, as always).
+ * kvt_put_commit_wait gives the result, which is kvt_put_commit_flags's;
+ * every started commit must be waited for. Until then the blocks of keys[]
+ * are committed only as far as the answer says, and keys[] is not needed
+ * after this returns. Returns 0 and *cm, or -EINVAL, -E2BIG, -EBUSY
+ * (KVT_COMMITS_MAX started and not waited for: wait for one first), or the
+ * connection's error. */
+int kvt_put_commit_start(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned flags,
+                         kvt_commit *cm);
+
+/* Wait for the commit *cm started on ns's client: the count of blocks
+ * newly stored or an error, as kvt_put_commit_flags; *cm is emptied.
+ * Commits may be waited for in any order. -EINVAL for a commit not started
+ * on this client or waited for already. */
+int kvt_put_commit_wait(kvt_ns *ns, kvt_commit *cm);
+
 /* Give back reservations among keys[0..n) without publishing them. */
 int kvt_put_abort(kvt_ns *ns, const kvt_key *keys, size_t n);
 

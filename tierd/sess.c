@@ -313,14 +313,16 @@ static int handle(struct sess *s, size_t len)
 static int handle_timed(struct sess *s, size_t len)
 {
     uint64_t t0 = metrics_req_start(s->d->metrics);
-    bool waiting = s->pend.kind != SESS_PEND_NONE, flushing = s->flush_wait;
+    bool flushing = s->flush_wait;
     struct kvt_wire_hdr h;
-    int rc = handle(s, len);
+    int rc;
 
+    s->armed = NULL;
+    rc = handle(s, len);
     if (rc < 0 || !t0)
         return rc;
-    if (!waiting && s->pend.kind != SESS_PEND_NONE) {
-        s->pend.t0_ns = t0;
+    if (s->armed && s->armed->kind != SESS_PEND_NONE) {
+        s->armed->t0_ns = t0;
     } else if (!flushing && s->flush_wait) {
         s->flush_t0 = t0;
     } else {

@@ -3,8 +3,9 @@
  * sess_data.c - a session's data operations: lookup, reserve, commit
  * (and the durable commit), abort, get, release, remove; what a session
  * holds for them (reservations, leases; its pins are sess_pin.c's) and
- * gives back; the one request a session may have waiting. A get, a
- * lookup or a durable commit is submitted to the store once
+ * gives back; the requests a session may have waiting (one get or lookup,
+ * and durable commits in their own slots). A get, a lookup or a durable
+ * commit is submitted to the store once
  * (tier_req_submit), which drives it through its waits for the remote tier
  * and the disk and calls back once (req_done): here it is only framed into
  * a reply.
@@ -74,10 +75,10 @@ static void count_blocks(struct sess *s, uint32_t ns_id, uint32_t n, bool put)
 }
 
 /* A deferred reply is going out now: its request's latency. */
-static void pend_done(struct sess *s)
+static void pend_done(struct sess *s, struct pending *p)
 {
-    metrics_req_done(s->d->metrics, s->pend.hdr.op, s->pend.t0_ns);
-    s->pend.t0_ns = 0;
+    metrics_req_done(s->d->metrics, p->hdr.op, p->t0_ns);
+    p->t0_ns = 0;
 }
 
 /* ---- bookkeeping: reservations and leases ------------------------------ */
@@ -283,11 +284,9 @@ static uint64_t remote_wait_ms(const struct tierd *d)
     return 3 * (uint64_t)(d->remote.timeout_ms ? d->remote.timeout_ms : 100) + 20;
 }
 
-/* The store's one call for s's get, lookup or durable commit: the reply. */
-static void req_done(void *user, const struct tier_req_res *res)
+/* The store's one call for s's request waiting in p: the reply. */
+static void answer(struct sess *s, struct pending *p, const struct tier_req_res *res)
 {
-    struct sess *s = user;
-    struct pending *p = &s->pend;
     struct kreq k = p->req;
     int rc;
 
@@ -299,7 +298,7 @@ static void req_done(void *user, const struct tier_req_res *res)
         return;
     }
     p->kind = SESS_PEND_NONE;
-    pend_done(s); /* (a request answered inside its submit has no t0 yet) */
+    pend_done(s, p); /* (a request answered inside its submit has no t0 yet) */
     k.keys = res->keys;
     if (res->op == TIER_REQ_COMMIT) {
         struct kvt_wire_count_rep cnt = { .count = (uint32_t)res->rc };
@@ -327,9 +326,25 @@ static void req_done(void *user, const struct tier_req_res *res)
         sess_close(s); /* the client stopped reading */
 }
 
-/* Hand the get, lookup or durable commit k of h to the store: answered
- * by req_done, now or once its waits end. */
-static int submit(struct sess *s, const struct kvt_wire_hdr *h, const struct kreq *k)
+static void req_done(void *user, const struct tier_req_res *res)
+{
+    struct sess *s = user;
+
+    answer(s, &s->pend, res);
+}
+
+static void commit_req_done(void *user, const struct tier_req_res *res)
+{
+    struct commit_slot *cs = user;
+
+    answer(cs->s, &cs->pend, res);
+}
+
+/* Hand the get, lookup or durable commit k of h to the store, waiting in
+ * p with the request *rq (made on first use, calling done with user):
+ * answered by answer(), now or once its waits end. */
+static int submit_in(struct sess *s, struct pending *p, struct tier_req **rq, tier_req_fn done,
+                     void *user, const struct kvt_wire_hdr *h, const struct kreq *k)
 {
     struct tier_req_args a = {
         .op = h->op == KVT_OP_GET ? TIER_REQ_GET
@@ -347,33 +362,41 @@ static int submit(struct sess *s, const struct kvt_wire_hdr *h, const struct kre
     uint32_t hits;
     int rc;
 
-    if (s->pend.kind != SESS_PEND_NONE) {
+    if (p->kind != SESS_PEND_NONE) {
         /* a lookup behind a waiting request (a get or a commit refused
          * that already): answered at once from the local tiers, without
          * the remote's */
         hits = (uint32_t)tier_lookup(s->t->store, k->ns_id, k->keys, k->n, tiers_buf);
         return lookup_done(s, h, k, hits, 0, tiers_buf);
     }
-    if (!s->req && (rc = tier_req_create(s->t->store, KVT_BATCH_MAX, req_done, s, &s->req)) < 0)
+    if (!*rq && (rc = tier_req_create(s->t->store, KVT_BATCH_MAX, done, user, rq)) < 0)
         return sess_reply_err(s, h, rc);
     /* (a pinning lookup's deadline_ms is how long its pin holds) */
     if (k->deadline_ms && k->deadline_ms < wait_ms && !(k->flags & KVT_WIRE_KF_PIN))
         wait_ms = k->deadline_ms;
     a.remote_ms = s->t->remote && a.op != TIER_REQ_COMMIT ? (uint32_t)wait_ms : 0;
-    s->pend = (struct pending){ .kind = SESS_PEND_REQ, .hdr = *h, .req = *k };
+    *p = (struct pending){ .kind = SESS_PEND_REQ, .hdr = *h, .req = *k };
     s->submitting = true;
     s->submit_rc = 0;
-    rc = tier_req_submit(s->req, &a); /* (idle, n checked: it does not refuse) */
+    rc = tier_req_submit(*rq, &a); /* (idle, n checked: it does not refuse) */
     s->submitting = false;
     if (rc < 0) {
-        s->pend.kind = SESS_PEND_NONE;
+        p->kind = SESS_PEND_NONE;
         return sess_reply_err(s, h, rc);
     }
     if (s->submit_rc < 0)
         return s->submit_rc;
-    if (s->pend.kind == SESS_PEND_REQ && tier_req_bound(s->req))
-        sess_arm_timer(tier_req_bound(s->req));
+    if (p->kind == SESS_PEND_REQ) {
+        s->armed = p;
+        if (tier_req_bound(*rq))
+            sess_arm_timer(tier_req_bound(*rq));
+    }
     return 0;
+}
+
+static int submit(struct sess *s, const struct kvt_wire_hdr *h, const struct kreq *k)
+{
+    return submit_in(s, &s->pend, &s->req, req_done, s, h, k);
 }
 
 /* ---- the operations ---------------------------------------------------- */
@@ -396,17 +419,23 @@ static int do_reserve(struct sess *s, const struct kvt_wire_hdr *h, const struct
 }
 
 /* A durable commit: the store answers once every block of the batch is on
- * disk, or at the durable-wait bound with -EAGAIN (req_done). */
+ * disk, or at the durable-wait bound with -EAGAIN (req_done), in the first
+ * free commit slot; -EBUSY when the client already has every slot waiting. */
 static int commit_durable(struct sess *s, const struct kvt_wire_hdr *h, const struct kreq *k)
 {
+    struct commit_slot *cs = NULL;
     int rc;
 
-    if (s->pend.kind != SESS_PEND_NONE)
+    for (int i = 0; i < KVT_WIRE_COMMITS_MAX && !cs; i++)
+        if (s->commit[i].pend.kind == SESS_PEND_NONE)
+            cs = &s->commit[i];
+    if (!cs)
         return sess_reply_err(s, h, -EBUSY);
-    rc = submit(s, h, k);
+    cs->s = s;
+    rc = submit_in(s, &cs->pend, &cs->req, commit_req_done, cs, h, k);
     prune_resv(s);
-    if (s->req) /* (none: it could not be made, and nothing was committed) */
-        count_blocks(s, k->ns_id, tier_req_committed(s->req), true);
+    if (cs->req) /* (none: it could not be made, and nothing was committed) */
+        count_blocks(s, k->ns_id, tier_req_committed(cs->req), true);
     return rc;
 }
 
@@ -493,9 +522,16 @@ int sess_op_release(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t 
 uint64_t sess_data_expire(struct sess *s, uint64_t now, uint64_t next)
 {
     next = sess_pin_expire(s, now, next);
+    if (s->closed)
+        return next;
+    /* (each answered by answer(), whose failed reply may close s: checked
+     * before the next) */
+    for (int i = 0; i < KVT_WIRE_COMMITS_MAX && !s->closed; i++)
+        if (s->commit[i].pend.kind == SESS_PEND_REQ)
+            next = sess_earliest(next, tier_req_expire(s->commit[i].req, now));
     if (s->closed || s->pend.kind != SESS_PEND_REQ)
         return next;
-    return sess_earliest(next, tier_req_expire(s->req, now)); /* (answered by req_done) */
+    return sess_earliest(next, tier_req_expire(s->req, now));
 }
 
 size_t sess_data_reclaim(struct sess *s)
@@ -506,6 +542,11 @@ size_t sess_data_reclaim(struct sess *s)
     if (s->req) /* a get's leases, if it waits for the disk */
         back += tier_req_cancel(s->req);
     s->pend.kind = SESS_PEND_NONE;
+    for (int i = 0; i < KVT_WIRE_COMMITS_MAX; i++) {
+        if (s->commit[i].req)
+            tier_req_cancel(s->commit[i].req); /* (a commit holds no leases) */
+        s->commit[i].pend.kind = SESS_PEND_NONE;
+    }
     for (size_t i = 0; i < s->nlease; i++) {
         tier_release(store, s->lease[i].ids, s->lease[i].n, true);
         back += s->lease[i].n;
@@ -520,6 +561,8 @@ size_t sess_data_reclaim(struct sess *s)
 void sess_data_free(struct sess *s)
 {
     tier_req_destroy(s->req);
+    for (int i = 0; i < KVT_WIRE_COMMITS_MAX; i++)
+        tier_req_destroy(s->commit[i].req);
     for (size_t i = 0; i < s->nlease; i++)
         free(s->lease[i].ids);
     free(s->lease);

@@ -53,10 +53,12 @@ struct kreq {
     const struct tier_key *keys;
 };
 
-/* What a session's request waits for. A client has at most one request
- * outstanding, so a session has one pending request: a get, a lookup or a
- * durable commit in the store (s->req), which drives its waits for the
- * remote tier and the disk and calls back once (sess_data.c's req_done). */
+/* What a session's request waits for. A client has at most one get or
+ * lookup outstanding (s->pend, s->req) and up to KVT_WIRE_COMMITS_MAX
+ * durable commits beside it (s->commit[]: an engine fills its next batch
+ * while the last one is written); each is a request in the store, which
+ * drives its waits for the remote tier and the disk and calls back once
+ * (sess_data.c's req_done). */
 enum sess_pend_kind {
     SESS_PEND_NONE, /* nothing waits */
     SESS_PEND_REQ,  /* the store has the request */
@@ -68,6 +70,13 @@ struct pending {
     struct kvt_wire_hdr hdr; /* the request being answered */
     uint64_t t0_ns;          /* when the request came (metrics_req_start; 0: none) */
     struct kreq req;         /* as parsed; its keys come back with the answer */
+};
+
+/* A durable commit's slot: its pending reply and its store request. */
+struct commit_slot {
+    struct sess *s;
+    struct pending pend;
+    struct tier_req *req;      /* NULL until the slot's first commit */
 };
 
 struct sess {
@@ -95,9 +104,12 @@ struct sess {
     uint64_t hs_deadline_ms;   /* closed if no HELLO came by then (0: HELLO done) */
     uint32_t pin_seq;          /* from a random start: a pin id from before a
                                   restart names no pin of the new tierd */
-    struct pending pend;       /* a request waiting for the store */
-    struct tier_req *req;      /* gets, lookups, durable commits, submitted to the
-                                  store (NULL until the first) */
+    struct pending pend;       /* a get or lookup waiting for the store */
+    struct tier_req *req;      /* gets and lookups, submitted to the store (NULL
+                                  until the first) */
+    struct commit_slot commit[KVT_WIRE_COMMITS_MAX]; /* durable commits waiting */
+    struct pending *armed;     /* the request the message being handled left
+                                  waiting (NULL: none), for its latency */
     bool submitting;           /* inside tier_req_submit: a reply that fails there ... */
     int submit_rc;             /* ... is returned from it, as any other request's */
     bool flush_wait;           /* a FLUSH waits for the store's flush to end */
