@@ -66,11 +66,10 @@ int bench_want_n(const char **what_out, const char *what, int r, int n)
     return r < 0 ? r : -EIO;
 }
 
-/* Put keys[0..n) (blocks g0...) as one durable batch: reserve, fill,
- * commit with KVT_COMMIT_DURABLE (returns once written, synced, indexed). */
-int bench_put_durable(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
-                       const uint8_t *src, size_t nsrc, size_t bs, size_t g0, const char **what,
-                       uint64_t *fill_ns)
+/* Reserve keys[0..n) (blocks g0...) and fill their slots. */
+static int reserve_fill(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
+                        const uint8_t *src, size_t nsrc, size_t bs, size_t g0, const char **what,
+                        uint64_t *fill_ns)
 {
     void *slots[KVT_BATCH_MAX];
     int r = kvt_put_reserve(ns, parent, keys, n, slots);
@@ -87,6 +86,19 @@ int bench_put_durable(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, si
     }
     if (fill_ns)
         *fill_ns += cmn_now_ns() - a;
+    return 0;
+}
+
+/* Put keys[0..n) (blocks g0...) as one durable batch: reserve, fill,
+ * commit with KVT_COMMIT_DURABLE (returns once written, synced, indexed). */
+int bench_put_durable(kvt_ns *ns, const kvt_key *parent, const kvt_key *keys, size_t n,
+                       const uint8_t *src, size_t nsrc, size_t bs, size_t g0, const char **what,
+                       uint64_t *fill_ns)
+{
+    int r = reserve_fill(ns, parent, keys, n, src, nsrc, bs, g0, what, fill_ns);
+
+    if (r < 0)
+        return r;
     r = kvt_put_commit_flags(ns, keys, n, KVT_COMMIT_DURABLE);
     return bench_want_n(what, "kvt_put_commit_flags(KVT_COMMIT_DURABLE)", r, (int)n);
 }
@@ -118,18 +130,55 @@ int bench_get_all(kvt_ns *ns, const kvt_key *keys, size_t n, const void **slots,
     return nl;
 }
 
+/* One round of durable batches, pipelined as an engine would: batch k+1
+ * is reserved and filled while batches k and k-1 commit
+ * (kvt_put_commit_start), and the oldest is waited for only when
+ * KVT_COMMITS_MAX are started. */
 static int cold_put_round(struct cold *c, int round, double *secs)
 {
     size_t g0 = (size_t)round * c->per_round;
+    kvt_commit cm[KVT_COMMITS_MAX];
+    int head = 0, live = 0, r = 0;
     uint64_t t0 = cmn_now_ns();
-    int r;
 
-    for (size_t at = 0; at < c->per_round; at += CQD) {
+    for (size_t at = 0; at < c->per_round && r == 0; at += CQD) {
         size_t n = c->per_round - at < CQD ? c->per_round - at : CQD;
-        if ((r = bench_put_durable(c->ns, NULL, c->keys + g0 + at, n, c->src, CQD, c->bs, g0 + at,
-                             &c->what, &c->fill_ns)) < 0)
-            return r;
+
+        if ((r = reserve_fill(c->ns, NULL, c->keys + g0 + at, n, c->src, CQD, c->bs, g0 + at,
+                              &c->what, &c->fill_ns)) < 0)
+            break;
+        if (live == KVT_COMMITS_MAX) {
+            size_t want = cm[head].n;
+
+            r = bench_want_n(&c->what, "kvt_put_commit_wait", kvt_put_commit_wait(c->ns, &cm[head]),
+                             (int)want);
+            head = (head + 1) % KVT_COMMITS_MAX;
+            live--;
+            if (r < 0)
+                break;
+        }
+        r = kvt_put_commit_start(c->ns, c->keys + g0 + at, n, KVT_COMMIT_DURABLE,
+                                 &cm[(head + live) % KVT_COMMITS_MAX]);
+        if (r < 0) {
+            c->what = "kvt_put_commit_start(KVT_COMMIT_DURABLE)";
+            break;
+        }
+        live++;
     }
+    /* every started commit is waited for, after an error too */
+    for (; live > 0; live--, head = (head + 1) % KVT_COMMITS_MAX) {
+        size_t want = cm[head].n;
+        const char *what = NULL;
+        int w = bench_want_n(&what, "kvt_put_commit_wait", kvt_put_commit_wait(c->ns, &cm[head]),
+                             (int)want);
+
+        if (r == 0 && w < 0) { /* the first error is the one told */
+            r = w;
+            c->what = what;
+        }
+    }
+    if (r < 0)
+        return r;
     *secs = (double)(cmn_now_ns() - t0) / 1e9;
     return 0;
 }
@@ -262,7 +311,8 @@ void bench_cold(size_t bs)
                           .qd = CQD, .fdatasync = true };
 
     printf("# --- %s, %s: %d rounds of %zu blocks of %zu KiB (%.0f MiB); tierd: batches of "
-           "%d, each reserved, filled and put with KVT_COMMIT_DURABLE, then (after a restart) "
+           "%d, each reserved and filled while the last two commit with KVT_COMMIT_DURABLE "
+           "(kvt_put_commit_start, then kvt_put_commit_wait), then (after a restart) "
            "got back from disk; fio: --bs %zu --iodepth %d --direct=1 io_uring on a file beside "
            "tierd's\n", wname, rname, n, c.per_round, bs / 1024, (double)fj.size / MIB, CQD,
            bs, CQD);
@@ -341,21 +391,23 @@ void bench_cold(size_t bs)
     double fill_share = (double)c.fill_ns / 1e9 / t_all;
     printf("\n# tierd: %" PRIu64 " blocks made durable, %" PRIu64 " dropped, %" PRIu64
            " cold blocks, %" PRIu64 " I/O errors; the client's filling of the slots (memcpy, "
-           "not overlapped with the disk) took %.0f%% of the time: commits alone %.0f MB/s\n",
+           "overlapped with the commits before it) took %.0f%% of the time; the rate without "
+           "it, were it not overlapped: %.0f MB/s\n",
            s1.demotions - s0.demotions, s1.dropped - s0.dropped, s1.tier[KVT_TIER_COLD].blocks,
            s1.io_errors, 100 * fill_share,
            (double)n * (double)fj.size / (t_all * (1 - fill_share)) / 1e6);
     printf("# fio without --fdatasync: %.0f MB/s. fio --fdatasync=%d issued %.0f fdatasyncs "
            "for %zu writes a round, queued among its writes (not a barrier: its writes go on "
            "while they run; --end_fsync=1 makes its last writes durable too); a durable batch "
-           "in tierd is a barrier: %d writes, fdatasync, LMDB commit (synced), reply, and only "
-           "then the next batch\n", fio_nosync / 1e6, CQD, fio_syncs / n, c.per_round, CQD);
+           "in tierd: %d writes, fdatasync, LMDB commit (its pages synced), a sync of the "
+           "index queued (or the next batch's commit), reply; the next batch's writes go on "
+           "meanwhile\n", fio_nosync / 1e6, CQD, fio_syncs / n, c.per_round, CQD);
     if (floor_ok)
-        printf("# that barrier pattern's disk work alone (in-process tier_nvme: %d writes, wait, "
+        printf("# a barrier pattern's disk work alone (in-process tier_nvme: %d writes, wait, "
                "fdatasync, wait; every round): %.0f MB/s median; tierd's puts %.0f MB/s, %.2f of "
                "it\n", CQD, bench_median(flw, n) / 1e6, bench_median(tw, n) / 1e6,
                bench_median(tw, n) / bench_median(flw, n));
-    bench_report(wname, bench_median(rw, n), "%.2f", "ratio", ">=", "0.85");
+    bench_report(wname, bench_median(rw, n), "%.2f", "ratio", ">=", "0.9");
 
     /* reads: restart, so that every block is only on disk */
     bench_tierd_stop(&d);
