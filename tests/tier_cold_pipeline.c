@@ -1,0 +1,251 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tier_cold_pipeline.c - the cold tier's pipelined commits, step by step on
+ * the simulated disk (tier_nvme.h): a put is told durable only once its
+ * bytes were synced and its index transaction too (its own index sync, or
+ * the next batch's commit); a failed index sync fails its batch and leaves
+ * no record behind; a crash before the data sync leaves no record, and
+ * every record a crash leaves reads back with the bytes that were put.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "t.h"
+#include "tier_cold.h"
+#include "tier_nvme.h"
+
+#define BLK (16u << 10)
+#define BATCH 4
+
+struct fx {
+    char dir[64];
+    struct tier_cold *c;
+    struct tier_nvme *io;
+    void *buf[2 * BATCH];
+    int res[2 * BATCH]; /* 1: not told yet */
+};
+
+static void open_sim(struct fx *f)
+{
+    struct tier_cold_cfg cfg = { .dir = f->dir, .bytes = 4u << 20, .qd = 16, .batch = BATCH,
+                                 .sim = true };
+    int rc = tier_cold_open(&cfg, &f->c);
+
+    cr_assert_eq(rc, 0, "tier_cold_open(%s): %s", f->dir, strerror(-rc));
+    f->io = tier_cold_io(f->c);
+}
+
+static void fx_open(struct fx *f)
+{
+    memset(f, 0, sizeof(*f));
+    t_tmpdir("kvt-pipe", f->dir, sizeof(f->dir));
+    for (int i = 0; i < 2 * BATCH; i++) {
+        cr_assert_eq(posix_memalign(&f->buf[i], 4096, BLK), 0);
+        t_fill(f->buf[i], BLK, 700 + (uint64_t)i);
+        f->res[i] = 1;
+    }
+    open_sim(f);
+}
+
+static void fx_close(struct fx *f)
+{
+    tier_cold_close(f->c);
+    for (int i = 0; i < 2 * BATCH; i++)
+        free(f->buf[i]);
+    t_rmtree(f->dir);
+}
+
+static void told(void *ctx, int rc)
+{
+    *(int *)ctx = rc;
+}
+
+static struct tier_key key_of(int i)
+{
+    struct tier_key k;
+
+    t_keys((kvt_key *)&k, 1, 7700 + (uint64_t)i);
+    return k;
+}
+
+/* Queue the puts of blocks [first, first + BATCH). */
+static void put_batch(struct fx *f, int first)
+{
+    for (int i = first; i < first + BATCH; i++) {
+        struct tier_key k = key_of(i);
+
+        cr_assert_eq(tier_cold_put(f->c, 1, &k, NULL, f->buf[i], BLK, told, &f->res[i]), 0);
+    }
+}
+
+/* Complete the k-th queued request of the simulated disk (err 0: it does
+ * its work), then run the callbacks that brings. */
+static void step(struct fx *f, unsigned k, int err)
+{
+    cr_assert_eq(tier_nvme_sim_complete(f->io, k, err), 0, "no request %u queued", k);
+    cr_assert_geq(tier_cold_poll(f->c, false), 0);
+}
+
+/* Expect blocks [first, first + BATCH) told rc (1: not told yet). */
+static void expect_told(const struct fx *f, int first, int rc, const char *when)
+{
+    for (int i = first; i < first + BATCH; i++)
+        cr_assert_eq(f->res[i], rc, "%s: block %d told %d, expected %d", when, i, f->res[i], rc);
+}
+
+/* Write batch `first` and sync its data: from k_first on, the queue holds
+ * its BATCH writes, and then its data sync. Its index transaction commits
+ * when the sync lands. */
+static void write_and_sync(struct fx *f, int first, unsigned k_first)
+{
+    put_batch(f, first);
+    cr_assert_eq(tier_nvme_sim_queued(f->io), k_first + BATCH);
+    for (int i = 0; i < BATCH; i++)
+        step(f, k_first, 0);
+    expect_told(f, first, 1, "written, not synced");
+    cr_assert_eq(tier_nvme_sim_queued(f->io), k_first + 1, "the batch's data sync is queued");
+    step(f, k_first, 0); /* the data sync: the index commits */
+}
+
+Test(tier_cold_pipeline, an_ack_waits_for_the_index_sync_after_the_data_sync)
+{
+    struct fx f;
+    struct tier_key k = key_of(0);
+
+    fx_open(&f);
+    write_and_sync(&f, 0, 0);
+    /* indexed, not yet durable: its sync of the index is queued, nobody told */
+    cr_assert(tier_cold_has(f.c, 1, &k), "the record is committed once the data is synced");
+    expect_told(&f, 0, 1, "indexed, the index not synced");
+    cr_assert_eq(tier_nvme_sim_queued(f.io), 1, "the index's sync is queued");
+    cr_assert_eq(tier_cold_busy(f.c), BATCH, "puts not told are work in flight");
+    step(&f, 0, 0);
+    expect_told(&f, 0, 0, "after the index sync");
+    cr_assert_eq(tier_cold_busy(f.c), 0);
+    fx_close(&f);
+}
+
+Test(tier_cold_pipeline, the_next_batchs_commit_makes_the_last_one_durable)
+{
+    struct tier_cold_stats st;
+    struct fx f;
+
+    fx_open(&f);
+    write_and_sync(&f, 0, 0); /* batch A indexed; queue: A's index sync */
+    /* batch B written and synced while A's index sync waits: B's commit
+     * syncs the index's file first, which makes A durable */
+    write_and_sync(&f, BATCH, 1);
+    expect_told(&f, 0, 0, "A, after B's commit");
+    expect_told(&f, BATCH, 1, "B, its own transaction not synced");
+    cr_assert_eq(tier_nvme_sim_queued(f.io), 1, "only A's index sync is queued");
+    step(&f, 0, 0); /* A's index sync: queued before B's commit, it vouches for A only */
+    expect_told(&f, BATCH, 1, "B, after an index sync queued before its commit");
+    cr_assert_eq(tier_nvme_sim_queued(f.io), 1, "B's index sync is queued");
+    step(&f, 0, 0);
+    expect_told(&f, BATCH, 0, "B, after its index sync");
+    tier_cold_stats_get(f.c, &st);
+    cr_assert_eq(st.commits, 2);
+    cr_assert_eq(st.blocks, 2 * BATCH);
+    cr_assert(!st.failed);
+    fx_close(&f);
+}
+
+Test(tier_cold_pipeline, a_failed_index_sync_fails_its_batch_and_leaves_no_record)
+{
+    struct tier_cold_stats st;
+    struct fx f;
+    int res = 1;
+    struct tier_key k = key_of(0);
+
+    fx_open(&f);
+    write_and_sync(&f, 0, 0);
+    cr_assert(tier_cold_has(f.c, 1, &k));
+    step(&f, 0, -EIO); /* the index's sync fails: what it holds on disk is unknown */
+    expect_told(&f, 0, -EIO, "after a failed index sync");
+    for (int i = 0; i < BATCH; i++) {
+        struct tier_key ki = key_of(i);
+
+        cr_assert(!tier_cold_has(f.c, 1, &ki), "block %d failed, yet its record stays", i);
+    }
+    tier_cold_stats_get(f.c, &st);
+    cr_assert(st.failed, "a failed sync makes the tier read-only");
+    cr_assert_eq(st.blocks, 0);
+    cr_assert_eq(tier_cold_put(f.c, 1, &k, NULL, f.buf[0], BLK, told, &res), -EIO);
+    tier_cold_close(f.c);
+    /* a restart finds none of them either */
+    open_sim(&f);
+    tier_cold_stats_get(f.c, &st);
+    cr_assert_eq(st.blocks, 0, "records after the restart: %llu", (unsigned long long)st.blocks);
+    fx_close(&f);
+}
+
+/* Every record of the index read back: its bytes must be block i's. */
+static void expect_records_right(struct fx *f, int n, int *found)
+{
+    void *rd = NULL;
+
+    cr_assert_eq(posix_memalign(&rd, 4096, BLK), 0);
+    *found = 0;
+    for (int i = 0; i < n; i++) {
+        struct tier_key k = key_of(i);
+        int res = 1, rc;
+
+        if (!tier_cold_has(f->c, 1, &k))
+            continue;
+        (*found)++;
+        rc = tier_cold_get(f->c, 1, &k, rd, BLK, NULL, told, &res);
+        cr_assert_eq(rc, 0, "get of block %d: %s", i, strerror(-rc));
+        while (res == 1)
+            cr_assert_geq(tier_cold_poll(f->c, true), 0);
+        cr_assert_eq(res, 0, "block %d's record points at bytes that were not written (%d)", i,
+                     res);
+        cr_assert_eq(t_check(rd, BLK, 700 + (uint64_t)i), -1, "block %d read back wrong", i);
+    }
+    free(rd);
+}
+
+Test(tier_cold_pipeline, a_crash_between_the_data_write_and_its_sync_leaves_no_record)
+{
+    struct fx f;
+    int found;
+
+    fx_open(&f);
+    put_batch(&f, 0);
+    put_batch(&f, BATCH);
+    for (int i = 0; i < 2 * BATCH; i++)
+        step(&f, 0, 0); /* every write lands in the drive's cache; a data sync queued */
+    tier_nvme_sim_crash(f.io, 12345); /* some of the cached writes reach the medium */
+    tier_cold_close(f.c);
+    for (int i = 0; i < 2 * BATCH; i++)
+        cr_assert_neq(f.res[i], 0, "block %d told durable with its data never synced", i);
+    open_sim(&f);
+    expect_records_right(&f, 2 * BATCH, &found);
+    cr_assert_eq(found, 0, "%d records after a crash before any data sync", found);
+    fx_close(&f);
+}
+
+Test(tier_cold_pipeline, a_crash_after_the_index_commit_leaves_only_right_bytes)
+{
+    struct fx f;
+    int found;
+
+    fx_open(&f);
+    write_and_sync(&f, 0, 0);        /* A: synced and indexed, its index sync queued */
+    put_batch(&f, BATCH);            /* B: written into the cache, never synced */
+    for (int i = 0; i < BATCH; i++)
+        step(&f, 1, 0);
+    tier_nvme_sim_crash(f.io, 777);
+    tier_cold_close(f.c);
+    expect_told(&f, BATCH, -EIO, "B, unsynced at the crash");
+    open_sim(&f);
+    /* A's records may be back (their bytes were synced first), B's never */
+    expect_records_right(&f, 2 * BATCH, &found);
+    for (int i = BATCH; i < 2 * BATCH; i++) {
+        struct tier_key k = key_of(i);
+
+        cr_assert(!tier_cold_has(f.c, 1, &k), "block %d indexed, its data never synced", i);
+    }
+    fx_close(&f);
+}
