@@ -931,6 +931,34 @@ Test(tier_faults, tierd_answers_durable_puts_with_eio_after_a_failed_sync, .init
     t_tierd_stop(&d); /* a clean stop although its flush to disk fails */
 }
 
+/* The index's sync fails after the batch's data sync and index commit: the
+ * durable put is answered -EIO, never 0, and its records are taken back,
+ * so that after a kill nothing it wrote is served as if it had been told. */
+Test(tier_faults, tierd_answers_durable_puts_with_eio_after_a_failed_index_sync, .init = fx_init)
+{
+    struct t_tierd d;
+    kvt_client *c;
+    kvt_ns *ns;
+    static const char *const args[] = { "--warm-bytes", "64M", "--cold-bytes", "64M", NULL };
+
+    setenv(TIER_NVME_FAULTS_ENV, "isync:eio:once", 1);
+    t_tierd_start(&d, args);
+    c = t_connect(&d);
+    ns = t_ns(c, DBLK);
+    cr_assert_eq(d_put_chain(ns, 0, KVT_COMMIT_DURABLE), inj ? -EIO : CHAIN,
+                 "a durable put whose index sync failed");
+    cr_assert_eq(d_get_chain(ns, 0), CHAIN, "committed though not durable: served from warm");
+    kvt_close(c);
+    cr_assert_eq(t_tierd_kill(&d, SIGKILL), 128 + SIGKILL);
+    unsetenv(TIER_NVME_FAULTS_ENV);
+    t_tierd_restart(&d, args);
+    c = t_connect(&d);
+    ns = t_ns(c, DBLK);
+    cr_assert_eq(d_get_chain(ns, 0), inj ? 0 : CHAIN, "after the kill, from disk");
+    kvt_close(c);
+    t_tierd_stop(&d);
+}
+
 Test(tier_faults, tierd_refuses_to_start_with_a_bad_spec, .init = fx_init)
 {
     char bin[512], sock[400], data[400], errf[400], log[4096] = "";

@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tierd_commit_async.c - durable commits started and waited for apart
+ * (kvt_put_commit_start / kvt_put_commit_wait) through tierd: two waiting at
+ * once while the client reserves and fills the next batch, each answered for
+ * its own batch (in any order, errors included), the limit refused at once,
+ * and every block acknowledged back after tierd is killed.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+
+#include "t.h"
+
+#define BLK (1u << 20)
+#define N 8
+
+static uint8_t buf[N][BLK];
+
+/* Reserve the N keys of chain ch and fill them (payload seeds ch*100+i). */
+static void reserve_fill(kvt_ns *ns, int ch, kvt_key *k)
+{
+    void *slots[N];
+
+    t_keys(k, N, 4400 + (uint64_t)ch);
+    cr_assert_eq(kvt_put_reserve(ns, NULL, k, N, slots), N, "reserve of chain %d", ch);
+    for (int i = 0; i < N; i++) {
+        cr_assert_not_null(slots[i]);
+        t_fill(slots[i], BLK, (uint64_t)ch * 100 + (uint64_t)i);
+    }
+}
+
+/* Get chain ch, every byte checked: the hits. */
+static int get_chain(kvt_ns *ns, int ch)
+{
+    void *dst[N];
+
+    for (int i = 0; i < N; i++)
+        dst[i] = buf[i];
+    return t_get_seeded(ns, 4400 + (uint64_t)ch, N, BLK, (uint64_t)ch * 100, dst);
+}
+
+static const char *const args[] = { "--warm-bytes", "64M", "--cold-bytes", "128M", NULL };
+
+Test(tierd_commit_async, two_started_commits_overlap_and_each_answers_for_its_batch)
+{
+    struct t_tierd d;
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_key k[3][N];
+    kvt_commit cm[3];
+
+    t_tierd_start(&d, args);
+    c = t_connect(&d);
+    ns = t_ns(c, BLK);
+    reserve_fill(ns, 0, k[0]);
+    cr_assert_eq(kvt_put_commit_start(ns, k[0], N, KVT_COMMIT_DURABLE, &cm[0]), 0);
+    cr_assert_neq(cm[0].id, 0);
+    /* a call answered at once while the commit waits: its own reply, even
+     * when the commit's comes first */
+    reserve_fill(ns, 1, k[1]);
+    cr_assert_eq(kvt_put_commit_start(ns, k[1], N, KVT_COMMIT_DURABLE, &cm[1]), 0);
+    reserve_fill(ns, 2, k[2]);
+    cr_assert_eq(kvt_put_commit_start(ns, k[2], N, KVT_COMMIT_DURABLE, &cm[2]), -EBUSY,
+                 "a third started commit is refused: %d are kept", KVT_COMMITS_MAX);
+    cr_assert_eq(cm[2].id, 0);
+    /* waited for in the other order */
+    cr_assert_eq(kvt_put_commit_wait(ns, &cm[1]), N, "the second commit");
+    cr_assert_eq(cm[1].id, 0, "a commit waited for is emptied");
+    cr_assert_eq(kvt_put_commit_start(ns, k[2], N, KVT_COMMIT_DURABLE, &cm[2]), 0,
+                 "a slot is free again");
+    cr_assert_eq(kvt_put_commit_wait(ns, &cm[0]), N, "the first commit");
+    cr_assert_eq(kvt_put_commit_wait(ns, &cm[0]), -EINVAL, "waited for twice");
+    cr_assert_eq(kvt_put_commit_wait(ns, &cm[2]), N, "the third commit");
+    for (int ch = 0; ch < 3; ch++)
+        cr_assert_eq(get_chain(ns, ch), N, "chain %d before the kill", ch);
+    kvt_close(c);
+    /* acknowledged durable: back after SIGKILL, from disk */
+    cr_assert_eq(t_tierd_kill(&d, SIGKILL), 128 + SIGKILL);
+    t_tierd_restart(&d, args);
+    c = t_connect(&d);
+    ns = t_ns(c, BLK);
+    for (int ch = 0; ch < 3; ch++)
+        cr_assert_eq(get_chain(ns, ch), N, "chain %d after the kill", ch);
+    kvt_close(c);
+    t_tierd_stop(&d);
+}
+
+Test(tierd_commit_async, a_started_commits_error_is_its_own)
+{
+    struct t_tierd d;
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_key k[N], never[N];
+    kvt_commit ok, bad;
+    kvt_stats st;
+
+    t_tierd_start(&d, args);
+    c = t_connect(&d);
+    ns = t_ns(c, BLK);
+    t_keys(never, N, 4999);
+    reserve_fill(ns, 0, k);
+    cr_assert_eq(kvt_put_commit_start(ns, k, N, KVT_COMMIT_DURABLE, &ok), 0);
+    /* keys never put: nothing to make durable */
+    cr_assert_eq(kvt_put_commit_start(ns, never, N, KVT_COMMIT_DURABLE, &bad), 0);
+    cr_assert_eq(kvt_stats_get(c, &st), 0, "a call between starts and waits");
+    cr_assert_eq(kvt_put_commit_wait(ns, &bad), -ENODATA);
+    cr_assert_eq(kvt_put_commit_wait(ns, &ok), N);
+    cr_assert_eq(kvt_put_commit_start(ns, k, N, KVT_COMMIT_DURABLE | 0x100u, &ok), -EINVAL);
+    cr_assert_eq(kvt_put_commit_wait(ns, &ok), -EINVAL, "a refused start leaves nothing");
+    cr_assert_eq(get_chain(ns, 0), N);
+    kvt_close(c);
+    t_tierd_stop(&d);
+}
