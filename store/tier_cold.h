@@ -10,8 +10,11 @@
  * stops pointing at it commits. So after a crash the index never points at
  * unwritten or reused data, and a read that still finds wrong bytes (a disk
  * fault, a concurrent overwrite) is caught by the checksum: a miss, counted,
- * never bytes handed out. Commits are batched: one fdatasync and one LMDB
- * transaction per batch, not per block.
+ * never bytes handed out. Commits are batched and pipelined: one fdatasync
+ * and one LMDB transaction per batch, not per block, the transaction made
+ * durable by a sync of the index queued in the ring or by the next batch's
+ * commit, while the next batch is written; a put's callback runs only once
+ * its bytes and its record are both durable.
  * Asynchronous: completions come through tier_cold_poll() (its event fd is
  * for the caller's epoll loop). Not thread-safe.
  */
@@ -43,7 +46,7 @@ struct tier_cold_stats {
     uint64_t bytes_capacity;  /* size of the data file */
     uint64_t writes, reads;   /* completed block writes / reads */
     uint64_t bytes_written, bytes_read;
-    uint64_t commits;         /* durable batches (one fdatasync + one LMDB commit each) */
+    uint64_t commits;         /* batches indexed (one fdatasync + one LMDB commit each) */
     uint64_t checksum_errors; /* reads whose bytes did not match: dropped, reported as misses */
     uint64_t io_errors;       /* failed reads, writes or syncs */
     bool direct;              /* O_DIRECT in use */
@@ -68,7 +71,7 @@ int tier_cold_event_fd(const struct tier_cold *c);
 /* Deliver completions (callbacks run here); wait for at least one when
  * wait is true and work is in flight. Returns callbacks run or -errno. */
 int tier_cold_poll(struct tier_cold *c, bool wait);
-/* Work in flight: writes not yet durable plus reads. */
+/* Work in flight: writes not yet durable (their index too) plus reads. */
 unsigned tier_cold_busy(const struct tier_cold *c);
 
 /* Store len bytes of buf (4 KiB aligned address and length) under (ns, key),
