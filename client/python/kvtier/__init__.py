@@ -99,6 +99,10 @@ class _Lease(ctypes.Structure):
     _fields_ = [("id", ctypes.c_uint64), ("n", ctypes.c_uint32)]
 
 
+class _Commit(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_uint32), ("n", ctypes.c_uint32)]
+
+
 class _Pin(ctypes.Structure):
     _fields_ = [("id", ctypes.c_uint64), ("n", ctypes.c_uint32), ("hold_ms", ctypes.c_uint32)]
 
@@ -209,6 +213,8 @@ _lookup_pin = _proto("kvt_lookup_pin", _c_int, _vp, _KP, _sz, ctypes.c_uint32, _
 _unpin = _proto("kvt_unpin", _c_int, _vp, _P(_Pin))
 _reserve = _proto("kvt_put_reserve", _c_int, _vp, _KP, _KP, _sz, _P(_vp))
 _commit_flags = _proto("kvt_put_commit_flags", _c_int, _vp, _KP, _sz, _c_uint)
+_commit_start = _proto("kvt_put_commit_start", _c_int, _vp, _KP, _sz, _c_uint, _P(_Commit))
+_commit_wait = _proto("kvt_put_commit_wait", _c_int, _vp, _P(_Commit))
 _abort = _proto("kvt_put_abort", _c_int, _vp, _KP, _sz)
 _put = _proto("kvt_put", _c_int, _vp, _KP, _KP, _sz, _P(_vp))
 _get_lease = _proto("kvt_get_lease", _c_int, _vp, _KP, _sz, _P(_vp), _P(_Lease))
@@ -668,6 +674,11 @@ class Reservation:
         self._drop_views()
         return self.ns.commit(self.keys, durable)
 
+    def commit_start(self, durable=True):
+        """Namespace.commit_start of these keys: its handle for commit_wait."""
+        self._drop_views()
+        return self.ns.commit_start(self.keys, durable)
+
     def abort(self):
         self._drop_views()
         if not self.ns.client._h:
@@ -849,6 +860,23 @@ class Namespace:
         with self.client.lock:
             return _check(_commit_flags(self._handle(), arr, n,
                                         COMMIT_DURABLE if durable else 0), "kvt_put_commit")
+
+    def commit_start(self, keys, durable=True):
+        """Start a commit (kvt_put_commit_start) and return at once, so that
+        the next batch is filled while this one is written: a handle for
+        commit_wait, which returns what commit() would. At most 2 started
+        and not waited for (KvtierError -EBUSY beyond)."""
+        arr, n = _keys(keys)
+        cm = _Commit()
+        with self.client.lock:
+            _check(_commit_start(self._handle(), arr, n, COMMIT_DURABLE if durable else 0,
+                                 ctypes.byref(cm)), "kvt_put_commit_start")
+        return cm
+
+    def commit_wait(self, cm):
+        """Wait for a commit_start: the blocks newly stored, or KvtierError."""
+        with self.client.lock:
+            return _check(_commit_wait(self._handle(), ctypes.byref(cm)), "kvt_put_commit_wait")
 
     def abort(self, keys):
         arr, n = _keys(keys)
