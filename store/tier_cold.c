@@ -231,8 +231,9 @@ static void on_isync(void *ctx, int64_t res)
         start_isync(c);
 }
 
-/* Queue the sync of the index's file for the last transaction, unless one
- * queued after it is in flight. */
+/* Queue the sync of the index's file for the transactions not yet durable,
+ * unless one is in flight (its landing queues the next for those committed
+ * meanwhile). */
 static void start_isync(struct tier_cold *c)
 {
     if (!c->indexed || c->isync_inflight) {
