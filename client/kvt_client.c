@@ -221,6 +221,8 @@ int kvt_commit_recv(kvt_client *c, struct kvt_commit_slot *cs)
 
     if (cs->done)
         return 0;
+    if (c->dead)
+        return KVT_EDISCONNECTED;
     rc = recv_id(c, cs->req_id, KVT_OP_PUT_COMMIT, &blen, NULL);
     if (c->dead)
         return rc < 0 ? rc : KVT_EDISCONNECTED; /* the connection failed, not the commit */
