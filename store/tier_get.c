@@ -190,7 +190,7 @@ int tier_get_for(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct
             /* the caller reads the device pool: leased where it is, even
              * while a copy down is in flight (the slot stays the lease's) */
             if (tier_ram_class_slot(t->hram, e->cls) != slot)
-                goto out_inval;
+                goto wrong_size;
             if (tiers)
                 tiers[i] = TIER_L_HOT;
             hot++;
@@ -198,7 +198,7 @@ int tier_get_for(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct
             ids[i] = id | TIER_LEASE_HOT;
         } else if (e->level == TIER_L_WARM) {
             if (tier_ram_class_slot(t->ram, e->cls) != slot)
-                goto out_inval;
+                goto wrong_size;
             warm++;
         } else if (e->level == TIER_L_HOT) {
             /* clients read warm: a hot block is copied down for them (any
@@ -230,6 +230,14 @@ int tier_get_for(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct
         tier_settle(t, id, false);
         offs[i] = e->off;
     }
+    goto out;
+wrong_size:
+    /* a block of another size: -EINVAL, unless a read for the caller is in
+     * flight already; its answer is then the leading run before this key,
+     * as a wait cannot be taken back (the next get of it is the -EINVAL) */
+    if (!pending || *pending == 0)
+        goto out_inval;
+out:
     t->st.gets++;
     t->st.get_blocks += i;
     t->st.hits[TIER_L_WARM] += warm;

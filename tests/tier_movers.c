@@ -203,6 +203,47 @@ Test(tier_movers, restart_serves_everything_from_cold)
     rig_rm(&r);
 }
 
+/* A get whose keys are a block on disk, then one of another size: the
+ * disk's read has started for the caller when the second key is found
+ * wrong, and a wait cannot be taken back, so the answer is the leading run
+ * (its read lands, its bytes right), and only a get that starts no wait is
+ * -EINVAL. It was -EINVAL with the read still going: a ready callback for
+ * a get answered as failed, to a lease already released. */
+Test(tier_movers, a_wrong_size_after_a_disk_read_ends_the_run_before_it)
+{
+    struct rig r;
+    struct tier_key k[N], small;
+    uint32_t ids[2], pending;
+    uint64_t offs[2];
+    struct tier_key both[2];
+
+    rig_open(&r, true, false);
+    put_all(&r, k);
+    rig_close(&r, true);
+    rig_open(&r, false, false);
+    cr_assert_eq(tier_load_cold(r.t), N);
+    t_keys((kvt_key *)&small, 1, 77);
+    cr_assert_eq(tier_reserve(r.t, 1, 64u << 10, 1, NULL, &small, 1, ids, offs), 1);
+    cr_assert_eq(tier_commit(r.t, 1, 64u << 10, 1, &small, 1), 1);
+    both[0] = k[0];
+    both[1] = small;
+    r.ready = r.failed = 0;
+    cr_assert_eq(tier_get_async(r.t, 1, BLK, both, 2, ids, offs, &r, &pending), 1,
+                 "the run before the block of another size");
+    cr_assert_eq(pending, 1);
+    while (r.ready + r.failed < 1)
+        cr_assert_geq(tier_poll(r.t, true), 0);
+    cr_assert_eq(r.failed, 0);
+    cr_assert_eq(t_check((uint8_t *)tier_pool_base(r.t) + offs[0], BLK, 0), -1);
+    check(&r);
+    tier_release(r.t, ids, 1, false);
+    /* now warm, nothing to wait for: the wrong size is an error */
+    cr_assert_eq(tier_get_async(r.t, 1, BLK, both, 2, ids, offs, &r, &pending), -EINVAL);
+    check(&r);
+    rig_close(&r, false);
+    rig_rm(&r);
+}
+
 Test(tier_movers, purge_removes_a_namespace_from_every_tier_and_the_disk)
 {
     struct rig r;
