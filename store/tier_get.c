@@ -160,12 +160,10 @@ static int lease_cold(struct tier *t, uint32_t id, uint64_t slot, struct waiter 
     return m ? tier_wait_add(&m->ws, w) : -ENOENT;
 }
 
-int tier_get_ex(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
-                size_t n, unsigned flags, uint32_t *ids, uint64_t *offs, uint8_t *tiers,
-                void *waiter, uint32_t *pending)
+int tier_get(struct tier *t, const struct tier_get_args *a)
 {
-    return tier_get_for(t, ns, block_bytes, keys, n, flags, ids, offs, tiers,
-                        tier_waiter(waiter), pending);
+    return tier_get_for(t, a->ns, a->block_bytes, a->keys, a->n, a->flags, a->ids, a->offs,
+                        a->tiers, tier_waiter(a->waiter), a->pending);
 }
 
 int tier_get_for(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
@@ -250,19 +248,6 @@ out_inval:
     t->st.leases_active += i; /* tier_release takes them off again */
     tier_release(t, ids, i, false);
     return -EINVAL;
-}
-
-int tier_get_async(struct tier *t, uint32_t ns, uint64_t block_bytes,
-                   const struct tier_key *keys, size_t n, uint32_t *ids, uint64_t *offs,
-                   void *waiter, uint32_t *pending)
-{
-    return tier_get_ex(t, ns, block_bytes, keys, n, 0, ids, offs, NULL, waiter, pending);
-}
-
-int tier_get(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
-             size_t n, uint32_t *ids, uint64_t *offs)
-{
-    return tier_get_ex(t, ns, block_bytes, keys, n, 0, ids, offs, NULL, NULL, NULL);
 }
 
 void tier_release(struct tier *t, const uint32_t *ids, size_t n, bool reclaimed)

@@ -139,7 +139,8 @@ static int get_chain(struct rig *r, const struct tier_key *k, int c)
     int hits, want;
 
     r->ready = r->failed = 0;
-    hits = tier_get_async(r->t, 1, BLK, k + c, 10, ids, offs, r, &pending);
+    hits = tier_get(r->t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = k + c,
+        .n = 10, .ids = ids, .offs = offs, .waiter = r, .pending = &pending });
     cr_assert_geq(hits, 0);
     while (r->ready + r->failed < (int)pending)
         cr_assert_geq(tier_poll(r->t, true), 0);
@@ -228,7 +229,8 @@ Test(tier_movers, a_wrong_size_after_a_disk_read_ends_the_run_before_it)
     both[0] = k[0];
     both[1] = small;
     r.ready = r.failed = 0;
-    cr_assert_eq(tier_get_async(r.t, 1, BLK, both, 2, ids, offs, &r, &pending), 1,
+    cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = both,
+        .n = 2, .ids = ids, .offs = offs, .waiter = &r, .pending = &pending }), 1,
                  "the run before the block of another size");
     cr_assert_eq(pending, 1);
     while (r.ready + r.failed < 1)
@@ -238,7 +240,8 @@ Test(tier_movers, a_wrong_size_after_a_disk_read_ends_the_run_before_it)
     check(&r);
     tier_release(r.t, ids, 1, false);
     /* now warm, nothing to wait for: the wrong size is an error */
-    cr_assert_eq(tier_get_async(r.t, 1, BLK, both, 2, ids, offs, &r, &pending), -EINVAL);
+    cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = both,
+        .n = 2, .ids = ids, .offs = offs, .waiter = &r, .pending = &pending }), -EINVAL);
     check(&r);
     rig_close(&r, false);
     rig_rm(&r);
@@ -262,7 +265,8 @@ Test(tier_movers, purge_removes_a_namespace_from_every_tier_and_the_disk)
         t_fill((uint8_t *)tier_pool_base(r.t) + offs[i], BLK, 500 + (uint64_t)i);
     cr_assert_eq(tier_commit(r.t, 2, BLK, 1, other, 10), 10);
     /* a lease of namespace 1 holds the purge off, all or nothing */
-    cr_assert_eq(tier_get(r.t, 1, BLK, k + 90, 1, ids, offs), 1);
+    cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = k + 90,
+        .n = 1, .ids = ids, .offs = offs }), 1);
     cr_assert_eq(tier_purge_ns(r.t, 1), -EBUSY);
     cr_assert_eq(tier_lookup(r.t, 1, k, N, NULL), N, "a refused purge removed something");
     tier_release(r.t, ids, 1, false);
@@ -458,7 +462,9 @@ Test(tier_movers, random_operations_with_cold_keep_every_invariant)
             }
             case 2:
                 if ((lease = lease_slot(&ls, r.t, &s))) {
-                    int h = tier_get_async(r.t, 1, BLK, k + at, n, lease, offs, &r, &pending);
+                    int h = tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK,
+                        .keys = k + at, .n = n, .ids = lease, .offs = offs, .waiter = &r,
+                        .pending = &pending });
 
                     if (h > 0)
                         ls.n[ls.count++] = h;
@@ -740,8 +746,9 @@ Test(tier_movers, random_operations_with_hot_keep_every_invariant)
                     /* readers of hot in place, or of warm; some ask for hot */
                     unsigned fl = (unsigned)(rnd(&s) % 4);
                     uint8_t tiers[8];
-                    int h = tier_get_ex(r.t, 1, BLK, k + at, n, fl, lease, offs, tiers, &r,
-                                        &pending);
+                    int h = tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK,
+                        .keys = k + at, .n = n, .flags = fl, .ids = lease, .offs = offs,
+                        .tiers = tiers, .waiter = &r, .pending = &pending });
 
                     if (h > 0) {
                         check_leased(&r, k, at, h, lease, offs, tiers);
