@@ -48,7 +48,7 @@ enum tier_remote_policy {
 typedef void (*tier_remote_fn)(void *ctx, void *waiter, int count);
 
 /* Called from tier_poll() when a move `waiter` waits for has finished: a
- * promotion (tier_get_async): rc 0, entry id holds verified bytes in its
+ * promotion (tier_get with pending): rc 0, entry id holds verified bytes in its
  * warm slot, or negative (-EBADMSG, -EIO, -ENOENT: the block is lost; the
  * waiter's lease on it must still be released); a durable commit
  * (tier_commit_durable): rc 0, id is durable on disk, or the write's error. */
@@ -65,7 +65,7 @@ struct tier_cfg {
     struct tier_hot *hot;    /* the tier above warm (caller-owned; NULL: none) */
     bool write_through;      /* with cold: copy each block to cold when committed, so
                                 that a warm eviction never waits to demote */
-    tier_ready_fn ready;     /* completions for a caller's own waiter (tier_get_ex,
+    tier_ready_fn ready;     /* completions for a caller's own waiter (tier_get,
                                 tier_commit_durable with cold); a tier_req needs none */
     void *ready_ctx;
     /* observer: a block left warm (demoted or dropped); data valid during the call */
@@ -257,7 +257,7 @@ size_t tier_abort_ids(struct tier *t, uint32_t owner, const uint32_t *ids, size_
  * keep lists of reserved ids and prune them). */
 bool tier_reserved_by(const struct tier *t, uint32_t id, uint32_t owner);
 
-/* Flags of tier_get_ex and tier_prefetch. */
+/* Flags of tier_get and tier_prefetch. */
 #define TIER_GET_HOT 0x1u     /* the caller reads the hot pool: blocks in hot are leased
                                  in place (offs in the hot pool, tiers[i] TIER_L_HOT)
                                  instead of being copied down to warm for it */
@@ -265,33 +265,38 @@ bool tier_reserved_by(const struct tier *t, uint32_t id, uint32_t owner);
                                  back (and a cold one once it is read), where hot has
                                  room below its high watermark */
 
+/* A get: what it asks, and where its answer goes (arrays of n entries, the
+ * caller's). */
+struct tier_get_args {
+    uint32_t ns;
+    uint64_t block_bytes;        /* must match the stored blocks' (-EINVAL) */
+    const struct tier_key *keys;
+    size_t n;
+    unsigned flags;              /* TIER_GET_* */
+    uint32_t *ids;               /* lease handles */
+    uint64_t *offs;              /* where each leased block is (the pool tiers[] names) */
+    uint8_t *tiers;              /* NULL, or TIER_L_HOT / TIER_L_WARM per leased block */
+    void *waiter;                /* told of each block on its way (the ready callback) */
+    uint32_t *pending;           /* NULL: the caller cannot wait, and the run stops at a
+                                    block not in warm (or hot, with TIER_GET_HOT); else
+                                    gets the count of blocks on their way */
+};
+
 /* Lease the leading present keys: ids[i], offs[i] for i < the returned
  * count; each lease pins its block until tier_release(). ids are lease
  * handles: the entry id, with TIER_LEASE_HOT set on a lease of the hot copy
  * in place (TIER_GET_HOT), which pins that hot slot until released even if
- * the block moves meanwhile. block_bytes must match the stored blocks'
- * (-EINVAL otherwise). */
+ * the block moves meanwhile. With pending, blocks only on disk (or in hot,
+ * for a warm reader) are leased too: each starts (or joins) a read or copy
+ * into a fresh warm slot, and counts in *pending; its offs[i] is valid once
+ * the ready callback reported it for waiter (any number of getters may wait
+ * for one move). The run stops at a key absent or that cannot be moved now.
+ * Returns the run's length (pending included), or -EINVAL for a block of
+ * another size (after a wait has started for the caller, the run before
+ * it instead). */
 #define TIER_LEASE_HOT 0x80000000u
 #define TIER_LEASE_ID(h) ((h) & ~TIER_LEASE_HOT)
-int tier_get(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
-             size_t n, uint32_t *ids, uint64_t *offs);
-
-/* tier_get that also leases blocks only on disk: each starts (or joins) a
- * read into a fresh warm slot, and counts in *pending; its offs[i] is valid
- * once the ready callback reported it for `waiter`. The leading run stops
- * at a key that is absent or cannot be promoted now. Returns the run's
- * length (hits, pending included) or -EINVAL. */
-int tier_get_async(struct tier *t, uint32_t ns, uint64_t block_bytes,
-                   const struct tier_key *keys, size_t n, uint32_t *ids, uint64_t *offs,
-                   void *waiter, uint32_t *pending);
-
-/* tier_get_async with flags (TIER_GET_*); any number of getters may wait
- * for the same move; tiers (NULL or n entries) gets,
- * for each leased block, where offs[i] points: TIER_L_HOT (the hot pool) or
- * TIER_L_WARM (the warm pool, now or once its read lands). */
-int tier_get_ex(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
-                size_t n, unsigned flags, uint32_t *ids, uint64_t *offs, uint8_t *tiers,
-                void *waiter, uint32_t *pending);
+int tier_get(struct tier *t, const struct tier_get_args *a);
 
 /* Start promoting the cold blocks of the leading run of keys (lookup's
  * prefetch): a later get finds them in warm or joins the read. With

@@ -160,12 +160,10 @@ static int lease_cold(struct tier *t, uint32_t id, uint64_t slot, struct waiter 
     return m ? tier_wait_add(&m->ws, w) : -ENOENT;
 }
 
-int tier_get_ex(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
-                size_t n, unsigned flags, uint32_t *ids, uint64_t *offs, uint8_t *tiers,
-                void *waiter, uint32_t *pending)
+int tier_get(struct tier *t, const struct tier_get_args *a)
 {
-    return tier_get_for(t, ns, block_bytes, keys, n, flags, ids, offs, tiers,
-                        tier_waiter(waiter), pending);
+    return tier_get_for(t, a->ns, a->block_bytes, a->keys, a->n, a->flags, a->ids, a->offs,
+                        a->tiers, tier_waiter(a->waiter), a->pending);
 }
 
 int tier_get_for(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
@@ -190,7 +188,7 @@ int tier_get_for(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct
             /* the caller reads the device pool: leased where it is, even
              * while a copy down is in flight (the slot stays the lease's) */
             if (tier_ram_class_slot(t->hram, e->cls) != slot)
-                goto out_inval;
+                goto wrong_size;
             if (tiers)
                 tiers[i] = TIER_L_HOT;
             hot++;
@@ -198,7 +196,7 @@ int tier_get_for(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct
             ids[i] = id | TIER_LEASE_HOT;
         } else if (e->level == TIER_L_WARM) {
             if (tier_ram_class_slot(t->ram, e->cls) != slot)
-                goto out_inval;
+                goto wrong_size;
             warm++;
         } else if (e->level == TIER_L_HOT) {
             /* clients read warm: a hot block is copied down for them (any
@@ -230,6 +228,14 @@ int tier_get_for(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct
         tier_settle(t, id, false);
         offs[i] = e->off;
     }
+    goto out;
+wrong_size:
+    /* a block of another size: -EINVAL, unless a read for the caller is in
+     * flight already; its answer is then the leading run before this key,
+     * as a wait cannot be taken back (the next get of it is the -EINVAL) */
+    if (!pending || *pending == 0)
+        goto out_inval;
+out:
     t->st.gets++;
     t->st.get_blocks += i;
     t->st.hits[TIER_L_WARM] += warm;
@@ -242,19 +248,6 @@ out_inval:
     t->st.leases_active += i; /* tier_release takes them off again */
     tier_release(t, ids, i, false);
     return -EINVAL;
-}
-
-int tier_get_async(struct tier *t, uint32_t ns, uint64_t block_bytes,
-                   const struct tier_key *keys, size_t n, uint32_t *ids, uint64_t *offs,
-                   void *waiter, uint32_t *pending)
-{
-    return tier_get_ex(t, ns, block_bytes, keys, n, 0, ids, offs, NULL, waiter, pending);
-}
-
-int tier_get(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
-             size_t n, uint32_t *ids, uint64_t *offs)
-{
-    return tier_get_ex(t, ns, block_bytes, keys, n, 0, ids, offs, NULL, NULL, NULL);
 }
 
 void tier_release(struct tier *t, const uint32_t *ids, size_t n, bool reclaimed)

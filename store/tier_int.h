@@ -292,7 +292,7 @@ int tier_remote_probe(struct tier *t, uint32_t ns, const struct tier_key *keys, 
                       struct waiter w);
 
 /* ---- tier_get.c ---- */
-/* tier_get_ex for a waiter of either kind (pending NULL: nothing below
+/* tier_get for a waiter of either kind (pending NULL: nothing below
  * warm is waited for, as there). */
 int tier_get_for(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
                  size_t n, unsigned flags, uint32_t *ids, uint64_t *offs, uint8_t *tiers,

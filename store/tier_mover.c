@@ -13,7 +13,7 @@
  * disk write). A dropped block with children stays as an invisible ghost so
  * that its children's parent links remain valid. A get of a cold block
  * promotes it: a warm slot is taken, the cold copy read into it and
- * verified, and the getter's lease waits for that read (tier_get_async).
+ * verified, and the getter's lease waits for that read (tier_get with pending).
  */
 #include <errno.h>
 #include <stdlib.h>

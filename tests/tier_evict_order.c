@@ -140,7 +140,8 @@ Test(tier_evict_order, access_moves_a_chain_to_the_hot_end)
 
     put(t, 1, 8, NULL);
     put(t, 2, 9, NULL);
-    cr_assert_eq(tier_get(t, 1, MIB, b.k, 8, b.ids, b.offs), 8);
+    cr_assert_eq(tier_get(t, &(struct tier_get_args){ .ns = 1, .block_bytes = MIB, .keys = b.k,
+        .n = 8, .ids = b.ids, .offs = b.offs }), 8);
     tier_release(t, b.ids, 8, false); /* A is now the most recent */
     cr_assert_eq(tier_maintain(t), 9);
     cr_assert_eq(present(t, 1, 8), 8, "A was used last and stays");
@@ -159,7 +160,8 @@ Test(tier_evict_order, leased_blocks_are_never_evicted)
 
     put(t, 1, 16, NULL);
     t_keys((kvt_key *)a, 16, 1);
-    cr_assert_eq(tier_get(t, 1, MIB, a, 16, ids, lease_off), 16);
+    cr_assert_eq(tier_get(t, &(struct tier_get_args){ .ns = 1, .block_bytes = MIB, .keys = a,
+        .n = 16, .ids = ids, .offs = lease_off }), 16);
     /* 16 more fit; the 17th needs a victim, and only leased blocks exist */
     t_keys((kvt_key *)b, 17, 2);
     cr_assert_eq(tier_reserve(t, 1, MIB, 8, NULL, b, 16, ids + 16, offs), 16);
@@ -181,7 +183,8 @@ Test(tier_evict_order, leased_blocks_are_never_evicted)
         uint64_t boff[15], off[2];
         struct tier_key c[2];
 
-        cr_assert_eq(tier_get(t, 1, MIB, b, 15, bid, boff), 15);
+        cr_assert_eq(tier_get(t, &(struct tier_get_args){ .ns = 1, .block_bytes = MIB, .keys = b,
+            .n = 15, .ids = bid, .offs = boff }), 15);
         t_keys((kvt_key *)c, 2, 3);
         cr_assert_eq(tier_reserve(t, 1, MIB, 9, NULL, c, 1, &id1, off), 1, "one free slot");
         cr_assert_eq(tier_reserve(t, 1, MIB, 9, NULL, c + 1, 1, &id1, off), -ENOSPC,
@@ -289,7 +292,8 @@ Test(tier_evict_order, another_block_size_frees_one_segment_not_the_pool)
     /* read one block of each 2 MiB segment (512 blocks) so LRU order and
      * segment order differ */
     for (int i = 0; i < N; i += 512) {
-        cr_assert_eq(tier_get(t, 1, BLK, &k[i + 7], 1, &id, &off), 1);
+        cr_assert_eq(tier_get(t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK,
+            .keys = &k[i + 7], .n = 1, .ids = &id, .offs = &off }), 1);
         tier_release(t, &id, 1, false);
     }
     t_keys((kvt_key *)&big, 1, 22);
@@ -301,7 +305,8 @@ Test(tier_evict_order, another_block_size_frees_one_segment_not_the_pool)
 
     /* with a lease in every segment nothing can be freed: fail, evict nothing */
     for (int i = 0; i < N; i += 512)
-        tier_get(t, 1, BLK, &k[i + 9], 1, &ids[i], &offs[i]);
+        tier_get(t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = &k[i + 9], .n = 1,
+            .ids = &ids[i], .offs = &offs[i] });
     {
         uint64_t before;
 

@@ -494,7 +494,8 @@ static int get_chain(struct rig *r, int c, int nb)
 
     chain_keys(k, c, nb);
     r->ready = r->failed = r->nfailed_ids = 0;
-    hits = tier_get_async(r->t, 1, BLK, k, (size_t)nb, ids, offs, r, &pending);
+    hits = tier_get(r->t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = k,
+        .n = (size_t)nb, .ids = ids, .offs = offs, .waiter = r, .pending = &pending });
     cr_assert_geq(hits, 0);
     while (r->ready + r->failed < (int)pending)
         cr_assert_geq(tier_poll(r->t, true), 0);

@@ -85,7 +85,8 @@ static void run(uint64_t seed, int steps)
             break;
         case 5: { /* get, or release an older lease */
             if (nlease < 64 && rnd(&s) % 2) {
-                int rc = tier_get(t, ns, bytes, keys + at, n, lease[nlease].ids, offs);
+                int rc = tier_get(t, &(struct tier_get_args){ .ns = ns, .block_bytes = bytes,
+                    .keys = keys + at, .n = n, .ids = lease[nlease].ids, .offs = offs });
 
                 if (rc > 0)
                     lease[nlease++].n = rc;
@@ -159,7 +160,8 @@ Test(tier_invariants, check_catches_a_broken_counter)
     cr_assert_eq(tier_reserve(t, 1, 4096, 1, NULL, k, 2, ids, offs), 2);
     cr_assert_eq(tier_commit(t, 1, 4096, 1, k, 2), 2);
     check_ok(t);
-    cr_assert_eq(tier_get(t, 1, 4096, k, 2, ids, offs), 2);
+    cr_assert_eq(tier_get(t, &(struct tier_get_args){ .ns = 1, .block_bytes = 4096, .keys = k,
+        .n = 2, .ids = ids, .offs = offs }), 2);
     tier_release(t, ids, 1, false);
     tier_release(t, ids, 1, false); /* released twice, the other never */
     cr_assert_eq(tier_check(t, why, sizeof(why)), -EUCLEAN);

@@ -111,7 +111,8 @@ static int get_check(struct store *s, const struct tier_key *keys, size_t n, uin
 {
     uint32_t ids[RUN], pending = 0;
     uint64_t offs[RUN];
-    int got = tier_get_async(s->t, 1, BLK, keys, n, ids, offs, NULL, &pending);
+    int got = tier_get(s->t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = keys,
+        .n = n, .ids = ids, .offs = offs, .pending = &pending });
 
     cr_assert_geq(got, 0);
     settle(s); /* reads of cold blocks land */

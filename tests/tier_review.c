@@ -144,7 +144,8 @@ Test(tier_review, durable_waits_survive_a_disk_eviction_while_they_start)
         struct tier_key pin[3] = { F1, F2, W };
 
         for (int i = 0; i < 3; i++)
-            cr_assert_eq(tier_get(r.t, 1, BLK, &pin[i], 1, ids, offs), 1);
+            cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK,
+                .keys = &pin[i], .n = 1, .ids = ids, .offs = offs }), 1);
     }
     for (int g = 0; g < 8; g++) {
         struct tier_story s;
@@ -237,7 +238,8 @@ Test(tier_review, freeing_a_segment_of_odd_sized_slots_ends, .timeout = 20)
         tier_nvme_sim_complete(io, 0, -EIO);
     tier_poll(r.t, false);
     for (int i = 0; i < 32; i++)
-        tier_get(r.t, 2, B_BLK, &b[i], 1, ids, offs);
+        tier_get(r.t, &(struct tier_get_args){ .ns = 2, .block_bytes = B_BLK, .keys = &b[i], .n = 1,
+            .ids = ids, .offs = offs });
     check(&r);
     rc = tier_reserve(r.t, 2, B_BLK, 3, NULL, &b[32], 1, ids, offs);
     cr_assert(rc == 1 || rc == -ENOSPC, "reserve: %d", rc);

@@ -137,11 +137,13 @@ Test(tier_trust, a_hot_lease_keeps_its_bytes_when_the_block_moves_down)
     rig_open(&r, 4u << 20, 0.8, 8u << 20);
     t_keys((kvt_key *)k, 2, 1);
     put(&r, true, NULL, &k[0], 1, 100);
-    cr_assert_eq(tier_get_ex(r.t, 1, BLK, &k[0], 1, TIER_GET_HOT, &hh, &hoff, &tier,
-                             &r.waiter[0], &pend), 1);
+    cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = &k[0],
+        .n = 1, .flags = TIER_GET_HOT, .ids = &hh, .offs = &hoff, .tiers = &tier,
+        .waiter = &r.waiter[0], .pending = &pend }), 1);
     cr_assert_eq(tier, TIER_L_HOT);
     /* a plain getter: the block is copied down to warm for it */
-    cr_assert_eq(tier_get_ex(r.t, 1, BLK, &k[0], 1, 0, &wh, &woff, NULL, &r.waiter[1], &pend),
+    cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = &k[0],
+        .n = 1, .ids = &wh, .offs = &woff, .waiter = &r.waiter[1], .pending = &pend }),
                  1);
     cr_assert_eq(pend, 1);
     pump(&r);
@@ -218,16 +220,18 @@ Test(tier_trust, a_hot_get_over_hot_and_disk_is_whole)
         uint32_t id;
         uint64_t off;
 
-        cr_assert_eq(tier_get_ex(r.t, 1, BLK, &k[0], 1, TIER_GET_PROMOTE, &id, &off, NULL,
-                                 &r.waiter[2], &pend), 1);
+        cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK,
+            .keys = &k[0], .n = 1, .flags = TIER_GET_PROMOTE, .ids = &id, .offs = &off,
+            .waiter = &r.waiter[2], .pending = &pend }), 1);
         tier_release(r.t, &id, 1, false); /* copied up once released */
         pump(&r);
     }
     cr_assert_eq(tier_lookup(r.t, 1, k, 2, tiers), 2);
     cr_assert_eq(tiers[0], TIER_L_HOT, "k[0] did not go up into hot");
     cr_assert_eq(tiers[1], TIER_L_COLD, "k[1] is still in warm: push out more");
-    cr_assert_eq(tier_get_ex(r.t, 1, BLK, k, 2, TIER_GET_HOT, h, offs, tiers, &r.waiter[0],
-                             &pend), 2);
+    cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = k,
+        .n = 2, .flags = TIER_GET_HOT, .ids = h, .offs = offs, .tiers = tiers,
+        .waiter = &r.waiter[0], .pending = &pend }), 2);
     cr_assert_eq(tiers[0], TIER_L_HOT);
     cr_assert(tier_ready(r.t, h[0]), "the block leased in hot never reports ready");
     pump(&r);
@@ -260,9 +264,11 @@ Test(tier_trust, a_second_getter_joins_a_read_in_flight)
         cr_assert_eq(tier_lookup(r.t, 1, k, 4, tiers), 4);
         cr_assert_eq(tiers[0], TIER_L_COLD, "the chain is still in warm: fill more");
     }
-    cr_assert_eq(tier_get_ex(r.t, 1, BLK, k, 4, 0, a, oa, NULL, &r.waiter[0], &pa), 4);
+    cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = k,
+        .n = 4, .ids = a, .offs = oa, .waiter = &r.waiter[0], .pending = &pa }), 4);
     cr_assert_eq(pa, 4);
-    cr_assert_eq(tier_get_ex(r.t, 1, BLK, k, 4, 0, b, ob, NULL, &r.waiter[1], &pb), 4,
+    cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = k,
+        .n = 4, .ids = b, .offs = ob, .waiter = &r.waiter[1], .pending = &pb }), 4,
                  "the second getter's run was cut at a block being read for the first");
     cr_assert_eq(pb, 4);
     pump(&r);

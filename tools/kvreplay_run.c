@@ -61,7 +61,8 @@ static int store_request(struct tier *t, const struct kvr_trace *tr, const struc
     hit = tier_lookup(t, NS, keys, n, tiers);
     tier_maintain(t);
     if (hit > 0) {
-        got = tier_get(t, NS, o->block_bytes, keys, hit, ids, offs);
+        got = tier_get(t, &(struct tier_get_args){ .ns = NS, .block_bytes = o->block_bytes,
+            .keys = keys, .n = hit, .ids = ids, .offs = offs });
         if (got < 0)
             return got;
         tier_release(t, ids, (size_t)got, false);

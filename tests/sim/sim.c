@@ -912,8 +912,9 @@ static int get_run(struct world *w, struct client *cl, int ns, int c, int n, uns
     l->c = c;
     l->hot_ok = flags & TIER_GET_HOT;
     cl->waiting = li;
-    rc = tier_get_ex(w->t, (uint32_t)ns_id(ns), ns_blk[ns], k, (size_t)n, flags, l->h, l->offs,
-                     l->tiers, cl, &pend);
+    rc = tier_get(w->t, &(struct tier_get_args){ .ns = (uint32_t)ns_id(ns),
+        .block_bytes = ns_blk[ns], .keys = k, .n = (size_t)n, .flags = flags, .ids = l->h,
+        .offs = l->offs, .tiers = l->tiers, .waiter = cl, .pending = &pend });
     note(w, "client %u get%s%s %d/%d/0+%d -> %d (%u pending)%s", cl->owner,
          flags & TIER_GET_HOT ? " hot" : "", flags & TIER_GET_PROMOTE ? " promote" : "", ns, c,
          n, rc, pend, expect >= 0 ? " after a lookup" : "");

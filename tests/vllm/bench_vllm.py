@@ -19,7 +19,7 @@ and a summary of the targets met and missed. Figures (issue 16):
   - the same for a hybrid model (Gemma 2's sliding-window and full
     attention layers, 4K prompt), with kvtier's stored bytes per token
     against the naive figure (every layer keeping every token).
-  - under load, two workloads, each submitted at once to one vLLM
+  - under load, three workloads, each submitted at once to one vLLM
     instance whose KV cache (KV_BLOCKS blocks) is too small for its
     working set, run without kvtier, with it in "async": false (sync) and
     "async": true mode, each run with a fresh tierd, the modes taking turns
@@ -31,6 +31,10 @@ and a summary of the targets met and missed. Figures (issue 16):
         MAX_OUT tokens out. These requests share little but the trace's
         first block, which vLLM's own cache keeps: kvtier must not cost
         (target >= 1.0), and the bound says what any cache could gain;
+      chains: the trace's own multi-turn chains, in trace order: the
+        first CHAINS requests of its first 5,000 that are continued later,
+        with every request continuing them, made as above with at most
+        CHAIN_HASH_IDS blocks (target >= 1.5);
       conversations: CONVERSATIONS generated conversations of TURNS turns,
         interleaved, each turn its previous prompt and 72 tokens more, the
         case an offload tier is for (target >= 1.5).
@@ -38,7 +42,8 @@ and a summary of the targets met and missed. Figures (issue 16):
     tokens kvtier supplied and those vLLM's own cache did; async / sync
     >= 1.0.
 
-usage: bench_vllm.py [--model NAME] [--part all|ttft|hybrid|replay] [--quick] [--rounds N] ...
+usage: bench_vllm.py [--model NAME] [--part all|ttft|hybrid|replay|trace|chains|conversations]
+                     [--quick] [--rounds N] ...
        bench_vllm.py --instance JOB.json   (one vLLM instance; internal)
 
 Each vLLM instance runs in a process of its own (this file, --instance), as
@@ -89,7 +94,8 @@ MODELS = {
     },
 }
 HYBRID_MODEL = "gemma2-24L-swa"
-REPLAY = ("replay", "trace", "conversations")
+REPLAY = ("replay", "trace", "chains", "conversations")
+CHAIN_WINDOW = 5000       # the trace's requests searched for chains
 
 
 def bench(name, value, unit, op=None, target=None):
@@ -370,6 +376,50 @@ def trace_requests(n, tokens_per_hash, max_hash_ids, max_out, tail):
     return out
 
 
+def trace_chain_requests(chains, tokens_per_hash, max_hash_ids, max_out, tail,
+                         window=CHAIN_WINDOW):
+    """The trace's own multi-turn chains, in trace order: of its first
+    `window` requests, the first `chains` that are continued later (a
+    request continues an earlier one when it begins with at least two of
+    its hash ids, the earlier one's prompt and answer) with every request
+    that continues them, each made as trace_requests makes one (id:
+    its line in the trace). The head of the trace holds few continuations
+    (a next turn comes a median 384 requests later); these are the
+    requests an offload tier is for, with the trace's own lengths and
+    reuse."""
+    rs = []
+    with open(TRACE) as f:
+        for i, line in enumerate(f):
+            if i == window:
+                break
+            rs.append(json.loads(line))
+    first_of, parent = {}, {}
+    for j, r in enumerate(rs):
+        h = tuple(r["hash_ids"])
+        for k in range(len(h), 1, -1):
+            if h[:k] in first_of:
+                parent[j] = first_of[h[:k]]
+                break
+        for k in range(2, len(h) + 1):
+            first_of.setdefault(h[:k], j)
+    root = {}
+    for j in range(len(rs)):          # a parent comes first: its root is known
+        root[j] = root[parent[j]] if j in parent else j
+    continued = {root[j] for j in parent}
+    roots = [j for j in range(len(rs)) if j not in parent and j in continued][:chains]
+    picked, keep = [], set(roots)
+    for j, r in enumerate(rs):
+        if root[j] not in keep:
+            continue
+        want = max(1, math.ceil(r["input_length"] * tokens_per_hash / 512))
+        toks = []
+        for h in r["hash_ids"][:max_hash_ids]:
+            toks += prompt_tokens(h, tokens_per_hash)
+        toks = toks[:want] + prompt_tokens("tail-%d" % j, tail)
+        picked.append((toks, max(1, min(r["output_length"], max_out))))
+    return picked
+
+
 def conversation_requests(convs, turns, system, grow, max_out):
     """A generated multi-turn workload, the case an offload tier is for:
     convs conversations sharing a system prompt of `system` tokens, each
@@ -478,6 +528,10 @@ def main():
     ap.add_argument("--tail-tokens", type=int, default=8)
     ap.add_argument("--max-out", type=int, default=2)
     ap.add_argument("--kv-blocks", type=int, default=32)
+    ap.add_argument("--chains", type=int, default=16,
+                    help="chains: the trace's first CHAINS continued requests, with their turns")
+    ap.add_argument("--chain-hash-ids", type=int, default=4,
+                    help="chains: at most this many hash ids (blocks) per prompt")
     ap.add_argument("--conversations", type=int, default=8)
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2,
@@ -488,9 +542,8 @@ def main():
                     default=[4096, 16384], help="the TTFT prompts' lengths (tokens)")
     ap.add_argument("--hybrid-lengths", type=lambda v: [int(x) for x in v.split(",")],
                     default=[4096], help="the hybrid model's TTFT prompts (tokens)")
-    ap.add_argument("--part", choices=("all", "ttft", "hybrid", "replay", "trace",
-                                       "conversations"), default="all",
-                    help="replay: both workloads, trace or conversations: one")
+    ap.add_argument("--part", choices=("all", "ttft", "hybrid") + REPLAY, default="all",
+                    help="replay: the three workloads; trace, chains or conversations: one")
     ap.add_argument("--work", default=os.path.join(SRC, "build", "bench-vllm"))
     a = ap.parse_args()
     if a.instance:
@@ -499,7 +552,7 @@ def main():
     os.environ.setdefault("KVTIER_LIB", os.path.join(BIN, "libkvtier.so"))
     if a.quick:
         a.lengths, a.hybrid_lengths = [512, 1024], [1536]
-        a.requests, a.conversations, a.turns, a.rounds = 20, 6, 3, 1
+        a.requests, a.chains, a.conversations, a.turns, a.rounds = 20, 4, 6, 3, 1
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)
     t0 = time.monotonic()
@@ -533,6 +586,16 @@ def main():
                                                a.tokens_per_hash, a.max_hash_ids,
                                                a.tail_tokens),
                                  reqs, a.kv_blocks, 1.0, a.rounds)
+        if a.part in ("all", "replay", "chains"):
+            reqs = trace_chain_requests(a.chains, a.tokens_per_hash, a.chain_hash_ids,
+                                        a.max_out, a.tail_tokens)
+            ok += replay_figures(a.work, model, spec, "chains",
+                                 "the first %d chains of turns among the first %d requests "
+                                 "of %s, in trace order (%d tokens per hash id, at most %d "
+                                 "hash ids, %d tokens of its own)"
+                                 % (a.chains, CHAIN_WINDOW, os.path.basename(TRACE),
+                                    a.tokens_per_hash, a.chain_hash_ids, a.tail_tokens),
+                                 reqs, a.kv_blocks, 1.5, a.rounds)
         if a.part in ("all", "replay", "conversations"):
             system, grow = 2 * BLOCK, 2 * BLOCK + 8
             reqs = conversation_requests(a.conversations, a.turns, system, grow, a.max_out)

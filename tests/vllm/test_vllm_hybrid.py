@@ -69,6 +69,14 @@ def save_prompt(sock, toks, kv, ids):
     return s, w
 
 
+def lapse_pins(s, meta):
+    """The pins of meta's loads lapse, as when they expire or the tenant's
+    pin budget held none: what they held may go before the load."""
+    for ld in meta.loads:
+        s._tierd.unpin(ld.pins)
+        ld.pins = [[] for _ in ld.pins]
+
+
 class GroupBlocks(Blocks):
     def __init__(self, groups):
         self.groups = groups
@@ -124,6 +132,53 @@ def test_hybrid_round_trip_by_group_rules(tierd):
     assert not kv_b["layers.1.attn"][15].any(), "the local block was written"
     for c in (sa, wa, sb, wb):
         c.shutdown()
+
+
+def test_hybrid_hit_is_held_group_by_group_until_its_load():
+    """A hybrid hit is pinned in each group, the blocks that group's rule
+    needs for the prefix (the full group all, the sliding group its
+    window): a flood of four times warm (no disk) evicts a prompt saved
+    alongside but not the hit, which loads byte for byte; the load releases
+    every pin. (Unpinned, it could be evicted before its load.)"""
+    from conftest import Tierd
+    d = Tierd("--warm-bytes", "8M", "--no-cold")
+    kv_a, kv_b = cache(16), cache(16, fill=0)
+    toks, other = prompt(6 * BS + 5, 71), prompt(6 * BS + 5, 72)
+    ids_a = [[1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11, 12, 13, 14]]
+    sa, wa = save_prompt(d.sock, toks, kv_a, ids_a)
+    so, wo = save_prompt(d.sock, other, kv_a, ids_a)
+    keys = kvtier.hash_prompt(toks, BS, seed="0")
+    okeys = kvtier.hash_prompt(other, BS, seed="0")
+    sb, wb = pair(d.sock, kv_b)
+    req = vllm_request(toks, "b")
+    assert sb.get_num_new_matched_tokens(req, 0) == (6 * BS, True)
+    ns = sb._tierd.ns[0]
+    needs = [ns.group_needs(g, 5) for g in range(ns.groups)]
+    assert needs[1] == (0, 5), "the full group needs every block"
+    held = sum(last - first + 1 for first, last in needs)
+    assert sb._tierd.client.stats()["leases_active"] == held, "the hit is pinned by group"
+    # asked again (not scheduled yet): pinned once, not twice
+    assert sb.get_num_new_matched_tokens(req, 0) == (6 * BS, True)
+    assert sb._tierd.client.stats()["leases_active"] == held
+    flood = wb._tierd.ns[0].group(1)
+    for i in range(512):          # 16 MiB of other prompts' blocks
+        fk = kvtier.hash_prompt(prompt(BS, 2000 + i), BS, seed="0")
+        flood.put(fk, [bytes(flood.block_bytes)])
+    assert wb._tierd.ns[0].lookup(okeys) < 6, "the flood should evict what is not pinned"
+    ids_b = [[0, 0, 0, 0, 2, 3, 4], [15, 5, 6, 7, 8, 9, 10]]
+    sb.update_state_after_alloc(req, GroupBlocks(ids_b), 6 * BS)
+    meta = sb.build_connector_meta(SimpleNamespace(num_scheduled_tokens={}))
+    sending, recving, errs = until(wb, lambda s, r, e: r, meta)
+    assert (recving, errs, wb._failed_recving) == ({"b"}, set(), set())
+    for name in kv_b:
+        g = 0 if name in ("layers.0.attn", "layers.2.attn") else 1
+        first = needs[g][0]
+        for pos in range(first, 6):
+            assert torch.equal(kv_b[name][ids_b[g][pos]], kv_a[name][ids_a[g][pos]]), (name, pos)
+    assert sb._tierd.client.stats()["leases_active"] == 0, "the load released every pin"
+    for c in (sa, wa, so, wo, sb, wb):
+        c.shutdown()
+    assert d.stop() == 0
 
 
 def test_hybrid_same_prompt_again_hits_all_but_its_last_block(tierd):
@@ -188,6 +243,7 @@ def test_hybrid_failed_load_goes_back_whole_and_is_not_offered_again(tierd):
     meta = sb.build_connector_meta(SimpleNamespace(num_scheduled_tokens={}))
     keys = kvtier.hash_prompt(toks, BS, seed="0")
     wb._loader.wait()
+    lapse_pins(sb, meta)
     assert wa._tierd.ns[0].group(0).remove(keys[5:6]) == 1   # the window's last block
     wb.bind_connector_metadata(meta)
     wb.start_load_kv(None)
@@ -343,6 +399,7 @@ def test_state_load_that_fails_goes_back_whole(tierd):
     sb.update_state_after_alloc(req, GroupBlocks([[0, 0, 0, 6, 7], [1, 2, 3, 4, 5]]), 4 * BS)
     meta = sb.build_connector_meta(SimpleNamespace(num_scheduled_tokens={}))
     keys = kvtier.hash_prompt(toks, BS, seed="0")
+    lapse_pins(sb, meta)
     assert wa._tierd.ns[0].group(0).remove(keys[3:4]) == 1     # the state
     wb.bind_connector_metadata(meta)
     wb.start_load_kv(None)

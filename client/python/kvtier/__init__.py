@@ -269,6 +269,8 @@ _ns_open_hybrid = _proto("kvt_ns_open_hybrid", _c_int, _vp, _P(_Model), _P(_Mode
                          _P(_HybridOpts), _P(_vp))
 _ns_groups = _proto("kvt_ns_groups", ctypes.c_uint32, _vp)
 _ns_group = _proto("kvt_ns_group", _vp, _vp, ctypes.c_uint32)
+_ns_group_needs = _proto("kvt_ns_group_needs", None, _vp, ctypes.c_uint32, ctypes.c_uint32,
+                         ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32))
 _offload_hybrid = _proto("kvt_offload_hybrid", _c_int, _vp, _KP, _KP, _sz, _P(_GroupIO), _vp)
 _restore_hybrid = _proto("kvt_restore_hybrid", _c_int, _vp, _KP, _sz, _P(_GroupIO), _vp)
 _model_block_bytes = _proto("kvt_model_block_bytes", ctypes.c_uint64, _P(_ModelDesc),
@@ -969,6 +971,17 @@ class HybridNamespace(Namespace):
         if not 0 <= g < self.groups:
             raise IndexError("group %d of %d" % (g, self.groups))
         return Namespace(self.client, _ns_group(self._handle(), g))
+
+    def group_needs(self, g, end):
+        """The chain positions (first, last) group g holds to restore the
+        prefix of end + 1 blocks (kvt_ns_group_needs)."""
+        if not 0 <= g < self.groups:
+            raise IndexError("group %d of %d" % (g, self.groups))
+        if end < 0:
+            raise ValueError("a prefix of %d blocks" % (end + 1))
+        first, last = ctypes.c_uint32(), ctypes.c_uint32()
+        _ns_group_needs(self._handle(), g, end, ctypes.byref(first), ctypes.byref(last))
+        return first.value, last.value
 
     def _groups_call(self, name, call, keys, ios):
         """call(handle, keys array, n, kvt_group_io array) under the lock,

@@ -111,7 +111,8 @@ class _Load:
     keys: list          # 32-byte keys, in chain order
     block_ids: list     # engine blocks that receive them
     pins: list = field(default_factory=list)  # the lookup's pin per namespace
-    #                     (stage-major, then rank; 0: none): each worker unpins its own
+    #                     (stage-major, then rank; 0: none; a hybrid namespace's: a list, a
+    #                     pin per group): each worker unpins its own
     first: int = 0      # hybrid: keys and group_ids start at the prompt's first block,
     group_ids: list | None = None  # and blocks [first, len(keys)) are loaded, per group
 
@@ -737,6 +738,9 @@ class _Tierd:
         """Release the pins a lookup took (0s skipped); those of a lost
         connection died with it, and a failed unpin leaves one to expire."""
         for pin_id in pins:
+            if isinstance(pin_id, list):   # a hybrid namespace's, one per group
+                self.unpin(pin_id)
+                continue
             if not pin_id or self.client is None:
                 continue
             try:
@@ -967,13 +971,15 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             # the leading run every rank's namespace holds, pinned
             hit = usable
             pins.clear()           # a first try's died with its connection
-            for ns in spaces:
+            hybrid = []
+            for at, ns in enumerate(spaces):
                 if hit == 0:
                     break
                 if isinstance(ns, kvtier.HybridNamespace):
-                    # its groups hold different ranges: unpinned, and a hit
-                    # evicted before its load is a failed load, recomputed
-                    pins.append(0)
+                    # its groups hold different ranges of the prefix: pinned
+                    # once the hit over every rank is known
+                    hybrid.append(at)
+                    pins.append([])
                     hit = min(hit, ns.lookup(keys[:hit]))
                     continue
                 try:
@@ -987,6 +993,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                 # before the load, and is then reported and recomputed as
                 # without pins
                 hit = min(hit, found)
+            for at in hybrid if hit else ():
+                self._pin_groups(spaces[at], keys, hit, pins[at])
             return hit
 
         # tierd away or refusing: a miss, never a failed request
@@ -1002,6 +1010,23 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         if extra <= 0:
             return 0, False
         return extra, self._async
+
+    def _pin_groups(self, ns, keys, hit, got):
+        """Pin in each group of hybrid namespace ns the blocks its rule needs
+        to restore the prefix of hit blocks (a window's last blocks, a
+        state's one), appending the pins to got as they are taken (so a
+        failure midway still releases them). What the tenant's pin budget
+        does not hold may be evicted before the load, which then fails
+        whole and is recomputed, as without pins."""
+        for g in range(ns.groups):
+            first, last = ns.group_needs(g, hit - 1)
+            try:
+                _, pin_id, _ = ns.group(g).lookup_pin(keys[first:last + 1], self._pin_ms)
+            except kvtier.KvtierError as e:
+                if e.code != -errno.EBUSY:
+                    raise
+                pin_id = 0     # out of pins: unheld
+            got.append(pin_id)
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         st = self._reqs.setdefault(request.request_id, _ReqState(request))
