@@ -522,28 +522,31 @@ Test(kvreplay_trace, bad_options_and_missing_files_fail_cleanly)
     run_free(&r);
 }
 
+/* kvreplay with args exits with status and says needle on stderr. */
+static void expect_fail(const char *const *args, int status, const char *needle)
+{
+    struct run r = kvr(args);
+
+    cr_expect_eq(r.status, status, "%s %s: exit status %d, expected %d", args[1],
+                 args[2] ? args[2] : "", r.status, status);
+    cr_expect(strstr(r.err, needle) != NULL, "stderr has no '%s':\n%s", needle, r.err);
+    run_free(&r);
+}
+
 /* A policy that is none is named, with the ones there are; options that
  * need a cold tier, or make no sense against tierd, say so. */
 Test(kvreplay_trace, bad_policy_and_cold_options_fail_with_a_clear_error)
 {
     const char *tr = write_file(0, "ok.jsonl", GOOD);
-    struct run r;
 
-    r = kvr((const char *const[]){ tr, "--policy", "lru,lfu", NULL });
-    cr_expect_eq(r.status, 64, "bad policy: got %d", r.status);
-    cr_expect(strstr(r.err, "no policy 'lfu'; there are: lru min") != NULL, "%s", r.err);
-    run_free(&r);
-    r = kvr((const char *const[]){ tr, "--cold-admit", "sometimes", NULL });
-    cr_expect_eq(r.status, 64, "bad admission: got %d", r.status);
-    cr_expect(strstr(r.err, "--cold-admit: want all, second-touch") != NULL, "%s", r.err);
-    run_free(&r);
-    r = kvr((const char *const[]){ tr, "--cold-dwpd", "3", NULL });
-    cr_expect_eq(r.status, 64, "a budget without a cold tier: got %d", r.status);
-    cr_expect(strstr(r.err, "need a cold tier (--cold)") != NULL, "%s", r.err);
-    run_free(&r);
-    r = kvr((const char *const[]){ tr, "--socket", "/nonexistent/s", "--policy", "min", NULL });
-    cr_expect_eq(r.status, 64, "a policy against tierd: got %d", r.status);
-    run_free(&r);
+    expect_fail((const char *const[]){ tr, "--policy", "lru,lfu", NULL }, 64,
+                "no policy 'lfu'; there are: lru min");
+    expect_fail((const char *const[]){ tr, "--cold-admit", "sometimes", NULL }, 64,
+                "--cold-admit: want all, second-touch");
+    expect_fail((const char *const[]){ tr, "--cold-dwpd", "3", NULL }, 64,
+                "need a cold tier (--cold)");
+    expect_fail((const char *const[]){ tr, "--socket", "/nonexistent/s", "--policy", "min",
+                                       NULL }, 64, "are tierd's");
 }
 
 /*

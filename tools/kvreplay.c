@@ -196,53 +196,65 @@ static int parse_caps(const char *list, struct opts *o)
     return 0;
 }
 
-/* "lru,min" into o->pol. 0, or -EINVAL after naming the policy that is
- * none and the ones there are. */
-static int parse_policies(const char *list, struct opts *o)
+/* Call item(tok, o) for each comma-separated entry of list, in order,
+ * after clear(o). 0, or the first item's error; -EINVAL for an empty list. */
+static int each_item(const char *list, struct opts *o, void (*clear)(struct opts *),
+                     int (*item)(const char *tok, struct opts *o))
 {
     char buf[256], *tok, *save;
+    int n = 0, rc;
 
     if (strlen(list) >= sizeof(buf))
         return -EINVAL;
     strcpy(buf, list);
-    o->npol = 0;
-    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        const struct kvr_policy *p = kvr_policy_find(tok);
+    clear(o);
+    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save), n++)
+        if ((rc = item(tok, o)) < 0)
+            return rc;
+    return n ? 0 : -EINVAL;
+}
 
-        if (!p) {
-            fprintf(stderr, "kvreplay: --policy: no policy '%s'; there are:", tok);
-            for (p = kvr_policies; p->name; p++)
-                fprintf(stderr, " %s", p->name);
-            fprintf(stderr, "\n");
-            return -EINVAL;
-        }
-        if (o->npol == MAX_POL)
-            return -EINVAL;
-        o->pol[o->npol++] = p;
+static void clear_policies(struct opts *o)
+{
+    o->npol = 0;
+}
+
+/* One --policy entry into o->pol: -EINVAL after naming the policy that is
+ * none and the ones there are. */
+static int add_policy(const char *tok, struct opts *o)
+{
+    const struct kvr_policy *p = kvr_policy_find(tok);
+
+    if (!p) {
+        fprintf(stderr, "kvreplay: --policy: no policy '%s'; there are:", tok);
+        for (p = kvr_policies; p->name; p++)
+            fprintf(stderr, " %s", p->name);
+        fprintf(stderr, "\n");
+        return -EINVAL;
     }
-    return o->npol ? 0 : -EINVAL;
+    if (o->npol == MAX_POL)
+        return -EINVAL;
+    o->pol[o->npol++] = p;
+    return 0;
 }
 
 static const char *const admit_name[2] = { "all", "second-touch" };
 
-/* "all,second-touch" into o->admit. 0 or -EINVAL. */
-static int parse_admit(const char *list, struct opts *o)
+static void clear_admit(struct opts *o)
 {
-    char buf[64], *tok, *save;
-
-    if (strlen(list) >= sizeof(buf))
-        return -EINVAL;
-    strcpy(buf, list);
     o->nadmit = 0;
-    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        int a = strcmp(tok, "all") == 0 ? TIER_ADMIT_ALL
-              : strcmp(tok, "second-touch") == 0 ? TIER_ADMIT_REUSED : -1;
+}
 
-        if (a < 0 || o->nadmit == 2 || (o->nadmit == 1 && (int)o->admit[0] == a))
-            return -EINVAL;
-        o->admit[o->nadmit++] = (enum tier_admit)a;
-    }
-    return o->nadmit ? 0 : -EINVAL;
+/* One --cold-admit entry ("all", "second-touch"; each once) into o->admit. */
+static int add_admit(const char *tok, struct opts *o)
+{
+    int a = strcmp(tok, "all") == 0 ? TIER_ADMIT_ALL
+          : strcmp(tok, "second-touch") == 0 ? TIER_ADMIT_REUSED : -1;
+
+    if (a < 0 || o->nadmit == 2 || (o->nadmit == 1 && (int)o->admit[0] == a))
+        return -EINVAL;
+    o->admit[o->nadmit++] = (enum tier_admit)a;
+    return 0;
 }
 
 /* --cold: a size, or "R x" the warm capacity. */
@@ -372,11 +384,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case O_COLD_DIR: o->cold_dir = optarg; break;
         case O_BENCH: o->bench = optarg; break;
         case O_POLICY:
-            if (parse_policies(optarg, o) < 0)
+            if (each_item(optarg, o, clear_policies, add_policy) < 0)
                 return EX_USAGE;
             break;
         case O_ADMIT:
-            if (parse_admit(optarg, o) < 0) {
+            if (each_item(optarg, o, clear_admit, add_admit) < 0) {
                 fprintf(stderr, "kvreplay: --cold-admit: want all, second-touch or both "
                                 "(all,second-touch), got '%s'\n", optarg);
                 return EX_USAGE;
@@ -576,9 +588,13 @@ static void print_prices(const struct kvr_prices *p)
            p->gpu_hour, p->ram_gib_hour, p->nvme_gib_hour);
 }
 
+/* The cost table's first column: 10 wide, wider when its rows name their
+ * policy and admission too (several replays at one capacity). */
+static int label_w = 10;
+
 static void cost_header(void)
 {
-    printf("%10s %10s %7s %9s %12s %12s %10s %14s\n", "capacity", "API $/h", "saved",
+    printf("%*s %10s %7s %9s %12s %12s %10s %14s\n", label_w, "capacity", "API $/h", "saved",
            "GPU-h/h", "GPU $ saved/h", "RAM+NVMe $/h", "net $/h", "marginal $/GiB");
 }
 
@@ -589,7 +605,7 @@ static void cost_row(const char *label, const struct kvr_cost *c, const struct k
 {
     double h = c->hours;
 
-    printf("%10s ", label);
+    printf("%*s ", label_w, label);
     money(c->api_cache / h, 10);
     printf(" %6.2f%% %9.4f ",
            c->api_nocache > 0 ? 100 * (c->api_nocache - c->api_cache) / c->api_nocache : 0,
@@ -609,7 +625,7 @@ static void nocache_row(const struct kvr_cost *c)
 {
     double h = c->hours;
 
-    printf("%10s ", "no cache");
+    printf("%*s ", label_w, "no cache");
     money(c->api_nocache / h, 10);
     printf(" %7s %9.4f ", "-", c->gpu_h_nocache / h);
     printf("%12s %12s %10s\n", "-", "-", "-");
@@ -818,6 +834,24 @@ static int report_json(const struct report *r)
     return emit_json(j);
 }
 
+/* Run i's label in the cost table: its capacity (the pool, against tierd),
+ * with its policy and admission when several replays share a capacity. */
+static const char *run_label(const struct report *r, size_t i, char *buf, size_t cap)
+{
+    const struct kvr_result *x = &r->res[i];
+    char sz[32];
+
+    kvr_size_str(x->capacity ? x->capacity : x->ram_bytes, sz, sizeof(sz));
+    if (label_w == 10)
+        snprintf(buf, cap, "%s", sz);
+    else if (x->cold_capacity && strcmp(x->policy, "min") != 0)
+        snprintf(buf, cap, "%s %s %s", x->policy, x->admit == TIER_ADMIT_ALL ? "all" : "2nd",
+                 sz);
+    else
+        snprintf(buf, cap, "%s %s", x->policy, sz);
+    return buf;
+}
+
 /* What the in-process store held, and why it may differ from the capacity
  * asked: the pool is whole segments; the watermarks are scaled to the ask. */
 static void held_note(const struct report *r)
@@ -884,7 +918,7 @@ static void report_text(const struct report *r)
 {
     const struct kvr_trace *tr = r->tr;
     bool tierd = r->o->socket != NULL, cold = r->o->cold_bytes || r->o->cold_ratio > 0;
-    char a[32], b[32], dwpd[64] = "";
+    char a[32], b[32], dwpd[64] = "", lbl[80];
 
     if (r->o->cold_dwpd > 0)
         snprintf(dwpd, sizeof(dwpd), ", write budget %g drive writes per day", r->o->cold_dwpd);
@@ -933,11 +967,11 @@ static void report_text(const struct report *r)
     printf("\ncost per hour of trace time%s\n",
            r->span_given ? "" : " (the trace has no time span: taken as 1 h)");
     print_prices(r->p);
+    label_w = tierd || r->n <= r->o->ncaps ? 10 : 22;
     cost_header();
     nocache_row(&r->cost[0]);
     for (size_t i = 0; i < r->n; i++)
-        cost_row(kvr_size_str(r->res[i].capacity ? r->res[i].capacity : r->res[i].ram_bytes, a,
-                              sizeof(a)), &r->cost[i], i ? &r->cost[i - 1] : NULL);
+        cost_row(run_label(r, i, lbl, sizeof(lbl)), &r->cost[i], i ? &r->cost[i - 1] : NULL);
     cost_row("unbounded", &r->unb_cost, r->n ? &r->cost[r->n - 1] : NULL);
     printf("(marginal: GPU $/h saved per extra GiB of warm capacity, against RAM at $%g per "
            "GiB-hour)\n", r->p->ram_gib_hour);

@@ -2,8 +2,10 @@
 /*
  * kvreplay.h - the parts of kvreplay, the trace replay and cost tool:
  * kvreplay_trace.c loads a Mooncake JSONL trace and derives its block keys,
- * kvreplay_run.c replays it (in-process through store/, or against a running
- * tierd through libkvtier, or against an unbounded cache), kvreplay_cost.c
+ * kvreplay_run.c replays it (in-process through store/, with a cold tier or
+ * without, or against a running tierd through libkvtier, or against an
+ * unbounded cache), kvreplay_min.c has the policies --policy names and the
+ * offline bound among them (Belady's MIN), kvreplay_cost.c
  * turns hit and miss token counts into money, GPU time and memory cost, and
  * kvreplay_svg.c draws the capacity curves. main and the reports are in
  * kvreplay.c. A tool, not a library: messages go to the err buffers given,
