@@ -237,14 +237,16 @@ Test(kvreplay_trace, shared_prefixes_give_exact_hits_when_all_fits)
  *   r5 [3,4]  hit 3; 3 becomes a parent; evict tail 5. Store 4.
  * Hits: 2 of 9 blocks, 1024 of 4608 tokens; 3 evictions; 7 blocks stored.
  */
+static const char lru_trace[] =
+    "{\"timestamp\": 0, \"input_length\": 1024, \"hash_ids\": [1, 2]}\n"
+    "{\"timestamp\": 0, \"input_length\": 1024, \"hash_ids\": [3, 4]}\n"
+    "{\"timestamp\": 0, \"input_length\": 512, \"hash_ids\": [5]}\n"
+    "{\"timestamp\": 0, \"input_length\": 1024, \"hash_ids\": [1, 2]}\n"
+    "{\"timestamp\": 0, \"input_length\": 1024, \"hash_ids\": [3, 4]}\n";
+
 Test(kvreplay_trace, leaf_first_lru_outcome_is_exact)
 {
-    const char *tr = write_file(0, "lru.jsonl",
-        "{\"timestamp\": 0, \"input_length\": 1024, \"hash_ids\": [1, 2]}\n"
-        "{\"timestamp\": 0, \"input_length\": 1024, \"hash_ids\": [3, 4]}\n"
-        "{\"timestamp\": 0, \"input_length\": 512, \"hash_ids\": [5]}\n"
-        "{\"timestamp\": 0, \"input_length\": 1024, \"hash_ids\": [1, 2]}\n"
-        "{\"timestamp\": 0, \"input_length\": 1024, \"hash_ids\": [3, 4]}\n");
+    const char *tr = write_file(0, "lru.jsonl", lru_trace);
     struct run r = kvr_ok((const char *const[]){ tr, "--block-bytes", "2M", "--capacity", "8M",
                                                  "--high-wm", "1", "--low-wm", "1", "--json",
                                                  NULL });
@@ -557,12 +559,7 @@ Test(kvreplay_trace, bad_policy_and_cold_options_fail_with_a_clear_error)
  */
 Test(kvreplay_trace, min_is_the_offline_bound_with_prefix_semantics)
 {
-    const char *tr = write_file(0, "min.jsonl",
-        "{\"timestamp\": 0, \"input_length\": 1024, \"hash_ids\": [1, 2]}\n"
-        "{\"timestamp\": 0, \"input_length\": 1024, \"hash_ids\": [3, 4]}\n"
-        "{\"timestamp\": 0, \"input_length\": 512, \"hash_ids\": [5]}\n"
-        "{\"timestamp\": 0, \"input_length\": 1024, \"hash_ids\": [1, 2]}\n"
-        "{\"timestamp\": 0, \"input_length\": 1024, \"hash_ids\": [3, 4]}\n");
+    const char *tr = write_file(0, "min.jsonl", lru_trace);
     struct run r = kvr_ok((const char *const[]){ tr, "--block-bytes", "2M", "--capacity", "8M",
                                                  "--high-wm", "1", "--low-wm", "1",
                                                  "--policy", "lru,min", "--json", NULL });
