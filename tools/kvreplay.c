@@ -928,7 +928,8 @@ static void report_text(const struct report *r)
     printf("blocks of %u tokens, %s each", r->ro->block_tokens,
            kvr_size_str(r->ro->block_bytes, a, sizeof(a)));
     if (tierd)
-        printf("; against tierd at %s: warm %s, cold %s\n",
+        printf("; against tierd at %s: warm %s (its pool: --warm-bytes rounded up to whole "
+               "segments), cold %s\n",
                r->o->socket, kvr_size_str(r->res[0].ram_bytes, a, sizeof(a)),
                kvr_size_str(r->res[0].nvme_bytes, b, sizeof(b)));
     else if (!cold)
