@@ -3,7 +3,8 @@
 #   make          build tierd, libkvtier (.a/.so), tierctl     -> build/
 #   make run      build and start tierd in the foreground (Ctrl-C stops it)
 #   make test     unit + integration tests: plain, under ASan/UBSan, under valgrind
-#   make bench    tools/bench/ (tierbench): every figure beside its target; tools/kvload: 64 clients,
+#   make bench    tools/bench/ (tierbench): every figure beside its target; NVMe admission's
+#                 figures (kvreplay on traces: make bench-admission); tools/kvload: 64 clients,
 #                 then the oracle run (60 s, tierd killed 6 times)
 #   make bench-vllm  the vLLM connector's TTFT and trace-replay figures, each beside
 #                 its target (tests/vllm/bench_vllm.py; about 25 minutes on 2 cores)
@@ -148,7 +149,7 @@ BINS     = libcommon.a tierd tierctl kvcalc kvreplay kvload kvtsim libkvtier.a l
 REL_BINS = $(addprefix build/,$(BINS))
 SAN_BINS = $(addprefix build-san/,$(BINS))
 
-.PHONY: all deps run test test-plain test-san bench kernels clean valgrind sim soak
+.PHONY: all deps run test test-plain test-san bench bench-admission kernels clean valgrind sim soak
 all: deps $(REL_BINS) $(if $(NVCC),kernels)
 
 deps:
@@ -214,9 +215,27 @@ ORACLE_ARGS := --clients 8 --prefixes 256 --chain 8 --hot --prefetch --durable-e
                --kill-tierd 6 --mix 35,35,30,0
 ORACLE_TIERD := --warm-bytes 16M --hot-bytes 8M --cold-bytes 256M
 
+# NVMe admission's figures (kvreplay, in-process, second-touch against writing every
+# block leaving warm): the bundled trace with a cold tier as large as warm and 4x it,
+# and generated traces (tools/kvreplay_gen.py) of one-shot prompts and agent loops.
+# The cold tier's file goes to /dev/shm: the figures count bytes, not disk speed.
+ADMIT_REPLAY = build/kvreplay --block-bytes 64K --cold-admit all,second-touch --cold-dir /dev/shm
+bench-admission: build/kvreplay
+	@d=$$(mktemp -d) && trap 'rm -rf '$$d EXIT && \
+	for p in oneshot agent; do $(PYTHON) tools/kvreplay_gen.py $$p > $$d/$$p.jsonl || exit 1; done && \
+	for run in "conversation_cold1x data/traces/conversation_trace.jsonl 312.5M 1x" \
+	           "conversation_cold4x data/traces/conversation_trace.jsonl 312.5M 4x" \
+	           "oneshot_cold1x $$d/oneshot.jsonl 312.5M 1x" \
+	           "agent_cold4x $$d/agent.jsonl 31.25M 4x"; do \
+		set -- $$run; echo "# kvreplay $$2: warm $$3, cold $$4 x warm"; \
+		$(ADMIT_REPLAY) $$2 --capacity $$3 --cold $$4 --bench admission_$$1 > $$d/out || exit 1; \
+		sed -n '/^NVMe admission/,$$p' $$d/out; \
+	done
+
 bench: $(REL_BINS) build/tierbench
 	@mk/deps.sh bench
 	KVT_TEST_BIN=$(CURDIR)/build build/tierbench
+	$(MAKE) --no-print-directory bench-admission
 	build/kvload --tierd build/tierd --clients 64 --seconds 60 --prefixes 128 --durable-every 8 \
 		--bench -- --warm-bytes 128M --cold-bytes 1G
 	d=$$(mktemp -d) && build/kvload --tierd build/tierd --seconds 60 $(ORACLE_ARGS) \

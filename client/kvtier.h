@@ -803,7 +803,7 @@ typedef struct kvt_stats {
     KVT_STATS_LIST(KVT_STATS_FIELD_)
 } kvt_stats;
 
-#define KVT_STATS_VERSION 4
+#define KVT_STATS_VERSION 5
 
 /* Fetch the daemon's counters. */
 int kvt_stats_get(kvt_client *c, kvt_stats *out);

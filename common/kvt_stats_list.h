@@ -98,6 +98,13 @@
     X(STORE, remote_probe_hits, counter, "kvtier_remote_probe_hit_keys_total",             \
       "Keys lookups found on the remote tier.")                                            \
     X(STORE, remote_redirects, counter, "kvtier_remote_redirects_total",                   \
-      "Cluster MOVED / ASK redirections followed.")
+      "Cluster MOVED / ASK redirections followed.")                                         \
+    /* version 5: NVMe admission */                                                        \
+    X(STORE, cold_admitted, counter, "kvtier_cold_admitted_blocks_total",                  \
+      "Blocks leaving warm that the mover wrote to cold.")                                  \
+    X(STORE, cold_refused, counter, "kvtier_cold_refused_blocks_total",                    \
+      "Blocks leaving warm not written to cold: no second touch (counted in dropped).")     \
+    X(STORE, cold_over_budget, counter, "kvtier_cold_over_budget_blocks_total",            \
+      "Blocks leaving warm not written to cold: the write budget was spent (in dropped).")
 
 #endif /* KVT_STATS_LIST_H */

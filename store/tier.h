@@ -54,6 +54,19 @@ typedef void (*tier_remote_fn)(void *ctx, void *waiter, int count);
  * (tier_commit_durable): rc 0, id is durable on disk, or the write's error. */
 typedef void (*tier_ready_fn)(void *ctx, void *waiter, uint32_t id, int rc);
 
+/* Which blocks the mover writes to cold as they leave warm (tier_cfg.admit):
+ * an SSD's writes are its wear, and a block never read again is wear spent
+ * for nothing. Durable commits, write-through, an operator's flush, and a
+ * block that something below depends on (a child on disk) are written
+ * whatever admission says. */
+enum tier_admit {
+    TIER_ADMIT_ALL = 0,    /* every block leaving warm */
+    TIER_ADMIT_REUSED = 1, /* a second touch: blocks read (leased) since they were put,
+                              or put again (deduplicated, or put again after the store
+                              dropped them, as its memory of events says); the others
+                              are dropped, counted in cold_refused */
+};
+
 struct tier_cfg {
     uint64_t warm_bytes;     /* warm pool size; rounded up to the segment size */
     double high_wm;          /* demote/evict when occupancy exceeds this fraction (0.95) */
@@ -82,6 +95,17 @@ struct tier_cfg {
     struct tier_remote *remote;
     enum tier_remote_policy remote_policy;
     tier_remote_fn remote_done;
+    /* NVMe admission (with cold): which blocks leaving warm are written, and
+     * the bytes every write to cold may take per window (0: unlimited); a
+     * block admission would write but the window's budget cannot pay for is
+     * dropped (cold_over_budget). Writes that are never refused (durable
+     * commits, flushes, a block with children on disk) spend the budget too,
+     * and may take it past its end. */
+    enum tier_admit admit;
+    uint64_t cold_budget_bytes;
+    uint64_t cold_budget_ms;                /* the window (0: a day, 86,400,000 ms) */
+    uint64_t (*clock_ms)(void *ctx);        /* the window's clock (NULL: CLOCK_MONOTONIC) */
+    void *clock_ctx;
 };
 
 /* Why keys missed, by cause: an event above (index = enum tier_event;

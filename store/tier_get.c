@@ -257,6 +257,7 @@ void tier_release(struct tier *t, const uint32_t *ids, size_t n, bool reclaimed)
         struct idx_entry *e = idx_at(t->idx, id);
 
         e->leases--;
+        e->flags |= IDX_F_REUSED; /* read: a touch after its put, for admission */
         if (ids[i] & TIER_LEASE_HOT) {
             e->hleases--;
             /* the last in-place reader of a hot copy the block has left */

@@ -10,6 +10,7 @@
  *   tier_slot.c         warm slots and segments: room for a block now, a block leaving warm
  *   tier_move.c         moves in flight and their waiters
  *   tier_mover.c        the cold mover: demotion, flush, tier_maintain, promotion
+ *   tier_admit.c        NVMe admission: which blocks leaving warm are written, the budget
  *   tier_hot_mover.c    copies between hot and warm
  *   tier_remote_moves.c writes to, reads from and probes of the remote tier
  *   tier_get.c          lookups, prefetch, pins, leases
@@ -141,6 +142,9 @@ struct tier {
     uint64_t remote_pinned;           /* ... their slot bytes */
     uint64_t remote_skipped;          /* writes not started: the remote fell behind */
     uint64_t remote_hits;             /* blocks read from the remote tier and committed */
+    bool budget_started;              /* the cold write budget's window has begun */
+    uint64_t budget_start;            /* ... at this cfg.clock_ms time */
+    uint64_t budget_used;             /* bytes written to cold in it */
     bool owns_tiers;                  /* tier_open: cold, remote and hot are ours to close */
     struct tier_cfg cfg;              /* callbacks */
     struct tier_stats st;             /* counters; gauges filled in tier_stats_get */
@@ -271,6 +275,22 @@ int tier_demote_for(struct tier *t, uint32_t id, bool evict, struct waiter w);
 int tier_demote(struct tier *t, uint32_t id); /* the mover's: evict, nobody told */
 /* Start reading cold-only id into a new warm slot of slot bytes. */
 int tier_promote(struct tier *t, uint32_t id, uint64_t slot, struct waiter w);
+
+/* ---- tier_admit.c: NVMe admission ---- */
+enum { TIER_ADMIT = 0, TIER_REFUSE_ONCE = 1, TIER_REFUSE_BUDGET = 2 };
+/* Whether warm leaf id (committed, no copy on disk) is written to cold as
+ * it leaves warm: TIER_ADMIT, or why not. */
+int tier_admit_verdict(struct tier *t, uint32_t id);
+/* Drop refused id from warm (tier_leave_warm), counted by verdict. */
+void tier_admit_refuse(struct tier *t, uint32_t id, int verdict);
+/* The oldest dirty leaf of class cls if admission refuses it (*verdict
+ * says why), else TIER_NONE: a slot wanted now need not wait for a write. */
+uint32_t tier_admit_victim(struct tier *t, int cls, int *verdict);
+/* A write of bytes to cold started: the budget's window pays for it. */
+void tier_admit_spend(struct tier *t, uint64_t bytes);
+/* id was just reserved: a key the store dropped or evicted before is put
+ * again, a second touch (IDX_F_REUSED). */
+void tier_admit_seen(struct tier *t, uint32_t id);
 
 /* ---- tier_hot_mover.c ---- */
 /* Start copying id (committed, in hot) down into a new warm slot (its

@@ -79,6 +79,7 @@ int tier_demote_for(struct tier *t, uint32_t id, bool evict, struct waiter w)
         free(m);
         return rc;
     }
+    tier_admit_spend(t, slot);
     e = idx_at(t->idx, id);
     e->flags |= IDX_F_DEMOTING; /* pins the slot until the write is durable */
     tier_settle(t, id, false);
@@ -192,7 +193,7 @@ static size_t warm_drain(struct tier *t, unsigned wanted)
         bool below = !t->warm_draining ||
                      tier_ram_used(t->ram) - t->demoting_bytes <= t->low_bytes;
         struct idx_entry *e;
-        int rc;
+        int rc, verdict;
 
         if (wanted)
             wanted--;
@@ -201,6 +202,12 @@ static size_t warm_drain(struct tier *t, unsigned wanted)
         e = idx_at(t->idx, v);
         if (e->flags & IDX_F_COLD || !t->cold) {
             tier_leave_warm(t, v); /* on disk already, or (no cold tier) a childless leaf */
+            n++;
+            continue;
+        }
+        verdict = tier_admit_verdict(t, v);
+        if (verdict != TIER_ADMIT) {
+            tier_admit_refuse(t, v, verdict); /* not worth the disk's wear: dropped */
             n++;
             continue;
         }
@@ -224,8 +231,10 @@ static size_t warm_drain(struct tier *t, unsigned wanted)
                 break; /* nothing can go: tried again next turn */
             tier_leave_warm(t, v);
         } else {
-            inflight++;
-            inflight += demote_ancestors(t, v, TIER_DEMOTE_INFLIGHT - inflight);
+            unsigned up = demote_ancestors(t, v, TIER_DEMOTE_INFLIGHT - inflight - 1);
+
+            inflight += 1 + up;
+            t->st.cold_admitted += 1 + up;
         }
         n++;
     }

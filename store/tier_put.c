@@ -114,6 +114,8 @@ static int reserve_in(struct tier *t, bool hot, uint32_t ns, uint64_t block_byte
         if (id != TIER_NONE && (idx_at(t->idx, id)->state != IDX_GHOST ||
                                 idx_at(t->idx, id)->leases > 0)) {
             dedup++;
+            if (idx_at(t->idx, id)->state != IDX_GHOST)
+                idx_at(t->idx, id)->flags |= IDX_F_REUSED; /* put again: a second touch */
             p = id;
             continue;
         }
@@ -121,6 +123,7 @@ static int reserve_in(struct tier *t, bool hot, uint32_t ns, uint64_t block_byte
         rc = tier_reserve_one(t, ns, cls, hot, owner, p, &keys[i], ghost, &ids[i], &offs[i]);
         if (rc < 0)
             break;
+        tier_admit_seen(t, ids[i]);
         p = ids[i];
         count++;
     }

@@ -287,13 +287,17 @@ static bool mover_can(struct tier *t)
 int tier_alloc_slot(struct tier *t, int cls, uint32_t id, uint64_t *off)
 {
     for (;;) {
-        int rc = tier_ram_alloc(t->ram, cls, id, off);
+        int rc = tier_ram_alloc(t->ram, cls, id, off), verdict;
         uint32_t v;
 
         if (rc != -ENOSPC)
             return rc;
         /* leaving warm is free for a block on disk: a leaf, else any */
         v = t->lru[cls][TIER_LRU_CLEAN].tail;
+        if (v == TIER_NONE && (v = tier_admit_victim(t, cls, &verdict)) != TIER_NONE) {
+            tier_admit_refuse(t, v, verdict); /* it would be dropped, not written, anyway */
+            continue;
+        }
         if (v == TIER_NONE && t->demoting_bytes > 0 && !may_drop_dirty(t)) {
             /* writes in flight free or clean slots soon: no O(pool) scans
              * for a caller that will retry */

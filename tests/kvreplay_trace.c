@@ -237,14 +237,16 @@ Test(kvreplay_trace, shared_prefixes_give_exact_hits_when_all_fits)
  *   r5 [3,4]  hit 3; 3 becomes a parent; evict tail 5. Store 4.
  * Hits: 2 of 9 blocks, 1024 of 4608 tokens; 3 evictions; 7 blocks stored.
  */
+static const char lru_trace[] =
+    "{\"timestamp\": 0, \"input_length\": 1024, \"hash_ids\": [1, 2]}\n"
+    "{\"timestamp\": 0, \"input_length\": 1024, \"hash_ids\": [3, 4]}\n"
+    "{\"timestamp\": 0, \"input_length\": 512, \"hash_ids\": [5]}\n"
+    "{\"timestamp\": 0, \"input_length\": 1024, \"hash_ids\": [1, 2]}\n"
+    "{\"timestamp\": 0, \"input_length\": 1024, \"hash_ids\": [3, 4]}\n";
+
 Test(kvreplay_trace, leaf_first_lru_outcome_is_exact)
 {
-    const char *tr = write_file(0, "lru.jsonl",
-        "{\"timestamp\": 0, \"input_length\": 1024, \"hash_ids\": [1, 2]}\n"
-        "{\"timestamp\": 0, \"input_length\": 1024, \"hash_ids\": [3, 4]}\n"
-        "{\"timestamp\": 0, \"input_length\": 512, \"hash_ids\": [5]}\n"
-        "{\"timestamp\": 0, \"input_length\": 1024, \"hash_ids\": [1, 2]}\n"
-        "{\"timestamp\": 0, \"input_length\": 1024, \"hash_ids\": [3, 4]}\n");
+    const char *tr = write_file(0, "lru.jsonl", lru_trace);
     struct run r = kvr_ok((const char *const[]){ tr, "--block-bytes", "2M", "--capacity", "8M",
                                                  "--high-wm", "1", "--low-wm", "1", "--json",
                                                  NULL });
@@ -519,6 +521,93 @@ Test(kvreplay_trace, bad_options_and_missing_files_fail_cleanly)
     run_free(&r);
     r = kvr((const char *const[]){ tr, "--socket", "/nonexistent/tierd.sock", NULL });
     cr_expect_eq(r.status, 69, "no tierd: got %d", r.status);
+    run_free(&r);
+}
+
+/* kvreplay with args exits with status and says needle on stderr. */
+static void expect_fail(const char *const *args, int status, const char *needle)
+{
+    struct run r = kvr(args);
+
+    cr_expect_eq(r.status, status, "%s %s: exit status %d, expected %d", args[1],
+                 args[2] ? args[2] : "", r.status, status);
+    cr_expect(strstr(r.err, needle) != NULL, "stderr has no '%s':\n%s", needle, r.err);
+    run_free(&r);
+}
+
+/* A policy that is none is named, with the ones there are; options that
+ * need a cold tier, or make no sense against tierd, say so. */
+Test(kvreplay_trace, bad_policy_and_cold_options_fail_with_a_clear_error)
+{
+    const char *tr = write_file(0, "ok.jsonl", GOOD);
+
+    expect_fail((const char *const[]){ tr, "--policy", "lru,lfu", NULL }, 64,
+                "no policy 'lfu'; there are: lru min");
+    expect_fail((const char *const[]){ tr, "--cold-admit", "sometimes", NULL }, 64,
+                "--cold-admit: want all, second-touch");
+    expect_fail((const char *const[]){ tr, "--cold-dwpd", "3", NULL }, 64,
+                "need a cold tier (--cold)");
+    expect_fail((const char *const[]){ tr, "--socket", "/nonexistent/s", "--policy", "min",
+                                       NULL }, 64, "are tierd's");
+}
+
+/*
+ * Belady's MIN on the leaf-first LRU trace above, 4 blocks: r3's block 5
+ * is never used again, so MIN does not keep it (the cache stays 1,2,3,4)
+ * and r4, r5 hit both their blocks: 4 hits, LRU's 2. The pool asked holds
+ * 4 blocks exactly, and neither replay held more.
+ */
+Test(kvreplay_trace, min_is_the_offline_bound_with_prefix_semantics)
+{
+    const char *tr = write_file(0, "min.jsonl", lru_trace);
+    struct run r = kvr_ok((const char *const[]){ tr, "--block-bytes", "2M", "--capacity", "8M",
+                                                 "--high-wm", "1", "--low-wm", "1",
+                                                 "--policy", "lru,min", "--json", NULL });
+
+    cr_expect_str_eq(json_string_value(at(r.json, "runs/0/policy")), "lru");
+    cr_expect_str_eq(json_string_value(at(r.json, "runs/1/policy")), "min");
+    EXPECT_INTS(r.json, "runs/0/", "hit_blocks=2 asked_blocks=4");
+    EXPECT_INTS(r.json, "runs/1/", "hit_blocks=4 hit_tokens=2048 asked_blocks=4 held_max=4 "
+                                   "evicted=1");
+    cr_expect_leq(ji(r.json, "runs/0/held_max"), 4);
+    run_free(&r);
+}
+
+/*
+ * The bundled trace's first 300 requests, 64 KiB blocks, 62.5M of warm
+ * (1,000 blocks: a pool of 64M, 1,024 slots) over a cold tier as large:
+ * warm never holds more than the 1,000 blocks asked; with every block
+ * leaving warm written, hits come from the disk too and the disk bytes per
+ * hit token are what was written over the hit tokens; second-touch
+ * admission writes less, and counts what it refused.
+ */
+Test(kvreplay_trace, cold_tier_and_admission_in_process)
+{
+    char path[512];
+    struct run r;
+    json_t *all, *st;
+
+    real_trace(path, sizeof(path));
+    r = kvr_ok((const char *const[]){ path, "--limit", "300", "--block-bytes", "64K",
+                                      "--capacity", "62.5M",
+                                      "--cold", "1x", "--cold-dir", tmp,
+                                      "--cold-admit", "all,second-touch", "--json", NULL });
+    all = json_array_get(at(r.json, "runs"), 0);
+    st = json_array_get(at(r.json, "runs"), 1);
+    cr_assert_str_eq(json_string_value(at(all, "cold_admit")), "all");
+    cr_assert_str_eq(json_string_value(at(st, "cold_admit")), "second-touch");
+    EXPECT_I(all, "asked_blocks", 1000);
+    EXPECT_I(all, "slots", 1024);
+    cr_expect_leq(ji(all, "held_max"), 1000, "warm held %lld blocks", ji(all, "held_max"));
+    cr_expect_leq(ji(st, "held_max"), 1000);
+    EXPECT_I(all, "cold_bytes", 62.5 * (1 << 20));
+    cr_expect_gt(ji(all, "tiers/cold/blocks"), 0, "no hit from the disk");
+    cr_expect_gt(ji(all, "disk_bytes_written"), 0);
+    EXPECT_D(all, "disk_bytes_per_hit_token",
+             (double)ji(all, "disk_bytes_written") / (double)ji(all, "hit_tokens"));
+    EXPECT_I(all, "cold_refused", 0);
+    cr_expect_gt(ji(st, "cold_refused"), 0, "second-touch refused nothing");
+    cr_expect_lt(ji(st, "disk_bytes_written"), ji(all, "disk_bytes_written"));
     run_free(&r);
 }
 

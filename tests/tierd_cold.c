@@ -67,6 +67,11 @@ static void settle(kvt_client *c)
                    (unsigned long long)st.tier[KVT_TIER_WARM].bytes_used);
 }
 
+/* t_small_warm, writing every block leaving warm (admission off) */
+static const char *const admit_all[] = { "--warm-bytes", "32M", "--high-wm", "0.75",
+                                         "--low-wm", "0.5", "--cold-bytes", "256M",
+                                         "--cold-admit", "all", NULL };
+
 Test(tierd_cold, blocks_beyond_warm_go_to_disk_and_come_back)
 {
     struct t_tierd d;
@@ -76,7 +81,7 @@ Test(tierd_cold, blocks_beyond_warm_go_to_disk_and_come_back)
     kvt_key k[CHAIN];
     uint8_t tiers[CHAIN];
 
-    ns = open_on(&d, t_small_warm, false, BLK, &c);
+    ns = open_on(&d, admit_all, false, BLK, &c);
     for (int ch = 0; ch < 12; ch++) { /* 96 MiB through a 32 MiB warm tier */
         cr_assert_geq(put_chain(ns, ch, 0), 0, "chain %d", ch);
         settle(c);
@@ -94,6 +99,52 @@ Test(tierd_cold, blocks_beyond_warm_go_to_disk_and_come_back)
     cr_assert_eq(st.checksum_errors, 0);
     cr_assert_gt(st.tier[KVT_TIER_COLD].blocks, 0);
     cr_assert_eq(st.leases_active, 0);
+    kvt_close(c);
+    t_tierd_stop(&d);
+}
+
+/*
+ * tierd's default NVMe admission: of 12 chains put through a 32 MiB warm
+ * tier, the 6 read back once right after their put (a second touch) go to
+ * disk when they leave warm and come back from it; the 6 never read are
+ * dropped, not written, and the counters say so.
+ */
+Test(tierd_cold, default_admission_writes_only_blocks_read_again)
+{
+    struct t_tierd d;
+    kvt_client *c;
+    kvt_ns *ns;
+    kvt_stats st;
+    int cold_hits = 0;
+
+    ns = open_on(&d, t_small_warm, false, BLK, &c);
+    for (int ch = 0; ch < 12; ch++) {
+        cr_assert_geq(put_chain(ns, ch, 0), 0, "chain %d", ch);
+        if (ch % 2 == 0)
+            cr_assert_eq(get_chain(ns, ch), CHAIN, "chain %d read after its put", ch);
+        settle(c);
+    }
+    cr_assert_eq(kvt_stats_get(c, &st), 0);
+    cr_expect_gt(st.cold_admitted, 0, "nothing was admitted");
+    cr_expect_gt(st.cold_refused, 0, "nothing was refused");
+    cr_expect_eq(st.cold_over_budget, 0);
+    cr_expect_geq(st.dropped, st.cold_refused, "refused blocks are dropped");
+    for (int ch = 0; ch < 12; ch += 2) {
+        kvt_key k[CHAIN];
+        uint8_t tiers[CHAIN];
+
+        t_keys(k, CHAIN, 9000 + (uint64_t)ch);
+        cr_expect_eq(kvt_lookup(ns, k, CHAIN, 0, tiers), CHAIN, "read chain %d was lost", ch);
+        cold_hits += tiers[CHAIN - 1] == KVT_TIER_COLD;
+        cr_expect_eq(get_chain(ns, ch), CHAIN, "chain %d", ch);
+    }
+    cr_expect_gt(cold_hits, 0, "no read chain came back from the disk");
+    {
+        kvt_key k[CHAIN];
+
+        t_keys(k, CHAIN, 9000 + 1); /* the oldest chain never read: gone */
+        cr_expect_lt(kvt_lookup(ns, k, CHAIN, 0, NULL), CHAIN, "a one-shot chain was kept");
+    }
     kvt_close(c);
     t_tierd_stop(&d);
 }

@@ -53,6 +53,8 @@ struct opts {
     int hot_device;
     uint32_t cold_qd;
     bool no_cold, write_through, no_flush;
+    int cold_admit;           /* enum tier_admit */
+    double cold_dwpd;         /* cold write budget in drive writes per day (0: unlimited) */
     uint16_t metrics_port;    /* 0: no metrics page */
     const char *metrics_addr; /* IPv4 address it binds */
     const char *metrics_token_file; /* NULL: no bearer token asked for */
@@ -94,6 +96,12 @@ static void usage(FILE *f)
             "  --no-cold          no cold tier: blocks evicted from warm are dropped\n"
             "  --write-through    copy every block to cold when committed\n"
             "  --no-flush         at a clean stop, do not write warm blocks to cold\n"
+            "  --cold-admit M     which blocks leaving warm are written to cold:\n"
+            "                     second-touch (default: those read or put again since\n"
+            "                     their put) or all\n"
+            "  --cold-dwpd F      cold write budget: F drive writes per day (F x each\n"
+            "                     tenant's cold bytes per 24 h); past it blocks leaving\n"
+            "                     warm are dropped. Default: unlimited\n"
             "  --hot-bytes SIZE   hot tier in GPU memory (emulated in RAM without a GPU);\n"
             "                     0 (default): no hot tier\n"
             "  --hot-device N     CUDA device of the hot tier (default 0)\n"
@@ -164,6 +172,8 @@ enum opt_kind {
     O_FRAC,   /* double: a fraction in (0, 1] */
     O_IPV4,   /* const char *: an IPv4 address */
     O_POLICY, /* int: the remote tier's policy (enum tier_remote_policy) */
+    O_ADMIT,  /* int: the cold tier's admission (enum tier_admit) */
+    O_DWPD,   /* double: a positive number */
     O_HELP,   /* no field: print the usage and exit */
 };
 
@@ -196,6 +206,8 @@ static const struct opt_def {
     { "no-cold", 0, O_FLAG, AT(no_cold), 0, 0 },
     { "write-through", 0, O_FLAG, AT(write_through), 0, 0 },
     { "no-flush", 0, O_FLAG, AT(no_flush), 0, 0 },
+    { "cold-admit", 0, O_ADMIT, AT(cold_admit), 0, 0 },
+    { "cold-dwpd", 0, O_DWPD, AT(cold_dwpd), 0, 0 },
     { "hot-bytes", 0, O_SIZE, AT(hot_bytes), 0, 0 },
     { "hot-device", 0, O_INT, AT(hot_device), 0, 1024 },
     { "metrics-port", 0, O_U16, AT(metrics_port), 1, 65535 },
@@ -258,6 +270,25 @@ static int set_opt(const struct opt_def *d, const char *arg, struct opts *o)
         *(const char **)f = arg;
         return 0;
     }
+    case O_ADMIT:
+        if (strcmp(arg, "all") != 0 && strcmp(arg, "second-touch") != 0) {
+            fprintf(stderr, "tierd: %s: want second-touch or all, got '%s'\n", name, arg);
+            return -1;
+        }
+        *(int *)f = strcmp(arg, "all") == 0 ? TIER_ADMIT_ALL : TIER_ADMIT_REUSED;
+        return 0;
+    case O_DWPD: {
+        char *end;
+        double dw = strtod(arg, &end);
+
+        if (end == arg || *end || !(dw > 0 && dw <= 1e6)) { /* NaN fails too */
+            fprintf(stderr, "tierd: %s: want drive writes per day, a number in (0, 1e6], "
+                            "got '%s'\n", name, arg);
+            return -1;
+        }
+        *(double *)f = dw;
+        return 0;
+    }
     case O_POLICY: {
         enum tier_remote_policy pol;
 
@@ -300,6 +331,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         .warm_bytes = 1ull << 30, .high_wm = 0.95, .low_wm = 0.85, .max_clients = 1024,
         .busy_poll_us = 200, .cold_bytes = 4ull << 30, .cold_qd = 32, .durable_wait_ms = 10000,
         .handshake_ms = 5000,
+        /* a block never read again spends the drive's life for nothing: a
+         * second touch is asked before a write (README, NVMe admission) */
+        .cold_admit = TIER_ADMIT_REUSED,
         .metrics_addr = "127.0.0.1", .metrics_max_ns = METRICS_MAX_NS_DEFAULT,
         .remote_policy = -1,
     };
@@ -562,7 +596,10 @@ static int open_tenant(struct tierd *d, struct tenant *t, const struct opts *o)
     struct tier_open_cfg oc = {
         .store = { .warm_bytes = t->warm_bytes, .high_wm = o->high_wm, .low_wm = o->low_wm,
                    .lock_memory = !o->no_mlock, .log = store_log,
-                   .write_through = o->write_through },
+                   .write_through = o->write_through,
+                   .admit = (enum tier_admit)o->cold_admit,
+                   /* DWPD is a share of the drive per day: of this tenant's cold file */
+                   .cold_budget_bytes = (uint64_t)(o->cold_dwpd * (double)t->cold_bytes) },
         .cold = t->cold_bytes ? &cc : NULL,
         .remote = d->remote.seeds[0] ? &rc_cfg : NULL,
         .hot = t->hot_bytes ? &hc : NULL,

@@ -24,6 +24,7 @@
 #include "kvtier.h"
 
 #define MAX_CAPS 64 /* capacities in one curve */
+#define MAX_POL 8   /* policies in one run */
 
 static const char usage_text[] =
     "usage: kvreplay [options] TRACE     replay a Mooncake JSONL trace (\"-\": stdin)\n"
@@ -39,6 +40,21 @@ static const char usage_text[] =
     "                       gets; every byte read back is verified)\n"
     "  --speed X            with --socket: keep the trace's pace, X times faster\n"
     "                       (default 0: as fast as possible)\n"
+    "  --policy LIST        eviction policies, each replayed at every capacity\n"
+    "                       (default lru; see Policies below)\n"
+    "  --cold SIZE|Rx       in-process: a cold tier (an NVMe data file) below each\n"
+    "                       warm capacity, of SIZE, or R times the warm capacity\n"
+    "                       (default: none; blocks leaving warm are dropped)\n"
+    "  --cold-dir DIR       folder for the cold tier's temporary folder (default\n"
+    "                       $TMPDIR or /tmp); removed after each replay\n"
+    "  --cold-admit LIST    NVMe admission of the store, each replayed: all (every\n"
+    "                       block leaving warm is written) or second-touch (only\n"
+    "                       blocks read or put again; tierd's default); default\n"
+    "                       second-touch. With both, the report compares them\n"
+    "  --cold-dwpd F        write budget: F drive writes per day of trace time\n"
+    "                       (F x cold size per 24 h); default none\n"
+    "  --bench NAME         with --cold-admit all,second-touch: print the admission\n"
+    "                       figures as make bench's lines (bench: NAME_...)\n"
     "  --block-tokens N     tokens per hash_id block (default 512, Mooncake's)\n"
     "  --bytes-per-token N  KV bytes per token (default 131072: Llama-3.1-8B BF16)\n"
     "  --block-bytes SIZE   bytes per block (default block-tokens x bytes-per-token)\n"
@@ -78,7 +94,15 @@ static const char usage_text[] =
     "(gpu-flops x mfu) / 3600, for all tokens without the cache and for the\n"
     "misses with it (attention FLOPs and the cost of reading blocks back are\n"
     "left out); net saving = GPU $ saved - RAM $ - NVMe $ over the same hours.\n"
-    "The in-process store has no cold tier: blocks leaving warm are dropped.\n"
+    "The in-process store has no cold tier unless --cold gives one: blocks\n"
+    "leaving warm are dropped. Its watermarks are scaled to the capacity asked\n"
+    "(the pool is whole segments, often larger): asked = capacity / slot\n"
+    "bytes, held = the most blocks warm held at any lookup. disk B/hit tok =\n"
+    "bytes written to the cold tier per hit token.\n"
+    "\n"
+    "Policies: lru (the store's leaf-first LRU, tierd's), min (Belady's MIN with\n"
+    "prefix semantics, offline: warm plus cold capacity as one cache that knows\n"
+    "every request to come; the bound for any policy).\n"
     "\n"
     "exit status: 0 ok, 1 wrong bytes read back from tierd, 64 usage, 65 bad trace\n"
     "or prices file, 66 file not found, 69 tierd unreachable, 70 store or request\n"
@@ -101,6 +125,13 @@ struct opts {
     double hits, misses;                  /* NAN when not given */
     bool json;
     bool live;                            /* --live: counts from a running tierd */
+    const struct kvr_policy *pol[MAX_POL]; /* --policy */
+    size_t npol;
+    enum tier_admit admit[2];             /* --cold-admit */
+    size_t nadmit;
+    uint64_t cold_bytes;                  /* --cold SIZE */
+    double cold_ratio, cold_dwpd;         /* --cold Rx, --cold-dwpd */
+    const char *cold_dir, *bench;
     double over[8];                       /* price flags, NAN when not given */
 };
 
@@ -165,10 +196,89 @@ static int parse_caps(const char *list, struct opts *o)
     return 0;
 }
 
+/* Call item(tok, o) for each comma-separated entry of list, in order,
+ * after clear(o). 0, or the first item's error; -EINVAL for an empty list. */
+static int each_item(const char *list, struct opts *o, void (*clear)(struct opts *),
+                     int (*item)(const char *tok, struct opts *o))
+{
+    char buf[256], *tok, *save;
+    int n = 0, rc;
+
+    if (strlen(list) >= sizeof(buf))
+        return -EINVAL;
+    strcpy(buf, list);
+    clear(o);
+    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save), n++)
+        if ((rc = item(tok, o)) < 0)
+            return rc;
+    return n ? 0 : -EINVAL;
+}
+
+static void clear_policies(struct opts *o)
+{
+    o->npol = 0;
+}
+
+/* One --policy entry into o->pol: -EINVAL after naming the policy that is
+ * none and the ones there are. */
+static int add_policy(const char *tok, struct opts *o)
+{
+    const struct kvr_policy *p = kvr_policy_find(tok);
+
+    if (!p) {
+        fprintf(stderr, "kvreplay: --policy: no policy '%s'; there are:", tok);
+        for (p = kvr_policies; p->name; p++)
+            fprintf(stderr, " %s", p->name);
+        fprintf(stderr, "\n");
+        return -EINVAL;
+    }
+    if (o->npol == MAX_POL)
+        return -EINVAL;
+    o->pol[o->npol++] = p;
+    return 0;
+}
+
+static const char *const admit_name[2] = { "all", "second-touch" };
+
+static void clear_admit(struct opts *o)
+{
+    o->nadmit = 0;
+}
+
+/* One --cold-admit entry ("all", "second-touch"; each once) into o->admit. */
+static int add_admit(const char *tok, struct opts *o)
+{
+    int a = strcmp(tok, "all") == 0 ? TIER_ADMIT_ALL
+          : strcmp(tok, "second-touch") == 0 ? TIER_ADMIT_REUSED : -1;
+
+    if (a < 0 || o->nadmit == 2 || (o->nadmit == 1 && (int)o->admit[0] == a))
+        return -EINVAL;
+    o->admit[o->nadmit++] = (enum tier_admit)a;
+    return 0;
+}
+
+/* --cold: a size, or "R x" the warm capacity. */
+static int parse_cold(const char *arg, struct opts *o)
+{
+    size_t n = strlen(arg);
+    char buf[64];
+
+    if (n > 1 && n < sizeof(buf) && arg[n - 1] == 'x') {
+        memcpy(buf, arg, n - 1);
+        buf[n - 1] = '\0';
+        o->cold_bytes = 0;
+        return parse_num(buf, &o->cold_ratio) == 0 && o->cold_ratio > 0 ? 0 : -EINVAL;
+    }
+    o->cold_ratio = 0;
+    return cmn_parse_size(arg, &o->cold_bytes) == 0 && o->cold_bytes >= (1u << 20) ? 0
+                                                                                  : -EINVAL;
+}
+
 enum {
     O_CAP = 256, O_SOCKET, O_SPEED, O_BT, O_BPT, O_BB, O_HWM, O_LWM, O_LIMIT, O_SALT,
     O_MODEL, O_JSON, O_SVG, O_PRICES, O_PRESET, O_NVME, O_RAM, O_HOURS, O_HITS, O_MISSES,
-    O_LIVE, O_PRICE0, /* O_PRICE0 + i: price_flag[i] */
+    O_LIVE, O_POLICY, O_COLD, O_COLD_DIR, O_ADMIT, O_DWPD, O_BENCH,
+    O_PRICE0, /* O_PRICE0 + i: price_flag[i] */
 };
 
 static const struct option base_opts[] = {
@@ -193,6 +303,12 @@ static const struct option base_opts[] = {
     {"hits", required_argument, NULL, O_HITS},
     {"misses", required_argument, NULL, O_MISSES},
     {"live", no_argument, NULL, O_LIVE},
+    {"policy", required_argument, NULL, O_POLICY},
+    {"cold", required_argument, NULL, O_COLD},
+    {"cold-dir", required_argument, NULL, O_COLD_DIR},
+    {"cold-admit", required_argument, NULL, O_ADMIT},
+    {"cold-dwpd", required_argument, NULL, O_DWPD},
+    {"bench", required_argument, NULL, O_BENCH},
     {"help", no_argument, NULL, 'h'},
 };
 #define NBASE (sizeof(base_opts) / sizeof(base_opts[0]))
@@ -216,10 +332,12 @@ static int set_opt(struct opts *o, int opt, const char *arg)
 
     if (size && cmn_parse_size(arg, &u) < 0)
         return -EINVAL;
-    if (!size && opt != O_CAP && parse_num(arg, &d) < 0)
+    if (!size && opt != O_CAP && opt != O_COLD && parse_num(arg, &d) < 0)
         return -EINVAL;
     switch (opt) {
     case O_CAP: return parse_caps(arg, o);
+    case O_COLD: return parse_cold(arg, o);
+    case O_DWPD: o->cold_dwpd = d; return d > 0 ? 0 : -EINVAL;
     case O_BT:
         if (u == 0 || u > (1u << 20))
             return -EINVAL;
@@ -263,6 +381,19 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case O_SVG: o->svg = optarg; break;
         case O_PRICES: o->prices = optarg; break;
         case O_PRESET: o->preset = optarg; break;
+        case O_COLD_DIR: o->cold_dir = optarg; break;
+        case O_BENCH: o->bench = optarg; break;
+        case O_POLICY:
+            if (each_item(optarg, o, clear_policies, add_policy) < 0)
+                return EX_USAGE;
+            break;
+        case O_ADMIT:
+            if (each_item(optarg, o, clear_admit, add_admit) < 0) {
+                fprintf(stderr, "kvreplay: --cold-admit: want all, second-touch or both "
+                                "(all,second-touch), got '%s'\n", optarg);
+                return EX_USAGE;
+            }
+            break;
         case 'h':
             fputs(usage_text, stdout);
             exit(0);
@@ -397,7 +528,21 @@ static json_t *result_json(const struct kvr_result *r, const struct kvr_cost *c)
     static const char *const tname[TIER_L_N] = { "none", "hot", "warm", "cold" };
     json_t *j = json_object(), *t = json_object();
 
+    json_object_set_new(j, "policy", json_string(r->policy ? r->policy : ""));
     json_object_set_new(j, "capacity_bytes", json_integer((json_int_t)r->capacity));
+    json_object_set_new(j, "asked_blocks", json_integer((json_int_t)r->asked_blocks));
+    json_object_set_new(j, "held_max", json_integer((json_int_t)r->held_max));
+    json_object_set_new(j, "cold_bytes", json_integer((json_int_t)r->cold_capacity));
+    if (r->cold_capacity && r->policy && strcmp(r->policy, "min") != 0) {
+        json_object_set_new(j, "cold_admit", json_string(admit_name[r->admit]));
+        json_object_set_new(j, "disk_bytes_written", json_integer((json_int_t)r->disk_bytes));
+        json_object_set_new(j, "disk_bytes_per_hit_token",
+                            json_real(r->hit_tokens ? (double)r->disk_bytes /
+                                                      (double)r->hit_tokens : 0));
+        json_object_set_new(j, "cold_admitted", json_integer((json_int_t)r->admitted));
+        json_object_set_new(j, "cold_refused", json_integer((json_int_t)r->cold_refused));
+        json_object_set_new(j, "cold_over_budget", json_integer((json_int_t)r->over_budget));
+    }
     json_object_set_new(j, "pool_bytes", json_integer((json_int_t)r->pool_bytes));
     json_object_set_new(j, "slots", json_integer((json_int_t)r->slots));
     json_object_set_new(j, "requests", json_integer((json_int_t)r->requests));
@@ -443,9 +588,13 @@ static void print_prices(const struct kvr_prices *p)
            p->gpu_hour, p->ram_gib_hour, p->nvme_gib_hour);
 }
 
+/* The cost table's first column: 10 wide, wider when its rows name their
+ * policy and admission too (several replays at one capacity). */
+static int label_w = 10;
+
 static void cost_header(void)
 {
-    printf("%10s %10s %7s %9s %12s %12s %10s %14s\n", "capacity", "API $/h", "saved",
+    printf("%*s %10s %7s %9s %12s %12s %10s %14s\n", label_w, "capacity", "API $/h", "saved",
            "GPU-h/h", "GPU $ saved/h", "RAM+NVMe $/h", "net $/h", "marginal $/GiB");
 }
 
@@ -456,7 +605,7 @@ static void cost_row(const char *label, const struct kvr_cost *c, const struct k
 {
     double h = c->hours;
 
-    printf("%10s ", label);
+    printf("%*s ", label_w, label);
     money(c->api_cache / h, 10);
     printf(" %6.2f%% %9.4f ",
            c->api_nocache > 0 ? 100 * (c->api_nocache - c->api_cache) / c->api_nocache : 0,
@@ -476,10 +625,41 @@ static void nocache_row(const struct kvr_cost *c)
 {
     double h = c->hours;
 
-    printf("%10s ", "no cache");
+    printf("%*s ", label_w, "no cache");
     money(c->api_nocache / h, 10);
     printf(" %7s %9.4f ", "-", c->gpu_h_nocache / h);
     printf("%12s %12s %10s\n", "-", "-", "-");
+}
+
+/* The in-process table: a row per replay, its policy (and admission, with
+ * a cold tier), what it held, where its hits came from, what it wrote. */
+static void store_header(bool cold)
+{
+    printf("%-6s %-12s %10s %9s %9s %10s %10s", "policy", cold ? "cold admit" : "", "capacity",
+           "asked", "held", "block hit", "token hit");
+    if (cold)
+        printf(" %8s %8s %12s %14s", "warm", "cold", "disk written", "disk B/hit tok");
+    printf(" %10s %10s\n", "evicted", "req/s");
+}
+
+static void store_row(const char *label, const struct kvr_result *r, bool cold)
+{
+    bool min = r->policy && strcmp(r->policy, "min") == 0;
+    char a[32];
+
+    printf("%-6s %-12s %10s %9llu %9llu %9.2f%% %9.2f%%", r->policy ? r->policy : "",
+           cold && !min && r->policy ? admit_name[r->admit] : "", label,
+           (unsigned long long)r->asked_blocks, (unsigned long long)r->held_max,
+           100 * rate(r->hit_blocks, r->blocks), 100 * rate(r->hit_tokens, r->tokens));
+    if (cold && min)
+        printf(" %8s %8s %12s %14s", "-", "-", "-", "-");
+    else if (cold)
+        printf(" %8llu %8llu %12s %14.0f", (unsigned long long)r->tier_blocks[TIER_L_WARM],
+               (unsigned long long)r->tier_blocks[TIER_L_COLD],
+               kvr_size_str(r->disk_bytes, a, sizeof(a)),
+               r->hit_tokens ? (double)r->disk_bytes / (double)r->hit_tokens : 0.0);
+    printf(" %10llu %10.0f\n", (unsigned long long)r->evicted,
+           r->seconds > 0 ? (double)r->requests / r->seconds : 0);
 }
 
 static void hit_header(bool tiers)
@@ -654,30 +834,126 @@ static int report_json(const struct report *r)
     return emit_json(j);
 }
 
+/* Run i's label in the cost table: its capacity (the pool, against tierd),
+ * with its policy and admission when several replays share a capacity. */
+static const char *run_label(const struct report *r, size_t i, char *buf, size_t cap)
+{
+    const struct kvr_result *x = &r->res[i];
+    char sz[32];
+
+    kvr_size_str(x->capacity ? x->capacity : x->ram_bytes, sz, sizeof(sz));
+    if (label_w == 10)
+        snprintf(buf, cap, "%s", sz);
+    else if (x->cold_capacity && strcmp(x->policy, "min") != 0)
+        snprintf(buf, cap, "%s %s %s", x->policy, x->admit == TIER_ADMIT_ALL ? "all" : "2nd",
+                 sz);
+    else
+        snprintf(buf, cap, "%s %s", x->policy, sz);
+    return buf;
+}
+
+/* What the in-process store held, and why it may differ from the capacity
+ * asked: the pool is whole segments; the watermarks are scaled to the ask. */
+static void held_note(const struct report *r)
+{
+    for (size_t i = 0; i < r->n; i++) {
+        const struct kvr_result *x = &r->res[i];
+        char a[32], b[32];
+
+        if (!x->pool_bytes || x->pool_bytes == x->capacity)
+            continue;
+        printf("(asked: capacity / slot bytes; held: the most blocks in warm at any lookup. The "
+               "pool is whole segments: %s became %s, %llu slots; the watermarks are scaled to "
+               "%s, so the store holds what was asked)\n",
+               kvr_size_str(x->capacity, a, sizeof(a)), kvr_size_str(x->pool_bytes, b, sizeof(b)),
+               (unsigned long long)x->slots, kvr_size_str(x->capacity, a, sizeof(a)));
+        return;
+    }
+    printf("(asked: capacity / slot bytes; held: the most blocks in warm at any lookup)\n");
+}
+
+/* With --cold-admit all,second-touch: at each capacity, what second-touch
+ * admission saves in disk writes and what it costs in token hit rate
+ * (relative to the hit rate of writing every block); with --bench, as
+ * make bench's lines. */
+static void admission_report(const struct report *r)
+{
+    const struct opts *o = r->o;
+
+    if (o->socket || o->nadmit != 2 || !(o->cold_bytes || o->cold_ratio > 0))
+        return;
+    printf("\nNVMe admission: second-touch against all (hit loss relative to all's token hit "
+           "rate)\n");
+    printf("%10s %12s %12s %9s %10s %10s %9s\n", "capacity", "disk (all)", "disk (2nd)", "cut",
+           "hit (all)", "hit (2nd)", "loss");
+    for (size_t i = 0; i < r->n; i++) {
+        const struct kvr_result *x = &r->res[i], *y = NULL;
+        double cut, loss;
+        char a[32], b[32], c[32];
+
+        if (strcmp(x->policy, "lru") != 0 || x->admit != TIER_ADMIT_ALL)
+            continue;
+        for (size_t k = 0; k < r->n; k++)
+            if (r->res[k].policy == x->policy && r->res[k].admit == TIER_ADMIT_REUSED &&
+                r->res[k].capacity == x->capacity)
+                y = &r->res[k];
+        if (!y)
+            continue;
+        cut = x->disk_bytes ? 100.0 * (1.0 - (double)y->disk_bytes / (double)x->disk_bytes) : 0;
+        loss = x->hit_tokens ? 100.0 * (1.0 - (double)y->hit_tokens / (double)x->hit_tokens)
+                             : 0;
+        kvr_size_str(x->capacity, a, sizeof(a));
+        printf("%10s %12s %12s %8.1f%% %9.2f%% %9.2f%% %8.2f%%\n", a,
+               kvr_size_str(x->disk_bytes, b, sizeof(b)),
+               kvr_size_str(y->disk_bytes, c, sizeof(c)), cut,
+               100 * rate(x->hit_tokens, x->tokens), 100 * rate(y->hit_tokens, y->tokens), loss);
+        if (o->bench) {
+            printf("bench: %s_%s_disk_write_cut %.1f %% target >= 50\n", o->bench, a, cut);
+            printf("bench: %s_%s_hit_loss %.2f %% target <= 2\n", o->bench, a, loss);
+        }
+    }
+}
+
 static void report_text(const struct report *r)
 {
     const struct kvr_trace *tr = r->tr;
-    bool tierd = r->o->socket != NULL;
-    char a[32], b[32];
+    bool tierd = r->o->socket != NULL, cold = r->o->cold_bytes || r->o->cold_ratio > 0;
+    char a[32], b[32], dwpd[64] = "", lbl[80];
 
+    if (r->o->cold_dwpd > 0)
+        snprintf(dwpd, sizeof(dwpd), ", write budget %g drive writes per day", r->o->cold_dwpd);
     printf("kvreplay: %s: %zu requests, %zu blocks (%llu distinct), %llu input tokens, "
            "%.3f h\n", r->o->trace, tr->nreq, tr->nkeys, (unsigned long long)tr->distinct,
            (unsigned long long)tr->tokens, r->hours);
     printf("blocks of %u tokens, %s each", r->ro->block_tokens,
            kvr_size_str(r->ro->block_bytes, a, sizeof(a)));
     if (tierd)
-        printf("; against tierd at %s: warm %s, cold %s\n",
+        printf("; against tierd at %s: warm %s (its pool: --warm-bytes rounded up to whole "
+               "segments), cold %s\n",
                r->o->socket, kvr_size_str(r->res[0].ram_bytes, a, sizeof(a)),
                kvr_size_str(r->res[0].nvme_bytes, b, sizeof(b)));
-    else
+    else if (!cold)
         printf("; in-process store, watermarks %.2f/%.2f, no cold tier\n", r->ro->high_wm,
                r->ro->low_wm);
+    else if (r->o->cold_bytes)
+        printf("; in-process store, watermarks %.2f/%.2f, cold tier %s%s\n", r->ro->high_wm,
+               r->ro->low_wm, kvr_size_str(r->o->cold_bytes, b, sizeof(b)), dwpd);
+    else
+        printf("; in-process store, watermarks %.2f/%.2f, cold tier %gx warm%s\n",
+               r->ro->high_wm, r->ro->low_wm, r->o->cold_ratio, dwpd);
     printf("\nprefix hit rate%s\n", tierd ? " (hit blocks by tier at lookup)" : " vs capacity");
-    hit_header(tierd);
-    for (size_t i = 0; i < r->n; i++)
-        hit_row(kvr_size_str(r->res[i].capacity ? r->res[i].capacity : r->res[i].ram_bytes, a,
-                             sizeof(a)), &r->res[i], tierd);
-    hit_row("unbounded", &r->unb, tierd);
+    if (tierd) {
+        hit_header(tierd);
+        for (size_t i = 0; i < r->n; i++)
+            hit_row(kvr_size_str(r->res[i].ram_bytes, a, sizeof(a)), &r->res[i], tierd);
+        hit_row("unbounded", &r->unb, tierd);
+    } else {
+        store_header(cold);
+        for (size_t i = 0; i < r->n; i++)
+            store_row(kvr_size_str(r->res[i].capacity, a, sizeof(a)), &r->res[i], cold);
+        store_row("unbounded", &r->unb, false);
+        held_note(r);
+    }
     if (tierd) {
         printf("gets shorter than their lookup: %llu; bytes verified on every get: %llu wrong",
                (unsigned long long)r->res[0].short_gets,
@@ -692,14 +968,15 @@ static void report_text(const struct report *r)
     printf("\ncost per hour of trace time%s\n",
            r->span_given ? "" : " (the trace has no time span: taken as 1 h)");
     print_prices(r->p);
+    label_w = tierd || r->n <= r->o->ncaps ? 10 : 22;
     cost_header();
     nocache_row(&r->cost[0]);
     for (size_t i = 0; i < r->n; i++)
-        cost_row(kvr_size_str(r->res[i].capacity ? r->res[i].capacity : r->res[i].ram_bytes, a,
-                              sizeof(a)), &r->cost[i], i ? &r->cost[i - 1] : NULL);
+        cost_row(run_label(r, i, lbl, sizeof(lbl)), &r->cost[i], i ? &r->cost[i - 1] : NULL);
     cost_row("unbounded", &r->unb_cost, r->n ? &r->cost[r->n - 1] : NULL);
     printf("(marginal: GPU $/h saved per extra GiB of warm capacity, against RAM at $%g per "
            "GiB-hour)\n", r->p->ram_gib_hour);
+    admission_report(r);
 }
 
 static int trace_exit(int rc)
@@ -715,7 +992,12 @@ static int replay(struct report *r)
     char err[512];
     int rc;
 
-    r->n = o->socket ? 1 : o->ncaps;
+    r->n = 1;
+    if (!o->socket) {
+        r->n = 0;
+        for (size_t i = 0; i < o->npol; i++)
+            r->n += o->ncaps * (o->pol[i]->store ? o->nadmit : 1);
+    }
     r->res = calloc(r->n, sizeof(*r->res));
     r->cost = calloc(r->n, sizeof(*r->cost));
     if (!r->res || !r->cost) {
@@ -731,11 +1013,23 @@ static int replay(struct report *r)
                      (double)r->unb.ram_bytes, (double)o->nvme_bytes, &r->unb_cost);
     for (size_t i = 0; i < r->n; i++) {
         struct kvr_result *res = &r->res[i];
+        /* run i: policy by policy, admission by admission, capacity by capacity */
+        size_t k = i, pi = 0, ai = 0, ci;
 
-        if (o->socket)
+        while (!o->socket && k >= o->ncaps * (o->pol[pi]->store ? o->nadmit : 1))
+            k -= o->ncaps * (o->pol[pi++]->store ? o->nadmit : 1);
+        ci = k % o->ncaps;
+        ai = k / o->ncaps;
+        if (o->socket) {
             rc = kvr_run_tierd(r->tr, r->ro, res, err, sizeof(err));
-        else
-            rc = kvr_run_store(r->tr, r->ro, o->caps[i], res, err, sizeof(err));
+        } else {
+            struct kvr_run_opts ro = *r->ro;
+
+            ro.admit = o->admit[ai];
+            rc = o->pol[pi]->run(r->tr, &ro, o->caps[ci], res, err, sizeof(err));
+            res->admit = ro.admit;
+        }
+        res->policy = o->socket ? "tierd" : o->pol[pi]->name;
         if (rc < 0) {
             fprintf(stderr, "kvreplay: %s\n", err);
             if (o->socket && res->requests == 0 && (rc == -ENOENT || rc == -ECONNREFUSED))
@@ -745,7 +1039,7 @@ static int replay(struct report *r)
         if (res->verify_errors)
             fprintf(stderr, "kvreplay: %s\n", err);
         if (!o->socket)
-            res->nvme_bytes = o->nvme_bytes;
+            res->nvme_bytes = o->nvme_bytes ? o->nvme_bytes : res->cold_capacity;
         kvr_cost_compute(r->p, (double)res->hit_tokens, (double)(res->tokens - res->hit_tokens),
                          r->hours, (double)res->ram_bytes, (double)res->nvme_bytes, &r->cost[i]);
     }
@@ -772,15 +1066,35 @@ static int check_opts(struct opts *o, struct kvr_run_opts *ro)
                         "--cold-bytes): drop --capacity\n");
         return EX_USAGE;
     }
+    if (o->socket && (o->npol || o->cold_bytes || o->cold_ratio > 0 || o->nadmit ||
+                      o->cold_dwpd > 0 || o->cold_dir)) {
+        fprintf(stderr, "kvreplay: with --socket the policy, cold tier and admission are "
+                        "tierd's (its --cold-bytes, --cold-admit, --cold-dwpd)\n");
+        return EX_USAGE;
+    }
+    if ((o->cold_dwpd > 0 || o->cold_dir) && !o->cold_bytes && !(o->cold_ratio > 0)) {
+        fprintf(stderr, "kvreplay: --cold-dwpd and --cold-dir need a cold tier (--cold)\n");
+        return EX_USAGE;
+    }
+    if (o->bench && !(o->nadmit == 2 && (o->cold_bytes || o->cold_ratio > 0))) {
+        fprintf(stderr, "kvreplay: --bench compares admissions: give --cold and "
+                        "--cold-admit all,second-touch\n");
+        return EX_USAGE;
+    }
     if (o->ncaps == 0)
         parse_caps("8G,32G,128G,512G,2T", o);
+    if (o->npol == 0)
+        o->pol[o->npol++] = kvr_policy_find("lru");
+    if (o->nadmit == 0)
+        o->admit[o->nadmit++] = TIER_ADMIT_REUSED; /* tierd's default */
     *ro = (struct kvr_run_opts){
         .block_tokens = o->block_tokens,
         .block_bytes = o->block_bytes ? o->block_bytes
                        : (uint64_t)o->block_tokens * (o->bytes_per_token ? o->bytes_per_token
                                                                            : 131072),
         .high_wm = o->high_wm, .low_wm = o->low_wm, .speed = o->speed, .socket = o->socket,
-        .model_id = o->model_id,
+        .model_id = o->model_id, .cold_bytes = o->cold_bytes, .cold_ratio = o->cold_ratio,
+        .cold_dir = o->cold_dir, .cold_dwpd = o->cold_dwpd,
     };
     if (ro->block_bytes > KVT_BLOCK_MAX) {
         fprintf(stderr, "kvreplay: blocks of %llu bytes: more than kvtier's limit\n",

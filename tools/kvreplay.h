@@ -2,8 +2,10 @@
 /*
  * kvreplay.h - the parts of kvreplay, the trace replay and cost tool:
  * kvreplay_trace.c loads a Mooncake JSONL trace and derives its block keys,
- * kvreplay_run.c replays it (in-process through store/, or against a running
- * tierd through libkvtier, or against an unbounded cache), kvreplay_cost.c
+ * kvreplay_run.c replays it (in-process through store/, with a cold tier or
+ * without, or against a running tierd through libkvtier, or against an
+ * unbounded cache), kvreplay_min.c has the policies --policy names and the
+ * offline bound among them (Belady's MIN), kvreplay_cost.c
  * turns hit and miss token counts into money, GPU time and memory cost, and
  * kvreplay_svg.c draws the capacity curves. main and the reports are in
  * kvreplay.c. A tool, not a library: messages go to the err buffers given,
@@ -78,6 +80,14 @@ struct kvr_run_opts {
     double speed;           /* tierd mode: replay at the trace's pace x speed; 0: flat out */
     const char *socket;     /* tierd mode: socket path (NULL: kvt_default_socket()) */
     const char *model_id;   /* tierd mode: namespace model id */
+    /* in-process cold tier: a data file of cold_bytes (0: cold_ratio x each
+     * warm capacity; both 0: none) in a fresh folder under cold_dir (NULL:
+     * $TMPDIR or /tmp), removed afterwards */
+    uint64_t cold_bytes;
+    double cold_ratio;
+    const char *cold_dir;
+    enum tier_admit admit;  /* the store's NVMe admission (tier.h) */
+    double cold_dwpd;       /* write budget: drive writes per day of trace time (0: none) */
 };
 
 /* What one replay saw. Hits are the leading cached run of each request. */
@@ -95,16 +105,60 @@ struct kvr_result {
     uint64_t verify_errors;  /* tierd: blocks read back with a wrong byte */
     uint64_t ram_bytes;      /* RAM charged in the cost model */
     uint64_t nvme_bytes;     /* NVMe charged in the cost model */
+    const char *policy;      /* the policy replayed (kvr_policies' name) */
+    enum tier_admit admit;   /* in-process: the store's admission */
+    uint64_t asked_blocks;   /* in-process: blocks the capacity asked holds (whole slots) */
+    uint64_t held_max;       /* in-process: most blocks warm held at any lookup */
+    uint64_t cold_capacity;  /* in-process: the cold tier's bytes (0: none) */
+    uint64_t disk_bytes;     /* in-process: bytes written to the cold tier */
+    uint64_t admitted, cold_refused, over_budget; /* the store's admission counters */
     double seconds;          /* wall time of the replay */
     double max_late_ms;      /* paced tierd mode: worst lateness behind the trace */
 };
 
-/* Replay through an in-process store of `capacity` warm bytes (no cold
- * tier: evicted blocks are dropped), calling tier_maintain() between
- * requests as tierd does. 0, -EFBIG when a block does not fit the pool's
- * largest slot (capacity < 16 blocks), or a store error; err says why. */
+/* Replay through an in-process store of `capacity` warm bytes and, as o
+ * says, a cold tier below (kvr_cold_bytes; without one evicted blocks are
+ * dropped), calling tier_maintain() between requests as tierd does. The
+ * store holds at most what capacity asks (its watermarks are scaled to it,
+ * not to the pool rounded up to whole segments). 0, -EFBIG when a block
+ * does not fit the pool's largest slot (capacity < 16 blocks), or a store
+ * error; err says why. */
 int kvr_run_store(const struct kvr_trace *tr, const struct kvr_run_opts *o, uint64_t capacity,
                   struct kvr_result *res, char *err, size_t errcap);
+
+/* Count request r's hits: its first `hit` blocks, found in tiers[i]
+ * (NULL: all warm). */
+void kvr_count_hits(struct kvr_result *res, const struct kvr_req *r, uint64_t hit,
+                    const uint8_t *tiers, uint32_t block_tokens);
+
+/* The cold tier's bytes of a replay at warm capacity (0: none). */
+uint64_t kvr_cold_bytes(const struct kvr_run_opts *o, uint64_t capacity);
+
+/* Belady's MIN, offline, with prefix semantics: a cache of (capacity +
+ * the cold tier's bytes) / slot bytes blocks that evicts the block used
+ * furthest in the future (never used again first; a tie goes to the
+ * deeper block, so that what stays is always a prefix: every request that
+ * uses a block uses its parent too). A put block used later than all it
+ * would displace is not kept. The bound no online policy passes.
+ * 0 or -ENOMEM. */
+int kvr_run_min(const struct kvr_trace *tr, const struct kvr_run_opts *o, uint64_t capacity,
+                struct kvr_result *res, char *err, size_t errcap);
+
+/* The replay policies --policy names. A policy of the store (one tierd
+ * runs) is a row whose run is kvr_run_store, with what selects it in the
+ * store passed on through kvr_run_opts; an offline bound is a row of its
+ * own simulator. */
+typedef int (*kvr_run_fn)(const struct kvr_trace *tr, const struct kvr_run_opts *o,
+                          uint64_t capacity, struct kvr_result *res, char *err, size_t errcap);
+struct kvr_policy {
+    const char *name;
+    const char *what;  /* one line for --help */
+    kvr_run_fn run;
+    bool store;        /* the store's own (a cold tier and admission apply) */
+};
+extern const struct kvr_policy kvr_policies[]; /* ends with a row whose name is NULL */
+/* The row named name, or NULL. */
+const struct kvr_policy *kvr_policy_find(const char *name);
 
 /* Replay against tierd: lookup, lease and verify the hits, put the misses
  * (payloads derived from each key, see kvr_fill). 0, or a negative kvtier

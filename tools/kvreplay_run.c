@@ -19,13 +19,17 @@
 
 #include "kvreplay.h"
 #include "kvt_common.h"
+#include "tier_cold.h"
+#include "tier_ram.h"
 #include "kvtier.h"
 
 #define NS 1    /* the one namespace of an in-process replay */
-#define OWNER 1 /* Count request r's hits: the first `hit` blocks, by tier (tiers NULL: all
+#define OWNER 1 /* the one client of an in-process replay */
+
+/* Count request r's hits: the first `hit` blocks, by tier (tiers NULL: all
  * warm). Token shares follow kvr_tokens_of, block by block, so the partial
  * last block of a prompt adds only its own tokens. */
-static void count_hits(struct kvr_result *res, const struct kvr_req *r, uint64_t hit,
+void kvr_count_hits(struct kvr_result *res, const struct kvr_req *r, uint64_t hit,
                        const uint8_t *tiers, uint32_t block_tokens)
 {
     res->requests++;
@@ -46,114 +50,292 @@ static void count_hits(struct kvr_result *res, const struct kvr_req *r, uint64_t
 
 /* ---- in-process ---------------------------------------------------------- */
 
+/* An in-process replay: the store, the request that drives its gets
+ * through their waits for the disk, scratch for the longest chain, and the
+ * trace's clock (the store's: its write budget's window is trace time). */
+struct sreplay {
+    struct tier *t;
+    struct tier_cold *cold;  /* the store's (NULL: no cold tier) */
+    struct tier_req *req;
+    uint64_t now_ms;         /* the current request's time on the trace's clock */
+    uint32_t *ids;
+    uint8_t *tiers;
+    int got;                 /* the get's outcome, from on_get */
+    bool done;
+};
+
+static void on_get(void *user, const struct tier_req_res *r)
+{
+    struct sreplay *s = user;
+
+    s->got = r->rc;
+    if (r->rc > 0)
+        memcpy(s->ids, r->ids, (size_t)r->rc * sizeof(*s->ids));
+    s->done = true;
+}
+
+static uint64_t trace_clock(void *ctx)
+{
+    return ((const struct sreplay *)ctx)->now_ms;
+}
+
+/* Let the mover and the disk finish: tier_maintain, then every completion,
+ * until nothing is in flight. Each request thus finds the disk done with
+ * the one before (the trace's pace is far below the disk's), and a replay
+ * gives the same figures every time. 0 or a poll error. */
+static int settle(struct sreplay *s)
+{
+    for (;;) {
+        int rc;
+
+        tier_maintain(s->t);
+        if (!s->cold || !tier_cold_busy(s->cold))
+            return 0;
+        rc = tier_poll(s->t, true);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+/* Lease the leading `hit` blocks (those on disk are read back into warm),
+ * then release them. Returns the blocks got or an error. */
+static int store_get(struct sreplay *s, const struct tier_key *keys, size_t hit, uint64_t bb)
+{
+    struct tier_req_args a = { .op = TIER_REQ_GET, .ns = NS, .block_bytes = bb, .keys = keys,
+                               .n = (uint32_t)hit };
+    int rc;
+
+    s->done = false;
+    rc = tier_req_submit(s->req, &a);
+    if (rc < 0)
+        return rc;
+    while (!s->done) {
+        if (!s->cold || !tier_cold_busy(s->cold))
+            return -EIO; /* waits for nothing in flight: a store bug, said as one */
+        rc = tier_poll(s->t, true);
+        if (rc < 0)
+            return rc;
+    }
+    if (s->got > 0)
+        tier_release(s->t, s->ids, (size_t)s->got, false);
+    return s->got;
+}
+
 /* One request through the store, as tierd would see it from an engine:
  * lookup, get + release of the hits (what moves them up the LRU), reserve +
  * commit of the rest. tier_maintain() runs after each call, as tierd's
- * idle hook does between messages. Returns 0 or a store error. */
-static int store_request(struct tier *t, const struct kvr_trace *tr, const struct kvr_req *r,
-                         const struct kvr_run_opts *o, uint32_t *ids, uint64_t *offs,
-                         uint8_t *tiers, struct kvr_result *res)
+ * idle hook does between messages, and the disk's work lands before the
+ * next call (settle). Returns 0 or a store error. */
+static int store_request(struct sreplay *s, const struct kvr_trace *tr, const struct kvr_req *r,
+                         const struct kvr_run_opts *o, uint64_t *offs, struct kvr_result *res)
 {
     const struct tier_key *keys = tr->keys + r->first;
     size_t n = r->nblk, hit;
+    struct tier_stats st;
     int got = 0, rc;
 
-    hit = tier_lookup(t, NS, keys, n, tiers);
-    tier_maintain(t);
+    tier_stats_get(s->t, &st);
+    if (st.blocks[TIER_L_WARM] > res->held_max)
+        res->held_max = st.blocks[TIER_L_WARM];
+    hit = tier_lookup(s->t, NS, keys, n, s->tiers);
+    if ((rc = settle(s)) < 0)
+        return rc;
     if (hit > 0) {
-        got = tier_get(t, &(struct tier_get_args){ .ns = NS, .block_bytes = o->block_bytes,
-            .keys = keys, .n = hit, .ids = ids, .offs = offs });
+        got = store_get(s, keys, hit, o->block_bytes);
         if (got < 0)
             return got;
-        tier_release(t, ids, (size_t)got, false);
-        tier_maintain(t);
+        if ((rc = settle(s)) < 0)
+            return rc;
     }
-    count_hits(res, r, (uint64_t)got, tiers, o->block_tokens);
+    kvr_count_hits(res, r, (uint64_t)got, s->tiers, o->block_tokens);
     if ((size_t)got == n)
-        return 0;
-    rc = tier_reserve(t, NS, o->block_bytes, OWNER, got ? &keys[got - 1] : NULL, keys + got,
-                      n - (size_t)got, ids, offs);
-    if (rc == -ENOSPC) {
+        return settle(s);
+    /* -EAGAIN: warm is full of blocks on their way to disk; they land */
+    for (int tries = 0; (rc = tier_reserve(s->t, NS, o->block_bytes, OWNER,
+                                           got ? &keys[got - 1] : NULL, keys + got,
+                                           n - (size_t)got, s->ids, offs)) == -EAGAIN &&
+                        tries < 64; tries++) {
+        int sr = settle(s);
+
+        if (sr < 0)
+            return sr;
+    }
+    if (rc == -ENOSPC || rc == -EAGAIN) {
         res->refused += n - (size_t)got; /* an engine would just not cache them */
-        return 0;
+        return settle(s);
     }
     if (rc < 0)
         return rc;
-    tier_maintain(t);
-    res->stored += tier_commit(t, NS, o->block_bytes, OWNER, keys + got, n - (size_t)got);
-    tier_maintain(t);
-    return 0;
+    if ((rc = settle(s)) < 0)
+        return rc;
+    res->stored += tier_commit(s->t, NS, o->block_bytes, OWNER, keys + got, n - (size_t)got);
+    return settle(s);
+}
+
+/* The cold tier's folder: a fresh one under o->cold_dir (NULL: $TMPDIR or
+ * /tmp), removed after the replay. 0 or -errno. */
+static int cold_folder(const struct kvr_run_opts *o, char *buf, size_t cap)
+{
+    if (!o->cold_dir)
+        return cmn_tmpdir("kvreplay-cold", buf, cap);
+    if ((size_t)snprintf(buf, cap, "%s/kvreplay-cold-XXXXXX", o->cold_dir) >= cap)
+        return -ENAMETOOLONG;
+    return mkdtemp(buf) ? 0 : -errno;
+}
+
+uint64_t kvr_cold_bytes(const struct kvr_run_opts *o, uint64_t capacity)
+{
+    uint64_t c = o->cold_bytes ? o->cold_bytes : (uint64_t)(o->cold_ratio * (double)capacity);
+
+    return c & ~(uint64_t)(TIER_RAM_PAGE - 1); /* the data file is whole pages */
+}
+
+/* The store's watermarks, scaled so that it holds what was asked, not the
+ * pool: tier_create rounds the pool up to whole segments (5,000 blocks of
+ * 64 KiB ask 312.5M, the pool has 16 segments of 20M = 320M, 5,120 slots),
+ * and a capacity curve compares capacities as asked. */
+static void scale_wm(const struct kvr_run_opts *o, uint64_t capacity, uint64_t pool,
+                     struct tier_cfg *cfg)
+{
+    double f = pool > capacity ? (double)capacity / (double)pool : 1.0;
+
+    cfg->high_wm = o->high_wm * f;
+    cfg->low_wm = o->low_wm * f;
+}
+
+/* The store's memory of what it dropped: long enough to see a re-put (a
+ * second touch) of any block since it left, warm and cold: twice the blocks
+ * both hold, at least tierd's 65,536. */
+static uint32_t why_events(const struct kvr_run_opts *o, uint64_t capacity, uint64_t cold)
+{
+    uint64_t n = 2 * ((capacity + cold) / tier_slot_bytes(o->block_bytes));
+
+    return n < 65536 ? 65536 : n > (1u << 24) ? 1u << 24 : (uint32_t)n;
+}
+
+/* Open the store for one capacity: a first one to learn the pool's size,
+ * then the one replayed, its watermarks scaled (scale_wm) and, with a cold
+ * tier, its data file in dir. */
+static int open_store(const struct kvr_run_opts *o, uint64_t capacity, const char *dir,
+                      uint32_t maxblk, struct sreplay *s, struct kvr_result *res)
+{
+    struct tier_cold_cfg cc = { .dir = dir, .bytes = res->cold_capacity };
+    struct tier_open_cfg oc = {
+        .store = { .warm_bytes = capacity, .high_wm = o->high_wm, .low_wm = o->low_wm,
+                   .admit = o->admit, .clock_ms = trace_clock, .clock_ctx = s,
+                   .why_events = why_events(o, capacity, res->cold_capacity) },
+        .cold = res->cold_capacity ? &cc : NULL,
+    };
+    struct tier *probe;
+    int rc = tier_create(&oc.store, &probe);
+
+    if (rc < 0)
+        return rc;
+    res->pool_bytes = tier_pool_bytes(probe);
+    tier_destroy(probe);
+    scale_wm(o, capacity, res->pool_bytes, &oc.store);
+    if (o->cold_dwpd > 0) /* drive writes per day, a day of the trace's clock */
+        oc.store.cold_budget_bytes = (uint64_t)(o->cold_dwpd * (double)res->cold_capacity);
+    rc = tier_open(&oc, &s->t, NULL);
+    if (rc < 0)
+        return rc;
+    s->cold = tier_cold_of(s->t);
+    return tier_req_create(s->t, maxblk, on_get, s, &s->req);
 }
 
 int kvr_run_store(const struct kvr_trace *tr, const struct kvr_run_opts *o, uint64_t capacity,
                   struct kvr_result *res, char *err, size_t errcap)
 {
-    struct tier_cfg cfg = {
-        .warm_bytes = capacity, .high_wm = o->high_wm, .low_wm = o->low_wm,
-        .lock_memory = false, .huge_pages = false, .cold = NULL,
-    };
     size_t nmax = tr->max_blk ? tr->max_blk : 1;
-    uint32_t *ids = malloc(nmax * sizeof(*ids));
-    uint64_t *offs = malloc(nmax * sizeof(*offs));
-    uint8_t *tiers = malloc(nmax);
-    char a[32], b[32], c[32], why[256];
+    struct sreplay s = { .ids = malloc(nmax * sizeof(*s.ids)), .tiers = malloc(nmax) };
+    uint64_t *offs = malloc(nmax * sizeof(*offs)), slot = tier_slot_bytes(o->block_bytes);
+    char a[32], b[32], c[32], why[256], dir[4096] = "";
     struct tier_stats st;
-    struct tier *t = NULL;
     double t0;
     int rc;
 
     memset(res, 0, sizeof(*res));
     res->capacity = capacity;
-    if (!ids || !offs || !tiers) {
+    res->admit = o->admit;
+    res->cold_capacity = kvr_cold_bytes(o, capacity);
+    if (!s.ids || !offs || !s.tiers) {
         rc = -ENOMEM;
         snprintf(err, errcap, "out of memory");
         goto out_free;
     }
-    rc = tier_create(&cfg, &t);
-    if (rc < 0) {
-        snprintf(err, errcap, "capacity %s: cannot create the store: %s",
-                 kvr_size_str(capacity, a, sizeof(a)), strerror(-rc));
+    if (res->cold_capacity && res->cold_capacity < (1u << 20)) {
+        rc = -EINVAL;
+        snprintf(err, errcap, "capacity %s: a cold tier of %s: at least 1M",
+                 kvr_size_str(capacity, a, sizeof(a)),
+                 kvr_size_str(res->cold_capacity, b, sizeof(b)));
         goto out_free;
     }
-    if (tier_slot_bytes(o->block_bytes) > tier_block_max(t)) {
+    if (res->cold_capacity && (rc = cold_folder(o, dir, sizeof(dir))) < 0) {
+        snprintf(err, errcap, "a folder for the cold tier in %s: %s",
+                 o->cold_dir ? o->cold_dir : "$TMPDIR", strerror(-rc));
+        dir[0] = '\0';
+        goto out_free;
+    }
+    rc = open_store(o, capacity, dir, (uint32_t)nmax, &s, res);
+    if (rc < 0) {
+        snprintf(err, errcap, "capacity %s: cannot create the store%s: %s",
+                 kvr_size_str(capacity, a, sizeof(a)), dir[0] ? " (or its cold tier)" : "",
+                 strerror(-rc));
+        goto out_close;
+    }
+    if (slot > tier_block_max(s.t)) {
         /* tierd has the same limit: its largest slot is a sixteenth of the
          * pool, at most 64 MiB */
         rc = -EFBIG;
         snprintf(err, errcap, "capacity %s: its largest slot is %s, smaller than a block of "
                  "%s (the pool must hold 16 blocks; no block may exceed 64M)",
                  kvr_size_str(capacity, a, sizeof(a)),
-                 kvr_size_str(tier_block_max(t), b, sizeof(b)),
+                 kvr_size_str(tier_block_max(s.t), b, sizeof(b)),
                  kvr_size_str(o->block_bytes, c, sizeof(c)));
-        goto out_destroy;
+        goto out_close;
     }
-    res->pool_bytes = tier_pool_bytes(t);
-    res->slots = res->pool_bytes / tier_block_max(t) *
-                 (tier_block_max(t) / tier_slot_bytes(o->block_bytes));
-    res->ram_bytes = res->pool_bytes;
+    res->slots = res->pool_bytes / tier_block_max(s.t) * (tier_block_max(s.t) / slot);
+    res->asked_blocks = capacity / slot;
+    res->ram_bytes = capacity;
     t0 = cmn_now_s();
     for (size_t i = 0; i < tr->nreq; i++) {
-        rc = store_request(t, tr, &tr->req[i], o, ids, offs, tiers, res);
+        s.now_ms = tr->req[i].ts_ms;
+        rc = store_request(&s, tr, &tr->req[i], o, offs, res);
         if (rc < 0) {
             snprintf(err, errcap, "capacity %s: request %zu: store error: %s",
                      kvr_size_str(capacity, a, sizeof(a)), i + 1, strerror(-rc));
-            goto out_destroy;
+            goto out_close;
         }
     }
     res->seconds = cmn_now_s() - t0;
-    tier_stats_get(t, &st);
+    tier_stats_get(s.t, &st);
     res->evicted = st.evictions[TIER_L_WARM];
+    res->admitted = st.cold_admitted;
+    res->cold_refused = st.cold_refused;
+    res->over_budget = st.cold_over_budget;
+    if (s.cold) {
+        struct tier_cold_stats cs;
+
+        tier_cold_stats_get(s.cold, &cs);
+        res->disk_bytes = cs.bytes_written;
+    }
     /* the replay leans on the store's invariants; a broken one is a bug to
      * report, not a number to print */
-    rc = tier_check(t, why, sizeof(why));
+    rc = tier_check(s.t, why, sizeof(why));
     if (rc < 0)
         snprintf(err, errcap, "capacity %s: store invariant broken: %s",
                  kvr_size_str(capacity, a, sizeof(a)), why);
-out_destroy:
-    tier_destroy(t);
+out_close:
+    tier_req_destroy(s.req);
+    tier_close(s.t);
 out_free:
-    free(ids);
+    if (dir[0] && cmn_rmtree(dir) < 0 && rc == 0) {
+        rc = -EIO;
+        snprintf(err, errcap, "could not remove the cold tier's folder %s", dir);
+    }
+    free(s.ids);
     free(offs);
-    free(tiers);
+    free(s.tiers);
     return rc;
 }
 
@@ -202,7 +384,7 @@ int kvr_run_unbounded(struct kvr_trace *tr, const struct kvr_run_opts *o,
 
         while (hit < r->nblk && *keyset_find(&s, &tr->keys[r->first + hit]) != SIZE_MAX)
             hit++;
-        count_hits(res, r, hit, NULL, o->block_tokens);
+        kvr_count_hits(res, r, hit, NULL, o->block_tokens);
         for (uint64_t j = hit; j < r->nblk; j++) {
             size_t *p = keyset_find(&s, &tr->keys[r->first + j]);
 
@@ -217,8 +399,9 @@ int kvr_run_unbounded(struct kvr_trace *tr, const struct kvr_run_opts *o,
     res->seconds = cmn_now_s() - t0;
     res->capacity = tr->distinct * o->block_bytes;
     res->pool_bytes = res->capacity;
-    res->slots = tr->distinct;
+    res->slots = res->asked_blocks = res->held_max = tr->distinct;
     res->ram_bytes = res->capacity;
+    res->policy = "";
     return 0;
 }
 
@@ -396,7 +579,7 @@ static int client_replay(kvt_ns *ns, const struct kvr_trace *tr, const struct kv
          * gets only what it could read, and that is the hit */
         if (got < hit)
             res->short_gets++;
-        count_hits(res, r, (uint64_t)got, s->tiers, o->block_tokens);
+        kvr_count_hits(res, r, (uint64_t)got, s->tiers, o->block_tokens);
         rc = client_put(ns, s, (size_t)got, r->nblk, o->block_bytes, res);
         if (rc < 0) {
             snprintf(err, errcap, "request %zu: put: %s", q + 1, kvt_strerror(rc));

@@ -27,7 +27,7 @@ const char *kvr_size_str(uint64_t bytes, char *buf, size_t cap)
     else if (v == floor(v))
         snprintf(buf, cap, "%.0f%c", v, unit[u]);
     else
-        snprintf(buf, cap, "%.3g%c", v, unit[u]);
+        snprintf(buf, cap, "%.4g%c", v, unit[u]); /* 312.5M, not 312M */
     return buf;
 }
 

@@ -41,6 +41,7 @@ struct sim_result {
     uint64_t ops[SIM_OP_N];     /* operations run, by kind */
     uint64_t crashes, acked_durable, bytes_checked, leases_checked;
     uint64_t pins_checked;      /* pinned runs got after a flood of other operations */
+    uint64_t refused, over_budget; /* blocks NVMe admission kept off the disk, by cause */
     char failure[512];          /* the first violation ("" when none) */
 };
 

@@ -74,6 +74,8 @@ int main(int argc, char **argv)
         sum.acked_durable += r.acked_durable;
         sum.bytes_checked += r.bytes_checked;
         sum.pins_checked += r.pins_checked;
+        sum.refused += r.refused;
+        sum.over_budget += r.over_budget;
         for (int k = 0; k < SIM_OP_N; k++)
             sum.ops[k] += r.ops[k];
         if (rc < 0) {
@@ -87,6 +89,9 @@ int main(int argc, char **argv)
            (unsigned long long)sum.steps, el, (double)sum.steps / (el > 0 ? el : 1),
            (unsigned long long)sum.crashes, (unsigned long long)sum.acked_durable,
            (unsigned long long)sum.pins_checked, (double)sum.bytes_checked / (1u << 30));
+    printf("sim: NVMe admission kept %llu blocks off the disk (no second touch), %llu past "
+           "the write budget\n", (unsigned long long)sum.refused,
+           (unsigned long long)sum.over_budget);
     printf("sim: operations:");
     for (int k = 0; k < SIM_OP_N; k++)
         printf(" %s %llu", sim_op_name(k), (unsigned long long)sum.ops[k]);
