@@ -101,7 +101,8 @@ static void touch(struct world *w, uint64_t i)
     uint32_t id;
     uint64_t off;
 
-    cr_assert_eq(tier_get(w->t, 1, MIB, &k, 1, &id, &off), 1, "get %llu", (unsigned long long)i);
+    cr_assert_eq(tier_get(w->t, &(struct tier_get_args){ .ns = 1, .block_bytes = MIB, .keys = &k,
+        .n = 1, .ids = &id, .offs = &off }), 1, "get %llu", (unsigned long long)i);
     tier_release(w->t, &id, 1, false);
 }
 
