@@ -38,6 +38,8 @@
 #include "tierd.h"
 
 #define DEFAULT_DATA "/var/lib/kvtier"
+/* warm's eviction policy unless --evict-policy says (the README gives the figures) */
+#define DEFAULT_EVICT TIER_EVICT_KEEP
 
 /* ---- start-up -------------------------------------------------------- */
 
@@ -45,6 +47,7 @@ struct opts {
     const char *socket, *data, *config;
     uint64_t warm_bytes;
     double high_wm, low_wm;
+    int evict_policy;         /* enum tier_evict_policy */
     bool no_mlock, no_huge, verbose;
     uint32_t max_clients;
     int busy_poll_us;
@@ -78,6 +81,9 @@ static void usage(FILE *f)
             "  --warm-bytes SIZE  warm tier (pinned RAM) size, K/M/G/T suffix (default 1G)\n"
             "  --high-wm F        evict when warm is fuller than F (default 0.95)\n"
             "  --low-wm F         ... down to F (default 0.85)\n"
+            "  --evict-policy P   which warm blocks leave first, leaf-first always: lru, or\n"
+            "                     keep (keeps a learnt share of new chains longer when\n"
+            "                     that finds more reuses; default %s)\n"
             "  --no-mlock         do not pin the warm pool\n"
             "  --no-hugepages     do not try huge pages\n"
             "  --max-clients N    refuse connections beyond N (default 1024); each tenant\n"
@@ -112,7 +118,8 @@ static void usage(FILE *f)
             "  --remote-timeout-ms N  per network operation (default 100)\n"
             "  --remote-namespaces S  all (default), or the model ids starting with S\n"
             "  -v, --verbose      log sessions and namespaces\n",
-            KVT_DEFAULT_SOCKET, DEFAULT_DATA, METRICS_MAX_NS_DEFAULT);
+            KVT_DEFAULT_SOCKET, DEFAULT_DATA, tier_evict_policy_name(DEFAULT_EVICT),
+            METRICS_MAX_NS_DEFAULT);
 }
 
 /* A size option (cmn_parse_size's grammar) of at least min bytes into
@@ -164,6 +171,7 @@ enum opt_kind {
     O_FRAC,   /* double: a fraction in (0, 1] */
     O_IPV4,   /* const char *: an IPv4 address */
     O_POLICY, /* int: the remote tier's policy (enum tier_remote_policy) */
+    O_EVICT,  /* int: warm's eviction policy (enum tier_evict_policy) */
     O_HELP,   /* no field: print the usage and exit */
 };
 
@@ -184,6 +192,7 @@ static const struct opt_def {
     { "warm-bytes", 0, O_SIZE, AT(warm_bytes), 1, 0 },
     { "high-wm", 0, O_FRAC, AT(high_wm), 0, 0 },
     { "low-wm", 0, O_FRAC, AT(low_wm), 0, 0 },
+    { "evict-policy", 0, O_EVICT, AT(evict_policy), 0, 0 },
     { "no-mlock", 0, O_FLAG, AT(no_mlock), 0, 0 },
     { "no-hugepages", 0, O_FLAG, AT(no_huge), 0, 0 },
     { "max-clients", 0, O_U32, AT(max_clients), 1, 1000000 },
@@ -269,6 +278,16 @@ static int set_opt(const struct opt_def *d, const char *arg, struct opts *o)
         *(int *)f = (int)pol;
         return 0;
     }
+    case O_EVICT: {
+        enum tier_evict_policy ep;
+
+        if (tier_evict_policy_parse(arg, &ep) < 0) {
+            fprintf(stderr, "tierd: %s: want lru or keep, got '%s'\n", name, arg);
+            return -1;
+        }
+        *(int *)f = (int)ep;
+        return 0;
+    }
     }
     return -1;
 }
@@ -302,6 +321,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         .handshake_ms = 5000,
         .metrics_addr = "127.0.0.1", .metrics_max_ns = METRICS_MAX_NS_DEFAULT,
         .remote_policy = -1,
+        .evict_policy = DEFAULT_EVICT,
     };
     if (!o->socket || !*o->socket)
         o->socket = KVT_DEFAULT_SOCKET;
@@ -562,7 +582,8 @@ static int open_tenant(struct tierd *d, struct tenant *t, const struct opts *o)
     struct tier_open_cfg oc = {
         .store = { .warm_bytes = t->warm_bytes, .high_wm = o->high_wm, .low_wm = o->low_wm,
                    .lock_memory = !o->no_mlock, .log = store_log,
-                   .write_through = o->write_through },
+                   .write_through = o->write_through,
+                   .evict_policy = (enum tier_evict_policy)o->evict_policy },
         .cold = t->cold_bytes ? &cc : NULL,
         .remote = d->remote.seeds[0] ? &rc_cfg : NULL,
         .hot = t->hot_bytes ? &hc : NULL,
