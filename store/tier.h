@@ -504,5 +504,8 @@ double tier_index_bytes_per_block(const struct tier *t);
  * under LRU, or while keeping every chain pays best), and the policy. */
 double tier_keep_share(const struct tier *t);
 enum tier_evict_policy tier_evict_policy_of(const struct tier *t);
+/* Policy keep: keep this share of new chains (clamped to [0.05, 1]) until
+ * the policy's next adaptation. For tests and experiments. */
+void tier_keep_share_set(struct tier *t, double share);
 
 #endif /* TIER_H */

@@ -93,6 +93,17 @@ double tier_keep_share(const struct tier *t)
     return t->pol.share;
 }
 
+static void set_share(struct tier_pol *p, double share)
+{
+    p->share = share < SHARE_MIN ? SHARE_MIN : share > 1 ? 1 : share;
+    p->keep_below = p->share >= 1 ? UINT32_MAX : (uint32_t)(p->share * 4294967296.0);
+}
+
+void tier_keep_share_set(struct tier *t, double share)
+{
+    set_share(&t->pol, share);
+}
+
 enum tier_evict_policy tier_evict_policy_of(const struct tier *t)
 {
     return t->pol.kind;
@@ -159,19 +170,13 @@ static void adapt(struct tier *t)
                 best_t = top;
             }
         }
-        if (best > base * GAIN_MIN && best_t > 0) {
-            p->share = tl / best_t;
-            if (p->share < SHARE_MIN)
-                p->share = SHARE_MIN;
-            if (p->share > 1)
-                p->share = 1;
-        } else {
-            p->share = p->share * 1.1 < 1 ? p->share * 1.1 : 1;
-        }
+        if (best > base * GAIN_MIN && best_t > 0)
+            set_share(p, tl / best_t);
+        else
+            set_share(p, p->share * 1.1); /* back towards LRU while nothing pays more */
     }
     for (int b = 0; b < TIER_POL_NB; b++)
         p->hist[b] *= DECAY;
-    p->keep_below = p->share >= 1 ? UINT32_MAX : (uint32_t)(p->share * 4294967296.0);
     ghosts_fit(t);
 }
 
@@ -197,7 +202,7 @@ void tier_pol_commit(struct tier *t, uint32_t id)
     if (pe && pe->state == IDX_COMMITTED && !(pe->flags & IDX_F_REUSED))
         keep = pe->flags & IDX_F_KEEP;
     else
-        keep = key32(&e->key, 0) < t->pol.keep_below || t->pol.keep_below == UINT32_MAX;
+        keep = t->pol.keep_below == UINT32_MAX || key32(&e->key, 0) < t->pol.keep_below;
     e->flags &= (uint16_t)~(IDX_F_KEEP | IDX_F_REUSED);
     if (keep)
         e->flags |= IDX_F_KEEP;
