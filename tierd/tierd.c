@@ -39,7 +39,7 @@
 
 #define DEFAULT_DATA "/var/lib/kvtier"
 /* warm's eviction policy unless --evict-policy says (the README gives the figures) */
-#define DEFAULT_EVICT TIER_EVICT_KEEP
+#define DEFAULT_EVICT TIER_EVICT_LRU
 
 /* ---- start-up -------------------------------------------------------- */
 
