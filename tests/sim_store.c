@@ -68,7 +68,8 @@ Test(sim_store, seeds_5_6, .timeout = 600)
 
 /* The keep policy (both of its lists in play: it starts at a share of 0.5).
  * With disk faults, seed 3 fails the orphan-age check: an orphan's demotion
- * stays in flight past 250 steps (open; see the README's eviction section). */
+ * waits past 250 steps for a sync the full disk queue keeps refusing (open;
+ * see the README's eviction section). */
 Test(sim_store, keep_seeds_1_2, .timeout = 600)
 {
     run_seeds_with(1, 2, false, TIER_EVICT_KEEP);

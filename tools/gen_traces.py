@@ -44,12 +44,18 @@ def request(ts, full, out_len, ids, rng):
             "output_length": out_len, "hash_ids": full + ids.take(1)}
 
 
+def arrivals(rng, n, gap_ms):
+    """n Poisson arrival times, gap_ms apart on average."""
+    ts = 0.0
+    for _ in range(n):
+        ts += rng.expovariate(1 / gap_ms)
+        yield ts
+
+
 def sysprompt(rng, n):
     ids = Ids()
     prompts = [ids.take(rng.randint(4, 40)) for _ in range(40)]
-    ts = 0.0
-    for _ in range(n):
-        ts += rng.expovariate(1 / 300.0)
+    for ts in arrivals(rng, n, 300.0):
         p = prompts[zipf_pick(rng, len(prompts), 1.1)]
         yield request(ts, p + ids.take(rng.randint(0, 8)), rng.randint(50, 800), ids, rng)
 
@@ -57,9 +63,7 @@ def sysprompt(rng, n):
 def oneshot(rng, n):
     ids = Ids()
     docs = [ids.take(rng.randint(2, 30)) for _ in range(2000)]
-    ts = 0.0
-    for _ in range(n):
-        ts += rng.expovariate(1 / 200.0)
+    for ts in arrivals(rng, n, 200.0):
         if rng.random() < 0.15:
             full = docs[zipf_pick(rng, len(docs), 0.8)] + ids.take(rng.randint(0, 2))
         else:
