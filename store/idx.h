@@ -61,6 +61,8 @@ struct idx_entry {
 #define IDX_F_HOTDOWN 0x100u /* its hot slot is being copied down into a warm slot */
 #define IDX_F_HOTKEPT 0x200u /* hoff: a hot slot still held by in-place leases */
 #define IDX_F_REUSED 0x400u  /* read or put again since its put: admitted to cold */
+#define IDX_F_HIT 0x800u     /* leased at least once since it was committed (policy keep) */
+#define IDX_F_KEEP 0x1000u   /* policy keep: kept (its class's list, not the leave-first one) */
 /* A move holds the slot: not evicted, removed or moved again meanwhile. One
  * flag per direction, so that a move in one direction is never mistaken for
  * one in another (a durable commit joins a write to disk, never a copy from

@@ -35,6 +35,9 @@ int tier_create(const struct tier_cfg *cfg, struct tier **out)
     t = calloc(1, sizeof(*t));
     if (!t)
         return -ENOMEM;
+    rc = tier_pol_init(t, cfg->evict_policy);
+    if (rc < 0)
+        goto out_free;
     rc = idx_create(1024, &t->idx);
     if (rc < 0)
         goto out_free;
@@ -46,7 +49,8 @@ int tier_create(const struct tier_cfg *cfg, struct tier **out)
         goto out_idx;
     for (int c = 0; c < TIER_RAM_CLASSES; c++)
         for (int k = 0; k < 2; k++)
-            t->lru[c][k].head = t->lru[c][k].tail = TIER_NONE;
+            t->lru[c][k].head = t->lru[c][k].tail = t->plru[c][k].head =
+                t->plru[c][k].tail = TIER_NONE;
     t->clru.head = t->clru.tail = TIER_NONE;
     for (int c = 0; c < TIER_RAM_CLASSES; c++)
         t->hlru[c].head = t->hlru[c].tail = TIER_NONE;
@@ -84,6 +88,7 @@ void tier_destroy(struct tier *t)
         return;
     /* the caller closed the cold tier first (tier_cold_close runs or cancels
      * every callback), so nothing in flight can name t any more */
+    tier_pol_fini(t);
     while (t->moves) {
         struct move *m = t->moves;
 

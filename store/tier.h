@@ -66,6 +66,20 @@ enum tier_admit {
                               dropped them, as its memory of events says); the others
                               are dropped, counted in cold_refused */
 };
+/* Which warm leaf leaves first (store/tier_policy.c). Both are leaf-first:
+ * a block never leaves before its children. */
+enum tier_evict_policy {
+    TIER_EVICT_LRU = 0,   /* least recently used */
+    TIER_EVICT_KEEP = 1,  /* adaptive selective retention: when the reuse ages
+                             seen (hits, and misses of blocks it dropped) say
+                             that keeping a share of new chains for longer
+                             finds more hits than keeping all of them briefly,
+                             the rest leave first (LRU otherwise) */
+    TIER_EVICT_N
+};
+/* The policy named s ("lru", "keep"): 0 and *out, or -EINVAL. */
+int tier_evict_policy_parse(const char *s, enum tier_evict_policy *out);
+const char *tier_evict_policy_name(enum tier_evict_policy p); /* static string */
 
 struct tier_cfg {
     uint64_t warm_bytes;     /* warm pool size; rounded up to the segment size */
@@ -106,6 +120,7 @@ struct tier_cfg {
     uint64_t cold_budget_ms;                /* the window (0: a day, 86,400,000 ms) */
     uint64_t (*clock_ms)(void *ctx);        /* the window's clock (NULL: CLOCK_MONOTONIC) */
     void *clock_ctx;
+    enum tier_evict_policy evict_policy; /* warm's eviction order (0: LRU) */
 };
 
 /* Why keys missed, by cause: an event above (index = enum tier_event;
@@ -512,5 +527,13 @@ int tier_check(const struct tier *t, char *why, size_t cap);
 
 /* Bytes of index memory per resident block, for the benchmark. */
 double tier_index_bytes_per_block(const struct tier *t);
+
+/* The eviction policy's state: the share of new chains it keeps now (1.0
+ * under LRU, or while keeping every chain pays best), and the policy. */
+double tier_keep_share(const struct tier *t);
+enum tier_evict_policy tier_evict_policy_of(const struct tier *t);
+/* Policy keep: keep this share of new chains (clamped to [0.05, 1]) until
+ * the policy's next adaptation. For tests and experiments. */
+void tier_keep_share_set(struct tier *t, double share);
 
 #endif /* TIER_H */

@@ -77,7 +77,7 @@ void tier_admit_refuse(struct tier *t, uint32_t id, int verdict)
 
 uint32_t tier_admit_victim(struct tier *t, int cls, int *verdict)
 {
-    uint32_t v = t->lru[cls][TIER_LRU_DIRTY].tail;
+    uint32_t v = tier_lru_tail(t, cls, TIER_LRU_DIRTY);
 
     /* O(1): only the oldest leaf, the one the mover would take next */
     if (!t->cold || v == TIER_NONE || !tier_warm_leaf(t, idx_at(t->idx, v)))

@@ -27,7 +27,17 @@ static struct lru *list_of(struct tier *t, const struct idx_entry *e)
         return &t->clru;
     if (e->flags & IDX_F_HLRU)
         return &t->hlru[e->cls];
+    /* policy keep: a chain not kept sits on the list that leaves first */
+    if (t->pol.kind == TIER_EVICT_KEEP && !(e->flags & IDX_F_KEEP))
+        return &t->plru[e->cls][e->flags & IDX_F_COLD ? TIER_LRU_CLEAN : TIER_LRU_DIRTY];
     return &t->lru[e->cls][e->flags & IDX_F_COLD ? TIER_LRU_CLEAN : TIER_LRU_DIRTY];
+}
+
+uint32_t tier_lru_tail(const struct tier *t, int cls, int k)
+{
+    uint32_t v = t->plru[cls][k].tail;
+
+    return v != TIER_NONE ? v : t->lru[cls][k].tail;
 }
 
 void tier_lru_unlink(struct tier *t, uint32_t id)
@@ -198,23 +208,30 @@ static void older(const struct tier *t, const struct lru *l, uint32_t *best, uin
     }
 }
 
-/* The victim for warm's watermarks: the oldest warm leaf. O(classes). */
+/* The victim for warm's watermarks: the oldest warm leaf not kept, else
+ * the oldest kept one (under LRU every leaf is "kept"). O(classes). */
 uint32_t tier_pick_victim(struct tier *t)
 {
     uint32_t best = TIER_NONE, age = 0;
 
     for (int c = 0; c < TIER_RAM_CLASSES; c++)
         for (int k = 0; k < 2; k++)
+            older(t, &t->plru[c][k], &best, &age);
+    for (int c = 0; c < TIER_RAM_CLASSES && best == TIER_NONE; c++)
+        for (int k = 0; k < 2; k++)
             older(t, &t->lru[c][k], &best, &age);
     return best;
 }
 
-/* The oldest warm leaf already on disk, of any class. O(classes). */
+/* The oldest warm leaf already on disk, of any class, in the same order.
+ * O(classes). */
 uint32_t tier_pick_clean(struct tier *t)
 {
     uint32_t best = TIER_NONE, age = 0;
 
     for (int c = 0; c < TIER_RAM_CLASSES; c++)
+        older(t, &t->plru[c][TIER_LRU_CLEAN], &best, &age);
+    for (int c = 0; c < TIER_RAM_CLASSES && best == TIER_NONE; c++)
         older(t, &t->lru[c][TIER_LRU_CLEAN], &best, &age);
     return best;
 }

@@ -187,13 +187,17 @@ static int check_totals(struct chk *c)
     return 0;
 }
 
-/* Warm list k of class cls: links, members, tail. */
-static int check_warm_list(struct chk *c, int cls, int k)
+/* Warm list k of class cls, the kept one or (policy keep) the other:
+ * links, members, tail. */
+static int check_warm_list(struct chk *c, int cls, int k, bool kept)
 {
     const struct tier *t = c->t;
+    const struct lru *l = kept ? &t->lru[cls][k] : &t->plru[cls][k];
+    /* under LRU every leaf is on a kept list; under keep, its flag says */
+    bool lru = t->pol.kind != TIER_EVICT_KEEP;
     uint32_t prev = TIER_NONE;
 
-    for (uint32_t id = t->lru[cls][k].head; id != TIER_NONE; id = idx_at(t->idx, id)->next) {
+    for (uint32_t id = l->head; id != TIER_NONE; id = idx_at(t->idx, id)->next) {
         const struct idx_entry *e = idx_at(t->idx, id);
 
         if (!c->in_lru--)
@@ -201,10 +205,13 @@ static int check_warm_list(struct chk *c, int cls, int k)
         if (e->prev != prev || e->cls != cls || !(e->flags & IDX_F_LRU) ||
             !!(e->flags & IDX_F_COLD) != (k == TIER_LRU_CLEAN))
             BAD("LRU %d/%d: bad link or member at %u", cls, k, id);
+        if (kept ? !lru && !(e->flags & IDX_F_KEEP) : lru || (e->flags & IDX_F_KEEP))
+            BAD("LRU %d/%d: entry %u on the %s list, keep flag %d", cls, k, id,
+                kept ? "kept" : "leave-first", !!(e->flags & IDX_F_KEEP));
         prev = id;
     }
-    if (t->lru[cls][k].tail != prev)
-        BAD("LRU %d/%d: tail %u, walk ends at %u", cls, k, t->lru[cls][k].tail, prev);
+    if (l->tail != prev)
+        BAD("LRU %d/%d: tail %u, walk ends at %u", cls, k, l->tail, prev);
     return 0;
 }
 
@@ -251,7 +258,8 @@ static int check_lists(struct chk *c)
 
     for (int cls = 0; cls < TIER_RAM_CLASSES; cls++)
         for (int k = 0; k < 2; k++)
-            if ((rc = check_warm_list(c, cls, k)) < 0)
+            if ((rc = check_warm_list(c, cls, k, true)) < 0 ||
+                (rc = check_warm_list(c, cls, k, false)) < 0)
                 return rc;
     if ((rc = check_cold_list(c)) < 0)
         return rc;

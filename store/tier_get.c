@@ -123,6 +123,7 @@ size_t tier_pin(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct 
             reading = false;
         /* held as a lease is: no tier evicts it, the disk included */
         e = idx_at(t->idx, id);
+        tier_pol_touch(t, id);
         e->leases++;
         e->stamp = ++t->clock;
         tier_settle(t, id, false);
@@ -208,6 +209,7 @@ int tier_get_for(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct
             (*pending)++;
             hot++;
             e = idx_at(t->idx, id);
+            tier_pol_touch(t, id);
             e->leases++;
             e->stamp = ++t->clock;
             tier_settle(t, id, false);
@@ -221,6 +223,7 @@ int tier_get_for(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct
             (*pending)++;
         }
         e = idx_at(t->idx, id);
+        tier_pol_touch(t, id);
         e->leases++;
         e->stamp = ++t->clock;
         if ((flags & TIER_GET_PROMOTE) && t->hot && e->level != TIER_L_HOT)

@@ -7,6 +7,7 @@
  * The files, one job each:
  *   tier.c              tier_open/tier_close, pools, poll, counters
  *   tier_chain.c        chains (parents, children, ghosts) and the LRU lists of leaves
+ *   tier_policy.c       the eviction policy: which new chains are kept, learnt online
  *   tier_slot.c         warm slots and segments: room for a block now, a block leaving warm
  *   tier_move.c         moves in flight and their waiters
  *   tier_mover.c        the cold mover: demotion, flush, tier_maintain, promotion
@@ -40,6 +41,20 @@
 
 struct lru {
     uint32_t head, tail; /* most / least recently used leaf of a list */
+};
+
+/* The eviction policy's state (tier_policy.c). Ages are in clock ticks. */
+#define TIER_POL_NB 128 /* age buckets: four per power of two */
+struct tier_pol {
+    enum tier_evict_policy kind;
+    double share;                /* of new chains kept (1: all, as LRU) */
+    uint32_t keep_below;         /* share as a bound on a key's first 32 bits */
+    double hist[TIER_POL_NB];    /* first reuses by age (hits, and misses of dropped
+                                    blocks found in ghosts), decayed */
+    double vage;                 /* mean age of kept blocks leaving warm (0: none yet) */
+    uint32_t left;               /* blocks that left warm since the last adaptation */
+    uint64_t *ghosts;            /* dropped, never reused: (key tag << 32) | stamp */
+    uint32_t gmask;              /* ghosts' slots - 1 (0: no table yet) */
 };
 
 /* Each size class has two LRU lists of leaves: dirty (no cold copy: leaving
@@ -115,6 +130,8 @@ struct tier {
     struct idx *idx;
     struct tier_ram *ram;
     struct lru lru[TIER_RAM_CLASSES][2];
+    struct lru plru[TIER_RAM_CLASSES][2]; /* policy keep: leaves not kept, which go first */
+    struct tier_pol pol;              /* the eviction policy (tier_policy.c) */
     struct lru clru;                  /* disk-only leaves, for a full disk */
     struct tier_hot *hot;             /* NULL: no tier above warm */
     struct tier_ram *hram;            /* slots of the hot pool (offsets only) */
@@ -229,6 +246,19 @@ bool tier_drop_idle_ghost(struct tier *t, uint32_t id);
 uint32_t tier_pick_victim(struct tier *t);
 uint32_t tier_pick_clean(struct tier *t);
 uint32_t tier_pick_hot_victim(struct tier *t);
+
+/* The tail (oldest) of class cls's warm list k: the not-kept one first. */
+uint32_t tier_lru_tail(const struct tier *t, int cls, int k);
+
+/* ---- tier_policy.c: the eviction policy ---- */
+int tier_pol_init(struct tier *t, enum tier_evict_policy kind);
+void tier_pol_fini(struct tier *t);
+/* id was just committed (unlinked): decide whether its chain is kept. */
+void tier_pol_commit(struct tier *t, uint32_t id);
+/* id is being leased (before its stamp moves; unlinks it): a reuse. */
+void tier_pol_touch(struct tier *t, uint32_t id);
+/* id is leaving warm (unlinked); lost: no copy stays anywhere. */
+void tier_pol_left(struct tier *t, uint32_t id, bool lost);
 
 /* ---- tier_slot.c: slots and segments ---- */
 /* Free id's warm slot now (committed, unleased, not moving): cold-only with

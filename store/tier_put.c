@@ -180,6 +180,7 @@ size_t tier_commit(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t o
             continue;
         e->state = IDX_COMMITTED;
         e->stamp = ++t->clock;
+        tier_pol_commit(t, id); /* kept or not, before it goes on a list */
         t->st.reserved--;
         t->st.put_blocks++;
         t->st.blocks[e->level]++;

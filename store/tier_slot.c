@@ -20,6 +20,7 @@ void tier_leave_warm(struct tier *t, uint32_t id)
 
     if (e->flags & (IDX_F_LRU | IDX_F_CLRU | IDX_F_HLRU))
         tier_lru_unlink(t, id);
+    tier_pol_left(t, id, !(e->flags & IDX_F_COLD));
     if (t->cfg.on_evict)
         t->cfg.on_evict(t->cfg.evict_ctx, e->ns, &e->key, tier_slot_ptr(t, e), slot);
     /* on demotion: a block about to be lost goes to the remote tier (copied:
@@ -222,11 +223,12 @@ static uint32_t clean_inner(struct tier *t, int cls)
  * the class): it runs only when the disk is full of what it cannot evict. */
 uint32_t tier_dirty_droppable(struct tier *t, int cls)
 {
-    uint32_t v = t->lru[cls][TIER_LRU_DIRTY].tail;
+    const struct lru *ls[2] = { &t->plru[cls][TIER_LRU_DIRTY], &t->lru[cls][TIER_LRU_DIRTY] };
 
-    for (; v != TIER_NONE; v = idx_at(t->idx, v)->prev)
-        if (tier_droppable(idx_at(t->idx, v)))
-            return v;
+    for (int k = 0; k < 2; k++) /* the leaves not kept first */
+        for (uint32_t v = ls[k]->tail; v != TIER_NONE; v = idx_at(t->idx, v)->prev)
+            if (tier_droppable(idx_at(t->idx, v)))
+                return v;
     return TIER_NONE;
 }
 
@@ -277,7 +279,7 @@ static bool mover_can(struct tier *t)
     if (t->demoting_bytes || t->hot_moving)
         return true;
     for (int c = 0; c < TIER_RAM_CLASSES; c++)
-        if (t->lru[c][TIER_LRU_DIRTY].tail != TIER_NONE)
+        if (tier_lru_tail(t, c, TIER_LRU_DIRTY) != TIER_NONE)
             return true;
     return false;
 }
@@ -293,7 +295,7 @@ int tier_alloc_slot(struct tier *t, int cls, uint32_t id, uint64_t *off)
         if (rc != -ENOSPC)
             return rc;
         /* leaving warm is free for a block on disk: a leaf, else any */
-        v = t->lru[cls][TIER_LRU_CLEAN].tail;
+        v = tier_lru_tail(t, cls, TIER_LRU_CLEAN);
         if (v == TIER_NONE && (v = tier_admit_victim(t, cls, &verdict)) != TIER_NONE) {
             tier_admit_refuse(t, v, verdict); /* it would be dropped, not written, anyway */
             continue;

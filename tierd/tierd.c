@@ -38,6 +38,8 @@
 #include "tierd.h"
 
 #define DEFAULT_DATA "/var/lib/kvtier"
+/* warm's eviction policy unless --evict-policy says (the README gives the figures) */
+#define DEFAULT_EVICT TIER_EVICT_LRU
 
 /* ---- start-up -------------------------------------------------------- */
 
@@ -45,6 +47,7 @@ struct opts {
     const char *socket, *data, *config;
     uint64_t warm_bytes;
     double high_wm, low_wm;
+    int evict_policy;         /* enum tier_evict_policy */
     bool no_mlock, no_huge, verbose;
     uint32_t max_clients;
     int busy_poll_us;
@@ -80,6 +83,9 @@ static void usage(FILE *f)
             "  --warm-bytes SIZE  warm tier (pinned RAM) size, K/M/G/T suffix (default 1G)\n"
             "  --high-wm F        evict when warm is fuller than F (default 0.95)\n"
             "  --low-wm F         ... down to F (default 0.85)\n"
+            "  --evict-policy P   which warm blocks leave first, leaf-first always: lru, or\n"
+            "                     keep (keeps a learnt share of new chains longer when\n"
+            "                     that finds more reuses; default %s)\n"
             "  --no-mlock         do not pin the warm pool\n"
             "  --no-hugepages     do not try huge pages\n"
             "  --max-clients N    refuse connections beyond N (default 1024); each tenant\n"
@@ -120,7 +126,8 @@ static void usage(FILE *f)
             "  --remote-timeout-ms N  per network operation (default 100)\n"
             "  --remote-namespaces S  all (default), or the model ids starting with S\n"
             "  -v, --verbose      log sessions and namespaces\n",
-            KVT_DEFAULT_SOCKET, DEFAULT_DATA, METRICS_MAX_NS_DEFAULT);
+            KVT_DEFAULT_SOCKET, DEFAULT_DATA, tier_evict_policy_name(DEFAULT_EVICT),
+            METRICS_MAX_NS_DEFAULT);
 }
 
 /* A size option (cmn_parse_size's grammar) of at least min bytes into
@@ -174,6 +181,7 @@ enum opt_kind {
     O_POLICY, /* int: the remote tier's policy (enum tier_remote_policy) */
     O_ADMIT,  /* int: the cold tier's admission (enum tier_admit) */
     O_DWPD,   /* double: a positive number */
+    O_EVICT,  /* int: warm's eviction policy (enum tier_evict_policy) */
     O_HELP,   /* no field: print the usage and exit */
 };
 
@@ -194,6 +202,7 @@ static const struct opt_def {
     { "warm-bytes", 0, O_SIZE, AT(warm_bytes), 1, 0 },
     { "high-wm", 0, O_FRAC, AT(high_wm), 0, 0 },
     { "low-wm", 0, O_FRAC, AT(low_wm), 0, 0 },
+    { "evict-policy", 0, O_EVICT, AT(evict_policy), 0, 0 },
     { "no-mlock", 0, O_FLAG, AT(no_mlock), 0, 0 },
     { "no-hugepages", 0, O_FLAG, AT(no_huge), 0, 0 },
     { "max-clients", 0, O_U32, AT(max_clients), 1, 1000000 },
@@ -300,6 +309,16 @@ static int set_opt(const struct opt_def *d, const char *arg, struct opts *o)
         *(int *)f = (int)pol;
         return 0;
     }
+    case O_EVICT: {
+        enum tier_evict_policy ep;
+
+        if (tier_evict_policy_parse(arg, &ep) < 0) {
+            fprintf(stderr, "tierd: %s: want lru or keep, got '%s'\n", name, arg);
+            return -1;
+        }
+        *(int *)f = (int)ep;
+        return 0;
+    }
     }
     return -1;
 }
@@ -336,6 +355,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         .cold_admit = TIER_ADMIT_REUSED,
         .metrics_addr = "127.0.0.1", .metrics_max_ns = METRICS_MAX_NS_DEFAULT,
         .remote_policy = -1,
+        .evict_policy = DEFAULT_EVICT,
     };
     if (!o->socket || !*o->socket)
         o->socket = KVT_DEFAULT_SOCKET;
@@ -599,7 +619,8 @@ static int open_tenant(struct tierd *d, struct tenant *t, const struct opts *o)
                    .write_through = o->write_through,
                    .admit = (enum tier_admit)o->cold_admit,
                    /* DWPD is a share of the drive per day: of this tenant's cold file */
-                   .cold_budget_bytes = (uint64_t)(o->cold_dwpd * (double)t->cold_bytes) },
+                   .cold_budget_bytes = (uint64_t)(o->cold_dwpd * (double)t->cold_bytes),
+                   .evict_policy = (enum tier_evict_policy)o->evict_policy },
         .cold = t->cold_bytes ? &cc : NULL,
         .remote = d->remote.seeds[0] ? &rc_cfg : NULL,
         .hot = t->hot_bytes ? &hc : NULL,

@@ -277,9 +277,12 @@ static int world_open(struct world *w)
         goto out_cold;
     tc.cold = w->cold;
     tc.hot = w->hot;
+    tc.evict_policy = w->o->policy;
     rc = tier_create(&tc, &w->t);
     if (rc < 0)
         goto out_hot;
+    if (w->o->policy == TIER_EVICT_KEEP)
+        tier_keep_share_set(w->t, 0.5);
     rc = tier_load_cold(w->t);
     if (rc < 0)
         goto out_tier;

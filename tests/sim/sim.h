@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "tier.h" /* enum tier_evict_policy */
+
 /* The operations the schedule draws from (counted in sim_result.ops). */
 #define SIM_OPS(X)                                                                         \
     X(RESERVE) X(RESERVE_HOT) X(FILL) X(COMMIT) X(COMMIT_DURABLE) X(ABORT) X(GET)          \
@@ -33,6 +35,8 @@ struct sim_opts {
     uint64_t steps;
     bool faults;      /* inject disk errors (DISK_FAULT) */
     bool quiet;       /* no trace on failure */
+    enum tier_evict_policy policy; /* warm's; keep starts at a share of 0.5, so that
+                                      both of its lists are in play from the start */
     FILE *log;        /* where a failure's trace goes (NULL: stderr) */
 };
 

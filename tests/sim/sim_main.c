@@ -3,6 +3,7 @@
  * sim_main.c - kvtsim: run the store's simulation from the command line.
  *
  *   kvtsim [--seed N] [--steps N] [--seeds N] [--seconds S] [--faults]
+ *          [--evict-policy lru|keep]
  *
  * --seeds runs that many seeds from --seed on; --seconds keeps running new
  * seeds until the time is up (make soak). Prints one line per run and the
@@ -52,9 +53,11 @@ int main(int argc, char **argv)
             rc = num(a, v, &seconds), i++;
         else if (!strcmp(a, "--faults"))
             o.faults = true;
+        else if (!strcmp(a, "--evict-policy") && v && tier_evict_policy_parse(v, &o.policy) == 0)
+            i++;
         else {
             fprintf(stderr, "usage: kvtsim [--seed N] [--steps N] [--seeds N] [--seconds S] "
-                            "[--faults]\n");
+                            "[--faults] [--evict-policy lru|keep]\n");
             return 2;
         }
         if (rc < 0)

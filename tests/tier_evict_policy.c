@@ -1,0 +1,295 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tier_evict_policy.c - warm's eviction policies: names, the keep policy's
+ * ordering decisions (chains not kept leave first, a hit keeps a chain,
+ * leaf-first under both), and its adaptation (a share below 1 only when late
+ * reuse pays, and then more hits than LRU; LRU's hits when reuse is recent).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <string.h>
+
+#include "t.h"
+#include "tier.h"
+
+/* Block bytes of the store made last: 1 MiB for the small pools (a pool
+ * holds at least 16 of its largest blocks), 4 KiB for the long runs. */
+static uint64_t blk = 1u << 20;
+
+/* A warm-only store of exactly `slots` blocks of b bytes (evicting only
+ * when full). */
+static struct tier *store_of(enum tier_evict_policy p, uint64_t slots, uint64_t b)
+{
+    struct tier_cfg cfg = { .warm_bytes = slots * b, .high_wm = 1.0, .low_wm = 1.0,
+                            .evict_policy = p };
+    struct tier *t = NULL;
+
+    blk = b;
+    cr_assert_eq(tier_create(&cfg, &t), 0);
+    cr_assert_eq(tier_pool_bytes(t), slots * b, "pool of %llu bytes",
+                 (unsigned long long)tier_pool_bytes(t));
+    return t;
+}
+
+static struct tier *store(enum tier_evict_policy p, uint64_t slots)
+{
+    return store_of(p, slots, 1u << 20);
+}
+
+static void check(const struct tier *t)
+{
+    char why[256];
+
+    cr_assert_eq(tier_check(t, why, sizeof(why)), 0, "tier_check: %s", why);
+}
+
+/* Chain keys of seed: block i's key is keys_of(seed)[i]. */
+static void keys_of(uint64_t seed, struct tier_key *k, size_t n)
+{
+    t_keys((kvt_key *)k, n, seed);
+}
+
+/* Whether a chain whose first new key is k is kept at a share of one half. */
+static bool kept_at_half(const struct tier_key *k)
+{
+    uint32_t v;
+
+    memcpy(&v, k->b, sizeof(v));
+    return v < 0x80000000u;
+}
+
+/* The first seed from `from` whose first key is (or is not) kept at 0.5. */
+static uint64_t seed_kept(uint64_t from, bool kept)
+{
+    struct tier_key k;
+
+    for (;; from++) {
+        keys_of(from, &k, 1);
+        if (kept_at_half(&k) == kept)
+            return from;
+    }
+}
+
+/* Put blocks [from, n) of chain seed (blocks before from already there). */
+static void put_from(struct tier *t, uint64_t seed, size_t from, size_t n)
+{
+    struct tier_key k[64];
+    uint32_t ids[64];
+    uint64_t offs[64];
+    int rc;
+
+    keys_of(seed, k, n);
+    rc = tier_reserve(t, 1, blk, 7, from ? &k[from - 1] : NULL, k + from, n - from, ids, offs);
+    cr_assert_eq(rc, (int)(n - from), "reserve: %d", rc);
+    cr_assert_eq(tier_commit(t, 1, blk, 7, k + from, n - from), n - from);
+}
+
+/* Look chain seed up, lease and release its hits, put the rest: one
+ * request, as kvreplay makes it. Returns the hit blocks. */
+static size_t request(struct tier *t, uint64_t seed, size_t n)
+{
+    struct tier_key k[64];
+    uint32_t ids[64];
+    uint64_t offs[64];
+    size_t hit;
+    int got = 0;
+
+    keys_of(seed, k, n);
+    hit = tier_lookup(t, 1, k, n, NULL);
+    if (hit) {
+        got = tier_get(t, &(struct tier_get_args){ .ns = 1, .block_bytes = blk, .keys = k, .n = hit,
+            .ids = ids, .offs = offs });
+        cr_assert_eq(got, (int)hit, "get: %d of %zu", got, hit);
+        tier_release(t, ids, (size_t)got, false);
+    }
+    if ((size_t)got < n)
+        put_from(t, seed, (size_t)got, n);
+    tier_maintain(t);
+    return (size_t)got;
+}
+
+/* How many of chain seed's n blocks are still there (its leading run). */
+static size_t present(struct tier *t, uint64_t seed, size_t n)
+{
+    struct tier_key k[64];
+
+    keys_of(seed, k, n);
+    return tier_lookup(t, 1, k, n, NULL);
+}
+
+Test(tier_evict_policy, names_parse_both_ways_and_bad_ones_are_refused)
+{
+    enum tier_evict_policy p = TIER_EVICT_N;
+    struct tier_cfg cfg = { .warm_bytes = 64u << 20, .evict_policy = TIER_EVICT_N };
+    struct tier *t = NULL;
+
+    cr_assert_eq(tier_evict_policy_parse("lru", &p), 0);
+    cr_assert_eq(p, TIER_EVICT_LRU);
+    cr_assert_eq(tier_evict_policy_parse("keep", &p), 0);
+    cr_assert_eq(p, TIER_EVICT_KEEP);
+    cr_assert_str_eq(tier_evict_policy_name(TIER_EVICT_KEEP), "keep");
+    cr_assert_str_eq(tier_evict_policy_name(TIER_EVICT_LRU), "lru");
+    cr_assert_eq(tier_evict_policy_parse("LRU", &p), -EINVAL);
+    cr_assert_eq(tier_evict_policy_parse("", &p), -EINVAL);
+    cr_assert_eq(tier_evict_policy_parse(NULL, &p), -EINVAL);
+    cr_assert_eq(tier_create(&cfg, &t), -EINVAL, "an unknown policy is refused");
+    cfg.evict_policy = TIER_EVICT_KEEP;
+    cr_assert_eq(tier_create(&cfg, &t), 0);
+    cr_assert_eq(tier_evict_policy_of(t), TIER_EVICT_KEEP);
+    cr_assert_float_eq(tier_keep_share(t), 1.0, 1e-9, "a new store keeps every chain");
+    tier_destroy(t);
+}
+
+/* Keeping every chain (share 1, where keep starts) is LRU: after every
+ * request, both stores hold the same leading run of every chain. */
+Test(tier_evict_policy, keep_at_share_one_evicts_in_lrus_order)
+{
+    struct tier *l = store(TIER_EVICT_LRU, 64), *k = store(TIER_EVICT_KEEP, 64);
+    size_t lost = 0;
+
+    for (uint64_t i = 0; i < 60; i++) {
+        uint64_t seed = 1000 + (i * 7) % 23; /* chains come back: hits refresh them */
+
+        cr_assert_eq(request(l, seed, 6), request(k, seed, 6), "request %llu",
+                     (unsigned long long)i);
+        for (uint64_t c = 1000; c < 1023; c++) {
+            size_t pl = present(l, c, 6);
+
+            cr_assert_eq(pl, present(k, c, 6), "request %llu: chain %llu differs",
+                         (unsigned long long)i, (unsigned long long)c);
+            lost += i == 59 ? 6 - pl : 0;
+        }
+    }
+    cr_assert_gt(lost, 60, "the pool filled and evicted (%zu blocks gone)", lost);
+    check(l);
+    check(k);
+    tier_destroy(l);
+    tier_destroy(k);
+}
+
+/* At a share of one half, a newer chain not kept leaves before an older
+ * kept one, from its end back to its root; under LRU the older one goes. */
+Test(tier_evict_policy, a_chain_not_kept_leaves_first_tail_to_root)
+{
+    uint64_t kept = seed_kept(1, true), not = seed_kept(1, false);
+    struct tier *t = store(TIER_EVICT_KEEP, 16), *l = store(TIER_EVICT_LRU, 16);
+
+    tier_keep_share_set(t, 0.5);
+    cr_assert_float_eq(tier_keep_share(t), 0.5, 1e-9);
+    for (int i = 0; i < 2; i++) {
+        struct tier *x = i ? l : t;
+
+        put_from(x, kept, 0, 8); /* older, kept */
+        put_from(x, not, 0, 8);  /* newer, not kept */
+        for (size_t b = 0; b < 4; b++) { /* no room: each block takes one's place */
+            put_from(x, 5000, b, b + 1);
+            if (x == t)
+                cr_assert_eq(present(t, not, 8), 7 - b, "block %zu of the chain not kept "
+                             "leaves %zu-th", 7 - b, b + 1);
+            else
+                cr_assert_eq(present(l, kept, 8), 7 - b, "LRU: the older chain's block "
+                             "%zu leaves", 7 - b);
+        }
+        check(x);
+    }
+    cr_assert_eq(present(t, kept, 8), 8, "the older kept chain stays whole");
+    cr_assert_eq(present(l, not, 8), 8, "LRU: the newer chain stays");
+    tier_destroy(t);
+    tier_destroy(l);
+}
+
+/* A hit keeps a chain that was not kept: it then outlives a newer chain
+ * not kept. And new blocks under a hit prefix decide for themselves: a
+ * kept (hit) prefix never leaves before the blocks under it. */
+Test(tier_evict_policy, a_hit_keeps_a_chain_and_its_new_tail_decides_anew)
+{
+    uint64_t a = seed_kept(100, false), b = seed_kept(a + 1, false);
+    struct tier *t = store(TIER_EVICT_KEEP, 16);
+
+    tier_keep_share_set(t, 0.5);
+    put_from(t, a, 0, 6);
+    cr_assert_eq(request(t, a, 6), 6, "chain a is hit whole");
+    put_from(t, b, 0, 6);           /* newer, not kept */
+    put_from(t, 7000, 0, 8);        /* 20 blocks in 16 slots */
+    check(t);
+    cr_assert_eq(present(t, a, 6), 6, "the chain that was hit is kept");
+    cr_assert_eq(present(t, b, 6), 2, "the newer chain not kept lost its tail");
+    tier_destroy(t);
+}
+
+/* Leaf-first under keep: chains not kept share a kept root; the root
+ * stays while any block under it does, whatever the lists say. */
+Test(tier_evict_policy, leaf_first_holds_under_keep)
+{
+    struct tier *t = store(TIER_EVICT_KEEP, 24);
+    struct tier_key root[1];
+    uint32_t ids[1];
+    uint64_t offs[1];
+
+    tier_keep_share_set(t, 0.05);
+    keys_of(9, root, 1);
+    cr_assert_eq(tier_reserve(t, 1, blk, 7, NULL, root, 1, ids, offs), 1);
+    cr_assert_eq(tier_commit(t, 1, blk, 7, root, 1), 1);
+    for (uint64_t c = 0; c < 40; c++) {
+        struct tier_key k[5];
+        uint32_t cid[5];
+        uint64_t coff[5];
+        int rc;
+
+        /* the root is hit (kept), then gets a child chain of its own */
+        cr_assert_eq(tier_get(t, &(struct tier_get_args){ .ns = 1, .block_bytes = blk, .keys = root,
+            .n = 1, .ids = ids, .offs = offs }), 1, "chain %llu: root gone",
+                     (unsigned long long)c);
+        tier_release(t, ids, 1, false);
+        keys_of(20000 + c, k, 5);
+        rc = tier_reserve(t, 1, blk, 7, root, k, 5, cid, coff);
+        cr_assert_eq(rc, 5, "reserve: %d", rc);
+        cr_assert_eq(tier_commit(t, 1, blk, 7, k, 5), 5);
+        tier_maintain(t);
+        check(t);
+    }
+    tier_destroy(t);
+}
+
+/* Traffic where each chain comes back once, `dist` chains later. */
+static size_t replay(enum tier_evict_policy p, uint64_t slots, int chains, int dist,
+                     double *share)
+{
+    struct tier *t = store_of(p, slots, 4096);
+    size_t hits = 0;
+
+    for (int i = 0; i < chains; i++) {
+        hits += request(t, 50000 + (uint64_t)i, 4);
+        if (i >= dist)
+            hits += request(t, 50000 + (uint64_t)(i - dist), 4);
+    }
+    check(t);
+    *share = tier_keep_share(t);
+    tier_destroy(t);
+    return hits;
+}
+
+/* Reuse that comes after warm would have dropped every chain: keep learns
+ * to keep a share of them (from its ghosts) and finds what LRU cannot. */
+Test(tier_evict_policy, late_reuse_teaches_keep_to_keep_a_share, .timeout = 120)
+{
+    double ls, ks;
+    size_t lru = replay(TIER_EVICT_LRU, 1024, 12000, 400, &ls);
+    size_t keep = replay(TIER_EVICT_KEEP, 1024, 12000, 400, &ks);
+
+    cr_assert_lt(ks, 0.9, "keep's share: %g", ks);
+    cr_assert_float_eq(ls, 1.0, 1e-9);
+    cr_assert_gt(keep, lru + 2000, "hit blocks: keep %zu, lru %zu", keep, lru);
+}
+
+/* Reuse well within warm's reach: nothing to gain; keep stays LRU. */
+Test(tier_evict_policy, recent_reuse_leaves_keep_at_lru, .timeout = 120)
+{
+    double ls, ks;
+    size_t lru = replay(TIER_EVICT_LRU, 1024, 6000, 40, &ls);
+    size_t keep = replay(TIER_EVICT_KEEP, 1024, 6000, 40, &ks);
+
+    cr_assert_float_eq(ks, 1.0, 1e-9, "keep's share: %g", ks);
+    cr_assert_eq(keep, lru, "hit blocks: keep %zu, lru %zu", keep, lru);
+    cr_assert_eq(lru, (size_t)(6000 - 40) * 4, "every reuse hits: %zu", lru);
+}
