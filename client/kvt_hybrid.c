@@ -172,7 +172,7 @@ static void needs(const struct kvt_hybrid *hy, uint32_t k, uint32_t end, uint32_
     if (whole(hy->g[k].kind))
         *first = 0;
     else if (hy->g[k].kind == KVT_LAYER_SLIDING) /* kept or not, only the window counts */
-        *first = end + 1 >= hy->win[k] ? end + 1 - hy->win[k] : 0;
+        *first = (uint64_t)end + 1 >= hy->win[k] ? (uint32_t)((uint64_t)end + 1 - hy->win[k]) : 0;
     else
         *first = end; /* a state: the one after the last block */
 }
@@ -182,8 +182,12 @@ void kvt_ns_group_needs(const kvt_ns *ns, uint32_t g, uint32_t end, uint32_t *fi
 {
     const struct kvt_hybrid *hy = ns ? kvt_ns_hybrid(ns) : NULL;
 
-    if (!hy || g >= hy->ngroups || !first || !last)
+    if (!first || !last)
         return;
+    if (!hy || g >= hy->ngroups) {
+        *first = 1, *last = 0; /* nothing */
+        return;
+    }
     needs(hy, g, end, first, last);
 }
 

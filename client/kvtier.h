@@ -719,7 +719,8 @@ kvt_ns *kvt_ns_group(kvt_ns *ns, uint32_t g);
 const struct kvt_layer_group *kvt_ns_group_desc(const kvt_ns *ns, uint32_t g);
 
 /* The blocks [*first, *last] of chain positions 0..end (a prefix of end+1
- * blocks) that group g needs stored to restore that prefix. */
+ * blocks) that group g needs stored to restore that prefix; the empty
+ * range (1, 0) when ns is not hybrid or has no group g. */
 void kvt_ns_group_needs(const kvt_ns *ns, uint32_t g, uint32_t end, uint32_t *first,
                         uint32_t *last);
 

@@ -460,7 +460,9 @@ int tier_cold_get(struct tier_cold *c, uint32_t ns, const struct tier_key *key, 
 
     if (rc < 0)
         return rc;
-    if (!aligned(buf, cap) || rec.len > cap || !cb)
+    /* a block is written as its slot, and read into a slot of its size:
+     * any other length is another size's block, never served as this one */
+    if (!aligned(buf, cap) || rec.len != cap || !cb)
         return -EINVAL;
     o = malloc(sizeof(*o));
     if (!o)

@@ -93,7 +93,7 @@ int tier_cold_drain(struct tier_cold *c);
 
 /* Read (ns, key) into buf (4 KiB aligned, cap bytes); cb tells whether the
  * bytes are verified. Immediate errors: -ENOENT (not in the cold tier),
- * -EINVAL (cap smaller than the block), -EBUSY. *len_out (may be NULL) gets
+ * -EINVAL (cap not the block's stored length), -EBUSY. *len_out (may be NULL) gets
  * the stored length. */
 int tier_cold_get(struct tier_cold *c, uint32_t ns, const struct tier_key *key, void *buf,
                   uint64_t cap, uint64_t *len_out, tier_cold_cb cb, void *ctx);

@@ -150,13 +150,15 @@ static int lease_hot_down(struct tier *t, uint32_t id, struct waiter w, uint64_t
 }
 
 /* A lease on a block only on disk: its read into warm starts, or a read
- * for another getter is joined. */
+ * for another getter is joined; -EINVAL when the block is another size. */
 static int lease_cold(struct tier *t, uint32_t id, uint64_t slot, struct waiter w)
 {
     struct move *m;
 
     if (!(idx_at(t->idx, id)->flags & IDX_F_PROMOTING))
         return tier_promote(t, id, slot, w);
+    if (tier_ram_class_slot(t->ram, idx_at(t->idx, id)->cls) != slot)
+        return -EINVAL; /* being read at its own size, not this one */
     m = tier_move_of(t, id, TIER_MV_PROMOTE); /* a read for another getter: join it */
     return m ? tier_wait_add(&m->ws, w) : -ENOENT;
 }
@@ -204,6 +206,8 @@ int tier_get_for(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct
              * number join one copy) */
             uint64_t woff;
 
+            if (tier_ram_class_slot(t->hram, e->cls) != slot)
+                goto wrong_size;
             if (!pending || lease_hot_down(t, id, w, &woff) < 0)
                 break;
             (*pending)++;
@@ -217,9 +221,13 @@ int tier_get_for(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct
             continue;
         } else if (!pending || !t->cold) {
             break; /* cold, and the caller cannot wait */
-        } else if (lease_cold(t, id, slot, w) < 0) {
-            break;
         } else {
+            int rc = lease_cold(t, id, slot, w);
+
+            if (rc == -EINVAL)
+                goto wrong_size; /* stored at another size (tier_cold_get) */
+            if (rc < 0)
+                break;
             (*pending)++;
         }
         e = idx_at(t->idx, id);

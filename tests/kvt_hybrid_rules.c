@@ -252,6 +252,32 @@ Test(kvt_hybrid_rules, each_group_keeps_what_its_rule_says)
     world_close(&w);
 }
 
+/* What each group needs for a prefix, at the ends of the range too: a
+ * window at the last block of a 2^32-block prefix is its last 2 blocks (the
+ * prefix's length once wrapped to 0, and the window was all of it). */
+Test(kvt_hybrid_rules, group_needs_names_each_rule_s_range)
+{
+    struct world w;
+    uint32_t f, l;
+
+    world_open(&w, 0);
+    kvt_ns_group_needs(w.ns, 0, 11, &f, &l);
+    cr_assert(f == 0 && l == 11, "full: [%u, %u]", f, l);
+    kvt_ns_group_needs(w.ns, 1, 11, &f, &l);
+    cr_assert(f == 10 && l == 11, "sliding: [%u, %u]", f, l);
+    kvt_ns_group_needs(w.ns, 1, 0, &f, &l);
+    cr_assert(f == 0 && l == 0, "sliding, a one-block prefix: [%u, %u]", f, l);
+    kvt_ns_group_needs(w.ns, 2, 11, &f, &l);
+    cr_assert(f == 11 && l == 11, "state: [%u, %u]", f, l);
+    kvt_ns_group_needs(w.ns, 1, UINT32_MAX, &f, &l);
+    cr_assert(f == UINT32_MAX - 1 && l == UINT32_MAX, "sliding at the end: [%u, %u]", f, l);
+    kvt_ns_group_needs(w.ns, 3, 11, &f, &l);
+    cr_assert(f > l, "no group 3, yet [%u, %u]", f, l);
+    kvt_ns_group_needs(kvt_ns_group(w.ns, 0), 0, 11, &f, &l);
+    cr_assert(f > l, "a plain namespace has no groups, yet [%u, %u]", f, l);
+    world_close(&w);
+}
+
 Test(kvt_hybrid_rules, lookups_stop_where_any_group_has_a_hole)
 {
     struct world w;

@@ -247,6 +247,76 @@ Test(tier_movers, a_wrong_size_after_a_disk_read_ends_the_run_before_it)
     rig_rm(&r);
 }
 
+/* Drive the disk until the waiter has heard of `want` blocks. */
+static void wait_ready(struct rig *r, int want)
+{
+    while (r->ready + r->failed < want)
+        cr_assert_geq(tier_poll(r->t, true), 0);
+}
+
+/* A block is never handed out as another size: not one on disk (its read
+ * would fill a slot of the asked size with fewer bytes, and its entry take
+ * that class), not one being read for another getter, not one in hot that
+ * a warm reader would have copied down. Each is -EINVAL before any wait;
+ * the block is then got at its own size, its bytes right. */
+Test(tier_movers, a_block_is_never_got_as_another_size_from_disk_or_hot)
+{
+    const uint32_t small = 64u << 10;
+    struct rig r;
+    struct tier_key k, h;
+    uint32_t id, id2, pending;
+    uint64_t off, off2;
+    struct tier_get_args big = { .ns = 1, .block_bytes = BLK, .keys = &k, .n = 1, .ids = &id2,
+                                 .offs = &off2, .waiter = &r, .pending = &pending };
+
+    rig_open(&r, true, false);
+    t_keys((kvt_key *)&k, 1, 5);
+    cr_assert_eq(tier_reserve(r.t, 1, small, 1, NULL, &k, 1, &id, &off), 1);
+    t_fill((uint8_t *)tier_pool_base(r.t) + off, small, 9);
+    cr_assert_eq(tier_commit(r.t, 1, small, 1, &k, 1), 1);
+    rig_close(&r, true);
+    rig_open(&r, false, false);
+    cr_assert_eq(tier_load_cold(r.t), 1);
+    r.ready = r.failed = 0;
+    cr_assert_eq(tier_get(r.t, &big), -EINVAL, "a block on disk got as another size");
+    cr_assert_eq(pending, 0);
+    check(&r);
+    cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = small,
+        .keys = &k, .n = 1, .ids = &id, .offs = &off, .waiter = &r, .pending = &pending }), 1);
+    cr_assert_eq(pending, 1);
+    /* its read in flight: a getter of another size does not join it */
+    cr_assert_eq(tier_get(r.t, &big), -EINVAL, "a read in flight joined at another size");
+    wait_ready(&r, 1);
+    cr_assert_eq(r.failed, 0);
+    cr_assert_eq(t_check((uint8_t *)tier_pool_base(r.t) + off, small, 9), -1);
+    tier_release(r.t, &id, 1, false);
+    check(&r);
+    rig_close(&r, false);
+    rig_rm(&r);
+
+    with_hot = true;
+    rig_open(&r, true, false);
+    t_keys((kvt_key *)&h, 1, 6);
+    cr_assert_eq(tier_reserve_hot(r.t, 1, small, 1, NULL, &h, 1, &id, &off), 1);
+    t_fill((uint8_t *)tier_hot_emu_base(r.hot) + off, small, 11);
+    cr_assert_eq(tier_commit(r.t, 1, small, 1, &h, 1), 1);
+    big.keys = &h;
+    r.ready = r.failed = 0;
+    cr_assert_eq(tier_get(r.t, &big), -EINVAL, "a hot block copied down as another size");
+    cr_assert_eq(pending, 0);
+    check(&r);
+    cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = small,
+        .keys = &h, .n = 1, .ids = &id, .offs = &off, .waiter = &r, .pending = &pending }), 1);
+    wait_ready(&r, (int)pending);
+    cr_assert_eq(r.failed, 0);
+    cr_assert_eq(t_check((uint8_t *)tier_pool_base(r.t) + off, small, 11), -1);
+    tier_release(r.t, &id, 1, false);
+    check(&r);
+    rig_close(&r, false);
+    rig_rm(&r);
+    with_hot = false;
+}
+
 Test(tier_movers, purge_removes_a_namespace_from_every_tier_and_the_disk)
 {
     struct rig r;

@@ -380,13 +380,13 @@ def trace_chain_requests(chains, tokens_per_hash, max_hash_ids, max_out, tail,
                          window=CHAIN_WINDOW):
     """The trace's own multi-turn chains, in trace order: of its first
     `window` requests, the first `chains` that are continued later (a
-    request continues an earlier one when it begins with at least two of
-    its hash ids, the earlier one's prompt and answer) with every request
-    that continues them, each made as trace_requests makes one (id:
+    request continues an earlier one, as its next turn, when it begins with
+    all of that one's full blocks, at least two) with every request that
+    continues them, each made as trace_requests makes one (id:
     its line in the trace). The head of the trace holds few continuations
     (a next turn comes a median 384 requests later); these are the
     requests an offload tier is for, with the trace's own lengths and
-    reuse."""
+    reuse. An error when the trace holds no such chain."""
     rs = []
     with open(TRACE) as f:
         for i, line in enumerate(f):
@@ -397,8 +397,13 @@ def trace_chain_requests(chains, tokens_per_hash, max_hash_ids, max_out, tail,
     for j, r in enumerate(rs):
         h = tuple(r["hash_ids"])
         for k in range(len(h), 1, -1):
-            if h[:k] in first_of:
-                parent[j] = first_of[h[:k]]
+            p = first_of.get(h[:k])
+            if p is not None:
+                # a next turn holds all of the earlier one's full blocks
+                # (its last may be partial); two shared blocks of a long
+                # prompt are a shared system prompt, not a conversation
+                if k >= len(rs[p]["hash_ids"]) - 1:
+                    parent[j] = p
                 break
         for k in range(2, len(h) + 1):
             first_of.setdefault(h[:k], j)
@@ -417,6 +422,9 @@ def trace_chain_requests(chains, tokens_per_hash, max_hash_ids, max_out, tail,
             toks += prompt_tokens(h, tokens_per_hash)
         toks = toks[:want] + prompt_tokens("tail-%d" % j, tail)
         picked.append((toks, max(1, min(r["output_length"], max_out))))
+    if not picked:
+        raise SystemExit("bench_vllm: no chain of turns among the first %d requests of %s"
+                         % (window, TRACE))
     return picked
 
 
@@ -528,9 +536,9 @@ def main():
     ap.add_argument("--tail-tokens", type=int, default=8)
     ap.add_argument("--max-out", type=int, default=2)
     ap.add_argument("--kv-blocks", type=int, default=32)
-    ap.add_argument("--chains", type=int, default=16,
+    ap.add_argument("--chains", type=int, default=8,
                     help="chains: the trace's first CHAINS continued requests, with their turns")
-    ap.add_argument("--chain-hash-ids", type=int, default=4,
+    ap.add_argument("--chain-hash-ids", type=int, default=16,
                     help="chains: at most this many hash ids (blocks) per prompt")
     ap.add_argument("--conversations", type=int, default=8)
     ap.add_argument("--turns", type=int, default=4)
@@ -552,7 +560,7 @@ def main():
     os.environ.setdefault("KVTIER_LIB", os.path.join(BIN, "libkvtier.so"))
     if a.quick:
         a.lengths, a.hybrid_lengths = [512, 1024], [1536]
-        a.requests, a.chains, a.conversations, a.turns, a.rounds = 20, 4, 6, 3, 1
+        a.requests, a.chains, a.conversations, a.turns, a.rounds = 20, 3, 6, 3, 1
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)
     t0 = time.monotonic()

@@ -181,6 +181,77 @@ def test_hybrid_hit_is_held_group_by_group_until_its_load():
     assert d.stop() == 0
 
 
+def test_hybrid_at_tp2_each_rank_saves_and_loads_its_own_shard(tierd, monkeypatch):
+    """tensor_parallel_size 2: vLLM's specs hold one rank's heads (2 here),
+    kvtier's groups the model's (4), so each rank's namespace takes its
+    blocks (it refused them as the wrong size when given the rank's
+    heads). The hit is pinned per rank, group by group, and each rank's
+    worker loads its own shard, byte for byte, releasing its own pins."""
+    toks = prompt(6 * BS + 5, 85)
+    keys = kvtier.hash_prompt(toks, BS, seed="0")
+    ids_a = [[1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11, 12, 13, 14]]
+    ids_b = [[0, 0, 0, 0, 2, 3, 4], [15, 5, 6, 7, 8, 9, 10]]
+    src, dst, workers = [], [], []
+    for rank in (0, 1):
+        monkeypatch.setattr(vc, "_worker_ranks", lambda rank=rank: (rank, 0))
+        kv = cache(16, seed=5 + rank)
+        s, w = modules_pair(tierd.sock, kv, hybrid_config(), asynchronous=True, tp=2)
+        assert s.get_num_new_matched_tokens(vllm_request(toks, "a"), 0) == (0, False)
+        s._kv_cache_manager = manager(ids_a)
+        s.update_state_after_alloc(vllm_request(toks, "a"), Blocks(ids_a[0]), 0)
+        step(w, s.build_connector_meta(SimpleNamespace(num_scheduled_tokens={"a": len(toks)})))
+        w.handle_preemptions(vc.KvtierConnectorMetadata())
+        src.append(kv)
+        workers.append((s, w))
+    sb = None
+    for rank in (0, 1):
+        monkeypatch.setattr(vc, "_worker_ranks", lambda rank=rank: (rank, 0))
+        kv = cache(16, fill=0)
+        s, w = modules_pair(tierd.sock, kv, hybrid_config(), asynchronous=True, tp=2)
+        sb = sb or s
+        dst.append((kv, w))
+        workers.append((s, w))
+    assert [ns.lookup(keys) for ns in sb._tierd.ns] == [6, 6]
+    req = vllm_request(toks, "b")
+    assert sb.get_num_new_matched_tokens(req, 0) == (6 * BS, True)
+    pins = sb._reqs["b"].pins
+    assert len(pins) == 2 and all(len(p) == 2 and all(p) for p in pins), pins
+    sb.update_state_after_alloc(req, GroupBlocks(ids_b), 6 * BS)
+    meta = sb.build_connector_meta(SimpleNamespace(num_scheduled_tokens={}))
+    for rank, (kv, w) in enumerate(dst):
+        sending, recving, errs = until(w, lambda s, r, e: r, meta)
+        assert (recving, errs, w._failed_recving) == ({"b"}, set(), set())
+        for name in kv:
+            g = 0 if name in ("layers.0.attn", "layers.2.attn") else 1
+            for pos in range(4 if g == 0 else 0, 6):
+                assert torch.equal(kv[name][ids_b[g][pos]], src[rank][name][ids_a[g][pos]]), \
+                    (rank, name, pos)
+    assert sb._tierd.client.stats()["leases_active"] == 0, "each rank released its pins"
+    for s, w in workers:
+        s.shutdown()
+        w.shutdown()
+
+
+def test_hybrid_pins_only_what_the_load_reads():
+    """A hit with a local prefix pins none of what vLLM holds (the load
+    starts after it), and a hit the local prefix covers pins nothing."""
+    from conftest import Tierd
+    d = Tierd("--warm-bytes", "64M")
+    toks = prompt(6 * BS + 5, 86)
+    sa, wa = save_prompt(d.sock, toks, cache(16), [[1, 2, 3, 4, 5, 6, 7],
+                                                   [8, 9, 10, 11, 12, 13, 14]])
+    sb, wb = pair(d.sock, cache(16, fill=0))
+    req = vllm_request(toks, "b")
+    assert sb.get_num_new_matched_tokens(req, 3 * BS) == (3 * BS, True)
+    # full group: blocks 3-5 (not 0-2, vLLM's); sliding: its window, 4-5
+    assert sb._tierd.client.stats()["leases_active"] == 3 + 2
+    assert sb.get_num_new_matched_tokens(req, 6 * BS) == (0, False)
+    assert sb._tierd.client.stats()["leases_active"] == 0, "pinned for nobody"
+    for c in (sa, wa, sb, wb):
+        c.shutdown()
+    assert d.stop() == 0
+
+
 def test_hybrid_same_prompt_again_hits_all_but_its_last_block(tierd):
     """A prompt that ends on a block boundary, asked again: vLLM computes
     its last token itself, so it asks for one block less than was saved,

@@ -977,7 +977,7 @@ class HybridNamespace(Namespace):
         prefix of end + 1 blocks (kvt_ns_group_needs)."""
         if not 0 <= g < self.groups:
             raise IndexError("group %d of %d" % (g, self.groups))
-        if end < 0:
+        if not 0 <= end < 0xFFFFFFFF:
             raise ValueError("a prefix of %d blocks" % (end + 1))
         first, last = ctypes.c_uint32(), ctypes.c_uint32()
         _ns_group_needs(self._handle(), g, end, ctypes.byref(first), ctypes.byref(last))

@@ -448,7 +448,10 @@ def _hybrid_groups(vllm_config, groups, dtype, esize):
             continue
         if kv_dtype(vllm_config, spec) != (dtype, esize):
             raise KvtierConfigError("kvtier: KV cache groups of several dtypes")
-        d = {"kind": kind, "layers": n, "kv_heads": spec.num_kv_heads,
+        # vLLM's spec has one rank's heads, kvtier's group the model's (it
+        # splits them by the ranks, as for a state; a head fewer than the
+        # ranks is replicated, one per rank)
+        d = {"kind": kind, "layers": n, "kv_heads": spec.num_kv_heads * tp,
              "head_dim": spec.head_size, "n_kv": 2, "elem_bytes": esize}
         if kind == "sliding":
             d["window"] = spec.sliding_window
@@ -993,15 +996,17 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                 # before the load, and is then reported and recomputed as
                 # without pins
                 hit = min(hit, found)
-            for at in hybrid if hit else ():
-                self._pin_groups(spaces[at], keys, hit, pins[at])
+            if hit * self._block_size > num_computed_tokens:
+                for at in hybrid:
+                    self._pin_groups(spaces[at], keys, num_computed_tokens // self._block_size,
+                                     hit, pins[at])
             return hit
 
         # tierd away or refusing: a miss, never a failed request
         ok, hit = self._tierd.call("lookup", look) if usable else (False, 0)
-        if not ok or hit == 0:
-            self._tierd.unpin(pins)
-            pins, hit = [], 0
+        if not ok or hit * self._block_size <= num_computed_tokens:
+            self._tierd.unpin(pins)   # nothing for the workers to load: held for nobody
+            pins, hit = [], (hit if ok else 0)
         st.pins = pins + [0] * (len(self._tierd.ns) - len(pins)) if pins else []
         st.request = request
         st.local_tokens = num_computed_tokens
@@ -1011,15 +1016,17 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             return 0, False
         return extra, self._async
 
-    def _pin_groups(self, ns, keys, hit, got):
+    def _pin_groups(self, ns, keys, local, hit, got):
         """Pin in each group of hybrid namespace ns the blocks its rule needs
         to restore the prefix of hit blocks (a window's last blocks, a
-        state's one), appending the pins to got as they are taken (so a
-        failure midway still releases them). What the tenant's pin budget
-        does not hold may be evicted before the load, which then fails
-        whole and is recomputed, as without pins."""
+        state's one) that the load reads: none of the first `local`, which
+        vLLM holds. The pins go into got as they are taken (so a failure
+        midway still releases them). What the tenant's pin budget does not
+        hold may be evicted before the load, which then fails whole and is
+        recomputed, as without pins."""
         for g in range(ns.groups):
             first, last = ns.group_needs(g, hit - 1)
+            first = max(first, min(local, last))
             try:
                 _, pin_id, _ = ns.group(g).lookup_pin(keys[first:last + 1], self._pin_ms)
             except kvtier.KvtierError as e:
@@ -1251,8 +1258,15 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
 
     def _load(self, tierd, ld, stream):
         """Restore load ld's blocks through tierd (a _Tierd) and release this
-        worker's pin: how many of them arrived (the leading run; hybrid: all
-        or none)."""
+        worker's pin, whatever happens: how many of them arrived (the
+        leading run; hybrid: all or none)."""
+        try:
+            return self._restore(tierd, ld, stream)
+        finally:
+            if self._pin_at < len(ld.pins):
+                tierd.unpin(ld.pins[self._pin_at:self._pin_at + 1])   # loaded: let go
+
+    def _restore(self, tierd, ld, stream):
         if self._hybrid:
             ok, got = tierd.call("request %s: restore" % ld.req_id,
                                  lambda spaces: self._restore_groups(spaces[0], ld, stream))
@@ -1262,8 +1276,6 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                 lambda spaces: spaces[0].restore(ld.keys, self._layout, ld.block_ids,
                                                  stream=stream))
         got = got if ok else 0
-        if self._pin_at < len(ld.pins):
-            tierd.unpin(ld.pins[self._pin_at:self._pin_at + 1])   # loaded: let go
         return got
 
     def _restore_groups(self, ns, ld, stream):
