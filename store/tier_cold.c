@@ -22,6 +22,14 @@
  * turns failed and refuses writes (sticky), since retrying could index data
  * that never reached the disk; puts not yet told are told -EIO.
  *
+ * The ring's last SYNC_SLOTS slots are the syncs': reads and writes take at
+ * most qd - SYNC_SLOTS, and at most one data sync and one ISYNC are ever in
+ * flight, so a sync always finds a slot. Without the reserve, a backlog of
+ * reads refilled every slot a completion freed, turn after turn, and a batch
+ * already written waited for its sync as long as reads kept coming: its puts
+ * untold, the blocks being demoted held in warm, unreachable orphans among
+ * them (the simulation's seed 3 with faults).
+ *
  * Space is a bitmap of 4 KiB pages with first-fit from a rotating cursor:
  * O(pages) in the worst case, but the cursor makes a mostly sequential fill
  * cheap, and blocks of any size share one file. It is rebuilt from the
@@ -39,6 +47,7 @@
 #include "tier_nvme.h"
 
 #define PAGE 4096u
+#define SYNC_SLOTS 2u /* ring slots only syncs take: one data sync, one ISYNC */
 
 struct op {
     struct tier_cold *c;
@@ -63,6 +72,7 @@ struct tier_cold {
     uint64_t npages, cursor, used_pages;
     uint64_t next_gen;
     uint32_t batch;
+    unsigned data_qd;     /* reads and writes in the ring at most (qd - SYNC_SLOTS) */
     struct op *pending;   /* written, not yet synced (LIFO: order does not matter) */
     unsigned npending;
     struct op *syncing;   /* the batch whose sync is in flight */
@@ -87,6 +97,15 @@ static void say(struct tier_cold *c, const char *msg)
 {
     if (c->log)
         c->log(c->log_ctx, msg);
+}
+
+/* Whether a read or write may take a ring slot now: the syncs' reserve
+ * stays free for them (design note). */
+static bool data_room(const struct tier_cold *c)
+{
+    unsigned syncs = (unsigned)c->sync_inflight + (unsigned)c->isync_inflight;
+
+    return tier_nvme_inflight(c->io) - syncs < c->data_qd;
 }
 
 /* ---- page map -------------------------------------------------------- */
@@ -397,7 +416,7 @@ int tier_cold_put(struct tier_cold *c, uint32_t ns, const struct tier_key *key,
                       .ctx = ctx, .has_parent = parent != NULL };
     if (parent)
         o->parent = *parent;
-    rc = tier_nvme_write(c->io, o->off, buf, len, on_write, o);
+    rc = data_room(c) ? tier_nvme_write(c->io, o->off, buf, len, on_write, o) : -EBUSY;
     if (rc < 0) {
         free_bytes(c, o->off, len);
         free(o);
@@ -469,7 +488,8 @@ int tier_cold_get(struct tier_cold *c, uint32_t ns, const struct tier_key *key, 
         return -ENOMEM;
     *o = (struct op){ .c = c, .ns = ns, .key = *key, .off = rec.off, .len = rec.len,
                       .xxh3 = rec.xxh3, .gen = rec.gen, .buf = buf, .cb = cb, .ctx = ctx };
-    rc = c->backlog ? -EBUSY : tier_nvme_read(c->io, rec.off, buf, rec.len, on_read, o);
+    rc = c->backlog || !data_room(c) ? -EBUSY
+                                     : tier_nvme_read(c->io, rec.off, buf, rec.len, on_read, o);
     if (rc == -EBUSY) {
         /* the ring is full: a long chain's reads wait their turn here rather
          * than being refused, and go in as earlier ones complete (FIFO) */
@@ -554,12 +574,13 @@ unsigned tier_cold_busy(const struct tier_cold *c)
     return c->writes + c->reads + c->npending + c->nsyncing + c->nindexed;
 }
 
-/* Move backlogged reads into the ring while it has room. */
+/* Move backlogged reads into the ring while it has room for data. */
 static void feed_backlog(struct tier_cold *c)
 {
     while (c->backlog) {
         struct op *o = c->backlog;
-        int rc = tier_nvme_read(c->io, o->off, o->buf, o->len, on_read, o);
+        int rc = data_room(c) ? tier_nvme_read(c->io, o->off, o->buf, o->len, on_read, o)
+                              : -EBUSY;
 
         if (rc == -EBUSY)
             break; /* still full: the next completion makes room */
@@ -577,11 +598,13 @@ int tier_cold_poll(struct tier_cold *c, bool wait)
     bool inflight = tier_nvme_inflight(c->io) > 0;
     int rc = tier_nvme_reap(c->io, wait && inflight ? 1 : 0);
 
-    feed_backlog(c);
+    /* syncs first: they have their reserve, but a sync owed should not wait
+     * behind reads either way */
     if (c->flush_wanted && !c->sync_inflight)
         start_sync(c);
     if (c->isync_wanted)
         start_isync(c);
+    feed_backlog(c);
     return rc;
 }
 
@@ -694,6 +717,15 @@ int tier_cold_open(const struct tier_cold_cfg *cfg, struct tier_cold **out)
     rc = tier_nvme_open(&ncfg, &c->io);
     if (rc < 0)
         goto out_idx;
+    if (tier_nvme_qd(c->io) <= SYNC_SLOTS) {
+        snprintf(msg, sizeof(msg), "cold tier: a queue depth of %u leaves no slot for data "
+                                   "beside the %u kept for syncs (at least %u)",
+                 tier_nvme_qd(c->io), SYNC_SLOTS, SYNC_SLOTS + 1);
+        say(c, msg);
+        rc = -EINVAL;
+        goto out_io;
+    }
+    c->data_qd = tier_nvme_qd(c->io) - SYNC_SLOTS;
     c->npages = tier_nvme_bytes(c->io) / PAGE;
     c->map = calloc((c->npages + 63) / 64, sizeof(uint64_t));
     if (!c->map) {

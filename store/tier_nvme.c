@@ -564,6 +564,7 @@ out_err:
 }
 
 unsigned tier_nvme_inflight(const struct tier_nvme *n) { return n->qd - n->nfree; }
+unsigned tier_nvme_qd(const struct tier_nvme *n) { return n->qd; }
 
 /* ---- close and accessors ------------------------------------------------- */
 

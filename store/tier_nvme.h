@@ -75,6 +75,8 @@ int tier_nvme_reap(struct tier_nvme *n, unsigned min);
 
 /* Requests queued or in flight. */
 unsigned tier_nvme_inflight(const struct tier_nvme *n);
+/* The queue depth: the most requests queued or in flight at once. */
+unsigned tier_nvme_qd(const struct tier_nvme *n);
 
 /* ---- fault injection (tests only) ----------------------------------------
  * Compiled in only when KVT_FAULTS is defined (the sanitizer build, build-san/);
