@@ -22,9 +22,9 @@
  * turns failed and refuses writes (sticky), since retrying could index data
  * that never reached the disk; puts not yet told are told -EIO.
  *
- * The ring's last SYNC_SLOTS slots are the syncs': reads and writes take at
- * most qd - SYNC_SLOTS, and at most one data sync and one ISYNC are ever in
- * flight, so a sync always finds a slot. Without the reserve, a backlog of
+ * The ring has SYNC_SLOTS slots more than the configured qd, and they are
+ * the syncs': reads and writes take at most qd, and at most one data sync and
+ * one ISYNC are ever in flight, so a sync always finds a slot. Without the reserve, a backlog of
  * reads refilled every slot a completion freed, turn after turn, and a batch
  * already written waited for its sync as long as reads kept coming: its puts
  * untold, the blocks being demoted held in warm, unreachable orphans among
@@ -72,7 +72,7 @@ struct tier_cold {
     uint64_t npages, cursor, used_pages;
     uint64_t next_gen;
     uint32_t batch;
-    unsigned data_qd;     /* reads and writes in the ring at most (qd - SYNC_SLOTS) */
+    unsigned data_qd;     /* reads and writes in the ring at most (the ring's qd - SYNC_SLOTS) */
     struct op *pending;   /* written, not yet synced (LIFO: order does not matter) */
     unsigned npending;
     struct op *syncing;   /* the batch whose sync is in flight */
@@ -694,15 +694,21 @@ static int claim(void *ctx, uint32_t ns, const struct tier_key *key,
 int tier_cold_open(const struct tier_cold_cfg *cfg, struct tier_cold **out)
 {
     char path[4096], msg[320];
+    uint32_t qd = cfg->qd ? cfg->qd : 32;
+    /* the syncs' slots come on top of the depth asked for reads and writes */
     struct tier_nvme_cfg ncfg = { .path = path, .bytes = cfg->bytes ? cfg->bytes : 16ull << 30,
-                                  .qd = cfg->qd, .no_direct = cfg->no_direct, .sim = cfg->sim,
-                                  .log = cfg->log, .log_ctx = cfg->log_ctx };
+                                  .qd = qd + SYNC_SLOTS, .no_direct = cfg->no_direct,
+                                  .sim = cfg->sim, .log = cfg->log, .log_ctx = cfg->log_ctx };
     struct rebuild r = { 0 };
     struct tier_cold *c = calloc(1, sizeof(*c));
     int rc;
 
     if (!c)
         return -ENOMEM;
+    if (qd > UINT32_MAX - SYNC_SLOTS) { /* the ring's depth would wrap */
+        free(c);
+        return -EINVAL;
+    }
     c->log = cfg->log;
     c->log_ctx = cfg->log_ctx;
     c->batch = cfg->batch ? cfg->batch : 32;
@@ -717,14 +723,6 @@ int tier_cold_open(const struct tier_cold_cfg *cfg, struct tier_cold **out)
     rc = tier_nvme_open(&ncfg, &c->io);
     if (rc < 0)
         goto out_idx;
-    if (tier_nvme_qd(c->io) <= SYNC_SLOTS) {
-        snprintf(msg, sizeof(msg), "cold tier: a queue depth of %u leaves no slot for data "
-                                   "beside the %u kept for syncs (at least %u)",
-                 tier_nvme_qd(c->io), SYNC_SLOTS, SYNC_SLOTS + 1);
-        say(c, msg);
-        rc = -EINVAL;
-        goto out_io;
-    }
     c->data_qd = tier_nvme_qd(c->io) - SYNC_SLOTS;
     c->npages = tier_nvme_bytes(c->io) / PAGE;
     c->map = calloc((c->npages + 63) / 64, sizeof(uint64_t));

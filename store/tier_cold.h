@@ -32,8 +32,8 @@ struct tier_nvme; /* tier_nvme.h */
 struct tier_cold_cfg {
     const char *dir;   /* folder for cold.data and cold.lmdb/ (created) */
     uint64_t bytes;    /* data file size (0: 16 GiB) */
-    uint32_t qd;       /* io_uring queue depth (0: 32; at least 3: two slots are kept
-                          for the syncs, so reads and writes never starve them) */
+    uint32_t qd;       /* reads and writes in flight at most (0: 32); the io_uring
+                          queue has 2 slots more, kept for the syncs (tier_cold.c) */
     uint32_t batch;    /* blocks per durable commit (0: 32); a flush commits sooner */
     bool no_direct;    /* buffered I/O even where O_DIRECT works */
     bool sim;          /* the simulated disk of tier_nvme.h (tests) */
@@ -61,7 +61,7 @@ typedef void (*tier_cold_cb)(void *ctx, int rc);
 
 /* Open the tier, rebuilding the free-space map from the index (records that
  * point outside the file or overlap another are dropped and logged).
- * Errors: -ENOSPC (file cannot be preallocated), -EINVAL (qd below 3),
+ * Errors: -ENOSPC (file cannot be preallocated), -EINVAL (qd past UINT32_MAX - 2),
  * LMDB and I/O errnos. */
 int tier_cold_open(const struct tier_cold_cfg *cfg, struct tier_cold **out);
 /* Make every put issued so far durable (or failed), run all callbacks,
@@ -80,7 +80,7 @@ unsigned tier_cold_busy(const struct tier_cold *c);
  * recording parent (NULL: none), the key before it in its chain,
  * replacing any older copy once the new one is durable. buf must stay valid
  * and unchanged until cb runs. Immediate errors: -ENOSPC (no room in the
- * file), -EBUSY (the queue's data slots full: poll and retry), -EIO (tier
+ * file), -EBUSY (qd reads and writes in flight: poll and retry), -EIO (tier
  * failed), -EINVAL. */
 int tier_cold_put(struct tier_cold *c, uint32_t ns, const struct tier_key *key,
                   const struct tier_key *parent, const void *buf, uint64_t len,
