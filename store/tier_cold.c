@@ -23,12 +23,12 @@
  * that never reached the disk; puts not yet told are told -EIO.
  *
  * The ring has SYNC_SLOTS slots more than the configured qd, and they are
- * the syncs': reads and writes take at most qd, and at most one data sync and
- * one ISYNC are ever in flight, so a sync always finds a slot. Without the reserve, a backlog of
- * reads refilled every slot a completion freed, turn after turn, and a batch
- * already written waited for its sync as long as reads kept coming: its puts
- * untold, the blocks being demoted held in warm, unreachable orphans among
- * them (the simulation's seed 3 with faults).
+ * the syncs': reads and writes take at most qd, and at most one data sync
+ * and one ISYNC are ever in flight, so a sync always finds a slot. Without
+ * the reserve, a backlog of reads refilled every slot a completion freed,
+ * turn after turn, and a batch already written waited for its sync as long
+ * as reads kept coming: its puts untold, the blocks being demoted held in
+ * warm, unreachable orphans among them (the simulation's seed 3 with faults).
  *
  * Space is a bitmap of 4 KiB pages with first-fit from a rotating cursor:
  * O(pages) in the worst case, but the cursor makes a mostly sequential fill
@@ -72,7 +72,7 @@ struct tier_cold {
     uint64_t npages, cursor, used_pages;
     uint64_t next_gen;
     uint32_t batch;
-    unsigned data_qd;     /* reads and writes in the ring at most (the ring's qd - SYNC_SLOTS) */
+    unsigned data_qd;     /* reads and writes in the ring at most (its qd - SYNC_SLOTS) */
     struct op *pending;   /* written, not yet synced (LIFO: order does not matter) */
     unsigned npending;
     struct op *syncing;   /* the batch whose sync is in flight */
@@ -491,7 +491,7 @@ int tier_cold_get(struct tier_cold *c, uint32_t ns, const struct tier_key *key, 
     rc = c->backlog || !data_room(c) ? -EBUSY
                                      : tier_nvme_read(c->io, rec.off, buf, rec.len, on_read, o);
     if (rc == -EBUSY) {
-        /* the ring is full: a long chain's reads wait their turn here rather
+        /* no data slot free: a long chain's reads wait their turn here rather
          * than being refused, and go in as earlier ones complete (FIFO) */
         o->next = NULL;
         *c->backlog_tail = o;
