@@ -542,7 +542,7 @@ Test(kvreplay_trace, bad_policy_and_cold_options_fail_with_a_clear_error)
     const char *tr = write_file(0, "ok.jsonl", GOOD);
 
     expect_fail((const char *const[]){ tr, "--policy", "lru,lfu", NULL }, 64,
-                "no policy 'lfu'; there are: lru min");
+                "no policy 'lfu'; there are: lru keep min");
     expect_fail((const char *const[]){ tr, "--cold-admit", "sometimes", NULL }, 64,
                 "--cold-admit: want all, second-touch");
     expect_fail((const char *const[]){ tr, "--cold-dwpd", "3", NULL }, 64,
@@ -570,6 +570,34 @@ Test(kvreplay_trace, min_is_the_offline_bound_with_prefix_semantics)
     EXPECT_INTS(r.json, "runs/1/", "hit_blocks=4 hit_tokens=2048 asked_blocks=4 held_max=4 "
                                    "evicted=1");
     cr_expect_leq(ji(r.json, "runs/0/held_max"), 4);
+    run_free(&r);
+}
+
+/*
+ * --policy lru,keep,min replays the same in-process store with each of its
+ * policies, then the bound: on the bundled trace's first 2,000 requests at
+ * 1,000 blocks, keep (its selective retention) finds more hits than LRU,
+ * which it could not if the store ran LRU for both, and neither passes MIN.
+ */
+Test(kvreplay_trace, keep_is_the_stores_policy_between_lru_and_min)
+{
+    char path[512];
+    struct run r;
+    long long lru, keep, min;
+
+    real_trace(path, sizeof(path));
+    r = kvr_ok((const char *const[]){ path, "--limit", "2000", "--block-bytes", "64K",
+                                      "--capacity", "62.5M", "--policy", "lru,keep,min",
+                                      "--json", NULL });
+    cr_assert_str_eq(json_string_value(at(r.json, "runs/0/policy")), "lru");
+    cr_assert_str_eq(json_string_value(at(r.json, "runs/1/policy")), "keep");
+    cr_assert_str_eq(json_string_value(at(r.json, "runs/2/policy")), "min");
+    lru = ji(r.json, "runs/0/hit_blocks");
+    keep = ji(r.json, "runs/1/hit_blocks");
+    min = ji(r.json, "runs/2/hit_blocks");
+    cr_expect_gt(keep, lru, "keep %lld hits, lru %lld: the store ran one policy", keep, lru);
+    cr_expect_leq(keep, min, "keep %lld hits passed MIN's %lld", keep, min);
+    EXPECT_I(json_array_get(at(r.json, "runs"), 1), "asked_blocks", 1000);
     run_free(&r);
 }
 
