@@ -599,6 +599,34 @@ Test(kvreplay_trace, keep_is_the_stores_policy_between_lru_and_min)
     cr_expect_leq(keep, min, "keep %lld hits passed MIN's %lld", keep, min);
     EXPECT_I(json_array_get(at(r.json, "runs"), 1), "asked_blocks", 1000);
     run_free(&r);
+
+    /* the plot: a curve per policy in each panel, named in its legend */
+    {
+        char svg[128], *s;
+        size_t lines = 0;
+
+        snprintf(svg, sizeof(svg), "%s/policies.svg", tmp);
+        r = kvr_ok((const char *const[]){ path, "--limit", "300", "--block-bytes", "64K",
+                                          "--capacity", "62.5M,625M", "--policy", "lru,keep,min",
+                                          "--svg", svg, "--json", NULL });
+        run_free(&r);
+        s = slurp(svg);
+        for (const char *p = s; (p = strstr(p, "<polyline")) != NULL; p++)
+            lines++;
+        cr_expect_eq(lines, 6, "expected 3 curves in 2 panels, got %zu polylines", lines);
+        cr_expect(strstr(s, ">lru</text>") && strstr(s, ">keep</text>") &&
+                  strstr(s, ">min</text>"), "a policy missing from the legend");
+        /* each curve goes through its own two capacities, not through another's */
+        for (const char *p = s; (p = strstr(p, "points=\"")) != NULL; p++) {
+            const char *e = strchr(p + 8, '"');
+            size_t pts = 1;
+
+            for (const char *q = p + 8; q < e; q++)
+                pts += *q == ' ';
+            cr_expect_eq(pts, 2, "a curve of %zu points, not 2", pts);
+        }
+        free(s);
+    }
 }
 
 /*
