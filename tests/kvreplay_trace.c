@@ -574,6 +574,46 @@ Test(kvreplay_trace, min_is_the_offline_bound_with_prefix_semantics)
 }
 
 /*
+ * tools/gen_traces.py, the generator of make bench's traces: the same seed
+ * gives the same trace to stdout as to a file; --block-tokens sizes every
+ * request (its full blocks, then one partial one); kvreplay reads it all.
+ */
+Test(kvreplay_trace, gen_traces_writes_a_trace_of_the_blocks_asked)
+{
+    const char *py = getenv("KVT_TEST_PYTHON") ? getenv("KVT_TEST_PYTHON") : "/usr/bin/python3";
+    const char *src = getenv("KVT_TEST_SRC") ? getenv("KVT_TEST_SRC") : ".";
+    char path[512], *out, *file, *line, *save;
+    struct run r;
+    int n = 0;
+
+    snprintf(path, sizeof(path), "%s/gen.jsonl", tmp);
+    out = t_sh_okf("'%s' '%s/tools/gen_traces.py' multiturn --requests 200 --block-tokens 16",
+                   py, src);
+    free(t_sh_okf("'%s' '%s/tools/gen_traces.py' multiturn '%s' --requests 200 "
+                  "--block-tokens 16", py, src, path));
+    file = slurp(path);
+    cr_expect_str_eq(out, file, "stdout and the file differ");
+    for (line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save), n++) {
+        json_t *j = json_loads(line, 0, NULL);
+        json_int_t len, blocks;
+
+        cr_assert_not_null(j, "not JSON: %s", line);
+        len = json_integer_value(json_object_get(j, "input_length"));
+        blocks = (json_int_t)json_array_size(json_object_get(j, "hash_ids"));
+        cr_expect(len > (blocks - 1) * 16 && len < blocks * 16, "%lld tokens in %lld blocks",
+                  (long long)len, (long long)blocks);
+        json_decref(j);
+    }
+    cr_expect_eq(n, 200);
+    r = kvr_ok((const char *const[]){ path, "--block-tokens", "16", "--capacity", "8M",
+                                      "--json", NULL });
+    EXPECT_I(r.json, "trace/requests", 200);
+    run_free(&r);
+    free(out);
+    free(file);
+}
+
+/*
  * --policy lru,keep,min replays the same in-process store with each of its
  * policies, then the bound: on the bundled trace's first 2,000 requests at
  * 1,000 blocks, keep (its selective retention) finds more hits than LRU,
