@@ -350,7 +350,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         .warm_bytes = 1ull << 30, .high_wm = 0.95, .low_wm = 0.85, .max_clients = 1024,
         .busy_poll_us = 200, .cold_bytes = 4ull << 30, .cold_qd = 32, .durable_wait_ms = 10000,
         .handshake_ms = 5000,
-        /* hits first: second-touch loses 22% of the hit rate with cold 4x warm (README, NVMe admission) */
+        /* hits first: second-touch loses 22% of hits at cold 4x warm (README, NVMe admission) */
         .cold_admit = TIER_ADMIT_ALL,
         .metrics_addr = "127.0.0.1", .metrics_max_ns = METRICS_MAX_NS_DEFAULT,
         .remote_policy = -1,
