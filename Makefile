@@ -149,7 +149,7 @@ BINS     = libcommon.a tierd tierctl kvcalc kvreplay kvload kvtsim libkvtier.a l
 REL_BINS = $(addprefix build/,$(BINS))
 SAN_BINS = $(addprefix build-san/,$(BINS))
 
-.PHONY: all deps run test test-plain test-san bench bench-admission kernels clean valgrind sim soak
+.PHONY: all deps run test test-plain test-san bench bench-policy bench-admission kernels clean valgrind sim soak
 all: deps $(REL_BINS) $(if $(NVCC),kernels)
 
 deps:
@@ -217,12 +217,12 @@ ORACLE_TIERD := --warm-bytes 16M --hot-bytes 8M --cold-bytes 256M
 
 # NVMe admission's figures (kvreplay, in-process, second-touch against writing every
 # block leaving warm): the bundled trace with a cold tier as large as warm and 4x it,
-# and generated traces (tools/kvreplay_gen.py) of one-shot prompts and agent loops.
+# and generated traces (tools/gen_traces.py) of one-shot prompts and agent loops.
 # The cold tier's file goes to /dev/shm: the figures count bytes, not disk speed.
 ADMIT_REPLAY = build/kvreplay --block-bytes 64K --cold-admit all,second-touch --cold-dir /dev/shm
 bench-admission: build/kvreplay
 	@d=$$(mktemp -d) && trap 'rm -rf '$$d EXIT && \
-	for p in oneshot agent; do $(PYTHON) tools/kvreplay_gen.py $$p > $$d/$$p.jsonl || exit 1; done && \
+	for p in oneshot agent; do $(PYTHON) tools/gen_traces.py $$p $$d/$$p.jsonl || exit 1; done && \
 	for run in "conversation_cold1x data/traces/conversation_trace.jsonl 312.5M 1x" \
 	           "conversation_cold4x data/traces/conversation_trace.jsonl 312.5M 4x" \
 	           "oneshot_cold1x $$d/oneshot.jsonl 312.5M 1x" \
@@ -232,9 +232,29 @@ bench-admission: build/kvreplay
 		sed -n '/^NVMe admission/,$$p' $$d/out; \
 	done
 
+# The eviction policies' figures (issue 19): kvreplay, in-process, lru (tierd's
+# default), keep and MIN on the bundled trace and each tools/gen_traces.py kind, at
+# 1k, 5k, 10k, 30k and 100k blocks (64K blocks: 62.5M to 6.25G), every one of the
+# issue's capacities: the store replays without payload copies, so all 75 replays
+# take about 25 s on 2 cores. Lines from tools/bench_policy.py: vs LRU (>= 1.0),
+# vs MIN, and the gap closed at 5k-10k on the bundled trace (>= 25 %).
+POLICY_REPLAY = build/kvreplay --block-bytes 64K --policy lru,keep,min --json \
+                --capacity 62.5M,312.5M,625M,1875M,6250M
+bench-policy: build/kvreplay
+	@d=$$(mktemp -d) && trap 'rm -rf '$$d EXIT && \
+	for k in sysprompt oneshot multiturn agent; do \
+		$(PYTHON) tools/gen_traces.py $$k $$d/$$k.jsonl || exit 1; done && \
+	$(POLICY_REPLAY) data/traces/conversation_trace.jsonl > $$d/out.json && \
+	$(PYTHON) tools/bench_policy.py conversation $$d/out.json --gap-at 5000,10000 && \
+	for k in sysprompt oneshot multiturn agent; do \
+		$(POLICY_REPLAY) $$d/$$k.jsonl > $$d/out.json && \
+		$(PYTHON) tools/bench_policy.py $$k $$d/out.json || exit 1; \
+	done
+
 bench: $(REL_BINS) build/tierbench
 	@mk/deps.sh bench
 	KVT_TEST_BIN=$(CURDIR)/build build/tierbench
+	$(MAKE) --no-print-directory bench-policy
 	$(MAKE) --no-print-directory bench-admission
 	build/kvload --tierd build/tierd --clients 64 --seconds 60 --prefixes 128 --durable-every 8 \
 		--bench -- --warm-bytes 128M --cold-bytes 1G

@@ -542,7 +542,7 @@ Test(kvreplay_trace, bad_policy_and_cold_options_fail_with_a_clear_error)
     const char *tr = write_file(0, "ok.jsonl", GOOD);
 
     expect_fail((const char *const[]){ tr, "--policy", "lru,lfu", NULL }, 64,
-                "no policy 'lfu'; there are: lru min");
+                "no policy 'lfu'; there are: lru keep min");
     expect_fail((const char *const[]){ tr, "--cold-admit", "sometimes", NULL }, 64,
                 "--cold-admit: want all, second-touch");
     expect_fail((const char *const[]){ tr, "--cold-dwpd", "3", NULL }, 64,
@@ -571,6 +571,102 @@ Test(kvreplay_trace, min_is_the_offline_bound_with_prefix_semantics)
                                    "evicted=1");
     cr_expect_leq(ji(r.json, "runs/0/held_max"), 4);
     run_free(&r);
+}
+
+/*
+ * tools/gen_traces.py, the generator of make bench's traces: the same seed
+ * gives the same trace to stdout as to a file; --block-tokens sizes every
+ * request (its full blocks, then one partial one); kvreplay reads it all.
+ */
+Test(kvreplay_trace, gen_traces_writes_a_trace_of_the_blocks_asked)
+{
+    const char *py = getenv("KVT_TEST_PYTHON") ? getenv("KVT_TEST_PYTHON") : "/usr/bin/python3";
+    const char *src = getenv("KVT_TEST_SRC") ? getenv("KVT_TEST_SRC") : ".";
+    char path[512], *out, *file, *line, *save;
+    struct run r;
+    int n = 0;
+
+    snprintf(path, sizeof(path), "%s/gen.jsonl", tmp);
+    out = t_sh_okf("'%s' '%s/tools/gen_traces.py' multiturn --requests 200 --block-tokens 16",
+                   py, src);
+    free(t_sh_okf("'%s' '%s/tools/gen_traces.py' multiturn '%s' --requests 200 "
+                  "--block-tokens 16", py, src, path));
+    file = slurp(path);
+    cr_expect_str_eq(out, file, "stdout and the file differ");
+    for (line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save), n++) {
+        json_t *j = json_loads(line, 0, NULL);
+        json_int_t len, blocks;
+
+        cr_assert_not_null(j, "not JSON: %s", line);
+        len = json_integer_value(json_object_get(j, "input_length"));
+        blocks = (json_int_t)json_array_size(json_object_get(j, "hash_ids"));
+        cr_expect(len > (blocks - 1) * 16 && len < blocks * 16, "%lld tokens in %lld blocks",
+                  (long long)len, (long long)blocks);
+        json_decref(j);
+    }
+    cr_expect_eq(n, 200);
+    r = kvr_ok((const char *const[]){ path, "--block-tokens", "16", "--capacity", "8M",
+                                      "--json", NULL });
+    EXPECT_I(r.json, "trace/requests", 200);
+    run_free(&r);
+    free(out);
+    free(file);
+}
+
+/*
+ * --policy lru,keep,min replays the same in-process store with each of its
+ * policies, then the bound: on the bundled trace's first 2,000 requests at
+ * 1,000 blocks, keep (its selective retention) finds more hits than LRU,
+ * which it could not if the store ran LRU for both, and neither passes MIN.
+ */
+Test(kvreplay_trace, keep_is_the_stores_policy_between_lru_and_min)
+{
+    char path[512];
+    struct run r;
+    long long lru, keep, min;
+
+    real_trace(path, sizeof(path));
+    r = kvr_ok((const char *const[]){ path, "--limit", "2000", "--block-bytes", "64K",
+                                      "--capacity", "62.5M", "--policy", "lru,keep,min",
+                                      "--json", NULL });
+    cr_assert_str_eq(json_string_value(at(r.json, "runs/0/policy")), "lru");
+    cr_assert_str_eq(json_string_value(at(r.json, "runs/1/policy")), "keep");
+    cr_assert_str_eq(json_string_value(at(r.json, "runs/2/policy")), "min");
+    lru = ji(r.json, "runs/0/hit_blocks");
+    keep = ji(r.json, "runs/1/hit_blocks");
+    min = ji(r.json, "runs/2/hit_blocks");
+    cr_expect_gt(keep, lru, "keep %lld hits, lru %lld: the store ran one policy", keep, lru);
+    cr_expect_leq(keep, min, "keep %lld hits passed MIN's %lld", keep, min);
+    EXPECT_I(json_array_get(at(r.json, "runs"), 1), "asked_blocks", 1000);
+    run_free(&r);
+
+    /* the plot: a curve per policy in each panel, named in its legend */
+    {
+        char svg[128], *s;
+        size_t lines = 0;
+
+        snprintf(svg, sizeof(svg), "%s/policies.svg", tmp);
+        r = kvr_ok((const char *const[]){ path, "--limit", "300", "--block-bytes", "64K",
+                                          "--capacity", "62.5M,625M", "--policy", "lru,keep,min",
+                                          "--svg", svg, "--json", NULL });
+        run_free(&r);
+        s = slurp(svg);
+        for (const char *p = s; (p = strstr(p, "<polyline")) != NULL; p++)
+            lines++;
+        cr_expect_eq(lines, 6, "expected 3 curves in 2 panels, got %zu polylines", lines);
+        cr_expect(strstr(s, ">lru</text>") && strstr(s, ">keep</text>") &&
+                  strstr(s, ">min</text>"), "a policy missing from the legend");
+        /* each curve goes through its own two capacities, not through another's */
+        for (const char *p = s; (p = strstr(p, "points=\"")) != NULL; p++) {
+            const char *e = strchr(p + 8, '"');
+            size_t pts = 1;
+
+            for (const char *q = p + 8; q < e; q++)
+                pts += *q == ' ';
+            cr_expect_eq(pts, 2, "a curve of %zu points, not 2", pts);
+        }
+        free(s);
+    }
 }
 
 /*

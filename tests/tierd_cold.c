@@ -67,11 +67,13 @@ static void settle(kvt_client *c)
                    (unsigned long long)st.tier[KVT_TIER_WARM].bytes_used);
 }
 
-/* t_small_warm, writing every block leaving warm (admission off) */
-static const char *const admit_all[] = { "--warm-bytes", "32M", "--high-wm", "0.75",
+/* t_small_warm, writing to disk only blocks read or put again (second touch) */
+static const char *const admit_2nd[] = { "--warm-bytes", "32M", "--high-wm", "0.75",
                                          "--low-wm", "0.5", "--cold-bytes", "256M",
-                                         "--cold-admit", "all", NULL };
+                                         "--cold-admit", "second-touch", NULL };
 
+/* tierd's default admission (all): every block leaving warm, read or not, is
+ * written to disk and comes back from it. */
 Test(tierd_cold, blocks_beyond_warm_go_to_disk_and_come_back)
 {
     struct t_tierd d;
@@ -81,8 +83,8 @@ Test(tierd_cold, blocks_beyond_warm_go_to_disk_and_come_back)
     kvt_key k[CHAIN];
     uint8_t tiers[CHAIN];
 
-    ns = open_on(&d, admit_all, false, BLK, &c);
-    for (int ch = 0; ch < 12; ch++) { /* 96 MiB through a 32 MiB warm tier */
+    ns = open_on(&d, t_small_warm, false, BLK, &c);
+    for (int ch = 0; ch < 12; ch++) { /* 96 MiB through a 32 MiB warm tier, none read */
         cr_assert_geq(put_chain(ns, ch, 0), 0, "chain %d", ch);
         settle(c);
     }
@@ -96,6 +98,8 @@ Test(tierd_cold, blocks_beyond_warm_go_to_disk_and_come_back)
     cr_assert_gt(st.demotions, 0);
     cr_assert_gt(st.promotions, 0);
     cr_assert_eq(st.dropped, 0, "the mover kept up: nothing should be lost");
+    cr_assert_eq(st.cold_refused, 0, "the default admission refused a block");
+    cr_assert_gt(st.cold_admitted, 0);
     cr_assert_eq(st.checksum_errors, 0);
     cr_assert_gt(st.tier[KVT_TIER_COLD].blocks, 0);
     cr_assert_eq(st.leases_active, 0);
@@ -104,12 +108,12 @@ Test(tierd_cold, blocks_beyond_warm_go_to_disk_and_come_back)
 }
 
 /*
- * tierd's default NVMe admission: of 12 chains put through a 32 MiB warm
+ * NVMe admission second-touch: of 12 chains put through a 32 MiB warm
  * tier, the 6 read back once right after their put (a second touch) go to
  * disk when they leave warm and come back from it; the 6 never read are
  * dropped, not written, and the counters say so.
  */
-Test(tierd_cold, default_admission_writes_only_blocks_read_again)
+Test(tierd_cold, second_touch_admission_writes_only_blocks_read_again)
 {
     struct t_tierd d;
     kvt_client *c;
@@ -117,7 +121,7 @@ Test(tierd_cold, default_admission_writes_only_blocks_read_again)
     kvt_stats st;
     int cold_hits = 0;
 
-    ns = open_on(&d, t_small_warm, false, BLK, &c);
+    ns = open_on(&d, admit_2nd, false, BLK, &c);
     for (int ch = 0; ch < 12; ch++) {
         cr_assert_geq(put_chain(ns, ch, 0), 0, "chain %d", ch);
         if (ch % 2 == 0)

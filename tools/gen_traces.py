@@ -2,21 +2,24 @@
 # SPDX-License-Identifier: MIT
 """gen_traces.py - request traces with other reuse patterns than the bundled one.
 
-Writes Mooncake-format JSONL (timestamp ms, input_length, output_length,
-hash_ids; 512-token blocks, prefix semantics: a block's id names its whole
-prefix) for the eviction policy's figures. Kinds:
+Writes Mooncake-format JSONL, as kvreplay reads (timestamp ms, input_length,
+output_length, hash_ids; 512-token blocks unless --block-tokens, prefix
+semantics: a block's id names its whole prefix) for the eviction policy's
+and NVMe admission's figures, to OUT or, without it (or with -), stdout.
+Kinds:
   sysprompt  long system prompts shared by many requests (Zipf popularity)
   oneshot    mostly one-shot prompts, a few documents asked again
   multiturn  interleaved conversations of varied length and think time
   agent      agent loops: a shared tool prefix, then many quick extensions
 Debian python3 only; a seed makes each trace the same every time.
-Usage: gen_traces.py KIND OUT.jsonl [--requests N] [--seed S]
+Usage: gen_traces.py KIND [OUT.jsonl|-] [--requests N] [--seed S] [--block-tokens T]
 """
 import argparse
 import json
 import random
+import sys
 
-BLOCK = 512
+BLOCK = 512  # tokens per block; --block-tokens sets it
 
 
 class Ids:
@@ -111,14 +114,21 @@ KINDS = {
 
 
 def main():
+    global BLOCK
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("kind", choices=sorted(KINDS))
-    ap.add_argument("out")
+    ap.add_argument("out", nargs="?", default="-")
     ap.add_argument("--requests", type=int, default=12000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--block-tokens", type=int, default=BLOCK)
     a = ap.parse_args()
+    if a.requests < 1 or a.block_tokens < 2:
+        ap.error("--requests must be positive and --block-tokens at least 2 "
+                 "(a request's last block is partial)")
+    BLOCK = a.block_tokens
     rng = random.Random(a.seed)
-    with open(a.out, "w") as f:
+    f = sys.stdout if a.out == "-" else open(a.out, "w")
+    with f:
         for r in KINDS[a.kind](rng, a.requests):
             f.write(json.dumps(r) + "\n")
 

@@ -49,8 +49,8 @@ static const char usage_text[] =
     "                       $TMPDIR or /tmp); removed after each replay\n"
     "  --cold-admit LIST    NVMe admission of the store, each replayed: all (every\n"
     "                       block leaving warm is written) or second-touch (only\n"
-    "                       blocks read or put again; tierd's default); default\n"
-    "                       second-touch. With both, the report compares them\n"
+    "                       blocks read or put again); default all, as tierd's.\n"
+    "                       With both, the report compares them\n"
     "  --cold-dwpd F        write budget: F drive writes per day of trace time\n"
     "                       (F x cold size per 24 h); default none\n"
     "  --bench NAME         with --cold-admit all,second-touch: print the admission\n"
@@ -100,9 +100,10 @@ static const char usage_text[] =
     "bytes, held = the most blocks warm held at any lookup. disk B/hit tok =\n"
     "bytes written to the cold tier per hit token.\n"
     "\n"
-    "Policies: lru (the store's leaf-first LRU, tierd's), min (Belady's MIN with\n"
-    "prefix semantics, offline: warm plus cold capacity as one cache that knows\n"
-    "every request to come; the bound for any policy).\n"
+    "Policies: lru (the store's leaf-first LRU, tierd's default), keep (the\n"
+    "store's adaptive selective retention, tierd --evict-policy keep), min\n"
+    "(Belady's MIN with prefix semantics, offline: warm plus cold capacity as one\n"
+    "cache that knows every request to come; the bound for any policy).\n"
     "\n"
     "exit status: 0 ok, 1 wrong bytes read back from tierd, 64 usage, 65 bad trace\n"
     "or prices file, 66 file not found, 69 tierd unreachable, 70 store or request\n"
@@ -1026,6 +1027,7 @@ static int replay(struct report *r)
             struct kvr_run_opts ro = *r->ro;
 
             ro.admit = o->admit[ai];
+            ro.evict = o->pol[pi]->evict;
             rc = o->pol[pi]->run(r->tr, &ro, o->caps[ci], res, err, sizeof(err));
             res->admit = ro.admit;
         }
@@ -1086,7 +1088,7 @@ static int check_opts(struct opts *o, struct kvr_run_opts *ro)
     if (o->npol == 0)
         o->pol[o->npol++] = kvr_policy_find("lru");
     if (o->nadmit == 0)
-        o->admit[o->nadmit++] = TIER_ADMIT_REUSED; /* tierd's default */
+        o->admit[o->nadmit++] = TIER_ADMIT_ALL; /* tierd's default */
     *ro = (struct kvr_run_opts){
         .block_tokens = o->block_tokens,
         .block_bytes = o->block_bytes ? o->block_bytes

@@ -87,6 +87,7 @@ struct kvr_run_opts {
     double cold_ratio;
     const char *cold_dir;
     enum tier_admit admit;  /* the store's NVMe admission (tier.h) */
+    enum tier_evict_policy evict; /* the store's eviction policy (tier.h) */
     double cold_dwpd;       /* write budget: drive writes per day of trace time (0: none) */
 };
 
@@ -155,6 +156,7 @@ struct kvr_policy {
     const char *what;  /* one line for --help */
     kvr_run_fn run;
     bool store;        /* the store's own (a cold tier and admission apply) */
+    enum tier_evict_policy evict; /* a store row: the store's policy it runs */
 };
 extern const struct kvr_policy kvr_policies[]; /* ends with a row whose name is NULL */
 /* The row named name, or NULL. */

@@ -14,9 +14,12 @@
 #include "kvt_common.h"
 
 const struct kvr_policy kvr_policies[] = {
-    { "lru", "the store's leaf-first LRU (what tierd runs)", kvr_run_store, true },
-    { "min", "Belady's MIN with prefix semantics: the offline bound", kvr_run_min, false },
-    { NULL, NULL, NULL, false },
+    { "lru", "the store's leaf-first LRU (tierd's default)", kvr_run_store, true, TIER_EVICT_LRU },
+    { "keep", "the store's adaptive selective retention (tierd --evict-policy keep)",
+      kvr_run_store, true, TIER_EVICT_KEEP },
+    { "min", "Belady's MIN with prefix semantics: the offline bound", kvr_run_min, false,
+      TIER_EVICT_LRU },
+    { NULL, NULL, NULL, false, TIER_EVICT_LRU },
 };
 
 const struct kvr_policy *kvr_policy_find(const char *name)

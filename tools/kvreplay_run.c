@@ -222,7 +222,8 @@ static int open_store(const struct kvr_run_opts *o, uint64_t capacity, const cha
     struct tier_cold_cfg cc = { .dir = dir, .bytes = res->cold_capacity };
     struct tier_open_cfg oc = {
         .store = { .warm_bytes = capacity, .high_wm = o->high_wm, .low_wm = o->low_wm,
-                   .admit = o->admit, .clock_ms = trace_clock, .clock_ctx = s,
+                   .admit = o->admit, .evict_policy = o->evict,
+                   .clock_ms = trace_clock, .clock_ctx = s,
                    .why_events = why_events(o, capacity, res->cold_capacity) },
         .cold = res->cold_capacity ? &cc : NULL,
     };

@@ -2,8 +2,9 @@
 /*
  * kvreplay_svg.c - the capacity curves as a hand-written SVG: hit rate
  * versus capacity (top) and dollars per hour versus capacity (bottom), each
- * with axes, ticks, labels and one polyline per series. No library: SVG is
- * text, and these are two line charts.
+ * with axes, ticks, labels and one polyline per series. Replays of several
+ * policies (or admissions) are one curve each: token hit rate on top, net
+ * dollars saved below. No library: SVG is text, and these are two line charts.
  */
 #include <errno.h>
 #include <math.h>
@@ -153,6 +154,28 @@ static void series(FILE *f, double top, int k, const char *name, const char *col
             name);
 }
 
+/* Whether runs a and b are one curve: the same policy, and admission. */
+static bool same_curve(const struct kvr_result *a, const struct kvr_result *b)
+{
+    return strcmp(a->policy ? a->policy : "", b->policy ? b->policy : "") == 0 &&
+           a->admit == b->admit;
+}
+
+/* A curve's legend name: its policy, and its admission under a cold tier. */
+static const char *curve_name(const struct kvr_result *r, char *buf, size_t cap)
+{
+    const char *p = r->policy && *r->policy ? r->policy : "store";
+
+    if (r->cold_capacity && strcmp(p, "min") != 0)
+        snprintf(buf, cap, "%s, admit %s", p, r->admit == TIER_ADMIT_ALL ? "all" : "2nd");
+    else
+        snprintf(buf, cap, "%s", p);
+    return buf;
+}
+
+static const char *const palette[] = { "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
+                                       "#9467bd", "#8c564b", "#e377c2", "#7f7f7f" };
+
 int kvr_svg_write(const char *path, const char *title, const struct kvr_result *res,
                   const struct kvr_cost *cost, size_t n)
 {
@@ -166,8 +189,17 @@ int kvr_svg_write(const char *path, const char *title, const struct kvr_result *
 
     if (n == 0)
         return -EINVAL;
-    x.lo = (double)res[0].capacity;
-    x.hi = (double)res[n - 1].capacity;
+    size_t first = 1; /* runs of the first curve: the x ticks */
+    bool curves;      /* several policies or admissions: a curve each */
+
+    while (first < n && same_curve(&res[0], &res[first]))
+        first++;
+    curves = first < n;
+    x.lo = x.hi = (double)res[0].capacity;
+    for (size_t i = 0; i < n; i++) {
+        x.lo = fmin(x.lo, (double)res[i].capacity);
+        x.hi = fmax(x.hi, (double)res[i].capacity);
+    }
     x.log = x.lo > 0 && x.hi / x.lo >= 8;
     for (size_t i = 0; i < n; i++) {
         double h = cost[i].hours > 0 ? cost[i].hours : 1;
@@ -188,13 +220,31 @@ int kvr_svg_write(const char *path, const char *title, const struct kvr_result *
             "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n"
             "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n", W, 2 * PANEL_H, W,
             2 * PANEL_H);
-    /* top: hit rates, 0-100 % */
+    /* top: hit rates, 0-100 %, or 0-50 % when none passes half (most traces'
+     * curves would sit in the bottom third) */
+    y.hi = 50;
+    for (size_t i = 0; i < n; i++)
+        if (tok[i] > 50 || blk[i] > 50)
+            y.hi = 100;
     y.p0 = PANEL_H - MB;
     y.p1 = MT;
     snprintf(t1, sizeof(t1), "Prefix hit rate vs capacity: %s", title);
-    frame(f, 0, t1, "hit rate (%)", &x, &y, 20, "%.0f%%", res, n);
-    series(f, 0, 0, "tokens", "#1f77b4", &x, &y, res, tok, n);
-    series(f, 0, 1, "blocks", "#ff7f0e", &x, &y, res, blk, n);
+    frame(f, 0, t1, curves ? "token hit rate (%)" : "hit rate (%)", &x, &y, y.hi / 5, "%.0f%%",
+          res, first);
+    if (!curves) {
+        series(f, 0, 0, "tokens", "#1f77b4", &x, &y, res, tok, n);
+        series(f, 0, 1, "blocks", "#ff7f0e", &x, &y, res, blk, n);
+    }
+    for (size_t i = 0, k = 0; curves && i < n; k++) {
+        size_t j = i + 1;
+        char name[64];
+
+        while (j < n && same_curve(&res[i], &res[j]))
+            j++;
+        series(f, 0, (int)k, curve_name(&res[i], name, sizeof(name)), palette[k % 8], &x, &y,
+               res + i, tok + i, j - i);
+        i = j;
+    }
     /* bottom: dollars per hour, a range that always shows zero */
     step = nice_step(hi - lo);
     y.lo = floor(lo / step) * step;
@@ -203,11 +253,24 @@ int kvr_svg_write(const char *path, const char *title, const struct kvr_result *
         y.hi = y.lo + step;
     y.p0 = top2 + PANEL_H - MB;
     y.p1 = top2 + MT;
-    frame(f, top2, "Savings vs capacity (per hour of trace time)", "$ per hour", &x, &y, step,
-          step < 1 ? "%.2f" : "%.0f", res, n);
-    series(f, top2, 0, "GPU $ saved", "#2ca02c", &x, &y, res, gpu, n);
-    series(f, top2, 1, "RAM+NVMe $", "#d62728", &x, &y, res, mem, n);
-    series(f, top2, 2, "net $ saved", "#9467bd", &x, &y, res, net, n);
+    frame(f, top2, "Savings vs capacity (per hour of trace time)",
+          curves ? "net $ saved per hour" : "$ per hour", &x, &y, step,
+          step < 1 ? "%.2f" : "%.0f", res, first);
+    if (!curves) {
+        series(f, top2, 0, "GPU $ saved", "#2ca02c", &x, &y, res, gpu, n);
+        series(f, top2, 1, "RAM+NVMe $", "#d62728", &x, &y, res, mem, n);
+        series(f, top2, 2, "net $ saved", "#9467bd", &x, &y, res, net, n);
+    }
+    for (size_t i = 0, k = 0; curves && i < n; k++) {
+        size_t j = i + 1;
+        char name[64];
+
+        while (j < n && same_curve(&res[i], &res[j]))
+            j++;
+        series(f, top2, (int)k, curve_name(&res[i], name, sizeof(name)), palette[k % 8], &x, &y,
+               res + i, net + i, j - i);
+        i = j;
+    }
     fputs("</svg>\n", f);
     if (ferror(f))
         rc = -EIO;
