@@ -690,6 +690,12 @@ int tier_cold_open(const struct tier_cold_cfg *cfg, struct tier_cold **out)
     rc = idx_cold_open(path, 0, cfg->log, cfg->log_ctx, &c->idx);
     if (rc < 0)
         goto out_free;
+    /* a daemon killed between an index commit and its sync left that
+     * transaction in the page cache only: what the restart vouches for
+     * (every record it finds is on disk) must be first */
+    rc = idx_cold_sync(c->idx);
+    if (rc < 0)
+        goto out_idx;
     snprintf(path, sizeof(path), "%s/cold.data", cfg->dir);
     rc = tier_nvme_open(&ncfg, &c->io);
     if (rc < 0)
