@@ -205,8 +205,14 @@ static void tell_indexed(struct tier_cold *c, int rc)
         mine = o->next;
         if (rc == 0 && o->old_len) /* no durable record points at it any more */
             free_bytes(c, o->old_off, o->old_len);
-        if (rc < 0)
+        if (rc < 0) {
             unindex(c, o);
+            /* the copy it replaced: the disk's index may still name it, but
+             * the tier is read-only from here and a restart maps its space
+             * from that index, so nothing writes over it before then */
+            if (o->old_len)
+                free_bytes(c, o->old_off, o->old_len);
+        }
         o->cb(o->ctx, rc);
         free(o);
     }

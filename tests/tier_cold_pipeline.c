@@ -186,6 +186,35 @@ Test(tier_cold_pipeline, a_failed_index_sync_fails_its_batch_and_leaves_no_recor
     fx_close(&f);
 }
 
+/* A failed index sync of puts that replace durable copies: the records go
+ * (unknown on disk), and so does the space of both copies; it used to
+ * keep the old copies' space with no record pointing at it. */
+Test(tier_cold_pipeline, a_failed_index_sync_of_replacements_frees_both_copies)
+{
+    struct tier_cold_stats st;
+    struct fx f;
+
+    fx_open(&f);
+    write_and_sync(&f, 0, 0);
+    step(&f, 0, 0); /* its index sync: durable */
+    expect_told(&f, 0, 0, "the first copies");
+    for (int i = 0; i < BATCH; i++) { /* the same keys again, other bytes */
+        struct tier_key k = key_of(i);
+
+        cr_assert_eq(tier_cold_put(f.c, 1, &k, NULL, f.buf[BATCH + i], BLK, told,
+                                   &f.res[BATCH + i]), 0);
+    }
+    for (int i = 0; i < BATCH + 1; i++)
+        step(&f, 0, 0); /* the writes, then the data sync: the replacements commit */
+    step(&f, 0, -EIO);  /* their index sync fails */
+    expect_told(&f, BATCH, -EIO, "the replacements");
+    tier_cold_stats_get(f.c, &st);
+    cr_assert_eq(st.blocks, 0);
+    cr_assert_eq(st.bytes_used, 0, "%llu bytes held with no record",
+                 (unsigned long long)st.bytes_used);
+    fx_close(&f);
+}
+
 /* Every record of the index read back: its bytes must be block i's. */
 static void expect_records_right(struct fx *f, int n, int *found)
 {
