@@ -258,7 +258,7 @@ int kvt_put_commit_start(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned fla
     if (rc < 0)
         return rc;
     *cs = (struct kvt_commit_slot){ .req_id = ns->c->req_id, .n = (uint32_t)n };
-    *cm = (kvt_commit){ .id = cs->req_id, .n = (uint32_t)n };
+    *cm = (kvt_commit){ .id = cs->req_id, .n = (uint32_t)n, .client = ns->c->tag };
     return 0;
 }
 
@@ -267,7 +267,7 @@ int kvt_put_commit_wait(kvt_ns *ns, kvt_commit *cm)
     struct kvt_commit_slot *cs = NULL;
     int rc;
 
-    if (!ns || !cm || !cm->id)
+    if (!ns || !cm || !cm->id || cm->client != ns->c->tag)
         return -EINVAL;
     for (int i = 0; i < KVT_WIRE_COMMITS_MAX && !cs; i++)
         if (ns->c->commits[i].req_id == cm->id)

@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,8 @@
 #include "kvt_int.h"
 #include "kvt_wire.h"
 #include "kvtier.h"
+
+static _Atomic uint64_t next_tag = 1; /* kvt_client.tag */
 
 const char *kvt_default_socket(void)
 {
@@ -363,6 +366,8 @@ int kvt_connect_timeout(const char *path, uint32_t timeout_ms, kvt_client **out)
     c = calloc(1, sizeof(*c));
     if (!c)
         return -ENOMEM;
+    /* request ids start alike in every client: a commit handle also names its client */
+    c->tag = atomic_fetch_add(&next_tag, 1);
     kvt_set_timeout(c, timeout_ms);
     c->spin_us = spin && *spin ? atoi(spin) : 50;
     /* non-blocking for the connect alone: a daemon that stopped accepting

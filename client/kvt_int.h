@@ -48,6 +48,7 @@ struct kvt_client {
     int timeout_ms;       /* per reply; $KVTIER_TIMEOUT_MS, default 30 s */
     int spin_us;          /* busy-poll for a reply this long before sleeping */
     uint32_t req_id;
+    uint64_t tag;         /* unique in the process: names this client in its kvt_commits */
     uint8_t *base;        /* the warm pool, mapped shared */
     uint64_t pool_bytes;
     uint8_t *hot_base;    /* the hot pool, once attached (device memory for CUDA) */

@@ -280,8 +280,9 @@ int kvt_put_commit_flags(kvt_ns *ns, const kvt_key *keys, size_t n, unsigned fla
 /* A commit started by kvt_put_commit_start: the caller's struct, filled
  * there, emptied by kvt_put_commit_wait. */
 typedef struct kvt_commit {
-    uint32_t id; /* the request's (0: none) */
-    uint32_t n;  /* keys committed */
+    uint32_t id;     /* the request's (0: none) */
+    uint32_t n;      /* keys committed */
+    uint64_t client; /* the client's own tag: a handle waited on another client is -EINVAL */
 } kvt_commit;
 
 /* Commits one client may have started and not yet waited for. */

@@ -224,8 +224,14 @@ static void tell_indexed(struct tier_cold *c, int rc)
         mine = o->next;
         if (rc == 0 && o->old_len) /* no durable record points at it any more */
             free_bytes(c, o->old_off, o->old_len);
-        if (rc < 0)
+        if (rc < 0) {
             unindex(c, o);
+            /* the copy it replaced: the disk's index may still name it, but
+             * the tier is read-only from here and a restart maps its space
+             * from that index, so nothing writes over it before then */
+            if (o->old_len)
+                free_bytes(c, o->old_off, o->old_len);
+        }
         o->cb(o->ctx, rc);
         free(o);
     }
@@ -719,6 +725,12 @@ int tier_cold_open(const struct tier_cold_cfg *cfg, struct tier_cold **out)
     rc = idx_cold_open(path, 0, cfg->log, cfg->log_ctx, &c->idx);
     if (rc < 0)
         goto out_free;
+    /* a daemon killed between an index commit and its sync left that
+     * transaction in the page cache only: what the restart vouches for
+     * (every record it finds is on disk) must be first */
+    rc = idx_cold_sync(c->idx);
+    if (rc < 0)
+        goto out_idx;
     snprintf(path, sizeof(path), "%s/cold.data", cfg->dir);
     rc = tier_nvme_open(&ncfg, &c->io);
     if (rc < 0)

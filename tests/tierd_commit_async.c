@@ -113,3 +113,35 @@ Test(tierd_commit_async, a_started_commits_error_is_its_own)
     kvt_close(c);
     t_tierd_stop(&d);
 }
+
+/* Request ids start alike in every client: a handle waited on another
+ * client names none of its commits (it took the other's answer, and left
+ * its own client a slot short for good). */
+Test(tierd_commit_async, a_handle_waited_on_another_client_is_refused)
+{
+    struct t_tierd d;
+    kvt_client *a, *b;
+    kvt_ns *na, *nb;
+    kvt_key ka[N], kb[N];
+    kvt_commit ca, cb;
+    void *slots[N];
+
+    t_tierd_start(&d, args);
+    a = t_connect(&d);
+    b = t_connect(&d);
+    na = t_ns(a, BLK);
+    nb = t_ns(b, BLK);
+    reserve_fill(na, 0, ka);
+    t_keys(kb, N, 4500);
+    cr_assert_eq(kvt_put_reserve(nb, NULL, kb, N, slots), N);
+    cr_assert_eq(kvt_put_commit_start(na, ka, N, KVT_COMMIT_DURABLE, &ca), 0);
+    cr_assert_eq(kvt_put_commit_start(nb, kb, N, KVT_COMMIT_DURABLE, &cb), 0);
+    cr_assert_eq(ca.id, cb.id, "the ids this test is about coincide");
+    cr_assert_eq(kvt_put_commit_wait(nb, &ca), -EINVAL, "b waited on a's handle");
+    cr_assert_neq(ca.id, 0, "a refused wait leaves the handle");
+    cr_assert_eq(kvt_put_commit_wait(nb, &cb), N);
+    cr_assert_eq(kvt_put_commit_wait(na, &ca), N);
+    kvt_close(a);
+    kvt_close(b);
+    t_tierd_stop(&d);
+}

@@ -100,7 +100,7 @@ class _Lease(ctypes.Structure):
 
 
 class _Commit(ctypes.Structure):
-    _fields_ = [("id", ctypes.c_uint32), ("n", ctypes.c_uint32)]
+    _fields_ = [("id", ctypes.c_uint32), ("n", ctypes.c_uint32), ("client", ctypes.c_uint64)]
 
 
 class _Pin(ctypes.Structure):
