@@ -366,14 +366,20 @@ def trace_requests(n, tokens_per_hash, max_hash_ids, max_out, tail):
         for i, line in enumerate(f):
             if len(out) == n:
                 break
-            r = json.loads(line)
-            want = max(1, math.ceil(r["input_length"] * tokens_per_hash / 512))
-            toks = []
-            for h in r["hash_ids"][:max_hash_ids]:
-                toks += prompt_tokens(h, tokens_per_hash)
-            toks = toks[:want] + prompt_tokens("tail-%d" % i, tail)
-            out.append((toks, max(1, min(r["output_length"], max_out))))
+            out.append(trace_request(json.loads(line), i, tokens_per_hash, max_hash_ids,
+                                     max_out, tail))
     return out
+
+
+def trace_request(r, i, tokens_per_hash, max_hash_ids, max_out, tail):
+    """Trace request r (line i) as (prompt tokens, tokens out), as
+    trace_requests describes."""
+    want = max(1, math.ceil(r["input_length"] * tokens_per_hash / 512))
+    toks = []
+    for h in r["hash_ids"][:max_hash_ids]:
+        toks += prompt_tokens(h, tokens_per_hash)
+    return toks[:want] + prompt_tokens("tail-%d" % i, tail), max(1, min(r["output_length"],
+                                                                         max_out))
 
 
 def trace_chain_requests(chains, tokens_per_hash, max_hash_ids, max_out, tail,
@@ -382,9 +388,9 @@ def trace_chain_requests(chains, tokens_per_hash, max_hash_ids, max_out, tail,
     `window` requests, the first `chains` that are continued later (a
     request continues an earlier one, as its next turn, when it begins with
     all of that one's full blocks, at least two) with every request that
-    continues them, each made as trace_requests makes one (id:
-    its line in the trace). The head of the trace holds few continuations
-    (a next turn comes a median 384 requests later); these are the
+    continues them, each made by trace_request. The head of the trace
+    holds few continuations (a next turn comes a median 384 requests
+    later); these are the
     requests an offload tier is for, with the trace's own lengths and
     reuse. An error when the trace holds no such chain."""
     rs = []
@@ -414,14 +420,8 @@ def trace_chain_requests(chains, tokens_per_hash, max_hash_ids, max_out, tail,
     roots = [j for j in range(len(rs)) if j not in parent and j in continued][:chains]
     picked, keep = [], set(roots)
     for j, r in enumerate(rs):
-        if root[j] not in keep:
-            continue
-        want = max(1, math.ceil(r["input_length"] * tokens_per_hash / 512))
-        toks = []
-        for h in r["hash_ids"][:max_hash_ids]:
-            toks += prompt_tokens(h, tokens_per_hash)
-        toks = toks[:want] + prompt_tokens("tail-%d" % j, tail)
-        picked.append((toks, max(1, min(r["output_length"], max_out))))
+        if root[j] in keep:
+            picked.append(trace_request(r, j, tokens_per_hash, max_hash_ids, max_out, tail))
     if not picked:
         raise SystemExit("bench_vllm: no chain of turns among the first %d requests of %s"
                          % (window, TRACE))
