@@ -390,9 +390,9 @@ def trace_chain_requests(chains, tokens_per_hash, max_hash_ids, max_out, tail,
     all of that one's full blocks, at least two) with every request that
     continues them, each made by trace_request. The head of the trace
     holds few continuations (a next turn comes a median 384 requests
-    later); these are the
-    requests an offload tier is for, with the trace's own lengths and
-    reuse. An error when the trace holds no such chain."""
+    later); these are the requests an offload tier is for, with the
+    trace's own lengths and reuse. An error when the trace holds no such
+    chain."""
     rs = []
     with open(TRACE) as f:
         for i, line in enumerate(f):
