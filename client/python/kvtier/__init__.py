@@ -26,7 +26,7 @@ import weakref
 
 # libkvtier's version (the Makefile's VERSION); its first number is the
 # library's soname, libkvtier.so.0. pyproject.toml reads it from here.
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "KEY_BYTES", "BATCH_MAX", "KvtierError", "Client", "Namespace", "Reservation",
