@@ -53,12 +53,16 @@ static void on_ready(void *ctx, void *waiter, uint32_t id, int rc)
     w->ready_bad += rc != 0;
 }
 
+static bool write_through; /* a test may copy every block to cold at commit */
+static uint32_t cold_qd;   /* and shrink the disk's queue (0: the default) */
+
 /* A 32 MiB warm pool draining from 16 MiB to 8 MiB over a 64 MiB cold tier. */
 static void open_world(struct world *w, enum tier_admit admit, uint64_t budget)
 {
-    struct tier_cold_cfg cc = { .dir = dir, .bytes = 64 * MIB };
+    struct tier_cold_cfg cc = { .dir = dir, .bytes = 64 * MIB, .qd = cold_qd };
     struct tier_open_cfg oc = {
         .store = { .warm_bytes = 32 * MIB, .high_wm = 0.5, .low_wm = 0.25, .admit = admit,
+                   .write_through = write_through,
                    .cold_budget_bytes = budget, .cold_budget_ms = 1000, .clock_ms = clock_of,
                    .clock_ctx = w, .ready = on_ready, .ready_ctx = w },
         .cold = &cc,
@@ -310,4 +314,33 @@ Test(tier_admission, durable_puts_are_always_written)
     for (int i = 0; i < 4; i++)
         cr_expect(on_disk(&w, 60 + (uint64_t)i), "durable block %d is not on disk", i);
     tier_close(w.t);
+}
+
+/* Write-through copies each block to cold at its commit; one whose write
+ * found the disk's queue full is left to the mover, which wrote it under
+ * `all` but, under second-touch, refused the unread block and dropped it
+ * from every tier. Written whatever admission says, as every write-through
+ * block: none lost, none refused. */
+Test(tier_admission, write_through_blocks_are_written_whatever_admission_says)
+{
+    struct world w;
+    struct tier_stats st;
+    char why[256];
+
+    write_through = true;
+    cold_qd = 4; /* 28 commits between two polls: most find the queue full */
+    open_world(&w, TIER_ADMIT_REUSED, 0);
+    for (uint64_t i = 0; i < 28; i++)
+        put(&w, i);
+    settle(&w);
+    tier_stats_get(w.t, &st);
+    for (uint64_t i = 0; i < 28; i++)
+        cr_assert(on_disk(&w, i) || present(&w, i), "write-through block %llu lost",
+                  (unsigned long long)i);
+    cr_assert_eq(st.cold_refused, 0, "write-through blocks refused: %llu",
+                 (unsigned long long)st.cold_refused);
+    cr_assert_eq(tier_check(w.t, why, sizeof(why)), 0, "%s", why);
+    tier_close(w.t);
+    write_through = false;
+    cold_qd = 0;
 }
