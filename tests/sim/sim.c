@@ -261,12 +261,15 @@ static int world_open(struct world *w)
     struct tier_cfg tc = { .warm_bytes = WARM_BYTES, .high_wm = 0.8, .low_wm = 0.6,
                            .ready = on_ready, .ready_ctx = w, .why_events = 65536,
                            .log = say, .log_ctx = w,
-                           /* NVMe admission on, as tierd's default; even seeds also
-                            * spend a write budget of 1/24 of the disk per 200
-                            * steps of the world's clock */
+                           /* NVMe admission at second touch (tierd's default is
+                            * all: this is the case with more to get wrong); even
+                            * seeds also spend a write budget of 1/24 of the disk
+                            * per 200 steps of the world's clock, and every third
+                            * seed writes every block through at its commit */
                            .admit = TIER_ADMIT_REUSED, .clock_ms = sim_clock, .clock_ctx = w,
                            .cold_budget_bytes = w->o->seed % 2 ? 0 : COLD_BYTES / 24,
-                           .cold_budget_ms = 200 * STEP_MS };
+                           .cold_budget_ms = 200 * STEP_MS,
+                           .write_through = w->o->seed % 3 == 0 };
     int rc;
 
     rc = tier_cold_open(&cc, &w->cold);
