@@ -6,8 +6,8 @@
 #   make bench    tools/bench/ (tierbench): every figure beside its target; NVMe admission's
 #                 figures (kvreplay on traces: make bench-admission); tools/kvload: 64 clients,
 #                 then the oracle run (60 s, tierd killed 6 times)
-#   make bench-vllm  the vLLM connector's TTFT and trace-replay figures, each beside
-#                 its target (tests/vllm/bench_vllm.py; about 25 minutes on 2 cores)
+#   make bench-vllm  the vLLM connector's TTFT and replay figures, each beside
+#                 its target (tests/vllm/bench_vllm.py; about 80 minutes on 2 cores)
 #   make kernels  compile kernels/*.cu with nvcc (when nvcc exists)
 #   make install  tierd, the tools, libkvtier, headers, kvtier.pc, man pages, the
 #                 service [PREFIX=/usr/local] [DESTDIR=]; make uninstall removes them
