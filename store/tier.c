@@ -5,8 +5,8 @@
  * tier's completions, and its counters.
  *
  * The jobs themselves live beside it (tier_int.h has the map): chains and
- * LRU, slots, the movers, reservations, leases, durable commits, removal,
- * restart and the invariant checker.
+ * LRU, slots, the movers, namespaces, reservations, leases, durable
+ * commits, removal, restart and the invariant checker.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -109,6 +109,7 @@ void tier_destroy(struct tier *t)
         t->rops = o->next;
         free(o);
     }
+    tier_ns_free_all(t); /* callers' handles die with the store, as tier.h says */
     tier_ram_close(t->hram);
     tier_ram_close(t->ram);
     tier_why_destroy(t->why);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tier.h - the block store's API: KV blocks keyed by (namespace id, 32-byte
+ * tier.h - the block store's API: KV blocks keyed by (namespace, 32-byte
  * key) in up to four tiers: hot (a device pool, tier_hot.h) above warm (a
  * shared-memory pool that clients map), cold (NVMe, tier_cold.h) and remote
  * (a Redis Cluster, tier_remote.h) below. It offers reservations and
@@ -14,6 +14,9 @@
  * (the hot and remote tiers' workers report through the poll calls below),
  * and names the owner of each reservation with an opaque id. The caller
  * opens the tiers other than warm and hands them over in struct tier_cfg.
+ * A namespace is an object of the store (struct tier_ns: an id and the one
+ * block size of its blocks); every call on blocks names one, and the store
+ * and the block size follow from it.
  */
 #ifndef TIER_H
 #define TIER_H
@@ -220,27 +223,51 @@ uint64_t tier_slot_bytes(uint64_t block_bytes);
 /* The largest block the warm pool can hold (one segment). */
 uint64_t tier_block_max(const struct tier *t);
 
+/* ---- namespaces ----------------------------------------------------------
+ *
+ * A namespace of a store: an id (the index's, and the cold index's on disk:
+ * tierd takes it from tier_cold_ns_id, so that it names the same model
+ * after a restart) and the size of every block in it. The store owns it:
+ * it stays valid, and open, until tier_close / tier_destroy (a purge
+ * empties it, and it stays open); nobody else frees it. Blocks the store
+ * indexed from disk at start (tier_load_cold) carry only their id: they
+ * are reached once their namespace is opened, and one written at another
+ * size is never served as this one (the cold tier checks each record's
+ * length: tier_get's -EINVAL).
+ */
+struct tier_ns;
+
+/* Open namespace id of t with blocks of block_bytes, or find it open:
+ * *out gets the store's object. Idempotent for the same id and size.
+ * 0; -EEXIST when id is open with another block size; -EINVAL when
+ * block_bytes is 0 or its slot over tier_block_max(t); -ENOMEM. */
+int tier_ns_open(struct tier *t, uint32_t id, uint64_t block_bytes, struct tier_ns **out);
+/* Namespace id of t if open, else NULL (borrowed, as tier_ns_open's).
+ * O(namespaces open): callers keep the pointer. */
+struct tier_ns *tier_ns_find(const struct tier *t, uint32_t id);
+uint32_t tier_ns_id(const struct tier_ns *ns);
+uint64_t tier_ns_block_bytes(const struct tier_ns *ns);
+struct tier *tier_ns_store(const struct tier_ns *ns); /* the store it belongs to */
+
 /* Prefix lookup: the number of leading keys present (committed) in ns.
  * tiers (NULL or n entries) gets each key's level. Counts hits/misses. */
-size_t tier_lookup(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
-                   uint8_t *tiers);
+size_t tier_lookup(struct tier_ns *ns, const struct tier_key *keys, size_t n, uint8_t *tiers);
 /* tier_lookup that also adds to *why the cause of each missed key (every
  * key after the leading run): what last happened to it, or that it is
  * present behind a missing block (a broken chain). */
-size_t tier_lookup_why(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
+size_t tier_lookup_why(struct tier_ns *ns, const struct tier_key *keys, size_t n,
                        uint8_t *tiers, struct tier_misses *why);
 
 /* Add to *why the cause of each miss among keys[0..n) (keys[0] missing,
  * the others behind it), as tier_lookup_why does, without counting a
  * lookup (for callers that count one themselves: tierd's remote lookups). */
-void tier_miss_why(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
+void tier_miss_why(struct tier_ns *ns, const struct tier_key *keys, size_t n,
                    struct tier_misses *why);
 
 /* What the store knows of (ns, key) now. */
-void tier_story_get(struct tier *t, uint32_t ns, const struct tier_key *key,
-                    struct tier_story *out);
+void tier_story_get(struct tier_ns *ns, const struct tier_key *key, struct tier_story *out);
 
-/* Reserve slots for keys[0..n) of ns, blocks of block_bytes, owned by
+/* Reserve slots for keys[0..n) of ns (blocks of its size), owned by
  * `owner` until committed or aborted. parent (NULL: none) is the key before
  * keys[0], for leaf-first eviction. For each key, ids[i] gets the new entry
  * id and offs[i] its pool offset, or TIER_NONE / UINT64_MAX where the key is
@@ -251,10 +278,9 @@ void tier_story_get(struct tier *t, uint32_t ns, const struct tier_key *key,
  * way to disk (the mover is asked to make room: retry once a completion
  * landed); -ENOSPC if the pool cannot make room (everything is leased,
  * reserved or moving, or all TIER_RAM_CLASSES size classes are in use);
- * -ENOMEM; or -EINVAL (block_bytes 0 or larger than a segment). */
-int tier_reserve(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
-                 const struct tier_key *parent, const struct tier_key *keys, size_t n,
-                 uint32_t *ids, uint64_t *offs);
+ * or -ENOMEM. */
+int tier_reserve(struct tier_ns *ns, uint32_t owner, const struct tier_key *parent,
+                 const struct tier_key *keys, size_t n, uint32_t *ids, uint64_t *offs);
 
 /* Commit as tier_commit, then make every key of the batch durable in the
  * cold tier, whoever wrote it: ids[0..*pending) (room for n) are the blocks
@@ -267,29 +293,25 @@ int tier_reserve(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t own
  * aborted since: put it again), or the error that kept a write from
  * starting (-ENOSPC, -EIO, -ENOMEM). On an error, writes already started
  * still report to waiter. */
-int tier_commit_durable(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
-                        const struct tier_key *keys, size_t n, void *waiter, uint32_t *ids,
-                        uint32_t *pending);
+int tier_commit_durable(struct tier_ns *ns, uint32_t owner, const struct tier_key *keys,
+                        size_t n, void *waiter, uint32_t *ids, uint32_t *pending);
 
 /* tier_reserve in the hot tier: offs are offsets in the device pool, where
  * the engine writes the blocks (device to device); tier_commit publishes
  * them. -ENOSPC when the hot pool is full (its mover makes room in the
- * background), -EOPNOTSUPP without a hot tier. */
-int tier_reserve_hot(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
-                     const struct tier_key *parent, const struct tier_key *keys, size_t n,
-                     uint32_t *ids, uint64_t *offs);
+ * background), -EOPNOTSUPP without a hot tier, -EINVAL when ns's blocks
+ * are larger than a segment of the hot pool. */
+int tier_reserve_hot(struct tier_ns *ns, uint32_t owner, const struct tier_key *parent,
+                     const struct tier_key *keys, size_t n, uint32_t *ids, uint64_t *offs);
 
 /* Commit (publish) the keys of ns reserved by owner among keys[0..n), in
- * order; others are skipped. block_bytes is the namespace's block size (for
- * the byte counters). Returns the number committed. */
-size_t tier_commit(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
-                   const struct tier_key *keys, size_t n);
+ * order; others are skipped. Returns the number committed. */
+size_t tier_commit(struct tier_ns *ns, uint32_t owner, const struct tier_key *keys, size_t n);
 
 /* Drop reservations of owner: among keys (abort) or by entry ids (reclaim
  * after a client died; ids that are no longer owner's reservations, and
  * TIER_NONE, are ignored). Return the number dropped. */
-size_t tier_abort(struct tier *t, uint32_t ns, uint32_t owner, const struct tier_key *keys,
-                  size_t n);
+size_t tier_abort(struct tier_ns *ns, uint32_t owner, const struct tier_key *keys, size_t n);
 size_t tier_abort_ids(struct tier *t, uint32_t owner, const uint32_t *ids, size_t n);
 
 /* Whether entry id is still a reservation held by owner (for callers that
@@ -307,8 +329,7 @@ bool tier_reserved_by(const struct tier *t, uint32_t id, uint32_t owner);
 /* A get: what it asks, and where its answer goes (arrays of n entries, the
  * caller's). */
 struct tier_get_args {
-    uint32_t ns;
-    uint64_t block_bytes;        /* must match the stored blocks' (-EINVAL) */
+    struct tier_ns *ns;          /* the namespace (and the store) of keys */
     const struct tier_key *keys;
     size_t n;
     unsigned flags;              /* TIER_GET_* */
@@ -330,27 +351,26 @@ struct tier_get_args {
  * into a fresh warm slot, and counts in *pending; its offs[i] is valid once
  * the ready callback reported it for waiter (any number of getters may wait
  * for one move). The run stops at a key absent or that cannot be moved now.
- * Returns the run's length (pending included), or -EINVAL for a block of
- * another size (after a wait has started for the caller, the run before
- * it instead). */
+ * Returns the run's length (pending included), or -EINVAL for a block
+ * stored at another size than ns's (one on disk from before a restart:
+ * after a wait has started for the caller, the run before it instead). */
 #define TIER_LEASE_HOT 0x80000000u
 #define TIER_LEASE_ID(h) ((h) & ~TIER_LEASE_HOT)
-int tier_get(struct tier *t, const struct tier_get_args *a);
+int tier_get(const struct tier_get_args *a);
 
 /* Start promoting the cold blocks of the leading run of keys (lookup's
  * prefetch): a later get finds them in warm or joins the read. With
  * TIER_GET_PROMOTE, the run's blocks also go on up into hot (warm ones at
  * once, cold ones once read). Returns the number of reads started. */
-size_t tier_prefetch(struct tier *t, uint32_t ns, uint64_t block_bytes,
-                     const struct tier_key *keys, size_t n, unsigned flags);
+size_t tier_prefetch(struct tier_ns *ns, const struct tier_key *keys, size_t n, unsigned flags);
 
 /* Pin the leading run of keys (a pinning lookup): each block is held as a
  * leased one is, evicted from no tier (the disk included), until
  * tier_release(ids, count). Cold blocks are read into warm as by
  * tier_prefetch (flags alike); one that finds no room stays pinned on disk.
  * ids: room for n. Returns the number pinned. */
-size_t tier_pin(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
-                size_t n, unsigned flags, uint32_t *ids);
+size_t tier_pin(struct tier_ns *ns, const struct tier_key *keys, size_t n, unsigned flags,
+                uint32_t *ids);
 
 /* Whether the block of lease handle h holds its bytes where the lease
  * points now (in hot, in place, or in warm: not still on its way). */
@@ -381,13 +401,12 @@ int tier_poll(struct tier *t, bool wait);
  * then on), the rest given back, and remote_done tells waiter (NULL:
  * nobody; e.g. a prefetch) how many. Returns the keys being read (0: none
  * to read, no remote tier, or ns not on it), or the remote's error. */
-int tier_get_remote(struct tier *t, uint32_t ns, uint64_t block_bytes,
-                    const struct tier_key *keys, size_t n, void *waiter);
+int tier_get_remote(struct tier_ns *ns, const struct tier_key *keys, size_t n, void *waiter);
 
 /* Ask the remote tier which of keys[0..n) of ns it holds; remote_done
  * tells waiter the length of the leading run present. Returns n when
  * asked, 0 without a remote tier (or ns not on it), or an error. */
-int tier_lookup_remote(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
+int tier_lookup_remote(struct tier_ns *ns, const struct tier_key *keys, size_t n,
                        void *waiter);
 
 /* ---- requests the store drives to their end ----------------------------
@@ -409,8 +428,7 @@ enum tier_req_op { TIER_REQ_GET = 1, TIER_REQ_LOOKUP = 2, TIER_REQ_COMMIT = 3 };
 
 struct tier_req_args {
     enum tier_req_op op;
-    uint32_t ns;
-    uint64_t block_bytes;        /* get: must match the stored blocks' (-EINVAL) */
+    struct tier_ns *ns;          /* a namespace of the request's store */
     const struct tier_key *keys; /* n keys, borrowed for the call (copied to wait) */
     uint32_t n;                  /* at most the request's cap */
     unsigned flags;              /* get: TIER_GET_* */
@@ -425,7 +443,8 @@ struct tier_req_args {
 struct tier_req_res {
     enum tier_req_op op;
     int rc;                      /* get: blocks leased, a leading run (>= 0), or an error
-                                    (-EINVAL); lookup: the leading hits, the remote's too;
+                                    (-EINVAL: tier_get's); lookup: the leading hits, the
+                                    remote's too;
                                     commit: the blocks committed (0 on an error of
                                     the call's) */
     int err;                     /* commit: its first error (0: every block durable), the
@@ -455,7 +474,7 @@ void tier_req_destroy(struct tier_req *r);
 
 /* Start r on a (see above): 0, and done is called exactly once, perhaps
  * before this returns; or, with no call, -EBUSY (r is in flight), -E2BIG
- * (n over cap), -EINVAL (an unknown op). */
+ * (n over cap), -EINVAL (an unknown op, or a->ns not of r's store). */
 int tier_req_submit(struct tier_req *r, const struct tier_req_args *a);
 
 /* When r's wait now under way ends at the latest (CLOCK_MONOTONIC ms; 0:
@@ -479,7 +498,8 @@ uint32_t tier_req_committed(const struct tier_req *r);
 size_t tier_req_cancel(struct tier_req *r);
 
 /* At start: index every block of the cold tier (as cold-only entries, with
- * their chain parents) so that it is served at once. A block whose parent
+ * their chain parents, under their namespace ids: reached through each
+ * namespace once opened) so that it is served at once. A block whose parent
  * never reached the disk hangs under a ghost for that parent's key: a lookup
  * reaches it again once the parent is put again. Returns the count. */
 int tier_load_cold(struct tier *t);
@@ -493,14 +513,14 @@ void tier_release(struct tier *t, const uint32_t *ids, size_t n, bool reclaimed)
 
 /* Remove keys from the last to the first; keys with leases or resident
  * children stay. Returns the number removed. */
-size_t tier_remove(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n);
+size_t tier_remove(struct tier_ns *ns, const struct tier_key *keys, size_t n);
 
 /* Remove every block of namespace ns from every tier, the disk included
  * (an operator's purge, e.g. after a model's weights changed under the
  * same name). All or nothing: -EBUSY while any block of ns is leased,
  * reserved or moving; the cold tier's error if the disk copies could not
- * be deleted. Returns the number removed. */
-int tier_purge_ns(struct tier *t, uint32_t ns);
+ * be deleted. Returns the number removed. ns stays open, empty. */
+int tier_purge_ns(struct tier_ns *ns);
 
 /* An operator's flush: from now on, tier_maintain() also writes every
  * warm block with no copy on disk to the cold tier (they stay in warm),
@@ -521,8 +541,9 @@ size_t tier_maintain(struct tier *t);
 void tier_stats_get(const struct tier *t, struct tier_stats *out);
 
 /* Check every invariant of the store (parent/child counts, LRU membership
- * and links, slot ownership, counters) in O(entries). 0, or -EUCLEAN with a
- * description of the first violation in why. For tests and debugging. */
+ * and links, slot ownership, each slot of its namespace's size, counters)
+ * in O(entries x namespaces). 0, or -EUCLEAN with a description of the
+ * first violation in why. For tests and debugging. */
 int tier_check(const struct tier *t, char *why, size_t cap);
 
 /* Bytes of index memory per resident block, for the benchmark. */

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tier_check.c - the invariant checker (tier_check): child counts, LRU
- * lists, slot ownership and counters, recomputed from the entries in
- * O(entries). For tests, the simulation and debugging; it changes nothing.
+ * lists, slot ownership and sizes, and counters, recomputed from the
+ * entries in O(entries x namespaces). For tests, the simulation and debugging; it changes nothing.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -133,14 +133,33 @@ static int check_links(struct chk *c, uint32_t id, const struct idx_entry *e)
     return 0;
 }
 
+/* A block in a slot of pool is in a namespace open at that slot's size:
+ * only disk blocks indexed at start may name an id not open (yet). */
+static int check_size(struct chk *c, uint32_t id, const struct idx_entry *e,
+                      const struct tier_ram *pool)
+{
+    const struct tier_ns *ns = tier_ns_find(c->t, e->ns);
+
+    if (!ns)
+        BAD("entry %u: in a slot, but its namespace %u is not open", id, e->ns);
+    if (tier_ram_class_slot(pool, e->cls) != ns->slot)
+        BAD("entry %u: a slot of %llu bytes in namespace %u of %llu", id,
+            (unsigned long long)tier_ram_class_slot(pool, e->cls), e->ns,
+            (unsigned long long)ns->slot);
+    return 0;
+}
+
 /* One entry's slot (in hot or warm) and its share of the totals. */
 static int check_slot(struct chk *c, uint32_t id, const struct idx_entry *e)
 {
     const struct tier *t = c->t;
     bool has_slot = (e->state == IDX_RESERVED || e->state == IDX_COMMITTED) &&
                     (e->level == TIER_L_WARM || (e->flags & IDX_F_PROMOTING));
+    int rc;
 
     if ((e->state == IDX_RESERVED || e->state == IDX_COMMITTED) && e->level == TIER_L_HOT) {
+        if ((rc = check_size(c, id, e, t->hram)) < 0)
+            return rc;
         if (tier_ram_tag_at(t->hram, e->off) != id)
             BAD("entry %u: hot slot at %llu belongs to %u", id, (unsigned long long)e->off,
                 tier_ram_tag_at(t->hram, e->off));
@@ -149,6 +168,8 @@ static int check_slot(struct chk *c, uint32_t id, const struct idx_entry *e)
         has_slot = false;
     }
     if (has_slot) {
+        if ((rc = check_size(c, id, e, t->ram)) < 0)
+            return rc;
         if (tier_ram_tag_at(t->ram, e->off) != id)
             BAD("entry %u: slot at %llu belongs to %u", id, (unsigned long long)e->off,
                 tier_ram_tag_at(t->ram, e->off));

@@ -38,12 +38,13 @@ static bool drop_block(struct tier *t, uint32_t id, uint8_t ev)
     return true;
 }
 
-size_t tier_remove(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n)
+size_t tier_remove(struct tier_ns *ns, const struct tier_key *keys, size_t n)
 {
+    struct tier *t = ns->t;
     size_t done = 0;
 
     for (size_t i = n; i-- > 0;) {
-        uint32_t id = idx_find(t->idx, ns, &keys[i]);
+        uint32_t id = idx_find(t->idx, ns->id, &keys[i]);
         struct idx_entry *e;
 
         if (id == TIER_NONE)
@@ -136,11 +137,13 @@ void tier_sweep_orphans(struct tier *t)
     free(path);
 }
 
-int tier_purge_ns(struct tier *t, uint32_t ns)
+int tier_purge_ns(struct tier_ns *tns)
 {
-    uint32_t lim = idx_id_limit(t->idx);
+    struct tier *t = tns->t;
+    uint32_t lim = idx_id_limit(t->idx), ns = tns->id;
     int n = 0, rc;
 
+    /* the namespace object stays: its callers' handles name it still */
     /* all or nothing: a block someone holds, writes or moves cannot go now */
     for (uint32_t id = 0; id < lim; id++) {
         const struct idx_entry *e = idx_at(t->idx, id);

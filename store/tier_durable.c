@@ -172,29 +172,28 @@ void tier_dwaits_fail(struct tier *t, uint32_t id, int rc)
     }
 }
 
-int tier_commit_durable(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
-                        const struct tier_key *keys, size_t n, void *waiter, uint32_t *ids,
-                        uint32_t *pending)
+int tier_commit_durable(struct tier_ns *ns, uint32_t owner, const struct tier_key *keys,
+                        size_t n, void *waiter, uint32_t *ids, uint32_t *pending)
 {
-    return tier_commit_durable_for(t, ns, block_bytes, owner, keys, n, tier_waiter(waiter), ids,
-                                   pending);
+    return tier_commit_durable_for(ns, owner, keys, n, tier_waiter(waiter), ids, pending);
 }
 
-int tier_commit_durable_for(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
+int tier_commit_durable_for(struct tier_ns *ns, uint32_t owner,
                             const struct tier_key *keys, size_t n, struct waiter w,
                             uint32_t *ids, uint32_t *pending)
 {
+    struct tier *t = ns->t;
     size_t done;
     int err = 0;
 
     *pending = 0;
     if (!t->cold)
         return -EOPNOTSUPP;
-    done = tier_commit(t, ns, block_bytes, owner, keys, n);
+    done = tier_commit(ns, owner, keys, n);
     /* every key of the batch, whoever wrote it: a durable ack vouches for
      * each, so a key not stored (or not stored yet) is never skipped */
     for (size_t i = 0; i < n; i++) {
-        uint32_t id = idx_find(t->idx, ns, &keys[i]);
+        uint32_t id = idx_find(t->idx, ns->id, &keys[i]);
         int rc;
 
         if (id == TIER_NONE || idx_at(t->idx, id)->state == IDX_GHOST) {

@@ -9,15 +9,15 @@
 
 #include "tier_int.h"
 
-size_t tier_lookup(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
-                   uint8_t *tiers)
+size_t tier_lookup(struct tier_ns *ns, const struct tier_key *keys, size_t n, uint8_t *tiers)
 {
-    return tier_lookup_why(t, ns, keys, n, tiers, NULL);
+    return tier_lookup_why(ns, keys, n, tiers, NULL);
 }
 
-size_t tier_lookup_why(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
+size_t tier_lookup_why(struct tier_ns *ns, const struct tier_key *keys, size_t n,
                        uint8_t *tiers, struct tier_misses *why)
 {
+    struct tier *t = ns->t;
     size_t hits = 0, i;
     bool leading = true;
 
@@ -27,8 +27,8 @@ size_t tier_lookup_why(struct tier *t, uint32_t ns, const struct tier_key *keys,
 
         /* the bucket array is far larger than cache: fetch a few keys ahead */
         if (i + 4 < n)
-            idx_prefetch(t->idx, ns, &keys[i + 4]);
-        id = idx_find(t->idx, ns, &keys[i]);
+            idx_prefetch(t->idx, ns->id, &keys[i + 4]);
+        id = idx_find(t->idx, ns->id, &keys[i]);
         if (id != TIER_NONE && idx_at(t->idx, id)->state == IDX_COMMITTED)
             lvl = idx_at(t->idx, id)->level;
         if (tiers)
@@ -46,7 +46,7 @@ size_t tier_lookup_why(struct tier *t, uint32_t ns, const struct tier_key *keys,
     t->st.misses += n - hits;
     /* O(misses): only lookups that miss pay for their diagnosis */
     if (why && hits < n)
-        tier_miss_why(t, ns, keys + hits, n - hits, why);
+        tier_miss_why(ns, keys + hits, n - hits, why);
     return hits;
 }
 
@@ -59,15 +59,15 @@ bool tier_ready(const struct tier *t, uint32_t h)
     return e->state == IDX_COMMITTED && e->level == TIER_L_WARM;
 }
 
-size_t tier_prefetch(struct tier *t, uint32_t ns, uint64_t block_bytes,
-                     const struct tier_key *keys, size_t n, unsigned flags)
+size_t tier_prefetch(struct tier_ns *ns, const struct tier_key *keys, size_t n, unsigned flags)
 {
+    struct tier *t = ns->t;
     size_t started = 0;
 
     if (!t->cold && !(flags & TIER_GET_PROMOTE))
         return 0;
     for (size_t i = 0; i < n; i++) {
-        uint32_t id = idx_find(t->idx, ns, &keys[i]);
+        uint32_t id = idx_find(t->idx, ns->id, &keys[i]);
         struct idx_entry *e;
 
         if (id == TIER_NONE || idx_at(t->idx, id)->state != IDX_COMMITTED)
@@ -79,7 +79,7 @@ size_t tier_prefetch(struct tier *t, uint32_t ns, uint64_t block_bytes,
             e = idx_at(t->idx, id);
         }
         if (t->cold && e->level == TIER_L_COLD && !(e->flags & IDX_F_PROMOTING)) {
-            if (tier_promote(t, id, tier_slot_bytes(block_bytes), tier_waiter(NULL)) < 0)
+            if (tier_promote(t, id, ns->slot, tier_waiter(NULL)) < 0)
                 break;
             started++;
         }
@@ -102,15 +102,16 @@ static struct idx_entry *leasable(struct tier *t, uint32_t ns, const struct tier
     return e->state == IDX_COMMITTED && e->leases < UINT32_MAX ? e : NULL;
 }
 
-size_t tier_pin(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
-                size_t n, unsigned flags, uint32_t *ids)
+size_t tier_pin(struct tier_ns *ns, const struct tier_key *keys, size_t n, unsigned flags,
+                uint32_t *ids)
 {
+    struct tier *t = ns->t;
     bool reading = t->cold != NULL;
     size_t i;
 
     for (i = 0; i < n; i++) {
         uint32_t id;
-        struct idx_entry *e = leasable(t, ns, &keys[i], &id);
+        struct idx_entry *e = leasable(t, ns->id, &keys[i], &id);
 
         if (!e)
             break;
@@ -119,7 +120,7 @@ size_t tier_pin(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct 
         /* read ahead as a prefetch does; with no room for the read now the
          * block stays pinned on disk, and the get reads it */
         if (reading && e->level == TIER_L_COLD && !(e->flags & IDX_F_PROMOTING) &&
-            tier_promote(t, id, tier_slot_bytes(block_bytes), tier_waiter(NULL)) < 0)
+            tier_promote(t, id, ns->slot, tier_waiter(NULL)) < 0)
             reading = false;
         /* held as a lease is: no tier evicts it, the disk included */
         e = idx_at(t->idx, id);
@@ -150,37 +151,43 @@ static int lease_hot_down(struct tier *t, uint32_t id, struct waiter w, uint64_t
 }
 
 /* A lease on a block only on disk: its read into warm starts, or a read
- * for another getter is joined; -EINVAL when the block is another size. */
+ * for another getter is joined; -EINVAL when the block is another size
+ * (its record on disk: tier_cold_get). */
 static int lease_cold(struct tier *t, uint32_t id, uint64_t slot, struct waiter w)
 {
     struct move *m;
 
     if (!(idx_at(t->idx, id)->flags & IDX_F_PROMOTING))
         return tier_promote(t, id, slot, w);
+    /* a read in flight is always at its namespace's one size (tier_ns_open);
+     * checked all the same, as the warm and hot slots are in tier_get_for:
+     * a block is never leased as another size */
     if (tier_ram_class_slot(t->ram, idx_at(t->idx, id)->cls) != slot)
-        return -EINVAL; /* being read at its own size, not this one */
+        return -EINVAL;
     m = tier_move_of(t, id, TIER_MV_PROMOTE); /* a read for another getter: join it */
     return m ? tier_wait_add(&m->ws, w) : -ENOENT;
 }
 
-int tier_get(struct tier *t, const struct tier_get_args *a)
+int tier_get(const struct tier_get_args *a)
 {
-    return tier_get_for(t, a->ns, a->block_bytes, a->keys, a->n, a->flags, a->ids, a->offs,
-                        a->tiers, tier_waiter(a->waiter), a->pending);
+    return tier_get_for(a, tier_waiter(a->waiter));
 }
 
-int tier_get_for(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
-                 size_t n, unsigned flags, uint32_t *ids, uint64_t *offs, uint8_t *tiers,
-                 struct waiter w, uint32_t *pending)
+int tier_get_for(const struct tier_get_args *a, struct waiter w)
 {
-    uint64_t slot = tier_slot_bytes(block_bytes), warm = 0, hot = 0;
-    size_t i;
+    struct tier *t = a->ns->t;
+    const struct tier_key *keys = a->keys;
+    size_t n = a->n, i;
+    unsigned flags = a->flags;
+    uint32_t *ids = a->ids, *pending = a->pending;
+    uint64_t *offs = a->offs, slot = a->ns->slot, warm = 0, hot = 0;
+    uint8_t *tiers = a->tiers;
 
     if (pending)
         *pending = 0;
     for (i = 0; i < n; i++) {
         uint32_t id;
-        struct idx_entry *e = leasable(t, ns, &keys[i], &id);
+        struct idx_entry *e = leasable(t, a->ns->id, &keys[i], &id);
 
         if (!e)
             break;
@@ -251,7 +258,7 @@ out:
     t->st.get_blocks += i;
     t->st.hits[TIER_L_WARM] += warm;
     t->st.hits[TIER_L_HOT] += hot;
-    t->st.bytes_out[TIER_L_WARM] += i * block_bytes;
+    t->st.bytes_out[TIER_L_WARM] += i * a->ns->block_bytes;
     t->st.misses += n - i;
     t->st.leases_active += i;
     return (int)i;

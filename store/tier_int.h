@@ -14,6 +14,7 @@
  *   tier_admit.c        NVMe admission: which blocks leaving warm are written, the budget
  *   tier_hot_mover.c    copies between hot and warm
  *   tier_remote_moves.c writes to, reads from and probes of the remote tier
+ *   tier_ns.c           namespaces: the objects for (id, block size)
  *   tier_get.c          lookups, prefetch, pins, leases
  *   tier_req.c          gets and lookups the store drives through their remote and disk waits
  *   tier_put.c          reservations, commits, aborts
@@ -41,6 +42,17 @@
 
 struct lru {
     uint32_t head, tail; /* most / least recently used leaf of a list */
+};
+
+/* A namespace (tier.h): every block of id in this store is block_bytes in
+ * a slot of slot bytes. The index keys blocks by id alone (entries carry
+ * the id, not this), so blocks indexed from disk before the namespace is
+ * opened are reached through it once it is. */
+struct tier_ns {
+    struct tier *t;       /* the store that owns it (frees it in tier_destroy) */
+    uint32_t id;          /* the index's namespace id */
+    uint64_t block_bytes; /* of every block (the byte counters) */
+    uint64_t slot;        /* tier_slot_bytes(block_bytes): its slots' size */
 };
 
 /* The eviction policy's state (tier_policy.c). Ages are in clock ticks. */
@@ -163,6 +175,8 @@ struct tier {
     uint64_t budget_start;            /* ... at this cfg.clock_ms time */
     uint64_t budget_used;             /* bytes written to cold in it */
     bool owns_tiers;                  /* tier_open: cold, remote and hot are ours to close */
+    struct tier_ns **nss;             /* namespaces open, each its own allocation */
+    size_t nns, nss_cap;              /* ... how many, and room in nss */
     struct tier_cfg cfg;              /* callbacks */
     struct tier_stats st;             /* counters; gauges filled in tier_stats_get */
 };
@@ -336,17 +350,18 @@ void tier_put_remote(struct tier *t, uint32_t id, bool pin);
 
 /* The remote tier's read (tier_get_remote) and probe (tier_lookup_remote),
  * waited for by w: what tier.h's calls do for a caller's waiter. */
-int tier_remote_read(struct tier *t, uint32_t ns, uint64_t block_bytes,
-                     const struct tier_key *keys, size_t n, struct waiter w);
-int tier_remote_probe(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
+int tier_remote_read(struct tier_ns *ns, const struct tier_key *keys, size_t n,
+                     struct waiter w);
+int tier_remote_probe(struct tier_ns *ns, const struct tier_key *keys, size_t n,
                       struct waiter w);
 
+/* ---- tier_ns.c ---- */
+void tier_ns_free_all(struct tier *t); /* tier_destroy's: every namespace goes */
+
 /* ---- tier_get.c ---- */
-/* tier_get for a waiter of either kind (pending NULL: nothing below
- * warm is waited for, as there). */
-int tier_get_for(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
-                 size_t n, unsigned flags, uint32_t *ids, uint64_t *offs, uint8_t *tiers,
-                 struct waiter w, uint32_t *pending);
+/* tier_get for a waiter of either kind (a->waiter is not used; a->pending
+ * NULL: nothing below warm is waited for, as there). */
+int tier_get_for(const struct tier_get_args *a, struct waiter w);
 
 /* ---- tier_req.c: requests the store drives ---- */
 /* A block request r waits for landed (rc 0) or was lost; the remote tier
@@ -355,14 +370,15 @@ void tier_req_landed(struct tier_req *r, uint32_t id, int rc);
 void tier_req_remote(struct tier_req *r, int count);
 
 /* ---- tier_put.c ---- */
-/* Reserve one absent (or ghost) key under parent p, in hot or warm. */
-int tier_reserve_one(struct tier *t, uint32_t ns, int cls, bool hot, uint32_t owner,
-                     uint32_t p, const struct tier_key *key, uint32_t ghost,
-                     uint32_t *id_out, uint64_t *off_out);
+/* Reserve one absent (or ghost) key of ns under parent p, in hot or warm
+ * (cls: the class of ns's slots in that pool). */
+int tier_reserve_one(struct tier_ns *ns, int cls, bool hot, uint32_t owner, uint32_t p,
+                     const struct tier_key *key, uint32_t ghost, uint32_t *id_out,
+                     uint64_t *off_out);
 
 /* ---- tier_durable.c: what durable commits wait for ---- */
 /* tier_commit_durable for a waiter of either kind. */
-int tier_commit_durable_for(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
+int tier_commit_durable_for(struct tier_ns *ns, uint32_t owner,
                             const struct tier_key *keys, size_t n, struct waiter w,
                             uint32_t *ids, uint32_t *pending);
 /* A hot-to-warm copy landed (rc): start the writes dws wait for. */

@@ -32,16 +32,17 @@ static bool descends(const struct tier *t, uint32_t a, uint32_t id)
 }
 
 /* Reserve one absent (or ghost) key under parent p. */
-int tier_reserve_one(struct tier *t, uint32_t ns, int cls, bool hot, uint32_t owner,
-                     uint32_t p, const struct tier_key *key, uint32_t ghost,
-                     uint32_t *id_out, uint64_t *off_out)
+int tier_reserve_one(struct tier_ns *ns, int cls, bool hot, uint32_t owner, uint32_t p,
+                     const struct tier_key *key, uint32_t ghost, uint32_t *id_out,
+                     uint64_t *off_out)
 {
+    struct tier *t = ns->t;
     uint32_t id = ghost;
     struct idx_entry *e;
     int rc;
 
     if (id == TIER_NONE) {
-        rc = idx_insert(t->idx, ns, key, &id);
+        rc = idx_insert(t->idx, ns->id, key, &id);
         if (rc < 0)
             return rc;
         tier_set_parent(t, id, p);
@@ -78,19 +79,22 @@ int tier_reserve_one(struct tier *t, uint32_t ns, int cls, bool hot, uint32_t ow
     return 0;
 }
 
-static int reserve_in(struct tier *t, bool hot, uint32_t ns, uint64_t block_bytes,
-                      uint32_t owner, const struct tier_key *parent,
-                      const struct tier_key *keys, size_t n, uint32_t *ids, uint64_t *offs)
+static int reserve_in(struct tier_ns *ns, bool hot, uint32_t owner,
+                      const struct tier_key *parent, const struct tier_key *keys, size_t n,
+                      uint32_t *ids, uint64_t *offs)
 {
+    struct tier *t = ns->t;
     struct tier_ram *pool = hot ? t->hram : t->ram;
-    uint64_t slot = tier_slot_bytes(block_bytes);
-    uint32_t p = parent ? idx_find(t->idx, ns, parent) : TIER_NONE, ghost_parent = TIER_NONE;
+    uint32_t p = parent ? idx_find(t->idx, ns->id, parent) : TIER_NONE;
+    uint32_t ghost_parent = TIER_NONE;
     size_t i, count = 0, dedup = 0;
     int cls, rc = 0;
 
-    if (block_bytes == 0 || slot > tier_ram_seg_bytes(pool))
+    /* warm takes every namespace's blocks (tier_ns_open checked); the hot
+     * pool's segments may be smaller */
+    if (ns->slot > tier_ram_seg_bytes(pool))
         return -EINVAL;
-    cls = tier_ram_class(pool, slot);
+    cls = tier_ram_class(pool, ns->slot);
     if (cls < 0)
         return cls;
     if (parent && p == TIER_NONE) {
@@ -98,14 +102,14 @@ static int reserve_in(struct tier *t, bool hot, uint32_t ns, uint64_t block_byte
          * so its blocks link up if the parent is put before they are
          * committed, and are swept as orphans (reachable by no lookup) if
          * not, instead of posing as a chain's root */
-        rc = idx_insert(t->idx, ns, parent, &ghost_parent);
+        rc = idx_insert(t->idx, ns->id, parent, &ghost_parent);
         if (rc < 0)
             return rc;
         idx_at(t->idx, ghost_parent)->state = IDX_GHOST;
         p = ghost_parent;
     }
     for (i = 0; i < n; i++) {
-        uint32_t id = idx_find(t->idx, ns, &keys[i]), ghost = TIER_NONE;
+        uint32_t id = idx_find(t->idx, ns->id, &keys[i]), ghost = TIER_NONE;
 
         ids[i] = TIER_NONE;
         offs[i] = UINT64_MAX;
@@ -120,7 +124,7 @@ static int reserve_in(struct tier *t, bool hot, uint32_t ns, uint64_t block_byte
             continue;
         }
         ghost = id;
-        rc = tier_reserve_one(t, ns, cls, hot, owner, p, &keys[i], ghost, &ids[i], &offs[i]);
+        rc = tier_reserve_one(ns, cls, hot, owner, p, &keys[i], ghost, &ids[i], &offs[i]);
         if (rc < 0)
             break;
         tier_admit_seen(t, ids[i]);
@@ -148,29 +152,27 @@ static int reserve_in(struct tier *t, bool hot, uint32_t ns, uint64_t block_byte
     return (int)count;
 }
 
-int tier_reserve(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
-                 const struct tier_key *parent, const struct tier_key *keys, size_t n,
-                 uint32_t *ids, uint64_t *offs)
+int tier_reserve(struct tier_ns *ns, uint32_t owner, const struct tier_key *parent,
+                 const struct tier_key *keys, size_t n, uint32_t *ids, uint64_t *offs)
 {
-    return reserve_in(t, false, ns, block_bytes, owner, parent, keys, n, ids, offs);
+    return reserve_in(ns, false, owner, parent, keys, n, ids, offs);
 }
 
-int tier_reserve_hot(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
-                     const struct tier_key *parent, const struct tier_key *keys, size_t n,
-                     uint32_t *ids, uint64_t *offs)
+int tier_reserve_hot(struct tier_ns *ns, uint32_t owner, const struct tier_key *parent,
+                     const struct tier_key *keys, size_t n, uint32_t *ids, uint64_t *offs)
 {
-    if (!t->hot)
+    if (!ns->t->hot)
         return -EOPNOTSUPP;
-    return reserve_in(t, true, ns, block_bytes, owner, parent, keys, n, ids, offs);
+    return reserve_in(ns, true, owner, parent, keys, n, ids, offs);
 }
 
-size_t tier_commit(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t owner,
-                   const struct tier_key *keys, size_t n)
+size_t tier_commit(struct tier_ns *ns, uint32_t owner, const struct tier_key *keys, size_t n)
 {
+    struct tier *t = ns->t;
     size_t done = 0;
 
     for (size_t i = 0; i < n; i++) {
-        uint32_t id = idx_find(t->idx, ns, &keys[i]);
+        uint32_t id = idx_find(t->idx, ns->id, &keys[i]);
         struct idx_entry *e;
 
         if (id == TIER_NONE)
@@ -184,7 +186,7 @@ size_t tier_commit(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t o
         t->st.reserved--;
         t->st.put_blocks++;
         t->st.blocks[e->level]++;
-        t->st.bytes_in[e->level] += block_bytes;
+        t->st.bytes_in[e->level] += ns->block_bytes;
         done++;
         /* write-through: on disk at once, so leaving warm later is free; a
          * full queue or disk leaves it to the background mover */
@@ -204,13 +206,13 @@ size_t tier_commit(struct tier *t, uint32_t ns, uint64_t block_bytes, uint32_t o
     return done;
 }
 
-size_t tier_abort(struct tier *t, uint32_t ns, uint32_t owner, const struct tier_key *keys,
-                  size_t n)
+size_t tier_abort(struct tier_ns *ns, uint32_t owner, const struct tier_key *keys, size_t n)
 {
+    struct tier *t = ns->t;
     size_t done = 0;
 
     for (size_t i = n; i-- > 0;) {
-        uint32_t id = idx_find(t->idx, ns, &keys[i]);
+        uint32_t id = idx_find(t->idx, ns->id, &keys[i]);
 
         if (id == TIER_NONE || idx_at(t->idx, id)->state != IDX_RESERVED ||
             idx_at(t->idx, id)->owner != owner)

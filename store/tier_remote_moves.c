@@ -158,26 +158,26 @@ static void on_fetched(void *ctx, int rc)
     free(o);
 }
 
-int tier_get_remote(struct tier *t, uint32_t ns, uint64_t block_bytes,
-                    const struct tier_key *keys, size_t n, void *waiter)
+int tier_get_remote(struct tier_ns *ns, const struct tier_key *keys, size_t n, void *waiter)
 {
-    return tier_remote_read(t, ns, block_bytes, keys, n, tier_waiter(waiter));
+    return tier_remote_read(ns, keys, n, tier_waiter(waiter));
 }
 
-int tier_remote_read(struct tier *t, uint32_t ns, uint64_t block_bytes,
-                     const struct tier_key *keys, size_t n, struct waiter w)
+int tier_remote_read(struct tier_ns *ns, const struct tier_key *keys, size_t n,
+                     struct waiter w)
 {
-    uint64_t slot = tier_slot_bytes(block_bytes), off;
+    struct tier *t = ns->t;
+    uint64_t slot = ns->slot, off;
     uint32_t p = TIER_NONE, k = 0;
     struct rop *o;
     size_t i;
     int cls, rc;
 
-    if (!t->remote || !tier_remote_ns_on(t->remote, ns) || block_bytes == 0 ||
-        slot > tier_ram_seg_bytes(t->ram) || (cls = tier_ram_class(t->ram, slot)) < 0)
+    if (!t->remote || !tier_remote_ns_on(t->remote, ns->id) ||
+        (cls = tier_ram_class(t->ram, slot)) < 0)
         return 0;
     for (i = 0; i < n; i++) { /* the leading run here */
-        uint32_t id = idx_find(t->idx, ns, &keys[i]);
+        uint32_t id = idx_find(t->idx, ns->id, &keys[i]);
 
         if (id == TIER_NONE || idx_at(t->idx, id)->state != IDX_COMMITTED)
             break;
@@ -185,22 +185,23 @@ int tier_remote_read(struct tier *t, uint32_t ns, uint64_t block_bytes,
     }
     if (i == n || !(o = rop_new(t, n - i, w)))
         return 0;
-    o->bytes = block_bytes;
+    o->bytes = ns->block_bytes;
     /* absent keys from there, up to a quarter of warm: a long miss must not
      * evict the whole pool for blocks that may not be there */
     for (size_t j = i; j < n && (k + 1) * slot <= tier_ram_bytes(t->ram) / 4; j++) {
-        uint32_t id = idx_find(t->idx, ns, &keys[j]);
+        uint32_t id = idx_find(t->idx, ns->id, &keys[j]);
 
         if (id != TIER_NONE &&
             (idx_at(t->idx, id)->state != IDX_GHOST || idx_at(t->idx, id)->leases > 0))
             break; /* present, being written (by a client or by us), or held */
-        if (tier_reserve_one(t, ns, cls, false, TIER_OWNER_REMOTE, p, &keys[j], id,
+        if (tier_reserve_one(ns, cls, false, TIER_OWNER_REMOTE, p, &keys[j], id,
                              &o->ids[k], &off) < 0)
             break;
         o->bufs[k] = (uint8_t *)tier_ram_base(t->ram) + off;
         p = o->ids[k++];
     }
-    rc = k ? tier_remote_get(t->remote, ns, keys + i, k, o->bufs, slot, o->res, on_fetched, o)
+    rc = k ? tier_remote_get(t->remote, ns->id, keys + i, k, o->bufs, slot, o->res, on_fetched,
+                             o)
            : 0;
     if (rc < 0 || k == 0) {
         while (k-- > 0)
@@ -226,26 +227,27 @@ static void on_probed(void *ctx, int rc)
     free(o);
 }
 
-int tier_lookup_remote(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
+int tier_lookup_remote(struct tier_ns *ns, const struct tier_key *keys, size_t n,
                        void *waiter)
 {
-    return tier_remote_probe(t, ns, keys, n, tier_waiter(waiter));
+    return tier_remote_probe(ns, keys, n, tier_waiter(waiter));
 }
 
-int tier_remote_probe(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
+int tier_remote_probe(struct tier_ns *ns, const struct tier_key *keys, size_t n,
                       struct waiter w)
 {
+    struct tier *t = ns->t;
     struct rop *o;
     int rc;
 
-    if (!t->remote || !tier_remote_ns_on(t->remote, ns) || n == 0)
+    if (!t->remote || !tier_remote_ns_on(t->remote, ns->id) || n == 0)
         return 0;
     o = rop_new(t, n, w);
     if (!o)
         return -ENOMEM;
     o->probe = true;
     o->n = (uint32_t)n;
-    rc = tier_remote_exists(t->remote, ns, keys, n, o->res, on_probed, o);
+    rc = tier_remote_exists(t->remote, ns->id, keys, n, o->res, on_probed, o);
     if (rc < 0) {
         free(o);
         return rc;

@@ -164,8 +164,11 @@ static void get_done(struct tier_req *r, bool late)
 static void get_local(struct tier_req *r)
 {
     uint32_t pending;
-    int rc = tier_get_for(r->t, r->a.ns, r->a.block_bytes, r->a.keys, r->a.n, r->a.flags,
-                          r->ids, r->offs, r->tiers, me(r), &pending);
+    struct tier_get_args ga = {
+        .ns = r->a.ns, .keys = r->a.keys, .n = r->a.n, .flags = r->a.flags, .ids = r->ids,
+        .offs = r->offs, .tiers = r->tiers, .pending = &pending,
+    };
+    int rc = tier_get_for(&ga, me(r));
 
     if (rc < 0 || pending == 0) {
         finish(r, rc, 0, false);
@@ -254,8 +257,8 @@ static void commit_start(struct tier_req *r)
     r->leased = 0;
     r->committed = 0;
     memset(r->ready, 0, r->a.n);
-    rc = tier_commit_durable_for(r->t, r->a.ns, r->a.block_bytes, r->a.owner, r->a.keys,
-                                 r->a.n, me(r), r->ids, &r->leased);
+    rc = tier_commit_durable_for(r->a.ns, r->a.owner, r->a.keys, r->a.n, me(r), r->ids,
+                                 &r->leased);
     if (rc < 0 && !r->err)
         r->err = rc;
     r->committed = rc < 0 ? 0 : (uint32_t)rc;
@@ -280,13 +283,13 @@ static bool ask_remote(struct tier_req *r, uint32_t hits)
     const struct tier_req_args *a = &r->a;
     int rc;
 
-    if (!a->remote_ms || !r->t->remote || !tier_remote_ns_on(r->t->remote, a->ns))
+    if (!a->remote_ms || !r->t->remote || !tier_remote_ns_on(r->t->remote, a->ns->id))
         return false;
     keep_keys(r);
     if (a->op == TIER_REQ_LOOKUP)
-        rc = tier_remote_probe(r->t, a->ns, r->keys + hits, a->n - hits, me(r));
+        rc = tier_remote_probe(a->ns, r->keys + hits, a->n - hits, me(r));
     else
-        rc = tier_remote_read(r->t, a->ns, a->block_bytes, r->keys, a->n, me(r));
+        rc = tier_remote_read(a->ns, r->keys, a->n, me(r));
     if (rc <= 0)
         return false;
     r->stage = REQ_REMOTE;
@@ -326,8 +329,9 @@ int tier_req_submit(struct tier_req *r, const struct tier_req_args *a)
         return -EBUSY;
     if (a->n > r->cap)
         return -E2BIG;
-    if (a->op != TIER_REQ_GET && a->op != TIER_REQ_LOOKUP && a->op != TIER_REQ_COMMIT)
-        return -EINVAL;
+    if ((a->op != TIER_REQ_GET && a->op != TIER_REQ_LOOKUP && a->op != TIER_REQ_COMMIT) ||
+        !a->ns || a->ns->t != r->t)
+        return -EINVAL; /* (a namespace of another store would index the wrong one) */
     r->a = *a;
     r->err = 0;
     if (a->op == TIER_REQ_COMMIT) {
@@ -335,7 +339,7 @@ int tier_req_submit(struct tier_req *r, const struct tier_req_args *a)
         return 0;
     }
     if (a->op == TIER_REQ_LOOKUP) {
-        uint32_t hits = (uint32_t)tier_lookup(r->t, a->ns, a->keys, a->n, r->tiers);
+        uint32_t hits = (uint32_t)tier_lookup(a->ns, a->keys, a->n, r->tiers);
 
         if (hits == a->n || !ask_remote(r, hits))
             finish(r, (int)hits, 0, false);

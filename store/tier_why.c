@@ -143,19 +143,19 @@ static void miss_cause(struct tier *t, uint32_t ns, const struct tier_key *key, 
         why->evicted_age_ms += now - at;
 }
 
-void tier_miss_why(struct tier *t, uint32_t ns, const struct tier_key *keys, size_t n,
+void tier_miss_why(struct tier_ns *ns, const struct tier_key *keys, size_t n,
                    struct tier_misses *why)
 {
     uint64_t now = n ? tier_now_ms() : 0;
 
     for (size_t j = 0; j < n; j++)
-        miss_cause(t, ns, &keys[j], j > 0, why, now);
+        miss_cause(ns->t, ns->id, &keys[j], j > 0, why, now);
 }
 
-void tier_story_get(struct tier *t, uint32_t ns, const struct tier_key *key,
-                    struct tier_story *out)
+void tier_story_get(struct tier_ns *tns, const struct tier_key *key, struct tier_story *out)
 {
-    uint32_t id = idx_find(t->idx, ns, key);
+    struct tier *t = tns->t;
+    uint32_t ns = tns->id, id = idx_find(t->idx, ns, key);
     uint64_t at;
 
     *out = (struct tier_story){ 0 };

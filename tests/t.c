@@ -525,6 +525,23 @@ int t_get_seeded(kvt_ns *ns, uint64_t key_seed, size_t n, size_t blk, uint64_t s
     return t_get_chain(ns, k, n, blk, seed0, bufs);
 }
 
+struct tier_ns *t_tns(struct tier *t, uint32_t id, uint64_t block_bytes)
+{
+    struct tier_ns *ns = NULL;
+    int rc = tier_ns_open(t, id, block_bytes, &ns);
+
+    cr_assert_eq(rc, 0, "tier_ns_open(%u, %llu): %d", id, (unsigned long long)block_bytes, rc);
+    return ns;
+}
+
+struct tier_ns *t_tns_of(struct tier *t, uint32_t id)
+{
+    struct tier_ns *ns = tier_ns_find(t, id);
+
+    cr_assert(ns, "namespace %u is not open", id);
+    return ns;
+}
+
 void t_store_settle(struct tier *t, struct tier_cold *c, struct tier_hot *h)
 {
     struct tier_nvme *io = tier_cold_io(c);

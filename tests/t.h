@@ -130,6 +130,13 @@ struct kvt_model_desc t_model_desc(const char *name);
 struct tier;
 struct tier_cold;
 struct tier_hot;
+struct tier_ns;
+/* Namespace id of store t with blocks of block_bytes (tier_ns_open: opened
+ * on first use, the same object after); fails the test on an error. */
+struct tier_ns *t_tns(struct tier *t, uint32_t id, uint64_t block_bytes);
+/* Namespace id of store t, open already (tier_ns_find): for the calls that
+ * name no block size. Fails the test if it is not open. */
+struct tier_ns *t_tns_of(struct tier *t, uint32_t id);
 /* A store over the simulated disk (tier_nvme.h): complete every queued
  * request and deliver every completion, the hot tier's (h, may be NULL)
  * too, until nothing is in flight. Fails the test if it never settles. */

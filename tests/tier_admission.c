@@ -93,12 +93,12 @@ static void put(struct world *w, uint64_t i)
     struct tier_key k = key(i);
     uint32_t id;
     uint64_t off;
-    int rc = tier_reserve(w->t, 1, MIB, 7, NULL, &k, 1, &id, &off);
+    int rc = tier_reserve(t_tns(w->t, 1, MIB), 7, NULL, &k, 1, &id, &off);
 
     cr_assert_geq(rc, 0, "reserve %llu: %d", (unsigned long long)i, rc);
     if (rc == 1)
         t_fill((uint8_t *)tier_pool_base(w->t) + off, MIB, i);
-    cr_assert_eq(tier_commit(w->t, 1, MIB, 7, &k, 1), (size_t)rc);
+    cr_assert_eq(tier_commit(t_tns(w->t, 1, MIB), 7, &k, 1), (size_t)rc);
 }
 
 /* Read block i once (lease and release): a touch. */
@@ -108,7 +108,7 @@ static void touch(struct world *w, uint64_t i)
     uint32_t id;
     uint64_t off;
 
-    cr_assert_eq(tier_get(w->t, &(struct tier_get_args){ .ns = 1, .block_bytes = MIB, .keys = &k,
+    cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(w->t, 1, MIB), .keys = &k,
         .n = 1, .ids = &id, .offs = &off }), 1, "get %llu", (unsigned long long)i);
     tier_release(w->t, &id, 1, false);
 }
@@ -136,7 +136,7 @@ static bool present(struct world *w, uint64_t i)
 {
     struct tier_key k = key(i);
 
-    return tier_lookup(w->t, 1, &k, 1, NULL) == 1;
+    return tier_lookup(t_tns_of(w->t, 1), &k, 1, NULL) == 1;
 }
 
 /*
@@ -297,18 +297,18 @@ Test(tier_admission, durable_puts_are_always_written)
     open_world(&w, TIER_ADMIT_REUSED, MIB);
     put(&w, 50);
     touch(&w, 50);
-    cr_assert_eq(tier_commit_durable(w.t, 1, MIB, 7, (struct tier_key[]){ key(50) }, 1, &w,
+    cr_assert_eq(tier_commit_durable(t_tns(w.t, 1, MIB), 7, (struct tier_key[]){ key(50) }, 1, &w,
                                      ids, &pending), 0);
     settle(&w); /* the budget's one block is spent */
     cr_assert_eq(w.ready, (int)pending);
     w.ready = 0;
     for (int i = 0; i < 4; i++)
         k[i] = key(60 + (uint64_t)i);
-    rc = tier_reserve(w.t, 1, MIB, 7, NULL, k, 4, ids, offs);
+    rc = tier_reserve(t_tns(w.t, 1, MIB), 7, NULL, k, 4, ids, offs);
     cr_assert_eq(rc, 4);
     for (int i = 0; i < 4; i++)
         t_fill((uint8_t *)tier_pool_base(w.t) + offs[i], MIB, 60 + (uint64_t)i);
-    rc = tier_commit_durable(w.t, 1, MIB, 7, k, 4, &w, ids, &pending);
+    rc = tier_commit_durable(t_tns(w.t, 1, MIB), 7, k, 4, &w, ids, &pending);
     cr_assert_eq(rc, 4, "durable commit: %d", rc);
     cr_assert_eq(pending, 4);
     settle(&w);

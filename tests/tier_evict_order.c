@@ -51,12 +51,12 @@ static void put(struct tier *t, uint64_t seed, size_t n, const struct tier_key *
     int rc;
 
     t_keys((kvt_key *)k, n, seed);
-    rc = tier_reserve(t, 1, MIB, 7, parent, k, n, ids, offs);
+    rc = tier_reserve(t_tns(t, 1, MIB), 7, parent, k, n, ids, offs);
     cr_assert_geq(rc, 0, "reserve: %d", rc);
     for (size_t i = 0; i < n; i++)
         if (offs[i] != UINT64_MAX)
             t_fill((uint8_t *)tier_pool_base(t) + offs[i], MIB, seed * 100 + i);
-    cr_assert_eq(tier_commit(t, 1, MIB, 7, k, n), (size_t)rc);
+    cr_assert_eq(tier_commit(t_tns(t, 1, MIB), 7, k, n), (size_t)rc);
 }
 
 /* A test's store and one batch of up to 64 keys with their reservation. */
@@ -83,7 +83,7 @@ static size_t present(struct tier *t, uint64_t seed, size_t n)
     struct tier_key k[64];
 
     t_keys((kvt_key *)k, n, seed);
-    return tier_lookup(t, 1, k, n, NULL);
+    return tier_lookup(t_tns_of(t, 1), k, n, NULL);
 }
 
 static bool is_key(const struct tier_key *k, uint64_t seed, size_t i)
@@ -140,7 +140,7 @@ Test(tier_evict_order, access_moves_a_chain_to_the_hot_end)
 
     put(t, 1, 8, NULL);
     put(t, 2, 9, NULL);
-    cr_assert_eq(tier_get(t, &(struct tier_get_args){ .ns = 1, .block_bytes = MIB, .keys = b.k,
+    cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(t, 1, MIB), .keys = b.k,
         .n = 8, .ids = b.ids, .offs = b.offs }), 8);
     tier_release(t, b.ids, 8, false); /* A is now the most recent */
     cr_assert_eq(tier_maintain(t), 9);
@@ -160,22 +160,22 @@ Test(tier_evict_order, leased_blocks_are_never_evicted)
 
     put(t, 1, 16, NULL);
     t_keys((kvt_key *)a, 16, 1);
-    cr_assert_eq(tier_get(t, &(struct tier_get_args){ .ns = 1, .block_bytes = MIB, .keys = a,
+    cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(t, 1, MIB), .keys = a,
         .n = 16, .ids = ids, .offs = lease_off }), 16);
     /* 16 more fit; the 17th needs a victim, and only leased blocks exist */
     t_keys((kvt_key *)b, 17, 2);
-    cr_assert_eq(tier_reserve(t, 1, MIB, 8, NULL, b, 16, ids + 16, offs), 16);
-    cr_assert_eq(tier_commit(t, 1, MIB, 8, b, 16), 16);
-    tier_lookup(t, 1, b, 16, NULL);
+    cr_assert_eq(tier_reserve(t_tns(t, 1, MIB), 8, NULL, b, 16, ids + 16, offs), 16);
+    cr_assert_eq(tier_commit(t_tns(t, 1, MIB), 8, b, 16), 16);
+    tier_lookup(t_tns_of(t, 1), b, 16, NULL);
     {
         uint32_t id1;
         uint64_t off1;
 
         /* b's leaf is evictable: the 17th evicts it, never a leased A block */
-        cr_assert_eq(tier_reserve(t, 1, MIB, 8, NULL, &b[16], 1, &id1, &off1), 1);
+        cr_assert_eq(tier_reserve(t_tns(t, 1, MIB), 8, NULL, &b[16], 1, &id1, &off1), 1);
         cr_assert_eq(s.n, 1);
         cr_assert(is_key(&s.keys[0], 2, 15));
-        cr_assert_eq(tier_abort(t, 1, 8, &b[16], 1), 1);
+        cr_assert_eq(tier_abort(t_tns_of(t, 1), 8, &b[16], 1), 1);
     }
     /* lease all of B too: now nothing can go */
     {
@@ -183,11 +183,11 @@ Test(tier_evict_order, leased_blocks_are_never_evicted)
         uint64_t boff[15], off[2];
         struct tier_key c[2];
 
-        cr_assert_eq(tier_get(t, &(struct tier_get_args){ .ns = 1, .block_bytes = MIB, .keys = b,
+        cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(t, 1, MIB), .keys = b,
             .n = 15, .ids = bid, .offs = boff }), 15);
         t_keys((kvt_key *)c, 2, 3);
-        cr_assert_eq(tier_reserve(t, 1, MIB, 9, NULL, c, 1, &id1, off), 1, "one free slot");
-        cr_assert_eq(tier_reserve(t, 1, MIB, 9, NULL, c + 1, 1, &id1, off), -ENOSPC,
+        cr_assert_eq(tier_reserve(t_tns(t, 1, MIB), 9, NULL, c, 1, &id1, off), 1, "one free slot");
+        cr_assert_eq(tier_reserve(t_tns(t, 1, MIB), 9, NULL, c + 1, 1, &id1, off), -ENOSPC,
                      "every block leased or reserved: the put must fail");
         tier_release(t, bid, 15, false);
     }
@@ -208,22 +208,22 @@ Test(tier_evict_order, reserve_is_all_or_nothing_and_dedups)
     struct tier *t = batch_open(&b, 0.99, 0.9, 40, 5);
     struct tier_key *k = b.k;
 
-    cr_assert_eq(tier_reserve(t, 1, MIB, 1, NULL, k, 40, b.ids, b.offs), -ENOSPC,
+    cr_assert_eq(tier_reserve(t_tns(t, 1, MIB), 1, NULL, k, 40, b.ids, b.offs), -ENOSPC,
                  "40 blocks cannot fit 32 slots");
     tier_stats_get(t, &b.st);
     cr_assert_eq(b.st.reserved, 0, "a failed batch leaves nothing reserved");
     cr_assert_eq(b.st.bytes_used[TIER_L_WARM], 0);
     cr_assert_eq(b.st.index_entries, 0);
-    cr_assert_eq(tier_reserve(t, 1, MIB, 1, NULL, k, 4, b.ids, b.offs), 4);
-    cr_assert_eq(tier_reserve(t, 1, MIB, 2, NULL, k, 6, b.ids, b.offs), 2,
+    cr_assert_eq(tier_reserve(t_tns(t, 1, MIB), 1, NULL, k, 4, b.ids, b.offs), 4);
+    cr_assert_eq(tier_reserve(t_tns(t, 1, MIB), 2, NULL, k, 6, b.ids, b.offs), 2,
                  "4 in flight are deduplicated, 2 new");
     cr_assert_eq(b.ids[0], TIER_NONE);
     cr_assert_eq(b.offs[3], UINT64_MAX);
     cr_assert_neq(b.offs[4], UINT64_MAX);
-    cr_assert_eq(tier_commit(t, 1, MIB, 2, k, 6), 2, "owner 2 commits only its own");
-    cr_assert_eq(tier_lookup(t, 1, k, 6, NULL), 0, "k[0..4) still uncommitted");
-    cr_assert_eq(tier_commit(t, 1, MIB, 1, k, 6), 4);
-    cr_assert_eq(tier_lookup(t, 1, k, 6, NULL), 6);
+    cr_assert_eq(tier_commit(t_tns(t, 1, MIB), 2, k, 6), 2, "owner 2 commits only its own");
+    cr_assert_eq(tier_lookup(t_tns_of(t, 1), k, 6, NULL), 0, "k[0..4) still uncommitted");
+    cr_assert_eq(tier_commit(t_tns(t, 1, MIB), 1, k, 6), 4);
+    cr_assert_eq(tier_lookup(t_tns_of(t, 1), k, 6, NULL), 6);
     tier_destroy(t);
 }
 
@@ -233,17 +233,17 @@ Test(tier_evict_order, aborted_parent_with_children_leaks_nothing)
     struct tier *t = batch_open(&b, 0.99, 0.9, 2, 9);
     struct tier_key *k = b.k;
 
-    cr_assert_eq(tier_reserve(t, 1, MIB, 1, NULL, k, 2, b.ids, b.offs), 2);
-    cr_assert_eq(tier_commit(t, 1, MIB, 1, &k[1], 1), 1);
-    cr_assert_eq(tier_abort(t, 1, 1, k, 2), 1, "only the reserved parent is aborted");
-    cr_assert_eq(tier_lookup(t, 1, k, 2, NULL), 0, "the chain has lost its head");
+    cr_assert_eq(tier_reserve(t_tns(t, 1, MIB), 1, NULL, k, 2, b.ids, b.offs), 2);
+    cr_assert_eq(tier_commit(t_tns(t, 1, MIB), 1, &k[1], 1), 1);
+    cr_assert_eq(tier_abort(t_tns_of(t, 1), 1, k, 2), 1, "only the reserved parent is aborted");
+    cr_assert_eq(tier_lookup(t_tns_of(t, 1), k, 2, NULL), 0, "the chain has lost its head");
     tier_stats_get(t, &b.st);
     cr_assert_eq(b.st.bytes_used[TIER_L_WARM], MIB, "the parent's slot went back");
     /* re-reserving the parent revives it */
-    cr_assert_eq(tier_reserve(t, 1, MIB, 1, NULL, k, 1, b.ids, b.offs), 1);
-    cr_assert_eq(tier_commit(t, 1, MIB, 1, k, 1), 1);
-    cr_assert_eq(tier_lookup(t, 1, k, 2, NULL), 2);
-    cr_assert_eq(tier_remove(t, 1, k, 2), 2, "removal goes leaf-first through the batch");
+    cr_assert_eq(tier_reserve(t_tns(t, 1, MIB), 1, NULL, k, 1, b.ids, b.offs), 1);
+    cr_assert_eq(tier_commit(t_tns(t, 1, MIB), 1, k, 1), 1);
+    cr_assert_eq(tier_lookup(t_tns_of(t, 1), k, 2, NULL), 2);
+    cr_assert_eq(tier_remove(t_tns_of(t, 1), k, 2), 2, "removal goes leaf-first through the batch");
     tier_stats_get(t, &b.st);
     cr_assert_eq(b.st.bytes_used[TIER_L_WARM], 0);
     cr_assert_eq(b.st.index_entries, 0, "no ghost left behind");
@@ -255,15 +255,15 @@ Test(tier_evict_order, reclaim_by_ids_drops_only_the_owners_reservations)
     struct batch b;
     struct tier *t = batch_open(&b, 0.99, 0.9, 4, 11);
 
-    cr_assert_eq(tier_reserve(t, 1, MIB, 5, NULL, b.k, 4, b.ids, b.offs), 4);
-    cr_assert_eq(tier_commit(t, 1, MIB, 5, b.k, 2), 2);
+    cr_assert_eq(tier_reserve(t_tns(t, 1, MIB), 5, NULL, b.k, 4, b.ids, b.offs), 4);
+    cr_assert_eq(tier_commit(t_tns(t, 1, MIB), 5, b.k, 2), 2);
     cr_assert_eq(tier_abort_ids(t, 6, b.ids, 4), 0, "another owner reclaims nothing");
     cr_assert_eq(tier_abort_ids(t, 5, b.ids, 4), 2, "committed ids are stale, skipped");
     tier_stats_get(t, &b.st);
     cr_assert_eq(b.st.reserved, 0);
     cr_assert_eq(b.st.reclaimed, 2);
     cr_assert_eq(b.st.bytes_used[TIER_L_WARM], 2ull * MIB);
-    cr_assert_eq(tier_lookup(t, 1, b.k, 4, NULL), 2);
+    cr_assert_eq(tier_lookup(t_tns_of(t, 1), b.k, 4, NULL), 2);
     tier_destroy(t);
 }
 
@@ -286,26 +286,26 @@ Test(tier_evict_order, another_block_size_frees_one_segment_not_the_pool)
     cr_assert_eq(tier_create(&cfg, &t), 0);
     t_keys((kvt_key *)k, N, 21);
     for (int i = 0; i < N; i += 1024) {
-        cr_assert_eq(tier_reserve(t, 1, BLK, 1, NULL, k + i, 1024, ids + i, offs + i), 1024);
-        cr_assert_eq(tier_commit(t, 1, BLK, 1, k + i, 1024), 1024);
+        cr_assert_eq(tier_reserve(t_tns(t, 1, BLK), 1, NULL, k + i, 1024, ids + i, offs + i), 1024);
+        cr_assert_eq(tier_commit(t_tns(t, 1, BLK), 1, k + i, 1024), 1024);
     }
     /* read one block of each 2 MiB segment (512 blocks) so LRU order and
      * segment order differ */
     for (int i = 0; i < N; i += 512) {
-        cr_assert_eq(tier_get(t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK,
-            .keys = &k[i + 7], .n = 1, .ids = &id, .offs = &off }), 1);
+        cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(t, 1, BLK), .keys = &k[i + 7],
+            .n = 1, .ids = &id, .offs = &off }), 1);
         tier_release(t, &id, 1, false);
     }
     t_keys((kvt_key *)&big, 1, 22);
-    cr_assert_eq(tier_reserve(t, 2, 2 * BLK, 1, NULL, &big, 1, &id, &off), 1);
+    cr_assert_eq(tier_reserve(t_tns(t, 2, 2 * BLK), 1, NULL, &big, 1, &id, &off), 1);
     tier_stats_get(t, &st);
     cr_assert_leq(st.evictions[TIER_L_WARM], 512, "evicted %llu blocks for one slot",
                   (unsigned long long)st.evictions[TIER_L_WARM]);
-    cr_assert_eq(tier_abort(t, 2, 1, &big, 1), 1);
+    cr_assert_eq(tier_abort(t_tns_of(t, 2), 1, &big, 1), 1);
 
     /* with a lease in every segment nothing can be freed: fail, evict nothing */
     for (int i = 0; i < N; i += 512)
-        tier_get(t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = &k[i + 9], .n = 1,
+        tier_get(&(struct tier_get_args){ .ns = t_tns(t, 1, BLK), .keys = &k[i + 9], .n = 1,
             .ids = &ids[i], .offs = &offs[i] });
     {
         uint64_t before;
@@ -318,9 +318,9 @@ Test(tier_evict_order, another_block_size_frees_one_segment_not_the_pool)
             struct tier_key x;
 
             t_keys((kvt_key *)&x, 1, 1000 + (uint64_t)j);
-            cr_assert_eq(tier_reserve(t, 2, 2 * BLK, 1, NULL, &x, 1, &id, &off), 1);
+            cr_assert_eq(tier_reserve(t_tns(t, 2, 2 * BLK), 1, NULL, &x, 1, &id, &off), 1);
         }
-        cr_assert_eq(tier_reserve(t, 2, 2 * BLK, 1, NULL, &big, 1, &id, &off), -ENOSPC);
+        cr_assert_eq(tier_reserve(t_tns(t, 2, 2 * BLK), 1, NULL, &big, 1, &id, &off), -ENOSPC);
         tier_stats_get(t, &st);
         cr_assert_eq(st.evictions[TIER_L_WARM], before, "a failing reserve evicted blocks");
     }

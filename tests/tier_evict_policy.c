@@ -79,9 +79,10 @@ static void put_from(struct tier *t, uint64_t seed, size_t from, size_t n)
     int rc;
 
     keys_of(seed, k, n);
-    rc = tier_reserve(t, 1, blk, 7, from ? &k[from - 1] : NULL, k + from, n - from, ids, offs);
+    rc = tier_reserve(t_tns(t, 1, blk), 7, from ? &k[from - 1] : NULL, k + from, n - from,
+                      ids, offs);
     cr_assert_eq(rc, (int)(n - from), "reserve: %d", rc);
-    cr_assert_eq(tier_commit(t, 1, blk, 7, k + from, n - from), n - from);
+    cr_assert_eq(tier_commit(t_tns(t, 1, blk), 7, k + from, n - from), n - from);
 }
 
 /* Look chain seed up, lease and release its hits, put the rest: one
@@ -95,9 +96,9 @@ static size_t request(struct tier *t, uint64_t seed, size_t n)
     int got = 0;
 
     keys_of(seed, k, n);
-    hit = tier_lookup(t, 1, k, n, NULL);
+    hit = tier_lookup(t_tns(t, 1, blk), k, n, NULL);
     if (hit) {
-        got = tier_get(t, &(struct tier_get_args){ .ns = 1, .block_bytes = blk, .keys = k, .n = hit,
+        got = tier_get(&(struct tier_get_args){ .ns = t_tns(t, 1, blk), .keys = k, .n = hit,
             .ids = ids, .offs = offs });
         cr_assert_eq(got, (int)hit, "get: %d of %zu", got, hit);
         tier_release(t, ids, (size_t)got, false);
@@ -114,7 +115,7 @@ static size_t present(struct tier *t, uint64_t seed, size_t n)
     struct tier_key k[64];
 
     keys_of(seed, k, n);
-    return tier_lookup(t, 1, k, n, NULL);
+    return tier_lookup(t_tns(t, 1, blk), k, n, NULL);
 }
 
 Test(tier_evict_policy, names_parse_both_ways_and_bad_ones_are_refused)
@@ -228,8 +229,8 @@ Test(tier_evict_policy, leaf_first_holds_under_keep)
 
     tier_keep_share_set(t, 0.05);
     keys_of(9, root, 1);
-    cr_assert_eq(tier_reserve(t, 1, blk, 7, NULL, root, 1, ids, offs), 1);
-    cr_assert_eq(tier_commit(t, 1, blk, 7, root, 1), 1);
+    cr_assert_eq(tier_reserve(t_tns(t, 1, blk), 7, NULL, root, 1, ids, offs), 1);
+    cr_assert_eq(tier_commit(t_tns(t, 1, blk), 7, root, 1), 1);
     for (uint64_t c = 0; c < 40; c++) {
         struct tier_key k[5];
         uint32_t cid[5];
@@ -237,14 +238,14 @@ Test(tier_evict_policy, leaf_first_holds_under_keep)
         int rc;
 
         /* the root is hit (kept), then gets a child chain of its own */
-        cr_assert_eq(tier_get(t, &(struct tier_get_args){ .ns = 1, .block_bytes = blk, .keys = root,
+        cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(t, 1, blk), .keys = root,
             .n = 1, .ids = ids, .offs = offs }), 1, "chain %llu: root gone",
                      (unsigned long long)c);
         tier_release(t, ids, 1, false);
         keys_of(20000 + c, k, 5);
-        rc = tier_reserve(t, 1, blk, 7, root, k, 5, cid, coff);
+        rc = tier_reserve(t_tns(t, 1, blk), 7, root, k, 5, cid, coff);
         cr_assert_eq(rc, 5, "reserve: %d", rc);
-        cr_assert_eq(tier_commit(t, 1, blk, 7, k, 5), 5);
+        cr_assert_eq(tier_commit(t_tns(t, 1, blk), 7, k, 5), 5);
         tier_maintain(t);
         check(t);
     }

@@ -462,14 +462,14 @@ static int put_chain(struct rig *r, int c, int nb)
     int rc;
 
     chain_keys(k, c, nb);
-    rc = tier_reserve(r->t, 1, BLK, 1, NULL, k, (size_t)nb, ids, offs);
+    rc = tier_reserve(t_tns(r->t, 1, BLK), 1, NULL, k, (size_t)nb, ids, offs);
     if (rc == -ENOSPC)
         return 0;
     cr_assert_geq(rc, 0, "reserve: %s", strerror(-rc));
     for (int i = 0; i < nb; i++)
         if (offs[i] != UINT64_MAX)
             t_fill((uint8_t *)tier_pool_base(r->t) + offs[i], BLK, seed_of(c, i));
-    tier_commit(r->t, 1, BLK, 1, k, (size_t)nb);
+    tier_commit(t_tns(r->t, 1, BLK), 1, k, (size_t)nb);
     settle(r);
     return rc;
 }
@@ -494,7 +494,7 @@ static int get_chain(struct rig *r, int c, int nb)
 
     chain_keys(k, c, nb);
     r->ready = r->failed = r->nfailed_ids = 0;
-    hits = tier_get(r->t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = k,
+    hits = tier_get(&(struct tier_get_args){ .ns = t_tns(r->t, 1, BLK), .keys = k,
         .n = (size_t)nb, .ids = ids, .offs = offs, .waiter = r, .pending = &pending });
     cr_assert_geq(hits, 0);
     while (r->ready + r->failed < (int)pending)
@@ -598,7 +598,7 @@ Test(tier_faults, reads_that_stay_short_are_misses, .init = fx_init)
         int got = get_chain(&r, c, 10), lead;
 
         chain_keys(k, c, 10);
-        lead = (int)tier_lookup(r.t, 1, k, 10, tiers);
+        lead = (int)tier_lookup(t_tns_of(r.t, 1), k, 10, tiers);
         cr_assert_eq(lead, 10, "chain %d: a failed read lost blocks (%d left)", c, lead);
         for (int i = 0; inj && i < got; i++)
             cr_assert_neq(tiers[i], TIER_L_COLD, "chain %d block %d served from cold", c, i);
@@ -643,7 +643,7 @@ Test(tier_faults, failed_writes_keep_blocks_in_warm_or_drop_them_counted, .init 
         int lead;
 
         chain_keys(k, c, 10);
-        lead = (int)tier_lookup(r.t, 1, k, 10, tiers);
+        lead = (int)tier_lookup(t_tns_of(r.t, 1), k, 10, tiers);
         for (int i = 0; i < 10; i++)
             present += tiers[i] != TIER_L_NONE; /* a dropped parent may leave children */
         cr_assert_eq(get_chain(&r, c, 10), lead, "chain %d", c);
@@ -703,11 +703,11 @@ static int commit_durable(struct rig *r, int c, int nb, int *failed)
     int rc;
 
     chain_keys(k, c, nb);
-    cr_assert_eq(tier_reserve(r->t, 1, BLK, 1, NULL, k, (size_t)nb, rids, offs), nb);
+    cr_assert_eq(tier_reserve(t_tns(r->t, 1, BLK), 1, NULL, k, (size_t)nb, rids, offs), nb);
     for (int i = 0; i < nb; i++)
         t_fill((uint8_t *)tier_pool_base(r->t) + offs[i], BLK, seed_of(c, i));
     r->ready = r->failed = r->nfailed_ids = 0;
-    rc = tier_commit_durable(r->t, 1, BLK, 1, k, (size_t)nb, r, ids, &pending);
+    rc = tier_commit_durable(t_tns(r->t, 1, BLK), 1, k, (size_t)nb, r, ids, &pending);
     while (r->ready + r->failed < (int)pending) {
         tier_cold_flush_idle(r->cold); /* as tierd: one sync once the writes landed */
         cr_assert_geq(tier_poll(r->t, true), 0);
@@ -730,7 +730,7 @@ Test(tier_faults, a_failed_write_fails_its_durable_commit_and_the_block_stays, .
     cr_assert_eq(failed, inj ? 1 : 0, "writes reported failed: %d", failed);
     chain_keys(k, 0, 4);
     for (int i = 0; i < 4; i++) {
-        tier_story_get(r.t, 1, &k[i], &story);
+        tier_story_get(t_tns_of(r.t, 1), &k[i], &story);
         cr_assert(story.present && story.level == TIER_L_WARM, "block %d", i);
         cr_assert_eq(story.on_disk, !(inj && i == 1), "block %d on disk: %d", i,
                      story.on_disk);

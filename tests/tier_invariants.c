@@ -65,7 +65,7 @@ static void run(uint64_t seed, int steps)
         switch (op) {
         case 0: case 1: { /* reserve a chain piece, under its parent half the time */
             const struct tier_key *parent = at > 0 && rnd(&s) % 2 ? &keys[at - 1] : NULL;
-            int rc = tier_reserve(t, ns, bytes, (uint32_t)own + 1, parent, keys + at, n, ids,
+            int rc = tier_reserve(t_tns(t, ns, bytes), (uint32_t)own + 1, parent, keys + at, n, ids,
                                   offs);
 
             cr_assert(rc >= 0 || rc == -ENOSPC, "seed %llu step %d: reserve %d",
@@ -74,18 +74,18 @@ static void run(uint64_t seed, int steps)
                 if (ids[i] != TIER_NONE)
                     resv[own][nresv[own]++] = ids[i];
             if (rc > 0 && rnd(&s) % 4) /* mostly the writer commits at once */
-                tier_commit(t, ns, bytes, (uint32_t)own + 1, keys + at, n);
+                tier_commit(t_tns(t, ns, bytes), (uint32_t)own + 1, keys + at, n);
             break;
         }
         case 2: case 3:
-            tier_commit(t, ns, bytes, (uint32_t)own + 1, keys + at, n);
+            tier_commit(t_tns(t, ns, bytes), (uint32_t)own + 1, keys + at, n);
             break;
         case 4:
-            tier_abort(t, ns, (uint32_t)own + 1, keys + at, n);
+            tier_abort(t_tns_of(t, ns), (uint32_t)own + 1, keys + at, n);
             break;
         case 5: { /* get, or release an older lease */
             if (nlease < 64 && rnd(&s) % 2) {
-                int rc = tier_get(t, &(struct tier_get_args){ .ns = ns, .block_bytes = bytes,
+                int rc = tier_get(&(struct tier_get_args){ .ns = t_tns(t, ns, bytes),
                     .keys = keys + at, .n = n, .ids = lease[nlease].ids, .offs = offs });
 
                 if (rc > 0)
@@ -100,7 +100,7 @@ static void run(uint64_t seed, int steps)
         }
         case 6:
             if (rnd(&s) % 2)
-                tier_remove(t, ns, keys + at, n);
+                tier_remove(t_tns_of(t, ns), keys + at, n);
             else
                 tier_maintain(t);
             break;
@@ -157,10 +157,10 @@ Test(tier_invariants, check_catches_a_broken_counter)
 
     /* the checker must be able to fail: a leaked lease breaks the counters */
     t_keys((kvt_key *)k, 2, 3);
-    cr_assert_eq(tier_reserve(t, 1, 4096, 1, NULL, k, 2, ids, offs), 2);
-    cr_assert_eq(tier_commit(t, 1, 4096, 1, k, 2), 2);
+    cr_assert_eq(tier_reserve(t_tns(t, 1, 4096), 1, NULL, k, 2, ids, offs), 2);
+    cr_assert_eq(tier_commit(t_tns(t, 1, 4096), 1, k, 2), 2);
     check_ok(t);
-    cr_assert_eq(tier_get(t, &(struct tier_get_args){ .ns = 1, .block_bytes = 4096, .keys = k,
+    cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(t, 1, 4096), .keys = k,
         .n = 2, .ids = ids, .offs = offs }), 2);
     tier_release(t, ids, 1, false);
     tier_release(t, ids, 1, false); /* released twice, the other never */
@@ -181,10 +181,10 @@ Test(tier_invariants, a_key_equal_to_its_absent_parent_keeps_its_entry)
 
     t_keys((kvt_key *)k, 1, 5);
     k[1] = k[0]; /* the key twice, under itself */
-    cr_assert_eq(tier_reserve(t, 1, 65536, 1, &k[0], k, 2, ids, offs), 1);
+    cr_assert_eq(tier_reserve(t_tns(t, 1, 65536), 1, &k[0], k, 2, ids, offs), 1);
     check_ok(t);
-    cr_assert_eq(tier_commit(t, 1, 65536, 1, k, 1), 1);
-    cr_assert_eq(tier_lookup(t, 1, k, 1, NULL), 1);
+    cr_assert_eq(tier_commit(t_tns(t, 1, 65536), 1, k, 1), 1);
+    cr_assert_eq(tier_lookup(t_tns_of(t, 1), k, 1, NULL), 1);
     check_ok(t);
     tier_destroy(t);
 }
@@ -199,22 +199,23 @@ Test(tier_invariants, a_ghost_put_under_its_parent_hangs_under_it)
     /* no watermarks: each put makes room for itself, one oldest leaf at a time */
     struct tier *t =
         open_store((struct tier_cfg){ .warm_bytes = 4u << 20, .high_wm = 1.0, .low_wm = 1.0 });
+    struct tier_ns *ns = t_tns(t, 1, 65536);
     struct tier_key k[3], f; /* P, K, C */
     uint32_t ids[1];
     uint64_t offs[1];
 
     t_keys((kvt_key *)k, 3, 11);
-    cr_assert_eq(tier_reserve(t, 1, 65536, 1, NULL, &k[0], 1, ids, offs), 1);
-    cr_assert_eq(tier_reserve(t, 1, 65536, 1, &k[1], &k[2], 1, ids, offs), 1); /* K: a ghost */
-    cr_assert_eq(tier_reserve(t, 1, 65536, 1, &k[0], &k[1], 1, ids, offs), 1); /* K under P */
-    cr_assert_eq(tier_commit(t, 1, 65536, 1, k, 3), 3);
+    cr_assert_eq(tier_reserve(ns, 1, NULL, &k[0], 1, ids, offs), 1);
+    cr_assert_eq(tier_reserve(ns, 1, &k[1], &k[2], 1, ids, offs), 1); /* K: a ghost */
+    cr_assert_eq(tier_reserve(ns, 1, &k[0], &k[1], 1, ids, offs), 1); /* K under P */
+    cr_assert_eq(tier_commit(ns, 1, k, 3), 3);
     for (uint64_t i = 0; i < 128; i++) {
         uint8_t tiers[3];
 
         t_keys((kvt_key *)&f, 1, 1000 + i);
-        cr_assert_eq(tier_reserve(t, 1, 65536, 1, NULL, &f, 1, ids, offs), 1);
-        cr_assert_eq(tier_commit(t, 1, 65536, 1, &f, 1), 1);
-        tier_lookup(t, 1, k, 3, tiers);
+        cr_assert_eq(tier_reserve(ns, 1, NULL, &f, 1, ids, offs), 1);
+        cr_assert_eq(tier_commit(ns, 1, &f, 1), 1);
+        tier_lookup(ns, k, 3, tiers);
         if (tiers[0] == TIER_L_NONE)
             cr_assert(tiers[1] == TIER_L_NONE && tiers[2] == TIER_L_NONE,
                       "P was evicted after %llu puts while K (%u) or C (%u) stays",
@@ -239,20 +240,20 @@ Test(tier_invariants, a_ghost_relinked_above_its_old_chain_keeps_its_parent)
     t_keys((kvt_key *)k, 6, 77);
     /* Z under an absent B (a ghost); then B under G0 and G0 under G1, each
      * aborted: ghosts G1 <- G0 <- B <- Z */
-    cr_assert_eq(tier_reserve(t, 1, 65536, 1, &k[0], &k[1], 1, ids, offs), 1);
-    cr_assert_eq(tier_commit(t, 1, 65536, 1, &k[1], 1), 1);
-    cr_assert_eq(tier_reserve(t, 1, 65536, 2, &k[2], &k[0], 1, ids, offs), 1);
-    cr_assert_eq(tier_abort(t, 1, 2, &k[0], 1), 1);
-    cr_assert_eq(tier_reserve(t, 1, 65536, 2, &k[3], &k[2], 1, ids, offs), 1);
-    cr_assert_eq(tier_abort(t, 1, 2, &k[2], 1), 1);
+    cr_assert_eq(tier_reserve(t_tns(t, 1, 65536), 1, &k[0], &k[1], 1, ids, offs), 1);
+    cr_assert_eq(tier_commit(t_tns(t, 1, 65536), 1, &k[1], 1), 1);
+    cr_assert_eq(tier_reserve(t_tns(t, 1, 65536), 2, &k[2], &k[0], 1, ids, offs), 1);
+    cr_assert_eq(tier_abort(t_tns_of(t, 1), 2, &k[0], 1), 1);
+    cr_assert_eq(tier_reserve(t_tns(t, 1, 65536), 2, &k[3], &k[2], 1, ids, offs), 1);
+    cr_assert_eq(tier_abort(t_tns_of(t, 1), 2, &k[2], 1), 1);
     check_ok(t);
     /* B straight under G1: G0 goes, G1 must stay (B hangs under it) */
-    cr_assert_eq(tier_reserve(t, 1, 65536, 2, &k[3], &k[0], 1, ids, offs), 1);
+    cr_assert_eq(tier_reserve(t_tns(t, 1, 65536), 2, &k[3], &k[0], 1, ids, offs), 1);
     check_ok(t);
-    cr_assert_eq(tier_commit(t, 1, 65536, 2, &k[0], 1), 1);
+    cr_assert_eq(tier_commit(t_tns(t, 1, 65536), 2, &k[0], 1), 1);
     /* new keys take whatever entries were freed */
-    cr_assert_eq(tier_reserve(t, 1, 65536, 3, &k[0], &k[4], 2, ids, offs), 2);
-    cr_assert_eq(tier_commit(t, 1, 65536, 3, &k[4], 2), 2);
+    cr_assert_eq(tier_reserve(t_tns(t, 1, 65536), 3, &k[0], &k[4], 2, ids, offs), 2);
+    cr_assert_eq(tier_commit(t_tns(t, 1, 65536), 3, &k[4], 2), 2);
     check_ok(t);
     tier_maintain(t);
     check_ok(t);

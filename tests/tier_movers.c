@@ -96,10 +96,10 @@ static void put_all(struct rig *r, struct tier_key *k)
         uint32_t ids[10];
         uint64_t offs[10];
 
-        cr_assert_eq(tier_reserve(r->t, 1, BLK, 1, NULL, k + c, 10, ids, offs), 10);
+        cr_assert_eq(tier_reserve(t_tns(r->t, 1, BLK), 1, NULL, k + c, 10, ids, offs), 10);
         for (int i = 0; i < 10; i++)
             t_fill((uint8_t *)tier_pool_base(r->t) + offs[i], BLK, (uint64_t)(c + i));
-        cr_assert_eq(tier_commit(r->t, 1, BLK, 1, k + c, 10), 10);
+        cr_assert_eq(tier_commit(t_tns(r->t, 1, BLK), 1, k + c, 10), 10);
         /* what tierd's loop does between requests: run the mover, and
          * deliver completions; a burst larger than warm's headroom must wait
          * for the disk, as an engine would see -ENOSPC otherwise */
@@ -139,7 +139,7 @@ static int get_chain(struct rig *r, const struct tier_key *k, int c)
     int hits, want;
 
     r->ready = r->failed = 0;
-    hits = tier_get(r->t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = k + c,
+    hits = tier_get(&(struct tier_get_args){ .ns = t_tns(r->t, 1, BLK), .keys = k + c,
         .n = 10, .ids = ids, .offs = offs, .waiter = r, .pending = &pending });
     cr_assert_geq(hits, 0);
     while (r->ready + r->failed < (int)pending)
@@ -169,7 +169,7 @@ Test(tier_movers, blocks_beyond_warm_are_demoted_and_come_back)
     cr_assert_gt(st.demotions, 0, "nothing was demoted");
     cr_assert_eq(st.dropped, 0, "a block was dropped although cold had room");
     cr_assert_leq(st.bytes_used[TIER_L_WARM], (uint64_t)(0.75 * (8u << 20)));
-    cr_assert_eq(tier_lookup(r.t, 1, k, N, tiers), N, "every block is still a hit");
+    cr_assert_eq(tier_lookup(t_tns(r.t, 1, BLK), k, N, tiers), N, "every block is still a hit");
     cr_assert_eq(tiers[0], TIER_L_COLD, "the oldest chain went to cold");
     cr_assert_eq(tiers[N - 1], TIER_L_WARM, "the newest stayed in warm");
     for (int c = 0; c < N; c += 10)
@@ -193,23 +193,25 @@ Test(tier_movers, restart_serves_everything_from_cold)
     rig_open(&r, false, false);
     cr_assert_eq(tier_load_cold(r.t), N);
     check(&r);
-    cr_assert_eq(tier_lookup(r.t, 1, k, N, tiers), N);
+    cr_assert_eq(tier_lookup(t_tns(r.t, 1, BLK), k, N, tiers), N);
     for (int i = 0; i < N; i++)
         cr_assert_eq(tiers[i], TIER_L_COLD);
     /* a prefetch starts the reads; the get then joins them */
-    cr_assert_eq(tier_prefetch(r.t, 1, BLK, k, 10, 0), 10);
+    cr_assert_eq(tier_prefetch(t_tns(r.t, 1, BLK), k, 10, 0), 10);
     for (int c = 0; c < N; c += 10)
         cr_assert_eq(get_chain(&r, k, c), 10, "chain %d after restart", c);
     rig_close(&r, false);
     rig_rm(&r);
 }
 
-/* A get whose keys are a block on disk, then one of another size: the
- * disk's read has started for the caller when the second key is found
- * wrong, and a wait cannot be taken back, so the answer is the leading run
- * (its read lands, its bytes right), and only a get that starts no wait is
- * -EINVAL. It was -EINVAL with the read still going: a ready callback for
- * a get answered as failed, to a lease already released. */
+/* A get whose keys are a block on disk, then one on disk at another size
+ * (put while namespace 1 was open at that size, before a restart: the only
+ * way a namespace's blocks can differ in size): the disk's read has started
+ * for the caller when the second key is found wrong, and a wait cannot be
+ * taken back, so the answer is the leading run (its read lands, its bytes
+ * right), and only a get that starts no wait is -EINVAL. It was -EINVAL
+ * with the read still going: a ready callback for a get answered as
+ * failed, to a lease already released. */
 Test(tier_movers, a_wrong_size_after_a_disk_read_ends_the_run_before_it)
 {
     struct rig r;
@@ -224,12 +226,15 @@ Test(tier_movers, a_wrong_size_after_a_disk_read_ends_the_run_before_it)
     rig_open(&r, false, false);
     cr_assert_eq(tier_load_cold(r.t), N);
     t_keys((kvt_key *)&small, 1, 77);
-    cr_assert_eq(tier_reserve(r.t, 1, 64u << 10, 1, NULL, &small, 1, ids, offs), 1);
-    cr_assert_eq(tier_commit(r.t, 1, 64u << 10, 1, &small, 1), 1);
+    cr_assert_eq(tier_reserve(t_tns(r.t, 1, 64u << 10), 1, NULL, &small, 1, ids, offs), 1);
+    cr_assert_eq(tier_commit(t_tns(r.t, 1, 64u << 10), 1, &small, 1), 1);
+    rig_close(&r, true);
+    rig_open(&r, false, false);
+    cr_assert_eq(tier_load_cold(r.t), N + 1);
     both[0] = k[0];
     both[1] = small;
     r.ready = r.failed = 0;
-    cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = both,
+    cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(r.t, 1, BLK), .keys = both,
         .n = 2, .ids = ids, .offs = offs, .waiter = &r, .pending = &pending }), 1,
                  "the run before the block of another size");
     cr_assert_eq(pending, 1);
@@ -240,7 +245,7 @@ Test(tier_movers, a_wrong_size_after_a_disk_read_ends_the_run_before_it)
     check(&r);
     tier_release(r.t, ids, 1, false);
     /* now warm, nothing to wait for: the wrong size is an error */
-    cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = both,
+    cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(r.t, 1, BLK), .keys = both,
         .n = 2, .ids = ids, .offs = offs, .waiter = &r, .pending = &pending }), -EINVAL);
     check(&r);
     rig_close(&r, false);
@@ -254,38 +259,45 @@ static void wait_ready(struct rig *r, int want)
         cr_assert_geq(tier_poll(r->t, true), 0);
 }
 
-/* A block is never handed out as another size: not one on disk (its read
+/* A block is never handed out as another size. On disk from a run that
+ * opened its namespace at another size: -EINVAL before any wait (its read
  * would fill a slot of the asked size with fewer bytes, and its entry take
- * that class), not one being read for another getter, not one in hot that
- * a warm reader would have copied down. Each is -EINVAL before any wait;
- * the block is then got at its own size, its bytes right. */
+ * that class). In the same run a namespace has one size, so neither a read
+ * in flight nor a block in hot (which a warm reader would have copied
+ * down) can be asked for as another: the open is refused (-EEXIST). Each
+ * block is then got at its own size, its bytes right. */
 Test(tier_movers, a_block_is_never_got_as_another_size_from_disk_or_hot)
 {
     const uint32_t small = 64u << 10;
     struct rig r;
     struct tier_key k, h;
+    struct tier_ns *other;
     uint32_t id, id2, pending;
     uint64_t off, off2;
-    struct tier_get_args big = { .ns = 1, .block_bytes = BLK, .keys = &k, .n = 1, .ids = &id2,
-                                 .offs = &off2, .waiter = &r, .pending = &pending };
 
     rig_open(&r, true, false);
     t_keys((kvt_key *)&k, 1, 5);
-    cr_assert_eq(tier_reserve(r.t, 1, small, 1, NULL, &k, 1, &id, &off), 1);
+    cr_assert_eq(tier_reserve(t_tns(r.t, 1, small), 1, NULL, &k, 1, &id, &off), 1);
     t_fill((uint8_t *)tier_pool_base(r.t) + off, small, 9);
-    cr_assert_eq(tier_commit(r.t, 1, small, 1, &k, 1), 1);
+    cr_assert_eq(tier_commit(t_tns(r.t, 1, small), 1, &k, 1), 1);
     rig_close(&r, true);
     rig_open(&r, false, false);
     cr_assert_eq(tier_load_cold(r.t), 1);
     r.ready = r.failed = 0;
-    cr_assert_eq(tier_get(r.t, &big), -EINVAL, "a block on disk got as another size");
+    cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(r.t, 1, BLK), .keys = &k, .n = 1,
+        .ids = &id2, .offs = &off2, .waiter = &r, .pending = &pending }), -EINVAL,
+                 "a block on disk got as another size");
     cr_assert_eq(pending, 0);
     check(&r);
-    cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = small,
-        .keys = &k, .n = 1, .ids = &id, .offs = &off, .waiter = &r, .pending = &pending }), 1);
+    rig_close(&r, false);
+    rig_open(&r, false, false);
+    cr_assert_eq(tier_load_cold(r.t), 1);
+    cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(r.t, 1, small), .keys = &k,
+        .n = 1, .ids = &id, .offs = &off, .waiter = &r, .pending = &pending }), 1);
     cr_assert_eq(pending, 1);
-    /* its read in flight: a getter of another size does not join it */
-    cr_assert_eq(tier_get(r.t, &big), -EINVAL, "a read in flight joined at another size");
+    /* its read in flight: its namespace cannot be had at another size */
+    cr_assert_eq(tier_ns_open(r.t, 1, BLK, &other), -EEXIST,
+                 "a read in flight could be joined at another size");
     wait_ready(&r, 1);
     cr_assert_eq(r.failed, 0);
     cr_assert_eq(t_check((uint8_t *)tier_pool_base(r.t) + off, small, 9), -1);
@@ -297,16 +309,15 @@ Test(tier_movers, a_block_is_never_got_as_another_size_from_disk_or_hot)
     with_hot = true;
     rig_open(&r, true, false);
     t_keys((kvt_key *)&h, 1, 6);
-    cr_assert_eq(tier_reserve_hot(r.t, 1, small, 1, NULL, &h, 1, &id, &off), 1);
+    cr_assert_eq(tier_reserve_hot(t_tns(r.t, 1, small), 1, NULL, &h, 1, &id, &off), 1);
     t_fill((uint8_t *)tier_hot_emu_base(r.hot) + off, small, 11);
-    cr_assert_eq(tier_commit(r.t, 1, small, 1, &h, 1), 1);
-    big.keys = &h;
+    cr_assert_eq(tier_commit(t_tns(r.t, 1, small), 1, &h, 1), 1);
     r.ready = r.failed = 0;
-    cr_assert_eq(tier_get(r.t, &big), -EINVAL, "a hot block copied down as another size");
-    cr_assert_eq(pending, 0);
+    cr_assert_eq(tier_ns_open(r.t, 1, BLK, &other), -EEXIST,
+                 "a hot block could be copied down as another size");
     check(&r);
-    cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = small,
-        .keys = &h, .n = 1, .ids = &id, .offs = &off, .waiter = &r, .pending = &pending }), 1);
+    cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(r.t, 1, small), .keys = &h,
+        .n = 1, .ids = &id, .offs = &off, .waiter = &r, .pending = &pending }), 1);
     wait_ready(&r, (int)pending);
     cr_assert_eq(r.failed, 0);
     cr_assert_eq(t_check((uint8_t *)tier_pool_base(r.t) + off, small, 11), -1);
@@ -330,22 +341,23 @@ Test(tier_movers, purge_removes_a_namespace_from_every_tier_and_the_disk)
     rig_open(&r, true, false);
     put_all(&r, k); /* namespace 1: on disk and in warm */
     t_keys((kvt_key *)other, 10, 77);
-    cr_assert_eq(tier_reserve(r.t, 2, BLK, 1, NULL, other, 10, ids, offs), 10);
+    cr_assert_eq(tier_reserve(t_tns(r.t, 2, BLK), 1, NULL, other, 10, ids, offs), 10);
     for (int i = 0; i < 10; i++)
         t_fill((uint8_t *)tier_pool_base(r.t) + offs[i], BLK, 500 + (uint64_t)i);
-    cr_assert_eq(tier_commit(r.t, 2, BLK, 1, other, 10), 10);
+    cr_assert_eq(tier_commit(t_tns(r.t, 2, BLK), 1, other, 10), 10);
     /* a lease of namespace 1 holds the purge off, all or nothing */
-    cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = k + 90,
+    cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(r.t, 1, BLK), .keys = k + 90,
         .n = 1, .ids = ids, .offs = offs }), 1);
-    cr_assert_eq(tier_purge_ns(r.t, 1), -EBUSY);
-    cr_assert_eq(tier_lookup(r.t, 1, k, N, NULL), N, "a refused purge removed something");
+    cr_assert_eq(tier_purge_ns(t_tns(r.t, 1, BLK)), -EBUSY);
+    cr_assert_eq(tier_lookup(t_tns(r.t, 1, BLK), k, N, NULL), N,
+                 "a refused purge removed something");
     tier_release(r.t, ids, 1, false);
-    rc = tier_purge_ns(r.t, 1);
+    rc = tier_purge_ns(t_tns(r.t, 1, BLK));
     cr_assert_eq(rc, N, "purged %d", rc);
     check(&r);
-    cr_assert_eq(tier_lookup(r.t, 1, k, 1, NULL), 0);
+    cr_assert_eq(tier_lookup(t_tns(r.t, 1, BLK), k, 1, NULL), 0);
     for (int i = 0; i < N; i++)
-        cr_assert_eq(tier_lookup(r.t, 1, k + i, 1, NULL), 0, "key %d survived", i);
+        cr_assert_eq(tier_lookup(t_tns(r.t, 1, BLK), k + i, 1, NULL), 0, "key %d survived", i);
     tier_stats_get(r.t, &st);
     cr_assert_eq(st.blocks[TIER_L_COLD], 0);
     cr_assert_eq(st.blocks[TIER_L_WARM], 10, "only namespace 2 stays");
@@ -356,8 +368,8 @@ Test(tier_movers, purge_removes_a_namespace_from_every_tier_and_the_disk)
     rig_close(&r, true);
     rig_open(&r, false, false);
     cr_assert_eq(tier_load_cold(r.t), 10);
-    cr_assert_eq(tier_lookup(r.t, 1, k, N, NULL), 0);
-    cr_assert_eq(tier_lookup(r.t, 2, other, 10, NULL), 10);
+    cr_assert_eq(tier_lookup(t_tns(r.t, 1, BLK), k, N, NULL), 0);
+    cr_assert_eq(tier_lookup(t_tns(r.t, 2, BLK), other, 10, NULL), 10);
     rig_close(&r, false);
     rig_rm(&r);
 }
@@ -374,8 +386,8 @@ Test(tier_movers, a_flush_makes_warm_durable_without_evicting_it)
 
     rig_open(&r, true, false);
     t_keys((kvt_key *)k, 20, 88);
-    cr_assert_eq(tier_reserve(r.t, 1, BLK, 1, NULL, k, 20, ids, offs), 20);
-    cr_assert_eq(tier_commit(r.t, 1, BLK, 1, k, 20), 20);
+    cr_assert_eq(tier_reserve(t_tns(r.t, 1, BLK), 1, NULL, k, 20, ids, offs), 20);
+    cr_assert_eq(tier_commit(t_tns(r.t, 1, BLK), 1, k, 20), 20);
     tier_maintain(r.t);
     tier_stats_get(r.t, &st);
     cr_assert_eq(st.demotions, 0, "below the high mark nothing moves by itself");
@@ -391,7 +403,7 @@ Test(tier_movers, a_flush_makes_warm_durable_without_evicting_it)
     tier_stats_get(r.t, &st);
     cr_assert_eq(st.demotions, 20);
     cr_assert_eq(st.blocks[TIER_L_COLD], 20);
-    cr_assert_eq(tier_lookup(r.t, 1, k, 20, tiers), 20);
+    cr_assert_eq(tier_lookup(t_tns(r.t, 1, BLK), k, 20, tiers), 20);
     for (int i = 0; i < 20; i++)
         cr_assert_eq(tiers[i], TIER_L_WARM, "block %d left warm", i);
     /* durable: a crash now (no flush at close) loses nothing */
@@ -431,7 +443,8 @@ Test(tier_movers, flipped_bytes_on_disk_are_misses_never_served)
     tier_stats_get(r.t, &st);
     cr_assert_geq(st.checksum_errors, N / 10, "checksum errors: %llu",
                   (unsigned long long)st.checksum_errors);
-    cr_assert_eq(tier_lookup(r.t, 1, k, 1, NULL), 0, "a corrupt block is no longer a hit");
+    cr_assert_eq(tier_lookup(t_tns(r.t, 1, BLK), k, 1, NULL), 0,
+                 "a corrupt block is no longer a hit");
     rig_close(&r, false);
     rig_rm(&r);
 }
@@ -523,16 +536,16 @@ Test(tier_movers, random_operations_with_cold_keep_every_invariant)
 
             switch (rnd(&s) % 6) {
             case 0: case 1: {
-                int rc = tier_reserve(r.t, 1, BLK, 1, at ? &k[at - 1] : NULL, k + at, n, ids,
+                int rc = tier_reserve(t_tns(r.t, 1, BLK), 1, at ? &k[at - 1] : NULL, k + at, n, ids,
                                       offs);
 
                 if (rc > 0)
-                    tier_commit(r.t, 1, BLK, 1, k + at, n);
+                    tier_commit(t_tns(r.t, 1, BLK), 1, k + at, n);
                 break;
             }
             case 2:
                 if ((lease = lease_slot(&ls, r.t, &s))) {
-                    int h = tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK,
+                    int h = tier_get(&(struct tier_get_args){ .ns = t_tns(r.t, 1, BLK),
                         .keys = k + at, .n = n, .ids = lease, .offs = offs, .waiter = &r,
                         .pending = &pending });
 
@@ -549,9 +562,9 @@ Test(tier_movers, random_operations_with_cold_keep_every_invariant)
                 break;
             case 5:
                 if (rnd(&s) % 4 == 0)
-                    tier_remove(r.t, 1, k + at, n);
+                    tier_remove(t_tns(r.t, 1, BLK), k + at, n);
                 else
-                    tier_prefetch(r.t, 1, BLK, k + at, n, 0);
+                    tier_prefetch(t_tns(r.t, 1, BLK), k + at, n, 0);
                 break;
             }
             step_check(&r, seed, step);
@@ -601,11 +614,12 @@ Test(tier_movers, a_full_disk_evicts_its_oldest_leaves_first)
     cr_assert_eq(st.dropped, 0, "blocks were dropped although disk leaves could go");
     cr_assert_leq(st.bytes_used[TIER_L_COLD], 24ull * BLK);
     /* the newest chains are whole; the oldest went first */
-    cr_assert_eq(tier_lookup(r.t, 1, k + 90, 10, tiers), 10);
-    cr_assert_eq(tier_lookup(r.t, 1, k, 10, NULL), 0, "the oldest chain should be gone");
+    cr_assert_eq(tier_lookup(t_tns(r.t, 1, BLK), k + 90, 10, tiers), 10);
+    cr_assert_eq(tier_lookup(t_tns(r.t, 1, BLK), k, 10, NULL), 0,
+                 "the oldest chain should be gone");
     for (int c = 0; c < N; c += 10) {
         uint8_t t10[10];
-        size_t hits = tier_lookup(r.t, 1, k + c, 10, t10);
+        size_t hits = tier_lookup(t_tns(r.t, 1, BLK), k + c, 10, t10);
 
         /* whatever is left of a chain is a prefix: leaf-first on disk too */
         for (size_t i = hits; i < 10; i++)
@@ -632,17 +646,17 @@ static void dedup_durable(bool other_commits)
 
     rig_open(&r, true, false);
     t_keys((kvt_key *)&k, 1, 99);
-    cr_assert_eq(tier_reserve(r.t, 1, BLK, 1, NULL, &k, 1, &id, &off), 1);
+    cr_assert_eq(tier_reserve(t_tns(r.t, 1, BLK), 1, NULL, &k, 1, &id, &off), 1);
     t_fill((uint8_t *)tier_pool_base(r.t) + off, BLK, 99);
-    cr_assert_eq(tier_reserve(r.t, 1, BLK, 2, NULL, &k, 1, &id, &off), 0, "deduplicated");
+    cr_assert_eq(tier_reserve(t_tns(r.t, 1, BLK), 2, NULL, &k, 1, &id, &off), 0, "deduplicated");
     r.ready = r.failed = 0;
-    cr_assert_eq(tier_commit_durable(r.t, 1, BLK, 2, &k, 1, &r, ids, &pending), 0);
+    cr_assert_eq(tier_commit_durable(t_tns(r.t, 1, BLK), 2, &k, 1, &r, ids, &pending), 0);
     cr_assert_eq(pending, 1, "the other writer's key is waited for");
     check(&r);
     if (other_commits)
-        cr_assert_eq(tier_commit(r.t, 1, BLK, 1, &k, 1), 1);
+        cr_assert_eq(tier_commit(t_tns(r.t, 1, BLK), 1, &k, 1), 1);
     else
-        cr_assert_eq(tier_abort(r.t, 1, 1, &k, 1), 1);
+        cr_assert_eq(tier_abort(t_tns(r.t, 1, BLK), 1, &k, 1), 1);
     while (r.ready + r.failed < 1) {
         tier_cold_flush(r.cold);
         cr_assert_geq(tier_poll(r.t, true), 0);
@@ -652,12 +666,13 @@ static void dedup_durable(bool other_commits)
         struct tier_story s;
 
         cr_assert_eq(r.ready, 1, "the wait ended with an error");
-        tier_story_get(r.t, 1, &k, &s);
+        tier_story_get(t_tns(r.t, 1, BLK), &k, &s);
         cr_assert(s.present && s.on_disk, "acknowledged durable, not on disk");
     } else {
         cr_assert_eq(r.failed, 1, "an aborted key was acknowledged durable");
         /* and asking again tells the truth: nothing is stored, put it again */
-        cr_assert_eq(tier_commit_durable(r.t, 1, BLK, 2, &k, 1, &r, ids, &pending), -ENODATA);
+        cr_assert_eq(tier_commit_durable(t_tns(r.t, 1, BLK), 2, &k, 1, &r, ids, &pending),
+                     -ENODATA);
         cr_assert_eq(pending, 0);
     }
     rig_close(&r, false);
@@ -696,7 +711,7 @@ Test(tier_movers, hot_blocks_go_down_to_warm_and_cold_and_come_back)
         uint32_t ids[10];
         uint64_t offs[10];
 
-        int rc = tier_reserve_hot(r.t, 1, BLK, 1, NULL, k + c, 10, ids, offs);
+        int rc = tier_reserve_hot(t_tns(r.t, 1, BLK), 1, NULL, k + c, 10, ids, offs);
 
         if (rc != 10) {
             tier_stats_get(r.t, &st);
@@ -711,7 +726,7 @@ Test(tier_movers, hot_blocks_go_down_to_warm_and_cold_and_come_back)
         }
         for (int i = 0; i < 10; i++)
             t_fill((uint8_t *)tier_hot_emu_base(r.hot) + offs[i], BLK, (uint64_t)(c + i));
-        cr_assert_eq(tier_commit(r.t, 1, BLK, 1, k + c, 10), 10);
+        cr_assert_eq(tier_commit(t_tns(r.t, 1, BLK), 1, k + c, 10), 10);
         /* the mover's turns, as tierd's loop runs them (a turn after every
          * batch of completions), until a turn with nothing in flight moves
          * nothing */
@@ -730,7 +745,7 @@ Test(tier_movers, hot_blocks_go_down_to_warm_and_cold_and_come_back)
     cr_assert_gt(st.demotions, 0, "nothing reached the disk");
     cr_assert_eq(st.dropped, 0);
     cr_assert_leq(st.bytes_used[TIER_L_HOT], (uint64_t)(0.75 * (8u << 20)));
-    cr_assert_eq(tier_lookup(r.t, 1, k, N, tiers), N, "every block is still a hit");
+    cr_assert_eq(tier_lookup(t_tns(r.t, 1, BLK), k, N, tiers), N, "every block is still a hit");
     for (int i = 0; i < N; i++)
         seen[tiers[i]]++;
     cr_assert_gt(seen[TIER_L_HOT], 0, "newest blocks stay hot");
@@ -794,10 +809,10 @@ Test(tier_movers, random_operations_with_hot_keep_every_invariant)
             case 0: case 1: /* into hot or into warm */
                 into_hot = rnd(&s) % 2;
                 if (into_hot)
-                    rc = tier_reserve_hot(r.t, 1, BLK, 1, at ? &k[at - 1] : NULL, k + at, n,
+                    rc = tier_reserve_hot(t_tns(r.t, 1, BLK), 1, at ? &k[at - 1] : NULL, k + at, n,
                                           ids, offs);
                 else
-                    rc = tier_reserve(r.t, 1, BLK, 1, at ? &k[at - 1] : NULL, k + at, n, ids,
+                    rc = tier_reserve(t_tns(r.t, 1, BLK), 1, at ? &k[at - 1] : NULL, k + at, n, ids,
                                       offs);
                 for (int i = 0; rc > 0 && i < (int)n; i++) {
                     uint8_t *base = into_hot ? (uint8_t *)tier_hot_emu_base(r.hot)
@@ -807,16 +822,16 @@ Test(tier_movers, random_operations_with_hot_keep_every_invariant)
                         t_fill(base + offs[i], BLK, (uint64_t)(at + (size_t)i));
                 }
                 if (rc > 0)
-                    tier_commit(r.t, 1, BLK, 1, k + at, n);
+                    tier_commit(t_tns(r.t, 1, BLK), 1, k + at, n);
                 else if (rc == 0)
-                    tier_abort(r.t, 1, 1, k + at, n);
+                    tier_abort(t_tns(r.t, 1, BLK), 1, k + at, n);
                 break;
             case 2:
                 if ((lease = lease_slot(&ls, r.t, &s))) {
                     /* readers of hot in place, or of warm; some ask for hot */
                     unsigned fl = (unsigned)(rnd(&s) % 4);
                     uint8_t tiers[8];
-                    int h = tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK,
+                    int h = tier_get(&(struct tier_get_args){ .ns = t_tns(r.t, 1, BLK),
                         .keys = k + at, .n = n, .flags = fl, .ids = lease, .offs = offs,
                         .tiers = tiers, .waiter = &r, .pending = &pending });
 
@@ -834,10 +849,10 @@ Test(tier_movers, random_operations_with_hot_keep_every_invariant)
                 tier_poll(r.t, rnd(&s) % 2 && busy(&r));
                 break;
             case 5:
-                tier_remove(r.t, 1, k + at, n);
+                tier_remove(t_tns(r.t, 1, BLK), k + at, n);
                 break;
             case 6:
-                tier_prefetch(r.t, 1, BLK, k + at, n, rnd(&s) % 2 ? TIER_GET_PROMOTE : 0);
+                tier_prefetch(t_tns(r.t, 1, BLK), k + at, n, rnd(&s) % 2 ? TIER_GET_PROMOTE : 0);
                 break;
             }
             step_check(&r, seed, step);

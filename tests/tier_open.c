@@ -50,17 +50,17 @@ Test(tier_open, owns_its_tiers_and_a_reopen_serves_the_disk)
     cr_assert_null(tier_remote_of(t), "no remote tier was asked for");
     cr_assert_eq(tier_hot_fd(t), tier_hot_event_fd(tier_hot_of(t)));
     cr_assert_eq(tier_event_fd(t), tier_cold_event_fd(tier_cold_of(t)));
-    cr_assert_eq(tier_reserve(t, 1, BLK, 1, NULL, k, 3, ids, offs), 3);
+    cr_assert_eq(tier_reserve(t_tns(t, 1, BLK), 1, NULL, k, 3, ids, offs), 3);
     for (int i = 0; i < 3; i++)
         t_fill((uint8_t *)tier_pool_base(t) + offs[i], BLK, (uint64_t)i);
-    cr_assert_eq(tier_commit(t, 1, BLK, 1, k, 3), 3);
+    cr_assert_eq(tier_commit(t_tns(t, 1, BLK), 1, k, 3), 3);
     cr_assert_eq(tier_flush_to_cold(t), 0);
     tier_close(t);
 
     /* the disk was left whole: a new store indexes and serves it */
     cr_assert_eq(tier_open(&oc, &t, NULL), 0);
     cr_assert_eq(tier_load_cold(t), 3);
-    cr_assert_eq(tier_lookup(t, 1, k, 3, lvl), 3);
+    cr_assert_eq(tier_lookup(t_tns(t, 1, BLK), k, 3, lvl), 3);
     for (int i = 0; i < 3; i++)
         cr_expect_eq(lvl[i], TIER_L_COLD, "key %d at level %u", i, lvl[i]);
     cr_assert_eq(tier_check(t, (char[256]){ 0 }, 256), 0);

@@ -71,13 +71,13 @@ static void put_chain(struct store *s, const struct tier_key *keys, size_t n, ui
     uint64_t offs[RUN];
     int rc;
 
-    for (int tries = 0; (rc = tier_reserve(s->t, 1, BLK, 1, NULL, keys, n, ids, offs)) ==
+    for (int tries = 0; (rc = tier_reserve(t_tns(s->t, 1, BLK), 1, NULL, keys, n, ids, offs)) ==
                         -EAGAIN && tries < 100; tries++)
         settle(s);
     cr_assert_eq(rc, (int)n, "reserve: %d", rc);
     for (size_t i = 0; i < n; i++)
         t_fill((uint8_t *)tier_pool_base(s->t) + offs[i], BLK, seed + i);
-    cr_assert_eq(tier_commit(s->t, 1, BLK, 1, keys, n), n);
+    cr_assert_eq(tier_commit(t_tns(s->t, 1, BLK), 1, keys, n), n);
 }
 
 /* n blocks of nobody's chain: what pushes the others out. */
@@ -100,7 +100,7 @@ static int in_tier(struct store *s, const struct tier_key *keys, size_t n, uint8
     uint8_t tiers[RUN];
     int c = 0;
 
-    tier_lookup(s->t, 1, keys, n, tiers);
+    tier_lookup(t_tns_of(s->t, 1), keys, n, tiers);
     for (size_t i = 0; i < n; i++)
         c += tiers[i] == lvl;
     return c;
@@ -111,7 +111,7 @@ static int get_check(struct store *s, const struct tier_key *keys, size_t n, uin
 {
     uint32_t ids[RUN], pending = 0;
     uint64_t offs[RUN];
-    int got = tier_get(s->t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = keys,
+    int got = tier_get(&(struct tier_get_args){ .ns = t_tns(s->t, 1, BLK), .keys = keys,
         .n = n, .ids = ids, .offs = offs, .pending = &pending });
 
     cr_assert_geq(got, 0);
@@ -135,15 +135,17 @@ Test(tier_pin, pinned_blocks_stay_in_warm_under_a_flood_of_puts)
     t_keys((kvt_key *)b, RUN, 2);
     put_chain(&s, a, RUN, 100);
     put_chain(&s, b, RUN, 200);
-    cr_assert_eq(tier_pin(s.t, 1, BLK, a, RUN, 0, pins), RUN);
+    cr_assert_eq(tier_pin(t_tns(s.t, 1, BLK), a, RUN, 0, pins), RUN);
     tier_stats_get(s.t, &st);
     cr_assert_eq(st.leases_active, RUN, "a pin is held as leases are");
     flood(&s, 256); /* four times the warm tier */
-    cr_assert_eq(tier_lookup(s.t, 1, b, RUN, NULL), 0, "the flood should evict what is not pinned");
+    cr_assert_eq(tier_lookup(t_tns_of(s.t, 1), b, RUN, NULL), 0,
+                 "the flood should evict what is not pinned");
     cr_assert_eq(get_check(&s, a, RUN, 100), RUN, "a pinned block was evicted");
     tier_release(s.t, pins, RUN, false);
     flood(&s, 256);
-    cr_assert_eq(tier_lookup(s.t, 1, a, RUN, NULL), 0, "released, the run is evicted as any");
+    cr_assert_eq(tier_lookup(t_tns_of(s.t, 1), a, RUN, NULL), 0,
+                 "released, the run is evicted as any");
     tier_stats_get(s.t, &st);
     cr_assert_eq(st.leases_active, 0);
     store_close(&s);
@@ -167,16 +169,17 @@ Test(tier_pin, pinned_blocks_on_disk_are_read_back_and_outlive_disk_eviction)
            guard++ < 64)
         flood(&s, 4);
     cr_assert_eq(in_tier(&s, a, RUN, TIER_L_COLD), RUN, "the run never left warm for disk");
-    cr_assert_eq(tier_pin(s.t, 1, BLK, a, RUN, 0, pins), RUN);
+    cr_assert_eq(tier_pin(t_tns(s.t, 1, BLK), a, RUN, 0, pins), RUN);
     settle(&s);
     cr_assert_eq(in_tier(&s, a, RUN, TIER_L_WARM), RUN, "a pin reads its disk blocks back");
     flood(&s, 512); /* four times the disk */
-    cr_assert_lt(tier_lookup(s.t, 1, b, RUN, NULL), RUN,
+    cr_assert_lt(tier_lookup(t_tns_of(s.t, 1), b, RUN, NULL), RUN,
                  "the flood should evict from disk what is not pinned");
     cr_assert_eq(get_check(&s, a, RUN, 300), RUN, "a pinned block was evicted");
     tier_release(s.t, pins, RUN, false);
     flood(&s, 512);
-    cr_assert_lt(tier_lookup(s.t, 1, a, RUN, NULL), RUN, "released, the run is evicted as any");
+    cr_assert_lt(tier_lookup(t_tns_of(s.t, 1), a, RUN, NULL), RUN,
+                 "released, the run is evicted as any");
     store_close(&s);
 }
 
@@ -192,7 +195,7 @@ Test(tier_pin, a_pin_holds_only_the_leading_run)
     t_keys((kvt_key *)a, RUN, 5);
     put_chain(&s, a, 3, 500);
     put_chain(&s, a + 4, RUN - 4, 504);
-    cr_assert_eq(tier_pin(s.t, 1, BLK, a, RUN, 0, pins), 3);
+    cr_assert_eq(tier_pin(t_tns(s.t, 1, BLK), a, RUN, 0, pins), 3);
     settle(&s);
     tier_release(s.t, pins, 3, false);
     settle(&s);

@@ -285,11 +285,11 @@ Test(tier_remote, a_down_cluster_is_a_miss)
     t_keys((kvt_key *)k, 4, 11);
 
     /* write-through of two committed blocks */
-    cr_assert_eq(tier_reserve(t, 1, 65536, 7, NULL, k, 2, ids, offs), 2);
-    cr_assert_eq(tier_commit(t, 1, 65536, 7, k, 2), 2);
+    cr_assert_eq(tier_reserve(t_tns(t, 1, 65536), 7, NULL, k, 2, ids, offs), 2);
+    cr_assert_eq(tier_commit(t_tns(t, 1, 65536), 7, k, 2), 2);
     cr_assert_eq(tier_check(t, why, sizeof(why)), 0, "%s", why);
     /* a read of the two absent keys after them */
-    cr_assert_eq(tier_get_remote(t, 1, 65536, k, 4, &done_count), 2);
+    cr_assert_eq(tier_get_remote(t_tns(t, 1, 65536), k, 4, &done_count), 2);
     cr_assert_eq(tier_check(t, why, sizeof(why)), 0, "%s", why);
     tier_stats_get(t, &st);
     cr_assert_eq(st.reserved, 2, "the read holds two slots");
@@ -304,10 +304,10 @@ Test(tier_remote, a_down_cluster_is_a_miss)
                   (unsigned long long)st.remote_errors);
     cr_assert_eq(tier_check(t, why, sizeof(why)), 0, "%s", why);
     /* the written blocks are free to go again (their pins are back) */
-    cr_assert_eq(tier_remove(t, 1, k, 2), 2);
+    cr_assert_eq(tier_remove(t_tns_of(t, 1), k, 2), 2);
     /* a namespace not on the remote tier never asks it */
-    cr_assert_eq(tier_get_remote(t, 2, 65536, k, 4, &done_count), 0);
-    cr_assert_eq(tier_lookup_remote(t, 2, k, 4, &done_count), 0);
+    cr_assert_eq(tier_get_remote(t_tns(t, 2, 65536), k, 4, &done_count), 0);
+    cr_assert_eq(tier_lookup_remote(t_tns_of(t, 2), k, 4, &done_count), 0);
     tier_remote_close(r);
     tier_destroy(t);
 }

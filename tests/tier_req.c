@@ -87,11 +87,11 @@ static void put_to_disk(struct rig *g)
     open_cold(g);
     tc.cold = g->cold;
     cr_assert_eq(tier_create(&tc, &t), 0);
-    cr_assert_eq(tier_reserve(t, 1, BLK, 7, NULL, (struct tier_key *)g->k, ON_DISK, ids, offs),
-                 ON_DISK);
+    cr_assert_eq(tier_reserve(t_tns(t, 1, BLK), 7, NULL, (struct tier_key *)g->k, ON_DISK, ids,
+                              offs), ON_DISK);
     for (int i = 0; i < ON_DISK; i++)
         t_fill((uint8_t *)tier_pool_base(t) + offs[i], BLK, 100 + (uint64_t)i);
-    cr_assert_eq(tier_commit(t, 1, BLK, 7, (struct tier_key *)g->k, ON_DISK), ON_DISK);
+    cr_assert_eq(tier_commit(t_tns(t, 1, BLK), 7, (struct tier_key *)g->k, ON_DISK), ON_DISK);
     cr_assert_eq(tier_flush_to_cold(t), 0);
     tier_cold_close(g->cold);
     tier_destroy(t);
@@ -168,10 +168,11 @@ static void wait_done(struct rig *g)
 /* rig_open, then a get of the N keys submitted, with these bounds. */
 static void start_get(struct rig *g, bool with_disk, uint32_t remote_ms, uint32_t deadline_ms)
 {
-    struct tier_req_args a = { .op = TIER_REQ_GET, .ns = 1, .block_bytes = BLK, .n = N,
-                               .remote_ms = remote_ms, .deadline_ms = deadline_ms };
+    struct tier_req_args a = { .op = TIER_REQ_GET, .n = N, .remote_ms = remote_ms,
+                               .deadline_ms = deadline_ms };
 
     rig_open(g, with_disk);
+    a.ns = t_tns(g->t, 1, BLK);
     a.keys = (const struct tier_key *)g->k;
     cr_assert_eq(tier_req_submit(g->r, &a), 0);
     cr_assert_eq(tier_req_submit(g->r, &a), -EBUSY, "a second request into a busy one");
@@ -209,9 +210,10 @@ Test(tier_req, a_get_through_the_remote_and_the_disk_is_answered_once)
 Test(tier_req, a_lookup_through_the_remote_is_answered_once)
 {
     struct rig g;
-    struct tier_req_args a = { .op = TIER_REQ_LOOKUP, .ns = 1, .n = N, .remote_ms = 60000 };
+    struct tier_req_args a = { .op = TIER_REQ_LOOKUP, .n = N, .remote_ms = 60000 };
 
     rig_open(&g, true);
+    a.ns = t_tns(g.t, 1, BLK);
     a.keys = (const struct tier_key *)g.k;
     cr_assert_eq(tier_req_submit(g.r, &a), 0);
     cr_assert(tier_req_busy(g.r), "a lookup that asks the remote tier was answered at once");
@@ -272,7 +274,7 @@ Test(tier_req, a_request_cancelled_while_the_remote_reads_leaves_nothing)
 static void start_commit(struct rig *g, kvt_key *keys, uint32_t n, uint32_t owner,
                          uint32_t deadline_ms)
 {
-    struct tier_req_args a = { .op = TIER_REQ_COMMIT, .ns = 1, .block_bytes = BLK,
+    struct tier_req_args a = { .op = TIER_REQ_COMMIT, .ns = t_tns(g->t, 1, BLK),
                                .keys = (const struct tier_key *)keys, .n = n,
                                .owner = owner, .deadline_ms = deadline_ms };
 
@@ -284,8 +286,8 @@ static void reserve(struct rig *g, const kvt_key *keys, uint32_t n, uint32_t own
     uint32_t ids[N];
     uint64_t offs[N];
 
-    cr_assert_eq(tier_reserve(g->t, 1, BLK, owner, NULL, (const struct tier_key *)keys, n, ids,
-                              offs), (int)n);
+    cr_assert_eq(tier_reserve(t_tns(g->t, 1, BLK), owner, NULL, (const struct tier_key *)keys, n,
+                              ids, offs), (int)n);
     for (uint32_t i = 0; i < n; i++)
         t_fill((uint8_t *)tier_pool_base(g->t) + offs[i], BLK, 500 + (uint64_t)i);
 }
@@ -309,7 +311,7 @@ Test(tier_req, a_durable_commit_is_answered_once_its_writes_landed)
     cr_assert_not(g.res.late);
     /* acknowledged: every block is on disk */
     for (int i = 0; i < 3; i++) {
-        tier_story_get(g.t, 1, (const struct tier_key *)&k[i], &story);
+        tier_story_get(t_tns_of(g.t, 1), (const struct tier_key *)&k[i], &story);
         cr_assert(story.present && story.on_disk, "block %d acknowledged, not on disk", i);
     }
     for (int i = 0; i < 20; i++)
@@ -336,7 +338,7 @@ Test(tier_req, a_durable_commit_behind_another_writer_ends_at_its_bound)
     cr_assert_eq(g.res.err, -EAGAIN, "a commit past its bound: %s", strerror(-g.res.err));
     cr_assert_eq(g.res.rc, 1, "ours was committed");
     /* the other writer gives up: nothing is told to the commit that left */
-    cr_assert_eq(tier_abort(g.t, 1, 8, (const struct tier_key *)(k + 1), 1), 1);
+    cr_assert_eq(tier_abort(t_tns_of(g.t, 1), 8, (const struct tier_key *)(k + 1), 1), 1);
     rig_close(&g);
     cr_assert_eq(g.calls, 1, "%d calls for one commit", g.calls);
 }

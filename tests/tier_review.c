@@ -107,7 +107,7 @@ static void put1(struct rig *r, uint32_t owner, struct tier_key k)
     uint32_t id;
     uint64_t off;
 
-    cr_assert_eq(tier_reserve(r->t, 1, BLK, owner, NULL, &k, 1, &id, &off), 1);
+    cr_assert_eq(tier_reserve(t_tns(r->t, 1, BLK), owner, NULL, &k, 1, &id, &off), 1);
     memset((uint8_t *)tier_pool_base(r->t) + off, (int)owner, BLK);
 }
 
@@ -127,36 +127,37 @@ Test(tier_review, durable_waits_survive_a_disk_eviction_while_they_start)
     put1(&r, 2, W);
     put1(&r, 2, V);
     put1(&r, 2, X);
-    cr_assert_eq(tier_reserve(r.t, 1, BLK, 1, NULL, ka, 3, ids, offs), 0, "all deduplicated");
-    cr_assert_eq(tier_commit_durable(r.t, 1, BLK, 1, ka, 3, &A, ids, &pend), 0);
+    cr_assert_eq(tier_reserve(t_tns(r.t, 1, BLK), 1, NULL, ka, 3, ids, offs), 0,
+                 "all deduplicated");
+    cr_assert_eq(tier_commit_durable(t_tns(r.t, 1, BLK), 1, ka, 3, &A, ids, &pend), 0);
     cr_assert_eq(pend, 3, "A waits for its three keys");
     put1(&r, 4, F1);
     put1(&r, 4, F2);
-    cr_assert_geq(tier_commit_durable(r.t, 1, BLK, 4, f, 2, &D, ids, &pend), 0);
-    cr_assert_eq(tier_commit(r.t, 1, BLK, 2, wv, 2), 2);
+    cr_assert_geq(tier_commit_durable(t_tns(r.t, 1, BLK), 4, f, 2, &D, ids, &pend), 0);
+    cr_assert_eq(tier_commit(t_tns(r.t, 1, BLK), 2, wv, 2), 2);
     check(&r);
     disk_all(&r);
     tier_maintain(r.t);
     disk_all(&r);
-    cr_assert_geq(tier_commit_durable(r.t, 1, BLK, 3, &V, 1, &C, ids, &pend), 0);
+    cr_assert_geq(tier_commit_durable(t_tns(r.t, 1, BLK), 3, &V, 1, &C, ids, &pend), 0);
     disk_all(&r);
     {
         struct tier_key pin[3] = { F1, F2, W };
 
         for (int i = 0; i < 3; i++)
-            cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK,
+            cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(r.t, 1, BLK),
                 .keys = &pin[i], .n = 1, .ids = ids, .offs = offs }), 1);
     }
     for (int g = 0; g < 8; g++) {
         struct tier_story s;
 
-        tier_story_get(r.t, 1, &V, &s);
+        tier_story_get(t_tns_of(r.t, 1), &V, &s);
         if (s.level == TIER_L_COLD)
             break;
         put1(&r, 5, K(3, g));
     }
     check(&r);
-    cr_assert_eq(tier_commit(r.t, 1, BLK, 2, &X, 1), 1);
+    cr_assert_eq(tier_commit(t_tns(r.t, 1, BLK), 2, &X, 1), 1);
     check(&r);
     tier_maintain(r.t);
     disk_all(&r);
@@ -179,16 +180,16 @@ Test(tier_review, durable_waits_are_all_retried_in_one_turn)
     rig_open(&r, 2u << 20, 3 * BLK, 2, 0, 1.0, 1.0);
     put1(&r, 2, V1);
     put1(&r, 2, V2);
-    tier_reserve(r.t, 1, BLK, 1, NULL, va, 2, ids, offs);
-    cr_assert_eq(tier_commit_durable(r.t, 1, BLK, 1, va, 2, &A, ids, &pend), 0);
+    tier_reserve(t_tns(r.t, 1, BLK), 1, NULL, va, 2, ids, offs);
+    cr_assert_eq(tier_commit_durable(t_tns(r.t, 1, BLK), 1, va, 2, &A, ids, &pend), 0);
     cr_assert_eq(pend, 2);
     put1(&r, 4, F1);
     put1(&r, 4, F2);
-    cr_assert_geq(tier_commit_durable(r.t, 1, BLK, 4, f, 2, &D, ids, &pend), 0);
-    cr_assert_eq(tier_commit(r.t, 1, BLK, 2, va, 2), 2); /* their writes: queue full */
+    cr_assert_geq(tier_commit_durable(t_tns(r.t, 1, BLK), 4, f, 2, &D, ids, &pend), 0);
+    cr_assert_eq(tier_commit(t_tns(r.t, 1, BLK), 2, va, 2), 2); /* their writes: queue full */
     disk_all(&r);
     put1(&r, 5, F3);
-    cr_assert_geq(tier_commit_durable(r.t, 1, BLK, 5, &F3, 1, &E, ids, &pend), 0);
+    cr_assert_geq(tier_commit_durable(t_tns(r.t, 1, BLK), 5, &F3, 1, &E, ids, &pend), 0);
     disk_all(&r);
     tier_maintain(r.t); /* one turn of tierd's loop */
     disk_all(&r);
@@ -215,21 +216,21 @@ Test(tier_review, freeing_a_segment_of_odd_sized_slots_ends, .timeout = 20)
 
     rig_open(&r, 4u << 20, 64u << 20, 16, 4u << 20, 1.0, 1.0);
     io = tier_cold_io(r.cold);
-    cr_assert_eq(tier_reserve(r.t, 1, A_BLK, 1, NULL, &q, 1, ids, offs), 1);
-    tier_commit(r.t, 1, A_BLK, 1, &q, 1);
-    cr_assert_eq(tier_reserve(r.t, 1, A_BLK, 1, NULL, &p, 1, ids, offs), 1);
-    tier_commit_durable(r.t, 1, A_BLK, 1, &p, 1, &w, ids, &pend);
+    cr_assert_eq(tier_reserve(t_tns(r.t, 1, A_BLK), 1, NULL, &q, 1, ids, offs), 1);
+    tier_commit(t_tns(r.t, 1, A_BLK), 1, &q, 1);
+    cr_assert_eq(tier_reserve(t_tns(r.t, 1, A_BLK), 1, NULL, &p, 1, ids, offs), 1);
+    tier_commit_durable(t_tns(r.t, 1, A_BLK), 1, &p, 1, &w, ids, &pend);
     disk_all(&r);
-    cr_assert_eq(tier_reserve(r.t, 1, A_BLK, 1, &p, &x, 1, ids, offs), 1);
-    tier_commit(r.t, 1, A_BLK, 1, &x, 1);
-    cr_assert_eq(tier_reserve_hot(r.t, 1, A_BLK, 1, &q, &c, 1, ids, offs), 1);
-    tier_commit(r.t, 1, A_BLK, 1, &c, 1);
+    cr_assert_eq(tier_reserve(t_tns(r.t, 1, A_BLK), 1, &p, &x, 1, ids, offs), 1);
+    tier_commit(t_tns(r.t, 1, A_BLK), 1, &x, 1);
+    cr_assert_eq(tier_reserve_hot(t_tns(r.t, 1, A_BLK), 1, &q, &c, 1, ids, offs), 1);
+    tier_commit(t_tns(r.t, 1, A_BLK), 1, &c, 1);
     for (int i = 0; i < 33; i++)
         b[i] = K(3, i);
-    cr_assert_eq(tier_reserve(r.t, 2, B_BLK, 2, NULL, b, 32, ids, offs), 32);
-    tier_commit(r.t, 2, B_BLK, 2, b, 32);
+    cr_assert_eq(tier_reserve(t_tns(r.t, 2, B_BLK), 2, NULL, b, 32, ids, offs), 32);
+    tier_commit(t_tns(r.t, 2, B_BLK), 2, b, 32);
     /* the disk fails: a sync answered -EIO, so dirty blocks may be dropped */
-    tier_commit_durable(r.t, 2, B_BLK, 2, b, 1, &w, ids, &pend);
+    tier_commit_durable(t_tns(r.t, 2, B_BLK), 2, b, 1, &w, ids, &pend);
     while (tier_nvme_sim_queued(io))
         tier_nvme_sim_complete(io, 0, 0);
     tier_poll(r.t, false);
@@ -238,10 +239,10 @@ Test(tier_review, freeing_a_segment_of_odd_sized_slots_ends, .timeout = 20)
         tier_nvme_sim_complete(io, 0, -EIO);
     tier_poll(r.t, false);
     for (int i = 0; i < 32; i++)
-        tier_get(r.t, &(struct tier_get_args){ .ns = 2, .block_bytes = B_BLK, .keys = &b[i], .n = 1,
+        tier_get(&(struct tier_get_args){ .ns = t_tns(r.t, 2, B_BLK), .keys = &b[i], .n = 1,
             .ids = ids, .offs = offs });
     check(&r);
-    rc = tier_reserve(r.t, 2, B_BLK, 3, NULL, &b[32], 1, ids, offs);
+    rc = tier_reserve(t_tns(r.t, 2, B_BLK), 3, NULL, &b[32], 1, ids, offs);
     cr_assert(rc == 1 || rc == -ENOSPC, "reserve: %d", rc);
     check(&r);
     /* (the leases die with the store) */
@@ -265,13 +266,14 @@ Test(tier_review, a_chain_of_blocks_not_on_disk_can_be_extended)
     for (int i = 0; i < FIRST + MORE; i++)
         k[i] = K(1, i);
     for (int c = 0; c < FIRST; c += 2) {
-        cr_assert_eq(tier_reserve(r.t, 1, MIB, 1, c ? &k[c - 1] : NULL, k + c, 2, ids, offs), 2);
-        tier_commit(r.t, 1, MIB, 1, k + c, 2);
+        cr_assert_eq(tier_reserve(t_tns(r.t, 1, MIB), 1, c ? &k[c - 1] : NULL, k + c, 2, ids,
+                                  offs), 2);
+        tier_commit(t_tns(r.t, 1, MIB), 1, k + c, 2);
         tier_maintain(r.t);
         disk_all(&r);
     }
     for (int tries = 0; tries < 5; tries++) {
-        rc = tier_reserve(r.t, 1, MIB, 1, &k[FIRST - 1], k + FIRST, MORE, ids, offs);
+        rc = tier_reserve(t_tns(r.t, 1, MIB), 1, &k[FIRST - 1], k + FIRST, MORE, ids, offs);
         if (rc >= 0)
             break;
         cr_assert_eq(rc, -EAGAIN, "reserve under the chain: %d (%s)", rc, strerror(-rc));
@@ -282,7 +284,7 @@ Test(tier_review, a_chain_of_blocks_not_on_disk_can_be_extended)
     }
     cr_assert_eq(rc, MORE, "the chain could not be extended: %d", rc);
     check(&r);
-    tier_abort(r.t, 1, 1, k + FIRST, MORE);
+    tier_abort(t_tns_of(r.t, 1), 1, k + FIRST, MORE);
     rig_close(&r);
 }
 
@@ -302,15 +304,15 @@ Test(tier_review, blocks_on_disk_leave_warm_before_any_is_dropped)
     rig_open(&r, 2u << 20, 4 * BLK, 4, 0, 0.9, 0.5); /* 8 warm slots, 4 on disk */
     for (int i = 0; i < 3; i++) { /* the oldest: not on disk */
         put1(&r, 1, d[i]);
-        cr_assert_eq(tier_commit(r.t, 1, BLK, 1, &d[i], 1), 1);
+        cr_assert_eq(tier_commit(t_tns(r.t, 1, BLK), 1, &d[i], 1), 1);
     }
     for (int i = 0; i < 4; i++) /* then four that fill the disk, and stay in warm */
         put1(&r, 2, a[i]);
-    cr_assert_eq(tier_commit_durable(r.t, 1, BLK, 2, a, 4, &A, ids, &pend), 4);
+    cr_assert_eq(tier_commit_durable(t_tns(r.t, 1, BLK), 2, a, 4, &A, ids, &pend), 4);
     disk_all(&r);
     cr_assert_eq(cbs_of(&r, &A), 4, "the four are durable");
     put1(&r, 1, d[3]); /* warm over its high watermark */
-    cr_assert_eq(tier_commit(r.t, 1, BLK, 1, &d[3], 1), 1);
+    cr_assert_eq(tier_commit(t_tns(r.t, 1, BLK), 1, &d[3], 1), 1);
     tier_maintain(r.t);
     disk_all(&r);
     check(&r);

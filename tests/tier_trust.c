@@ -99,10 +99,10 @@ static void push_out(struct rig *r)
     for (int i = 0; i < 160; i += 8) {
         int rc;
 
-        while ((rc = tier_reserve(r->t, 1, BLK, 1, NULL, f + i, 8, ids, offs)) == -EAGAIN)
+        while ((rc = tier_reserve(t_tns(r->t, 1, BLK), 1, NULL, f + i, 8, ids, offs)) == -EAGAIN)
             movers(r);
         cr_assert_eq(rc, 8, "filler %d: %d", i, rc);
-        tier_commit(r->t, 1, BLK, 1, f + i, 8);
+        tier_commit(t_tns(r->t, 1, BLK), 1, f + i, 8);
         movers(r);
     }
 }
@@ -113,14 +113,14 @@ static void put(struct rig *r, bool hot, const struct tier_key *parent, const st
 {
     uint32_t ids[64];
     uint64_t offs[64];
-    int rc = (hot ? tier_reserve_hot : tier_reserve)(r->t, 1, BLK, 1, parent, k, (size_t)n, ids,
-                                                     offs);
+    int rc = (hot ? tier_reserve_hot : tier_reserve)(t_tns(r->t, 1, BLK), 1, parent, k,
+                                                     (size_t)n, ids, offs);
 
     cr_assert_eq(rc, n, "reserve of %d: %d", n, rc);
     for (int i = 0; i < n; i++)
         t_fill((uint8_t *)(hot ? tier_hot_emu_base(r->hot) : tier_pool_base(r->t)) + offs[i],
                BLK, seed + (uint64_t)i);
-    cr_assert_eq(tier_commit(r->t, 1, BLK, 1, k, (size_t)n), (size_t)n);
+    cr_assert_eq(tier_commit(t_tns(r->t, 1, BLK), 1, k, (size_t)n), (size_t)n);
 }
 
 /* Finding 1: a block leased in place in hot is copied down for a plain
@@ -137,12 +137,12 @@ Test(tier_trust, a_hot_lease_keeps_its_bytes_when_the_block_moves_down)
     rig_open(&r, 4u << 20, 0.8, 8u << 20);
     t_keys((kvt_key *)k, 2, 1);
     put(&r, true, NULL, &k[0], 1, 100);
-    cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = &k[0],
+    cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(r.t, 1, BLK), .keys = &k[0],
         .n = 1, .flags = TIER_GET_HOT, .ids = &hh, .offs = &hoff, .tiers = &tier,
         .waiter = &r.waiter[0], .pending = &pend }), 1);
     cr_assert_eq(tier, TIER_L_HOT);
     /* a plain getter: the block is copied down to warm for it */
-    cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = &k[0],
+    cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(r.t, 1, BLK), .keys = &k[0],
         .n = 1, .ids = &wh, .offs = &woff, .waiter = &r.waiter[1], .pending = &pend }),
                  1);
     cr_assert_eq(pend, 1);
@@ -151,13 +151,13 @@ Test(tier_trust, a_hot_lease_keeps_its_bytes_when_the_block_moves_down)
     cr_assert_eq(t_check((uint8_t *)tier_pool_base(r.t) + woff, BLK, 100), -1);
     check(&r);
     /* the next hot put must not get the slot the first reader still holds */
-    cr_assert_eq(tier_reserve_hot(r.t, 1, BLK, 1, NULL, &k[1], 1, ids, offs), 1);
+    cr_assert_eq(tier_reserve_hot(t_tns(r.t, 1, BLK), 1, NULL, &k[1], 1, ids, offs), 1);
     cr_assert_neq(offs[0], hoff, "a hot slot still leased was handed to a put");
     t_fill((uint8_t *)tier_hot_emu_base(r.hot) + offs[0], BLK, 200);
     cr_assert_eq(t_check((uint8_t *)tier_hot_emu_base(r.hot) + hoff, BLK, 100), -1,
                  "the hot lease's bytes changed under its reader");
     check(&r);
-    tier_abort(r.t, 1, 1, &k[1], 1);
+    tier_abort(t_tns_of(r.t, 1), 1, &k[1], 1);
     tier_release(r.t, &wh, 1, false);
     tier_release(r.t, &hh, 1, false); /* the kept hot slot goes back now */
     check(&r);
@@ -182,9 +182,9 @@ Test(tier_trust, a_durable_commit_during_a_copy_down_waits_for_the_disk)
         put(&r, true, NULL, &k[i], 1, 300 + (uint64_t)(i * 16));
     /* the hot mover starts copying the oldest down to warm */
     cr_assert_gt(tier_maintain(r.t), 0, "the hot mover copied nothing down");
-    tier_story_get(r.t, 1, &k[0], &s);
+    tier_story_get(t_tns_of(r.t, 1), &k[0], &s);
     cr_assert_eq(s.level, TIER_L_HOT, "the copy landed already");
-    rc = tier_commit_durable(r.t, 1, BLK, 2, &k[0], 1, &r.waiter[0], ids, &pend);
+    rc = tier_commit_durable(t_tns(r.t, 1, BLK), 2, &k[0], 1, &r.waiter[0], ids, &pend);
     cr_assert_eq(rc, 0, "durable commit: %d", rc);
     cr_assert_eq(pend, 1, "the durable commit must wait");
     /* the copies land; the disk has done nothing yet */
@@ -193,7 +193,7 @@ Test(tier_trust, a_durable_commit_during_a_copy_down_waits_for_the_disk)
                  "acknowledged durable when the copy to warm landed, before any disk write");
     pump(&r);
     cr_assert_eq(r.ready[0], 1, "never acknowledged");
-    tier_story_get(r.t, 1, &k[0], &s);
+    tier_story_get(t_tns_of(r.t, 1), &k[0], &s);
     cr_assert(s.present && s.on_disk, "acknowledged durable, not on disk");
     check(&r);
     rig_close(&r);
@@ -220,16 +220,16 @@ Test(tier_trust, a_hot_get_over_hot_and_disk_is_whole)
         uint32_t id;
         uint64_t off;
 
-        cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK,
-            .keys = &k[0], .n = 1, .flags = TIER_GET_PROMOTE, .ids = &id, .offs = &off,
+        cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(r.t, 1, BLK), .keys = &k[0],
+            .n = 1, .flags = TIER_GET_PROMOTE, .ids = &id, .offs = &off,
             .waiter = &r.waiter[2], .pending = &pend }), 1);
         tier_release(r.t, &id, 1, false); /* copied up once released */
         pump(&r);
     }
-    cr_assert_eq(tier_lookup(r.t, 1, k, 2, tiers), 2);
+    cr_assert_eq(tier_lookup(t_tns_of(r.t, 1), k, 2, tiers), 2);
     cr_assert_eq(tiers[0], TIER_L_HOT, "k[0] did not go up into hot");
     cr_assert_eq(tiers[1], TIER_L_COLD, "k[1] is still in warm: push out more");
-    cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = k,
+    cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(r.t, 1, BLK), .keys = k,
         .n = 2, .flags = TIER_GET_HOT, .ids = h, .offs = offs, .tiers = tiers,
         .waiter = &r.waiter[0], .pending = &pend }), 2);
     cr_assert_eq(tiers[0], TIER_L_HOT);
@@ -261,13 +261,13 @@ Test(tier_trust, a_second_getter_joins_a_read_in_flight)
     {
         uint8_t tiers[4];
 
-        cr_assert_eq(tier_lookup(r.t, 1, k, 4, tiers), 4);
+        cr_assert_eq(tier_lookup(t_tns_of(r.t, 1), k, 4, tiers), 4);
         cr_assert_eq(tiers[0], TIER_L_COLD, "the chain is still in warm: fill more");
     }
-    cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = k,
+    cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(r.t, 1, BLK), .keys = k,
         .n = 4, .ids = a, .offs = oa, .waiter = &r.waiter[0], .pending = &pa }), 4);
     cr_assert_eq(pa, 4);
-    cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = BLK, .keys = k,
+    cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(r.t, 1, BLK), .keys = k,
         .n = 4, .ids = b, .offs = ob, .waiter = &r.waiter[1], .pending = &pb }), 4,
                  "the second getter's run was cut at a block being read for the first");
     cr_assert_eq(pb, 4);
@@ -301,7 +301,7 @@ Test(tier_trust, a_chain_longer_than_the_store_keeps_a_prefix)
         int rc;
 
         for (int tries = 0;; tries++) {
-            rc = tier_reserve(r.t, 1, BLK, 1, i ? &k[i - 1] : NULL, k + i, B, ids, offs);
+            rc = tier_reserve(t_tns(r.t, 1, BLK), 1, i ? &k[i - 1] : NULL, k + i, B, ids, offs);
             if (rc != -EAGAIN)
                 break;
             if (tries == 99) {
@@ -325,18 +325,18 @@ Test(tier_trust, a_chain_longer_than_the_store_keeps_a_prefix)
         cr_assert_eq(rc, B, "reserve at %d: %d", i, rc);
         for (int j = 0; j < B; j++)
             t_fill((uint8_t *)tier_pool_base(r.t) + offs[j], BLK, (uint64_t)(i + j));
-        tier_commit(r.t, 1, BLK, 1, k + i, B);
+        tier_commit(t_tns(r.t, 1, BLK), 1, k + i, B);
         movers(&r);
         check(&r);
     }
     for (int i = 0; i < N; i++) {
         struct tier_story s;
 
-        tier_story_get(r.t, 1, &k[i], &s);
+        tier_story_get(t_tns_of(r.t, 1), &k[i], &s);
         stored += s.present;
     }
     cr_assert_gt(stored, 0);
-    cr_assert_eq(tier_lookup(r.t, 1, k, N, NULL), stored,
+    cr_assert_eq(tier_lookup(t_tns_of(r.t, 1), k, N, NULL), stored,
                  "%u blocks stored, but a lookup reaches only the leading ones", stored);
     rig_close(&r);
 }
@@ -358,14 +358,14 @@ Test(tier_trust, puts_beyond_warm_demote_and_drop_nothing_while_the_disk_has_roo
         uint64_t off;
         int rc;
 
-        while ((rc = tier_reserve(r.t, 1, BLK, 1, NULL, &k[i], 1, &id, &off)) == -EAGAIN) {
+        while ((rc = tier_reserve(t_tns(r.t, 1, BLK), 1, NULL, &k[i], 1, &id, &off)) == -EAGAIN) {
             eagain++;
             tier_maintain(r.t); /* the loop's turn between requests */
             pump(&r);
         }
         cr_assert_eq(rc, 1, "put %d: %d", i, rc);
         t_fill((uint8_t *)tier_pool_base(r.t) + off, BLK, (uint64_t)i);
-        tier_commit(r.t, 1, BLK, 1, &k[i], 1);
+        tier_commit(t_tns(r.t, 1, BLK), 1, &k[i], 1);
         tier_poll(r.t, false);
         check(&r);
     }
@@ -378,7 +378,7 @@ Test(tier_trust, puts_beyond_warm_demote_and_drop_nothing_while_the_disk_has_roo
     for (int i = 0; i < N; i++) {
         struct tier_story s;
 
-        tier_story_get(r.t, 1, &k[i], &s);
+        tier_story_get(t_tns_of(r.t, 1), &k[i], &s);
         cr_assert(s.present, "block %d lost", i);
     }
     rig_close(&r);

@@ -78,8 +78,8 @@ static void put(struct tier *t, const struct tier_key *k, size_t n, const struct
     uint32_t ids[16];
     uint64_t offs[16];
 
-    cr_assert_eq(tier_reserve(t, 1, MIB, 7, parent, k, n, ids, offs), (int)n);
-    cr_assert_eq(tier_commit(t, 1, MIB, 7, k, n), n);
+    cr_assert_eq(tier_reserve(t_tns(t, 1, MIB), 7, parent, k, n, ids, offs), (int)n);
+    cr_assert_eq(tier_commit(t_tns(t, 1, MIB), 7, k, n), n);
 }
 
 Test(tier_why, each_missed_key_gets_its_cause)
@@ -98,11 +98,11 @@ Test(tier_why, each_missed_key_gets_its_cause)
     t_keys((kvt_key *)other, 12, 14);
     put(t, a, 8, NULL);
     /* a[5..7] removed by a client */
-    cr_assert_eq(tier_remove(t, 1, a + 5, 3), 3);
+    cr_assert_eq(tier_remove(t_tns_of(t, 1), a + 5, 3), 3);
     /* b: reserved and aborted; c: reserved, still being written */
-    cr_assert_eq(tier_reserve(t, 1, MIB, 7, NULL, b, 2, ids, offs), 2);
-    cr_assert_eq(tier_abort(t, 1, 7, b, 2), 2);
-    cr_assert_eq(tier_reserve(t, 1, MIB, 8, NULL, c, 2, ids, offs), 2);
+    cr_assert_eq(tier_reserve(t_tns(t, 1, MIB), 7, NULL, b, 2, ids, offs), 2);
+    cr_assert_eq(tier_abort(t_tns_of(t, 1), 7, b, 2), 2);
+    cr_assert_eq(tier_reserve(t_tns(t, 1, MIB), 8, NULL, c, 2, ids, offs), 2);
     /* a[0..4] hit; a[5..7] removed; then b (aborted), c (writing), d (never) */
     {
         struct tier_key chain[15];
@@ -112,7 +112,7 @@ Test(tier_why, each_missed_key_gets_its_cause)
         memcpy(chain + 10, c, sizeof(c));
         memcpy(chain + 12, d, sizeof(d));
         chain[14] = a[1]; /* present, but behind the misses: a broken chain */
-        cr_assert_eq(tier_lookup_why(t, 1, chain, 15, NULL, &m), 5);
+        cr_assert_eq(tier_lookup_why(t_tns_of(t, 1), chain, 15, NULL, &m), 5);
     }
     cr_assert_eq(m.cause[TIER_EV_REMOVED], 3);
     cr_assert_eq(m.cause[TIER_EV_ABORTED], 2);
@@ -123,24 +123,24 @@ Test(tier_why, each_missed_key_gets_its_cause)
     put(t, other, 12, NULL);
     cr_assert_gt(tier_maintain(t), 0);
     memset(&m, 0, sizeof(m));
-    cr_assert_eq(tier_lookup_why(t, 1, a, 5, NULL, &m), 0, "a was not evicted");
+    cr_assert_eq(tier_lookup_why(t_tns_of(t, 1), a, 5, NULL, &m), 0, "a was not evicted");
     cr_assert_eq(m.cause[TIER_EV_DROPPED], 5);
     cr_assert_lt(m.evicted_age_ms, 5 * 60000u, "ages are since the eviction");
     /* stories */
-    tier_story_get(t, 1, &a[0], &st);
+    tier_story_get(t_tns_of(t, 1), &a[0], &st);
     cr_assert_not(st.present);
     cr_assert_eq(st.event, TIER_EV_DROPPED);
     cr_assert_eq(st.event_level, TIER_L_WARM);
-    tier_story_get(t, 1, &other[0], &st); /* the chain's root stays longest */
+    tier_story_get(t_tns_of(t, 1), &other[0], &st); /* the chain's root stays longest */
     cr_assert(st.present);
     cr_assert_eq(st.level, TIER_L_WARM);
     cr_assert(st.chain_ok);
-    tier_story_get(t, 1, &c[0], &st);
+    tier_story_get(t_tns_of(t, 1), &c[0], &st);
     cr_assert(st.writing);
-    tier_story_get(t, 1, &d[0], &st);
+    tier_story_get(t_tns_of(t, 1), &d[0], &st);
     cr_assert_not(st.present);
     cr_assert_eq(st.event, TIER_EV_NONE);
-    tier_story_get(t, 2, &other[0], &st); /* another namespace knows nothing */
+    tier_story_get(t_tns(t, 2, MIB), &other[0], &st); /* another namespace knows nothing */
     cr_assert_not(st.present);
     cr_assert_eq(st.event, TIER_EV_NONE);
     tier_destroy(t);

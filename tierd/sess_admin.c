@@ -182,10 +182,11 @@ int sess_op_why(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *bod
     for (uint32_t id = 1; id <= s->t->ns_cap && rep.n < sizeof(story) / sizeof(story[0]);
          id++) {
         struct tier_story t;
+        struct tierd_ns *ns = tenant_ns_get(s->t, id);
 
-        if (!tenant_ns_get(s->t, id))
+        if (!ns)
             continue;
-        tier_story_get(s->t->store, id, &key, &t);
+        tier_story_get(ns->store_ns, &key, &t);
         if (!t.present && !t.writing && t.event == TIER_EV_NONE)
             continue;
         story[rep.n++] = (kvt_key_story){
@@ -233,18 +234,19 @@ int sess_op_purge(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *b
 {
     struct kvt_wire_purge_req req;
     struct kvt_wire_count_rep cnt = { 0 };
+    struct tierd_ns *ns;
     int rc;
 
     if (h->body_len != sizeof(req))
         return sess_reply_err(s, h, KVT_EPROTO);
     memcpy(&req, body, sizeof(req));
-    if (!tenant_ns_get(s->t, req.ns_id))
+    ns = tenant_ns_get(s->t, req.ns_id);
+    if (!ns)
         return sess_reply_err(s, h, KVT_ENONS);
-    rc = tier_purge_ns(s->t->store, req.ns_id);
+    rc = tier_purge_ns(ns->store_ns);
     if (rc < 0)
         return sess_reply_err(s, h, rc);
-    tierd_log("namespace %u (%s) purged: %d blocks removed", req.ns_id,
-              s->t->ns[req.ns_id - 1].d.model_id, rc);
+    tierd_log("namespace %u (%s) purged: %d blocks removed", req.ns_id, ns->d.model_id, rc);
     cnt.count = (uint32_t)rc;
     return sess_reply(s, h, 0, &cnt, sizeof(cnt), NULL, 0, -1);
 }

@@ -212,10 +212,10 @@ static int parse_keys(struct sess *s, const uint8_t *body, uint32_t len, struct 
     if (r.block_bytes != ns->d.block_bytes)
         return KVT_EBLOCKSIZE;
     k->ns_id = r.ns_id;
+    k->ns = ns->store_ns;
     k->n = r.n;
     k->flags = r.flags;
     k->deadline_ms = r.deadline_ms;
-    k->block_bytes = r.block_bytes;
     body += sizeof(r);
     k->parent = NULL;
     if (r.flags & KVT_WIRE_KF_PARENT) {
@@ -236,12 +236,11 @@ static int parse_keys(struct sess *s, const uint8_t *body, uint32_t len, struct 
 static int lookup_done(struct sess *s, const struct kvt_wire_hdr *h, const struct kreq *k,
                        uint32_t hits, uint32_t remote_hits, const uint8_t *tiers)
 {
-    struct tier *t = s->t->store;
     struct kvt_wire_lookup_rep rep = { .n = k->n, .hits = hits };
     struct tier_misses why = { 0 };
 
     /* why the keys after the run missed: no counters, the lookup counted */
-    tier_miss_why(t, k->ns_id, k->keys + hits, k->n - hits, &why);
+    tier_miss_why(k->ns, k->keys + hits, k->n - hits, &why);
     count_lookup(s, k->ns_id, k->n, hits, &why);
     if (k->flags & KVT_WIRE_KF_PIN) {
         struct {
@@ -254,14 +253,14 @@ static int lookup_done(struct sess *s, const struct kvt_wire_hdr *h, const struc
         if (rc < 0)
             return sess_reply_err(s, h, rc);
         if (remote_hits)
-            tier_get_remote(t, k->ns_id, k->block_bytes, k->keys, hits, NULL);
+            tier_get_remote(k->ns, k->keys, hits, NULL);
         return sess_reply(s, h, 0, &both, sizeof(both), tiers, k->n, -1);
     }
     if ((k->flags >> 8) & KVT_LOOKUP_PREFETCH) {
-        tier_prefetch(t, k->ns_id, k->block_bytes, k->keys, hits,
+        tier_prefetch(k->ns, k->keys, hits,
                       k->flags & KVT_WIRE_KF_PROMOTE ? TIER_GET_PROMOTE : 0);
         if (remote_hits) /* and start reading the remote's run into warm */
-            tier_get_remote(t, k->ns_id, k->block_bytes, k->keys, hits, NULL);
+            tier_get_remote(k->ns, k->keys, hits, NULL);
     }
     return sess_reply(s, h, 0, &rep, sizeof(rep), tiers, k->n, -1);
 }
@@ -349,7 +348,7 @@ static int submit_in(struct sess *s, struct pending *p, struct tier_req **rq, ti
     struct tier_req_args a = {
         .op = h->op == KVT_OP_GET ? TIER_REQ_GET
             : h->op == KVT_OP_LOOKUP ? TIER_REQ_LOOKUP : TIER_REQ_COMMIT,
-        .ns = k->ns_id, .block_bytes = k->block_bytes, .keys = k->keys, .n = k->n,
+        .ns = k->ns, .keys = k->keys, .n = k->n,
         .flags = (k->flags & KVT_WIRE_KF_HOT ? TIER_GET_HOT : 0) |
                  (k->flags & KVT_WIRE_KF_PROMOTE ? TIER_GET_PROMOTE : 0),
         .owner = s->id,
@@ -366,7 +365,7 @@ static int submit_in(struct sess *s, struct pending *p, struct tier_req **rq, ti
         /* a lookup behind a waiting request (a get or a commit refused
          * that already): answered at once from the local tiers, without
          * the remote's */
-        hits = (uint32_t)tier_lookup(s->t->store, k->ns_id, k->keys, k->n, tiers_buf);
+        hits = (uint32_t)tier_lookup(k->ns, k->keys, k->n, tiers_buf);
         return lookup_done(s, h, k, hits, 0, tiers_buf);
     }
     if (!*rq && (rc = tier_req_create(s->t->store, KVT_BATCH_MAX, done, user, rq)) < 0)
@@ -403,15 +402,14 @@ static int submit(struct sess *s, const struct kvt_wire_hdr *h, const struct kre
 
 static int do_reserve(struct sess *s, const struct kvt_wire_hdr *h, const struct kreq *k)
 {
-    struct tier *t = s->t->store;
     struct kvt_wire_count_rep cnt = { .n = k->n };
     int rc = (k->flags & KVT_WIRE_KF_HOT ? tier_reserve_hot : tier_reserve)(
-        t, k->ns_id, k->block_bytes, s->id, k->parent, k->keys, k->n, ids_buf, offs_buf);
+        k->ns, s->id, k->parent, k->keys, k->n, ids_buf, offs_buf);
 
     if (rc < 0)
         return sess_reply_err(s, h, rc);
     if (remember_resv(s, ids_buf, k->n) < 0) {
-        tier_abort_ids(t, s->id, ids_buf, k->n);
+        tier_abort_ids(s->t->store, s->id, ids_buf, k->n);
         return sess_reply_err(s, h, -ENOMEM);
     }
     cnt.count = (uint32_t)rc;
@@ -445,8 +443,7 @@ static int do_commit(struct sess *s, const struct kvt_wire_hdr *h, const struct 
 
     if (k->flags & KVT_WIRE_KF_DURABLE)
         return commit_durable(s, h, k);
-    cnt.count = (uint32_t)tier_commit(s->t->store, k->ns_id, k->block_bytes, s->id, k->keys,
-                                      k->n);
+    cnt.count = (uint32_t)tier_commit(k->ns, s->id, k->keys, k->n);
     count_blocks(s, k->ns_id, cnt.count, true);
     prune_resv(s);
     return sess_reply(s, h, 0, &cnt, sizeof(cnt), NULL, 0, -1);
@@ -485,11 +482,11 @@ int sess_op_keys(struct sess *s, const struct kvt_wire_hdr *h, const uint8_t *bo
     case KVT_OP_PUT_COMMIT:
         return do_commit(s, h, &k);
     case KVT_OP_PUT_ABORT:
-        cnt.count = (uint32_t)tier_abort(s->t->store, k.ns_id, s->id, k.keys, k.n);
+        cnt.count = (uint32_t)tier_abort(k.ns, s->id, k.keys, k.n);
         prune_resv(s);
         return sess_reply(s, h, 0, &cnt, sizeof(cnt), NULL, 0, -1);
     case KVT_OP_REMOVE:
-        cnt.count = (uint32_t)tier_remove(s->t->store, k.ns_id, k.keys, k.n);
+        cnt.count = (uint32_t)tier_remove(k.ns, k.keys, k.n);
         return sess_reply(s, h, 0, &cnt, sizeof(cnt), NULL, 0, -1);
     case KVT_OP_GET:
         return do_get(s, h, &k);

@@ -22,6 +22,7 @@
 struct tierd;
 struct tenant;
 struct tier_key;
+struct tier_ns;
 struct tier_req;
 
 struct lease {
@@ -44,10 +45,11 @@ struct pin {
  * sess_data.c's parse_keys; keys and parent point into the message. */
 struct kreq {
     uint32_t ns_id;
+    struct tier_ns *ns;            /* the store's namespace of ns_id (its block size the
+                                      request's: parse_keys checked) */
     uint32_t n;
     uint32_t flags;
     uint32_t deadline_ms;
-    uint64_t block_bytes;
     const struct tier_key *parent; /* NULL: none */
     uint64_t pin_id;               /* KVT_WIRE_KF_PIN: the pin to extend (0: a new one) */
     const struct tier_key *keys;

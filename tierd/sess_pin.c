@@ -72,7 +72,7 @@ int sess_pin_run(struct sess *s, const struct kreq *k, uint32_t local,
     /* a pinned block costs the slot it holds (a page at least), so that
      * blocks of a byte cannot pin without bound (each pin id is 4 bytes of
      * tierd's memory) */
-    uint64_t cost = tier_slot_bytes(k->block_bytes);
+    uint64_t cost = tier_slot_bytes(tier_ns_block_bytes(k->ns));
     uint64_t room = quota > used ? (quota - used) / cost : 0;
     size_t at;
     struct pin *p;
@@ -97,7 +97,7 @@ int sess_pin_run(struct sess *s, const struct kreq *k, uint32_t local,
     }
     /* (nothing to pin: a new pin has no ids array yet) */
     got = !want ? 0
-                : (uint32_t)tier_pin(s->t->store, k->ns_id, k->block_bytes, k->keys, want,
+                : (uint32_t)tier_pin(k->ns, k->keys, want,
                                      k->flags & KVT_WIRE_KF_PROMOTE ? TIER_GET_PROMOTE : 0,
                                      p->ids + p->n);
     p->n += got;

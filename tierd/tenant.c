@@ -564,6 +564,7 @@ static void ns_remote(struct tenant *t, const struct kvt_wire_ns_req *n, uint32_
 int tenant_ns_open(struct tenant *t, const struct kvt_wire_ns_req *req, uint32_t *id)
 {
     struct kvt_wire_ns_req n;
+    struct tier_ns *sns;
     int rc = ns_normal(req, &n);
 
     if (rc < 0)
@@ -576,9 +577,13 @@ int tenant_ns_open(struct tenant *t, const struct kvt_wire_ns_req *req, uint32_t
         }
     if (t->nns == TIERD_NS_MAX)
         return -ENOSPC;
-    if ((rc = ns_new_id(t, &n, id)) < 0 || (rc = ns_room(t, *id)) < 0)
+    /* the store's object first: registered only once it exists (the id's
+     * block size is the descriptor's, so the store never refuses it as a
+     * size conflict) */
+    if ((rc = ns_new_id(t, &n, id)) < 0 || (rc = ns_room(t, *id)) < 0 ||
+        (rc = tier_ns_open(t->store, *id, n.block_bytes, &sns)) < 0)
         return rc;
-    t->ns[*id - 1] = (struct tierd_ns){ .open = true, .d = n };
+    t->ns[*id - 1] = (struct tierd_ns){ .open = true, .d = n, .store_ns = sns };
     t->nns++;
     ns_remote(t, &n, *id);
     if (t->d->verbose)

@@ -44,6 +44,8 @@ struct tierd_ns_stats {
 struct tierd_ns {
     bool open;                /* opened in this run (ids may have holes) */
     struct kvt_wire_ns_req d; /* the descriptor, strings NUL-padded */
+    struct tier_ns *store_ns; /* the store's namespace (tier_ns_open): id and block size;
+                                 the store's to free, valid while the tenant's store is */
     struct tierd_ns_stats st; /* traffic, for the metrics page */
 };
 

@@ -55,6 +55,7 @@ void kvr_count_hits(struct kvr_result *res, const struct kvr_req *r, uint64_t hi
  * trace's clock (the store's: its write budget's window is trace time). */
 struct sreplay {
     struct tier *t;
+    struct tier_ns *ns;      /* the replay's one namespace (NS, the trace's block size) */
     struct tier_cold *cold;  /* the store's (NULL: no cold tier) */
     struct tier_req *req;
     uint64_t now_ms;         /* the current request's time on the trace's clock */
@@ -99,9 +100,9 @@ static int settle(struct sreplay *s)
 
 /* Lease the leading `hit` blocks (those on disk are read back into warm),
  * then release them. Returns the blocks got or an error. */
-static int store_get(struct sreplay *s, const struct tier_key *keys, size_t hit, uint64_t bb)
+static int store_get(struct sreplay *s, const struct tier_key *keys, size_t hit)
 {
-    struct tier_req_args a = { .op = TIER_REQ_GET, .ns = NS, .block_bytes = bb, .keys = keys,
+    struct tier_req_args a = { .op = TIER_REQ_GET, .ns = s->ns, .keys = keys,
                                .n = (uint32_t)hit };
     int rc;
 
@@ -137,11 +138,11 @@ static int store_request(struct sreplay *s, const struct kvr_trace *tr, const st
     tier_stats_get(s->t, &st);
     if (st.blocks[TIER_L_WARM] > res->held_max)
         res->held_max = st.blocks[TIER_L_WARM];
-    hit = tier_lookup(s->t, NS, keys, n, s->tiers);
+    hit = tier_lookup(s->ns, keys, n, s->tiers);
     if ((rc = settle(s)) < 0)
         return rc;
     if (hit > 0) {
-        got = store_get(s, keys, hit, o->block_bytes);
+        got = store_get(s, keys, hit);
         if (got < 0)
             return got;
         if ((rc = settle(s)) < 0)
@@ -151,10 +152,9 @@ static int store_request(struct sreplay *s, const struct kvr_trace *tr, const st
     if ((size_t)got == n)
         return settle(s);
     /* -EAGAIN: warm is full of blocks on their way to disk; they land */
-    for (int tries = 0; (rc = tier_reserve(s->t, NS, o->block_bytes, OWNER,
-                                           got ? &keys[got - 1] : NULL, keys + got,
-                                           n - (size_t)got, s->ids, offs)) == -EAGAIN &&
-                        tries < 64; tries++) {
+    for (int tries = 0; (rc = tier_reserve(s->ns, OWNER, got ? &keys[got - 1] : NULL,
+                                           keys + got, n - (size_t)got, s->ids, offs)) ==
+                            -EAGAIN && tries < 64; tries++) {
         int sr = settle(s);
 
         if (sr < 0)
@@ -168,7 +168,7 @@ static int store_request(struct sreplay *s, const struct kvr_trace *tr, const st
         return rc;
     if ((rc = settle(s)) < 0)
         return rc;
-    res->stored += tier_commit(s->t, NS, o->block_bytes, OWNER, keys + got, n - (size_t)got);
+    res->stored += tier_commit(s->ns, OWNER, keys + got, n - (size_t)got);
     return settle(s);
 }
 
@@ -293,6 +293,12 @@ int kvr_run_store(const struct kvr_trace *tr, const struct kvr_run_opts *o, uint
                  kvr_size_str(capacity, a, sizeof(a)),
                  kvr_size_str(tier_block_max(s.t), b, sizeof(b)),
                  kvr_size_str(o->block_bytes, c, sizeof(c)));
+        goto out_close;
+    }
+    rc = tier_ns_open(s.t, NS, o->block_bytes, &s.ns); /* (its size fits: checked above) */
+    if (rc < 0) {
+        snprintf(err, errcap, "capacity %s: cannot open the namespace: %s",
+                 kvr_size_str(capacity, a, sizeof(a)), strerror(-rc));
         goto out_close;
     }
     res->slots = res->pool_bytes / tier_block_max(s.t) * (tier_block_max(s.t) / slot);

@@ -128,6 +128,7 @@ struct world {
     struct tier_cold *cold;
     struct tier_hot *hot;
     struct tier *t;
+    struct tier_ns *ns[NNS]; /* the store's namespaces: ids ns_id(i), ns_blk[i] bytes */
     bool crashing;       /* callbacks during a crash's teardown are nobody's */
     uint32_t gver;
     struct client cl[NCLIENT];
@@ -247,6 +248,11 @@ static void say(void *ctx, const char *msg)
 }
 
 /* The world's clock for the store's write budget: STEP_MS per step. */
+static int ns_id(int ns)
+{
+    return ns + 1;
+}
+
 #define STEP_MS 10
 static uint64_t sim_clock(void *ctx)
 {
@@ -289,6 +295,11 @@ static int world_open(struct world *w)
     rc = tier_load_cold(w->t);
     if (rc < 0)
         goto out_tier;
+    /* opened after the disk is indexed, as tierd does: what was on disk
+     * under these ids is theirs again */
+    for (int i = 0; i < NNS; i++)
+        if ((rc = tier_ns_open(w->t, (uint32_t)ns_id(i), ns_blk[i], &w->ns[i])) < 0)
+            goto out_tier;
     return 0;
 out_tier:
     tier_destroy(w->t);
@@ -331,11 +342,6 @@ static struct client *client_of(struct world *w, void *waiter)
         if (waiter == &w->cl[i])
             return &w->cl[i];
     return NULL;
-}
-
-static int ns_id(int ns)
-{
-    return ns + 1;
 }
 
 /* ---- checking bytes -------------------------------------------------------- */
@@ -424,7 +430,7 @@ static void story(struct world *w, int ns, int c, int p, struct tier_story *s)
 {
     struct tier_key k = key_of(ns, c, p);
 
-    tier_story_get(w->t, (uint32_t)ns_id(ns), &k, s);
+    tier_story_get(w->ns[ns], &k, s);
 }
 
 /* A durable commit's answer: every key of its batch on disk now. */
@@ -717,10 +723,10 @@ static bool slot_free(struct world *w, int ns)
     struct tier_key k = key_of(ns, 255, 255);
     uint32_t id;
     uint64_t off;
-    int rc = tier_reserve(w->t, (uint32_t)ns_id(ns), ns_blk[ns], 999, NULL, &k, 1, &id, &off);
+    int rc = tier_reserve(w->ns[ns], 999, NULL, &k, 1, &id, &off);
 
     if (rc > 0)
-        tier_abort(w->t, (uint32_t)ns_id(ns), 999, &k, 1);
+        tier_abort(w->ns[ns], 999, &k, 1);
     return rc > 0;
 }
 
@@ -729,7 +735,7 @@ static int prefix_hits(struct world *w, int ns, int c)
     struct tier_key k[LEN];
 
     keys_of(ns, c, 0, LEN, k);
-    return (int)tier_lookup(w->t, (uint32_t)ns_id(ns), k, LEN, NULL);
+    return (int)tier_lookup(w->ns[ns], k, LEN, NULL);
 }
 
 static void op_reserve(struct world *w, struct client *cl, bool hot)
@@ -754,8 +760,8 @@ static void op_reserve(struct world *w, struct client *cl, bool hot)
     keys_of(ns, c, r->first, r->n, k);
     if (r->first > 0)
         parent = key_of(ns, c, r->first - 1);
-    rc = (hot ? tier_reserve_hot : tier_reserve)(w->t, (uint32_t)ns_id(ns), ns_blk[ns],
-                                                 cl->owner, r->first > 0 ? &parent : NULL, k,
+    rc = (hot ? tier_reserve_hot : tier_reserve)(w->ns[ns], cl->owner,
+                                                 r->first > 0 ? &parent : NULL, k,
                                                  (size_t)r->n, r->ids, r->offs);
     note(w, "client %u reserve%s %d/%d/%d+%d -> %d", cl->owner, hot ? "_hot" : "", ns, c,
          r->first, r->n, rc);
@@ -822,8 +828,7 @@ static void op_commit(struct world *w, struct client *cl, bool durable)
         return;
     keys_of(r->ns, r->c, r->first, r->n, k);
     if (!durable) {
-        size_t n = tier_commit(w->t, (uint32_t)ns_id(r->ns), ns_blk[r->ns], cl->owner, k,
-                               (size_t)r->n);
+        size_t n = tier_commit(w->ns[r->ns], cl->owner, k, (size_t)r->n);
 
         note(w, "client %u commit %d/%d/%d+%d -> %zu", cl->owner, r->ns, r->c, r->first, r->n,
              n);
@@ -843,8 +848,7 @@ static void op_commit(struct world *w, struct client *cl, bool durable)
         cl->dver[i] = w->m[r->ns][r->c][r->first + i].ver;
         cl->dgone[i] = w->m[r->ns][r->c][r->first + i].gone;
     }
-    rc = tier_commit_durable(w->t, (uint32_t)ns_id(r->ns), ns_blk[r->ns], cl->owner, k,
-                             (size_t)r->n, cl, ids, &pend);
+    rc = tier_commit_durable(w->ns[r->ns], cl->owner, k, (size_t)r->n, cl, ids, &pend);
     note(w, "client %u commit_durable %d/%d/%d+%d -> %d (%u pending)", cl->owner, r->ns, r->c,
          r->first, r->n, rc, pend);
     cl->dcall = false;
@@ -878,7 +882,7 @@ static void op_abort(struct world *w, struct client *cl)
         return;
     keys_of(r->ns, r->c, r->first, r->n, k);
     note(w, "client %u abort %d/%d/%d+%d -> %zu", cl->owner, r->ns, r->c, r->first, r->n,
-         tier_abort(w->t, (uint32_t)ns_id(r->ns), cl->owner, k, (size_t)r->n));
+         tier_abort(w->ns[r->ns], cl->owner, k, (size_t)r->n));
     r->on = false;
 }
 
@@ -932,9 +936,9 @@ static int get_run(struct world *w, struct client *cl, int ns, int c, int n, uns
     l->c = c;
     l->hot_ok = flags & TIER_GET_HOT;
     cl->waiting = li;
-    rc = tier_get(w->t, &(struct tier_get_args){ .ns = (uint32_t)ns_id(ns),
-        .block_bytes = ns_blk[ns], .keys = k, .n = (size_t)n, .flags = flags, .ids = l->h,
-        .offs = l->offs, .tiers = l->tiers, .waiter = cl, .pending = &pend });
+    rc = tier_get(&(struct tier_get_args){ .ns = w->ns[ns], .keys = k, .n = (size_t)n,
+        .flags = flags, .ids = l->h, .offs = l->offs, .tiers = l->tiers, .waiter = cl,
+        .pending = &pend });
     note(w, "client %u get%s%s %d/%d/0+%d -> %d (%u pending)%s", cl->owner,
          flags & TIER_GET_HOT ? " hot" : "", flags & TIER_GET_PROMOTE ? " promote" : "", ns, c,
          n, rc, pend, expect >= 0 ? " after a lookup" : "");
@@ -1014,10 +1018,9 @@ static void op_lookup_get(struct world *w, struct client *cl)
     if (cl->waiting >= 0)
         return;
     keys_of(ns, c, 0, LEN, k);
-    h = (int)tier_lookup(w->t, (uint32_t)ns_id(ns), k, LEN, NULL);
+    h = (int)tier_lookup(w->ns[ns], k, LEN, NULL);
     if (chance(w, 60))
-        tier_prefetch(w->t, (uint32_t)ns_id(ns), ns_blk[ns], k, (size_t)h,
-                      chance(w, 30) ? TIER_GET_PROMOTE : 0);
+        tier_prefetch(w->ns[ns], k, (size_t)h, chance(w, 30) ? TIER_GET_PROMOTE : 0);
     note(w, "client %u lookup %d/%d -> %d", cl->owner, ns, c, h);
     if (chance(w, 50))
         settle_all(w);
@@ -1032,10 +1035,9 @@ static void op_prefetch(struct world *w)
     int h;
 
     keys_of(ns, c, 0, LEN, k);
-    h = (int)tier_lookup(w->t, (uint32_t)ns_id(ns), k, LEN, NULL);
+    h = (int)tier_lookup(w->ns[ns], k, LEN, NULL);
     note(w, "prefetch %d/%d (%d hits) -> %zu reads", ns, c, h,
-         tier_prefetch(w->t, (uint32_t)ns_id(ns), ns_blk[ns], k, (size_t)h,
-                       chance(w, 30) ? TIER_GET_PROMOTE : 0));
+         tier_prefetch(w->ns[ns], k, (size_t)h, chance(w, 30) ? TIER_GET_PROMOTE : 0));
 }
 
 static void unpin(struct world *w, struct client *cl)
@@ -1057,8 +1059,7 @@ static void op_pin(struct world *w, struct client *cl)
     pn->ns = (int)rnd(w, NNS);
     pn->c = (int)rnd(w, NCHAIN);
     keys_of(pn->ns, pn->c, 0, LEN, k);
-    pn->n = (int)tier_pin(w->t, (uint32_t)ns_id(pn->ns), ns_blk[pn->ns], k, LEN,
-                          chance(w, 30) ? TIER_GET_PROMOTE : 0, pn->ids);
+    pn->n = (int)tier_pin(w->ns[pn->ns], k, LEN, chance(w, 30) ? TIER_GET_PROMOTE : 0, pn->ids);
     pn->on = pn->n > 0;
     for (int p = 0; p < pn->n; p++) {
         struct tier_story s;
@@ -1089,7 +1090,7 @@ static void op_pin_get(struct world *w, struct client *cl)
     if (!pn->on || cl->waiting >= 0)
         return;
     keys_of(pn->ns, pn->c, 0, pn->n, k);
-    tier_lookup(w->t, (uint32_t)ns_id(pn->ns), k, (size_t)pn->n, tiers);
+    tier_lookup(w->ns[pn->ns], k, (size_t)pn->n, tiers);
     while (inmem < pn->n && (tiers[inmem] == TIER_L_WARM || tiers[inmem] == TIER_L_HOT))
         inmem++;
     rc = get_run(w, cl, pn->ns, pn->c, pn->n, TIER_GET_HOT, -1);
@@ -1154,7 +1155,7 @@ static void op_remove(struct world *w)
     keys_of(ns, c, first, LEN - first, k);
     excuse_pins(w, ns, c);
     note(w, "remove %d/%d/%d.. -> %zu", ns, c, first,
-         tier_remove(w->t, (uint32_t)ns_id(ns), k, (size_t)(LEN - first)));
+         tier_remove(w->ns[ns], k, (size_t)(LEN - first)));
 }
 
 static void op_purge(struct world *w)
@@ -1162,7 +1163,7 @@ static void op_purge(struct world *w)
     int ns = (int)rnd(w, NNS);
 
     excuse_pins(w, ns, -1);
-    note(w, "purge ns %d -> %d", ns, tier_purge_ns(w->t, (uint32_t)ns_id(ns)));
+    note(w, "purge ns %d -> %d", ns, tier_purge_ns(w->ns[ns]));
 }
 
 /* A client dies: everything it held is reclaimed, its waits forgotten. */

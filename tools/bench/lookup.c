@@ -78,6 +78,7 @@ struct lk {
     uint64_t seed;        /* picks the chain of each call */
     kvt_ns *ns;           /* client lookups */
     struct tier *t;       /* in-process lookups */
+    struct tier_ns *tns;  /* ... in its namespace 1, of 4 KiB blocks */
     const struct oa *oa;  /* baseline lookups */
     int sock;             /* transport baseline: our end of a socketpair */
     char *msg;            /* transport baseline: request buffer */
@@ -98,7 +99,7 @@ static int lk_client(void *arg)
 static int lk_inproc(void *arg)
 {
     struct lk *l = arg;
-    size_t r = tier_lookup(l->t, 1, l->tkeys + pick_chain(l) * CHAIN, CHAIN, NULL);
+    size_t r = tier_lookup(l->tns, l->tkeys + pick_chain(l) * CHAIN, CHAIN, NULL);
     return r == CHAIN ? 0 : -ENOENT;
 }
 
@@ -267,16 +268,19 @@ static void bench_inproc(const kvt_key *keys, size_t nkeys, const struct oa *oa)
     if ((r = tier_create(&cfg, &t)) < 0)
         goto out_fail;
     l.t = t;
+    what = "tier_ns_open";
+    if ((r = tier_ns_open(t, 1, 4096, &l.tns)) < 0)
+        goto out_fail;
 
     uint64_t t0 = cmn_now_ns();
     for (size_t at = 0; at < nkeys; at += CHAIN) {
         size_t n = nkeys - at < CHAIN ? nkeys - at : CHAIN;
         what = "tier_reserve (fill)";
-        r = tier_reserve(t, 1, 4096, 1, NULL, tk + at, n, ids, offs);
+        r = tier_reserve(l.tns, 1, NULL, tk + at, n, ids, offs);
         if (r != (int)n)
             goto out_short;
         what = "tier_commit (fill)";
-        r = (int)tier_commit(t, 1, 4096, 1, tk + at, n);
+        r = (int)tier_commit(l.tns, 1, tk + at, n);
         if (r != (int)n)
             goto out_short;
     }
