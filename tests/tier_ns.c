@@ -21,32 +21,41 @@
 struct rig {
     char dir[64];
     struct tier *t;
-    int ready, failed; /* blocks reported to the waiter (the rig) */
+    struct tier_req *req;    /* the gets, driven by the store through the disk's wait */
+    struct tier_req_res res; /* its answer (ids, offs copied: valid after the call) */
+    uint32_t ids[N];
+    uint64_t offs[N];
+    int calls;
 };
 
-static void on_ready(void *ctx, void *waiter, uint32_t id, int rc)
+static void on_done(void *user, const struct tier_req_res *res)
 {
-    struct rig *r = ctx;
+    struct rig *r = user;
 
-    (void)id;
-    cr_assert_eq(waiter, r, "ready for an unknown waiter");
-    if (rc == 0)
-        r->ready++;
-    else
-        r->failed++;
+    r->res = *res;
+    if (res->op == TIER_REQ_GET && res->rc > 0) {
+        memcpy(r->ids, res->ids, (size_t)res->rc * sizeof(*r->ids));
+        memcpy(r->offs, res->offs, (size_t)res->rc * sizeof(*r->offs));
+    }
+    r->calls++;
 }
 
 /* The store over a disk in r->dir (fresh: a new folder). */
 static void rig_open(struct rig *r, bool fresh)
 {
     struct tier_cold_cfg cc = { .dir = r->dir, .bytes = 16u << 20 };
-    struct tier_open_cfg oc = {
-        .store = { .warm_bytes = 4u << 20, .ready = on_ready, .ready_ctx = r }, .cold = &cc,
-    };
+    struct tier_open_cfg oc = { .store = { .warm_bytes = 4u << 20 }, .cold = &cc };
 
     if (fresh)
         t_tmpdir("kvt-ns", r->dir, sizeof(r->dir));
     cr_assert_eq(tier_open(&oc, &r->t, NULL), 0);
+    cr_assert_eq(tier_req_create(r->t, N, on_done, r, &r->req), 0);
+}
+
+static void rig_close(struct rig *r)
+{
+    tier_req_destroy(r->req);
+    tier_close(r->t);
 }
 
 static void check(const struct rig *r)
@@ -69,26 +78,39 @@ static void put_chain(struct rig *r, struct tier_ns *ns, struct tier_key *k, uin
     cr_assert_eq(tier_commit(ns, 1, k, N), N);
 }
 
-/* Get k[0..N) of ns (waiting for the disk), check each block's bytes
- * against seed + i, release. */
+/* Get k[0..N) of ns through the request (the store waits for the disk),
+ * check each block's bytes against seed + i, release. */
 static void get_chain(struct rig *r, struct tier_ns *ns, const struct tier_key *k,
                       uint64_t seed)
 {
-    uint64_t bb = tier_ns_block_bytes(ns), offs[N];
-    uint32_t ids[N], pending;
+    struct tier_req_args a = { .op = TIER_REQ_GET, .ns = ns, .keys = k, .n = N };
+    uint64_t bb = tier_ns_block_bytes(ns);
 
-    r->ready = r->failed = 0;
-    cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = ns, .keys = k, .n = N, .ids = ids,
-        .offs = offs, .waiter = r, .pending = &pending }), N);
-    while (r->ready + r->failed < (int)pending)
+    r->calls = 0;
+    cr_assert_eq(tier_req_submit(r->req, &a), 0);
+    for (int guard = 0; r->calls == 0; guard++) {
+        cr_assert_lt(guard, 10000, "the get never ended");
         cr_assert_geq(tier_poll(r->t, true), 0);
-    cr_assert_eq(r->failed, 0, "%d blocks lost on their way up", r->failed);
+    }
+    cr_assert_eq(r->res.rc, N, "got %d of %d blocks", r->res.rc, N);
     for (int i = 0; i < N; i++) {
-        long bad = t_check((uint8_t *)tier_pool_base(r->t) + offs[i], bb, seed + (uint64_t)i);
+        long bad = t_check((uint8_t *)tier_pool_base(r->t) + r->offs[i], bb, seed + (uint64_t)i);
 
         cr_assert_eq(bad, -1, "block %d: wrong byte at %ld", i, bad);
     }
-    tier_release(r->t, ids, N, false);
+    tier_release(r->t, r->ids, N, false);
+}
+
+/* A chain of N blocks of seed put in namespace 1 (BLK) and flushed to
+ * disk, then the store closed and opened again over that disk, indexed. */
+static void restart_with_chain(struct rig *r, struct tier_key *k, uint64_t seed)
+{
+    rig_open(r, true);
+    put_chain(r, t_tns(r->t, 1, BLK), k, seed);
+    cr_assert_eq(tier_flush_to_cold(r->t), 0);
+    rig_close(r);
+    rig_open(r, false);
+    cr_assert_eq(tier_load_cold(r->t), N);
 }
 
 Test(tier_ns, is_found_by_id_and_the_same_object_for_the_same_size)
@@ -162,7 +184,7 @@ Test(tier_ns, stays_open_and_usable_after_a_purge)
     get_chain(&r, a, ka, 30);
     get_chain(&r, b, kb, 20);
     check(&r);
-    tier_close(r.t);
+    rig_close(&r);
     t_rmtree(r.dir);
 }
 
@@ -172,13 +194,7 @@ Test(tier_ns, after_a_restart_the_disk_is_reached_once_the_namespace_is_open)
     struct tier_key k[N];
     uint8_t lvl[N];
 
-    rig_open(&r, true);
-    put_chain(&r, t_tns(r.t, 1, BLK), k, 40);
-    cr_assert_eq(tier_flush_to_cold(r.t), 0);
-    tier_close(r.t);
-
-    rig_open(&r, false);
-    cr_assert_eq(tier_load_cold(r.t), N);
+    restart_with_chain(&r, k, 40);
     cr_assert_null(tier_ns_find(r.t, 1), "indexing the disk opened a namespace");
     check(&r);
     cr_assert_eq(tier_lookup(t_tns(r.t, 1, BLK), k, N, lvl), N);
@@ -186,7 +202,7 @@ Test(tier_ns, after_a_restart_the_disk_is_reached_once_the_namespace_is_open)
         cr_assert_eq(lvl[i], TIER_L_COLD, "key %d at level %u", i, lvl[i]);
     get_chain(&r, tier_ns_find(r.t, 1), k, 40);
     check(&r);
-    tier_close(r.t);
+    rig_close(&r);
     t_rmtree(r.dir);
 }
 
@@ -199,30 +215,29 @@ Test(tier_ns, opened_at_another_size_after_a_restart_the_disk_is_never_served)
     uint32_t ids[N], pending = 99;
     uint64_t offs[N];
 
-    rig_open(&r, true);
-    put_chain(&r, t_tns(r.t, 1, BLK), k, 50);
-    cr_assert_eq(tier_flush_to_cold(r.t), 0);
-    tier_close(r.t);
-
-    rig_open(&r, false);
-    cr_assert_eq(tier_load_cold(r.t), N);
+    restart_with_chain(&r, k, 50);
     wrong = t_tns(r.t, 1, 2 * BLK);
     cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = wrong, .keys = k, .n = N, .ids = ids,
-        .offs = offs, .waiter = &r, .pending = &pending }), -EINVAL,
-                 "a block on disk got at another size");
+        .offs = offs, .pending = &pending }), -EINVAL, "a block on disk got at another size");
     cr_assert_eq(pending, 0);
+    /* nor through a request, tierd's way */
+    r.calls = 0;
+    cr_assert_eq(tier_req_submit(r.req, &(struct tier_req_args){ .op = TIER_REQ_GET,
+        .ns = wrong, .keys = k, .n = N }), 0);
+    cr_assert_eq(r.calls, 1, "a refused get waited");
+    cr_assert_eq(r.res.rc, -EINVAL, "a request got %d blocks at another size", r.res.rc);
     cr_assert_eq(tier_prefetch(wrong, k, N, 0), 0, "a read started at another size");
     tier_stats_get(r.t, &st);
     cr_assert_eq(st.leases_active, 0, "a refused get left leases");
     check(&r);
-    tier_close(r.t);
+    rig_close(&r);
 
     /* the disk was left as it was: at its own size, the same bytes */
     rig_open(&r, false);
     cr_assert_eq(tier_load_cold(r.t), N);
     get_chain(&r, t_tns(r.t, 1, BLK), k, 50);
     check(&r);
-    tier_close(r.t);
+    rig_close(&r);
     t_rmtree(r.dir);
 }
 
