@@ -226,8 +226,9 @@ uint64_t tier_block_max(const struct tier *t);
 /* ---- namespaces ----------------------------------------------------------
  *
  * A namespace of a store: an id (the index's, and the cold index's on disk:
- * tierd takes it from tier_cold_ns_id, so that it names the same model
- * after a restart) and the size of every block in it. The store owns it:
+ * tierd takes it from tier_cold_ns_id when it has a cold tier, so that it
+ * names the same model after a restart) and the size of every block in
+ * it. The store owns it:
  * it stays valid, and open, until tier_close / tier_destroy (a purge
  * empties it, and it stays open); nobody else frees it. Blocks the store
  * indexed from disk at start (tier_load_cold) carry only their id: they

@@ -4,6 +4,9 @@
  * made by tier_ns_open, found by id, freed with the store. The blocks
  * themselves are indexed by id (idx.c); this only says which size every
  * block of an id has in this store, so that no call carries it apart.
+ * The remote tier keeps its own table of ids (tier_remote_ns_add): it sits
+ * below the store and names a namespace on the cluster by its caller's
+ * descriptor (tenant, model), which the store never sees.
  */
 #include <errno.h>
 #include <stdlib.h>
