@@ -102,6 +102,21 @@ static struct idx_entry *leasable(struct tier *t, uint32_t ns, const struct tier
     return e->state == IDX_COMMITTED && e->leases < UINT32_MAX ? e : NULL;
 }
 
+/* One more lease on id (leasable said it can take one): a hit for the
+ * eviction policy, the newest stamp, and off the LRU lists (a leased block
+ * is no leaf). Its entry, fetched afresh: a read started for it (promote,
+ * copy down) may have moved the index's array. */
+static struct idx_entry *lease(struct tier *t, uint32_t id)
+{
+    struct idx_entry *e = idx_at(t->idx, id);
+
+    tier_pol_touch(t, id);
+    e->leases++;
+    e->stamp = ++t->clock;
+    tier_settle(t, id, false);
+    return e;
+}
+
 size_t tier_pin(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,
                 size_t n, unsigned flags, uint32_t *ids)
 {
@@ -122,11 +137,7 @@ size_t tier_pin(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct 
             tier_promote(t, id, tier_slot_bytes(block_bytes), tier_waiter(NULL)) < 0)
             reading = false;
         /* held as a lease is: no tier evicts it, the disk included */
-        e = idx_at(t->idx, id);
-        tier_pol_touch(t, id);
-        e->leases++;
-        e->stamp = ++t->clock;
-        tier_settle(t, id, false);
+        lease(t, id);
         ids[i] = id;
     }
     t->st.leases_active += i;
@@ -212,11 +223,7 @@ int tier_get_for(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct
                 break;
             (*pending)++;
             hot++;
-            e = idx_at(t->idx, id);
-            tier_pol_touch(t, id);
-            e->leases++;
-            e->stamp = ++t->clock;
-            tier_settle(t, id, false);
+            lease(t, id);
             offs[i] = woff;
             continue;
         } else if (!pending || !t->cold) {
@@ -230,13 +237,9 @@ int tier_get_for(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct
                 break;
             (*pending)++;
         }
-        e = idx_at(t->idx, id);
-        tier_pol_touch(t, id);
-        e->leases++;
-        e->stamp = ++t->clock;
+        e = lease(t, id);
         if ((flags & TIER_GET_PROMOTE) && t->hot && e->level != TIER_L_HOT)
             e->flags |= IDX_F_WANTHOT; /* copied up once its leases are back */
-        tier_settle(t, id, false);
         offs[i] = e->off;
     }
     goto out;
