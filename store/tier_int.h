@@ -78,6 +78,27 @@ struct waiters {
     uint32_t n, cap;
 };
 
+/* The lists of work in flight (moves, remote ops) are doubly linked through
+ * each element's prev and next, head the first element (NULL: empty):
+ * O(1) to add, at the head, and to take out from anywhere. */
+#define TIER_LIST_ADD(head, o)                                                             \
+    do {                                                                                   \
+        (o)->prev = NULL;                                                                  \
+        (o)->next = (head);                                                                \
+        if (head)                                                                          \
+            (head)->prev = (o);                                                            \
+        (head) = (o);                                                                      \
+    } while (0)
+#define TIER_LIST_DEL(head, o)                                                             \
+    do {                                                                                   \
+        if ((o)->prev)                                                                     \
+            (o)->prev->next = (o)->next;                                                   \
+        else                                                                               \
+            (head) = (o)->next;                                                            \
+        if ((o)->next)                                                                     \
+            (o)->next->prev = (o)->prev;                                                   \
+    } while (0)
+
 /* A block moving between tiers (a cold or hot tier callback's context). */
 struct move {
     struct tier *t;
