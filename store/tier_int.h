@@ -295,7 +295,10 @@ int tier_alloc_slot(struct tier *t, int cls, uint32_t id, uint64_t *off);
 
 /* ---- tier_move.c: moves in flight ---- */
 void tier_moves_add(struct tier *t, struct move *m);
-void tier_moves_del(struct tier *t, struct move *m);
+/* A move's callback begins here: m leaves the moves in flight before the
+ * callback changes anything (tier_move_of no longer finds it, a waiter that
+ * leaves no longer edits it). Returns its block's entry. */
+struct idx_entry *tier_move_landed(struct move *m);
 /* id's move of kind k in flight, or NULL. O(moves in flight). */
 struct move *tier_move_of(struct tier *t, uint32_t id, enum move_kind k);
 /* A caller's waiter p as a struct waiter (NULL: nobody). */

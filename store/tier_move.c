@@ -10,7 +10,11 @@
 
 void tier_moves_add(struct tier *t, struct move *m) { TIER_LIST_ADD(t->moves, m); }
 
-void tier_moves_del(struct tier *t, struct move *m) { TIER_LIST_DEL(t->moves, m); }
+struct idx_entry *tier_move_landed(struct move *m)
+{
+    TIER_LIST_DEL(m->t->moves, m);
+    return idx_at(m->t->idx, m->id);
+}
 
 static enum move_kind kind_of(const struct move *m)
 {
