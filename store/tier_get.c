@@ -87,21 +87,6 @@ size_t tier_prefetch(struct tier *t, uint32_t ns, uint64_t block_bytes,
     return started;
 }
 
-/* key's entry (*id gets its id) if it is committed and can take one more
- * lease, else NULL: a count that would wrap would free a block still
- * leased, so the key is a miss instead. */
-static struct idx_entry *leasable(struct tier *t, uint32_t ns, const struct tier_key *key,
-                                  uint32_t *id)
-{
-    struct idx_entry *e;
-
-    *id = idx_find(t->idx, ns, key);
-    if (*id == TIER_NONE)
-        return NULL;
-    e = idx_at(t->idx, *id);
-    return e->state == IDX_COMMITTED && e->leases < UINT32_MAX ? e : NULL;
-}
-
 /* One more lease on id (leasable said it can take one): a hit for the
  * eviction policy, the newest stamp, and off the LRU lists (a leased block
  * is no leaf). Its entry, fetched afresh: a read started for it (promote,
@@ -115,6 +100,21 @@ static struct idx_entry *lease(struct tier *t, uint32_t id)
     e->stamp = ++t->clock;
     tier_settle(t, id, false);
     return e;
+}
+
+/* key's entry (*id gets its id) if it is committed and can take one more
+ * lease, else NULL: a count that would wrap would free a block still
+ * leased, so the key is a miss instead. */
+static struct idx_entry *leasable(struct tier *t, uint32_t ns, const struct tier_key *key,
+                                  uint32_t *id)
+{
+    struct idx_entry *e;
+
+    *id = idx_find(t->idx, ns, key);
+    if (*id == TIER_NONE)
+        return NULL;
+    e = idx_at(t->idx, *id);
+    return e->state == IDX_COMMITTED && e->leases < UINT32_MAX ? e : NULL;
 }
 
 size_t tier_pin(struct tier *t, uint32_t ns, uint64_t block_bytes, const struct tier_key *keys,

@@ -283,10 +283,12 @@ static int world_open(struct world *w)
     if (w->o->policy == TIER_EVICT_KEEP)
         tier_keep_share_set(w->t, 0.5);
     rc = tier_load_cold(w->t);
-    if (rc < 0) {
-        tier_close(w->t);
-        w->t = NULL;
-    }
+    if (rc < 0)
+        goto out_tier;
+    return 0;
+out_tier:
+    tier_close(w->t);
+    w->t = NULL;
     return rc;
 }
 
