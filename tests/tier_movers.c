@@ -254,6 +254,17 @@ static void wait_ready(struct rig *r, int want)
         cr_assert_geq(tier_poll(r->t, true), 0);
 }
 
+/* A get that waited got its block: none failed, the lease id at warm
+ * offset off holds len bytes of t_fill's pattern seed; the lease goes back
+ * and the store checks out. */
+static void got_right(struct rig *r, uint32_t id, uint64_t off, uint64_t len, uint64_t seed)
+{
+    cr_assert_eq(r->failed, 0);
+    cr_assert_eq(t_check((uint8_t *)tier_pool_base(r->t) + off, len, seed), -1);
+    tier_release(r->t, &id, 1, false);
+    check(r);
+}
+
 /* A block is never handed out as another size: not one on disk (its read
  * would fill a slot of the asked size with fewer bytes, and its entry take
  * that class), not one being read for another getter, not one in hot that
@@ -287,10 +298,7 @@ Test(tier_movers, a_block_is_never_got_as_another_size_from_disk_or_hot)
     /* its read in flight: a getter of another size does not join it */
     cr_assert_eq(tier_get(r.t, &big), -EINVAL, "a read in flight joined at another size");
     wait_ready(&r, 1);
-    cr_assert_eq(r.failed, 0);
-    cr_assert_eq(t_check((uint8_t *)tier_pool_base(r.t) + off, small, 9), -1);
-    tier_release(r.t, &id, 1, false);
-    check(&r);
+    got_right(&r, id, off, small, 9);
     rig_close(&r, false);
     rig_rm(&r);
 
@@ -308,10 +316,7 @@ Test(tier_movers, a_block_is_never_got_as_another_size_from_disk_or_hot)
     cr_assert_eq(tier_get(r.t, &(struct tier_get_args){ .ns = 1, .block_bytes = small,
         .keys = &h, .n = 1, .ids = &id, .offs = &off, .waiter = &r, .pending = &pending }), 1);
     wait_ready(&r, (int)pending);
-    cr_assert_eq(r.failed, 0);
-    cr_assert_eq(t_check((uint8_t *)tier_pool_base(r.t) + off, small, 11), -1);
-    tier_release(r.t, &id, 1, false);
-    check(&r);
+    got_right(&r, id, off, small, 11);
     rig_close(&r, false);
     rig_rm(&r);
     with_hot = false;
