@@ -247,13 +247,6 @@ Test(tier_movers, a_wrong_size_after_a_disk_read_ends_the_run_before_it)
     rig_rm(&r);
 }
 
-/* Drive the disk until the waiter has heard of `want` blocks. */
-static void wait_ready(struct rig *r, int want)
-{
-    while (r->ready + r->failed < want)
-        cr_assert_geq(tier_poll(r->t, true), 0);
-}
-
 /* A get that waited got its block: none failed, the lease id at warm
  * offset off holds len bytes of t_fill's pattern seed; the lease goes back
  * and the store checks out. */
@@ -263,6 +256,13 @@ static void got_right(struct rig *r, uint32_t id, uint64_t off, uint64_t len, ui
     cr_assert_eq(t_check((uint8_t *)tier_pool_base(r->t) + off, len, seed), -1);
     tier_release(r->t, &id, 1, false);
     check(r);
+}
+
+/* Drive the disk until the waiter has heard of `want` blocks. */
+static void wait_ready(struct rig *r, int want)
+{
+    while (r->ready + r->failed < want)
+        cr_assert_geq(tier_poll(r->t, true), 0);
 }
 
 /* A block is never handed out as another size: not one on disk (its read
