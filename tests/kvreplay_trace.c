@@ -614,6 +614,32 @@ Test(kvreplay_trace, gen_traces_writes_a_trace_of_the_blocks_asked)
 }
 
 /*
+ * tools/polsim.py's reuse experiment (a learnt reuse index per block class,
+ * polsim only): on the bundled trace's first 3,000 requests at 1,000 blocks
+ * it finds more hits than leaf-first LRU (it would not if its classes never
+ * told a chain's tip, a returning chain or a hit block from a new one) and
+ * no more than MIN.
+ */
+Test(kvreplay_trace, polsim_reuse_is_between_lru_and_min)
+{
+    const char *py = getenv("KVT_TEST_PYTHON") ? getenv("KVT_TEST_PYTHON") : "/usr/bin/python3";
+    const char *src = getenv("KVT_TEST_SRC") ? getenv("KVT_TEST_SRC") : ".";
+    char path[512], *out;
+    double lru, reuse, min;
+    int cap;
+
+    real_trace(path, sizeof(path));
+    out = t_sh_okf("'%s' '%s/tools/polsim.py' '%s' --limit 3000 --caps 1000 "
+                   "--policies lru,reuse,min", py, src, path);
+    cr_assert_eq(sscanf(strchr(out, '\n') ? strchr(out, '\n') + 1 : out, "%d %lf %lf %lf",
+                        &cap, &lru, &reuse, &min), 4, "polsim said: %s", out);
+    cr_expect_eq(cap, 1000);
+    cr_expect_gt(reuse, lru * 1.1, "reuse %.4f, lru %.4f: no class told apart", reuse, lru);
+    cr_expect_leq(reuse, min, "reuse %.4f passed MIN's %.4f", reuse, min);
+    free(out);
+}
+
+/*
  * --policy lru,keep,min replays the same in-process store with each of its
  * policies, then the bound: on the bundled trace's first 2,000 requests at
  * 1,000 blocks, keep (its selective retention) finds more hits than LRU,

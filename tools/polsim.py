@@ -1,15 +1,16 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
-"""polsim.py - eviction policies on a trace, fast: leaf-first LRU, keep, MIN.
+"""polsim.py - eviction policies on a trace, fast: leaf-first LRU, keep, reuse, MIN.
 
 A model of one warm tier with prefix semantics (a request hits its leading
 run of cached blocks, then puts the rest), leaf-first like the store (only a
 block with no cached child leaves), and the keep policy of
 store/tier_policy.c (a learnt share of new chains kept, the rest leave
-first). MIN is Belady's with prefix semantics (the block asked for furthest
+first), and `reuse`, an experiment the store does not have yet (a learnt
+reuse index per block class; see Reuse). MIN is Belady's with prefix semantics (the block asked for furthest
 in the future leaves, deeper first). The figures of the README's "Eviction
 policies" come from it; the store itself is what kvreplay measures.
-Debian python3 only. Usage: polsim.py TRACE.jsonl [--caps 1000,5000,...]
+Debian python3 only. Usage: polsim.py TRACE.jsonl [--caps 1000,5000,...] [--policies lru,keep,reuse,min] [--limit N]
 """
 import argparse
 import collections
@@ -59,11 +60,15 @@ class Cache:
             heapq.heappop(hp)
         return None
 
-    def evict(self):
+    def victim(self):
         c = self.pol.pick(self)
         h = self.tail(c)
         heapq.heappop(self.heaps[c])
-        st = self.res.pop(h)
+        return c, h
+
+    def evict(self):
+        c, h = self.victim()
+        st = self.res.pop(h)  # other heap entries of it go lazily
         self.cnt[c] -= 1
         self.pol.left(self, h, st)
         p = self.par.get(h)
@@ -72,23 +77,43 @@ class Cache:
             if self.kids[p] == 0:
                 self.list(p)
 
-    def request(self, c):
+    def hit_stamp(self, st):
+        st[0], st[1], st[2] = 1, self.clock, st[2] + 1  # a hit block is kept
+
+    def hit_prefix(self, c):
+        """Count c's leading cached blocks, tell the policy, touch them."""
         hit = 0
         for h in c:
             if h not in self.res:
                 break
             hit += 1
-        keep = self.pol.start(self, c, hit)
+        ret = self.pol.start(self, c, hit)
         for h in c[:hit]:
             self.clock += 1
             st = self.res[h]
-            self.pol.touch(self, st)
             listed = st[3]
             if listed:
                 self.unlist(h)
-            st[0], st[1], st[2] = 1, self.clock, st[2] + 1  # a hit block is kept
+            self.pol.touch(self, st)
+            self.hit_stamp(st)
             if listed:
                 self.list(h)
+        return hit, ret
+
+    def new_state(self, keep, p, first):
+        return [1 if keep else 0, self.clock, 0, False]
+
+    def shrink(self):
+        while len(self.res) > self.cap:
+            self.evict()
+
+    put_one = shrink  # after each block put
+
+    def put_done(self, c, hit):
+        pass
+
+    def request(self, c):
+        hit, keep = self.hit_prefix(c)
         for j in range(hit, len(c)):
             h = c[j]
             if h in self.res:
@@ -96,14 +121,14 @@ class Cache:
             self.clock += 1
             p = c[j - 1] if j else None
             self.par[h] = p
-            self.res[h] = [1 if keep else 0, self.clock, 0, False]
+            self.res[h] = self.new_state(keep, p, j == hit)
             if p is not None and p in self.res:
                 if self.kids[p] == 0:
                     self.unlist(p)
                 self.kids[p] += 1
             self.list(h)
-            while len(self.res) > self.cap:
-                self.evict()
+            self.put_one()
+        self.put_done(c, hit)
         return hit
 
 
@@ -180,8 +205,197 @@ class Keep(Lru):
         return 0 if cache.cnt[0] > 0 else 1
 
 
+# ---- reuse: a learnt reuse index per block class (an experiment: polsim only) ----
+#
+# Why: on KV traces a block's chance of being asked for again depends on what
+# kind of block it is far more than on its age alone. A chain's last block
+# (the partial one) is almost never reused; a chain that came back once comes
+# back again more often (bundled trace: 31 % of conversations have a second
+# turn, 42 % of those a third, 51 % a fourth); and reuse comes late (50 to
+# 2,000 requests), so the youngest block of a class may be worth less than
+# its oldest. So: each leaf is in a class, each class learns the ages at
+# which its blocks are reused (hits, and misses on dropped blocks it
+# remembers as ghosts), turns that into an index (the most reuses per slot
+# and tick a block of that age can still earn, Gittins-like), and the leaf
+# with the lowest index leaves. Each class's leaves are ordered by stamp; only
+# the oldest and the youngest of each class are candidates, so a victim costs
+# O(classes), as the store's lists allow.
+
+RB = 64  # age buckets: four per power of two, as store/tier_policy.c's
+
+
+def rbucket(age):
+    x = age + 1
+    m = x.bit_length() - 1
+    if m < 2:
+        return x - 1
+    return min(RB - 1, 4 * m + ((x >> (m - 2)) & 3) - 5)
+
+
+def rtop(b):
+    """The largest age of bucket b."""
+    if b < 3:
+        return b
+    m, q = (b + 5) // 4, (b + 5) % 4
+    return ((5 + q) << (m - 2)) - 2
+
+
+class ClassCache(Cache):
+    """Leaf-first like Cache, with the policy's classes, evicting after a
+    request's put (the store reserves a put's slots before its commit, so it
+    never drops the put's own blocks while it goes in), and a leaf from
+    either end of a class's stamp order."""
+
+    def __init__(self, cap, pol):
+        super().__init__(cap, pol)
+        self.youngest = collections.defaultdict(list)  # max-heaps of stamps
+
+    def list(self, h):
+        super().list(h)
+        st = self.res[h]
+        heapq.heappush(self.youngest[st[0]], (-st[1], h))
+
+    def head(self, c):
+        hp = self.youngest[c]
+        while hp:
+            stamp, h = hp[0]
+            st = self.res.get(h)
+            if st and st[3] and st[0] == c and st[1] == -stamp:
+                return h
+            heapq.heappop(hp)
+        return None
+
+    def victim(self):
+        return self.pol.pick(self)  # (class, block): either end of a class
+
+    def hit_stamp(self, st):
+        st[1] = self.clock  # the policy's touch set its class and hits
+
+    def new_state(self, keep, p, first):
+        st = [0, self.clock, 0, False, 1, True]  # class, stamp, hits, listed, turn, had a child
+        self.pol.new(self, st, p, self.res.get(p) if p is not None else None, first)
+        return st
+
+    def put_one(self):
+        pass  # room is made after the whole put
+
+    def put_done(self, c, hit):
+        if hit < len(c) and c[-1] in self.res and self.kids[c[-1]] == 0:
+            self.pol.tip(self, c[-1])  # the put's last block, no child: a tip
+        self.shrink()
+
+
+class Reuse(Lru):
+    """Classes: 0 a tip (never had a child, never hit); then by turn t (1: a
+    new chain, under no prefix or a shared one; a chain extended under its
+    own hit prefix, or a dropped chain asked for again, t + 1; up to K) and
+    whether the block was hit: 1 + hit * K + t - 1."""
+
+    def __init__(self, K=3, private=3, ghosts_per_block=8, decay=0.9, every=2, margin=0.7):
+        self.K, self.private, self.gpb = K, private, ghosts_per_block
+        self.decay, self.every, self.margin = decay, every, margin
+        self.ncls = 2 * K + 1
+        self.R = [[0.0] * RB for _ in range(self.ncls)]  # reuses by age, decayed
+        self.N = [0.0] * self.ncls  # blocks that entered each class, decayed
+        self.G = None
+        self.ghosts = collections.OrderedDict()  # dropped block -> (class, stamp, turn)
+        self.ticks, self.gturn = 0, None
+
+    def cls(self, st):
+        if not st[5] and st[2] == 0:
+            return 0
+        return 1 + (1 if st[2] else 0) * self.K + min(st[4], self.K) - 1
+
+    def enter(self, st):
+        st[0] = self.cls(st)
+        self.N[st[0]] += 1
+
+    def start(self, cache, c, hit):
+        self.gturn = None
+        for j, h in enumerate(c[hit:]):
+            g = self.ghosts.pop(h, None)
+            if g is not None:
+                self.R[g[0]][rbucket(cache.clock - g[1])] += 1
+                if j == 0:
+                    self.gturn = g[2]  # a dropped chain came back
+
+    def touch(self, cache, st):
+        self.R[st[0]][rbucket(cache.clock - st[1])] += 1
+        st[4] = min(st[4] + 1, self.K)
+        st[2] += 1
+        self.enter(st)
+
+    def new(self, cache, st, p, pst, first):
+        if pst is None:
+            st[4] = 1
+        elif first:  # below a hit prefix: the same conversation if it is private
+            st[4] = pst[4] if cache.kids[p] < self.private else 1
+            if self.gturn is not None:
+                st[4] = max(st[4], min(self.gturn + 1, self.K))
+        else:
+            st[4] = pst[4]
+        self.enter(st)
+
+    def tip(self, cache, h):
+        st = cache.res[h]
+        if st[2] == 0:
+            cache.unlist(h)
+            self.N[st[0]] -= 1
+            st[5] = False
+            self.enter(st)
+            cache.list(h)
+
+    def left(self, cache, h, st):
+        self.ghosts[h] = (st[0], st[1], st[4])
+        if len(self.ghosts) > self.gpb * cache.cap:
+            self.ghosts.popitem(last=False)
+
+    def adapt(self):
+        """G[c][b]: max over horizons of reuses per slot-tick from age b on."""
+        self.G = []
+        for c in range(self.ncls):
+            n = self.N[c]
+            if n < 8:
+                self.G.append([math.inf] * RB)  # nothing known yet: kept
+                continue
+            F, cum = [], 0.0
+            for b in range(RB):
+                cum += self.R[c][b]
+                F.append(min(cum / n, 1.0))
+            g = [0.0] * RB
+            for b in range(RB):
+                f0 = F[b - 1] if b else 0.0
+                best, space = 0.0, 0.0
+                for b2 in range(b, RB):
+                    width = rtop(b2) - (rtop(b2 - 1) if b2 else -1)
+                    space += width * (1 - (F[b2 - 1] if b2 else 0.0))
+                    if space > 0:
+                        best = max(best, (F[b2] - f0) / space)
+                g[b] = best
+            self.G.append(g)
+        for c in range(self.ncls):
+            self.R[c] = [x * self.decay for x in self.R[c]]
+            self.N[c] *= self.decay
+
+    def pick(self, cache):
+        self.ticks += 1
+        if self.G is None or self.ticks % max(1000, cache.cap // self.every) == 0:
+            self.adapt()
+        best = None
+        for c in range(self.ncls):
+            if cache.cnt[c] <= 0:
+                continue
+            for i, h in enumerate((cache.tail(c), cache.head(c))):
+                v = self.G[c][rbucket(cache.clock - cache.res[h][1])]
+                if i:
+                    v /= self.margin  # the youngest leaves only when clearly worth less
+                if best is None or v < best[0]:
+                    best = (v, c, h)
+        return best[1], best[2]
+
+
 def hit_rate(chains, cap, pol):
-    cache, hits, tot = Cache(cap, pol), 0, 0
+    cache, hits, tot = (ClassCache if isinstance(pol, Reuse) else Cache)(cap, pol), 0, 0
     for c in chains:
         tot += len(c)
         hits += cache.request(c)
@@ -216,13 +430,19 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("trace")
     ap.add_argument("--caps", default="1000,5000,10000,30000,100000")
+    ap.add_argument("--policies", default="lru,keep,reuse,min")
+    ap.add_argument("--limit", type=int, default=0, help="the first N requests only")
     a = ap.parse_args()
     with open(a.trace) as f:
         chains = [json.loads(line)["hash_ids"] for line in f if line.strip()]
-    print("blocks      lru     keep      MIN")
+    if a.limit > 0:
+        chains = chains[:a.limit]
+    pols = a.policies.split(",")
+    make = {"lru": Lru, "keep": Keep, "reuse": Reuse}
+    print("blocks " + "".join(f"{p:>9}" for p in pols))
     for cap in (int(x) for x in a.caps.split(",")):
-        print(f"{cap:7} {hit_rate(chains, cap, Lru()):8.4f} {hit_rate(chains, cap, Keep()):8.4f}"
-              f" {min_rate(chains, cap):8.4f}", flush=True)
+        row = [min_rate(chains, cap) if p == "min" else hit_rate(chains, cap, make[p]()) for p in pols]
+        print(f"{cap:7}" + "".join(f" {r:8.4f}" for r in row), flush=True)
 
 
 if __name__ == "__main__":
