@@ -57,6 +57,9 @@ void tier_lru_unlink(struct tier *t, uint32_t id)
     e->flags &= ~(IDX_F_LRU | IDX_F_CLRU | IDX_F_HLRU);
 }
 
+/* Link id between prev and next (TIER_NONE: the list's end), as the
+ * unlink above takes it out: at the head, prev is TIER_NONE; at the tail,
+ * next is. */
 static void lru_link(struct tier *t, uint32_t id, bool at_tail, uint8_t which)
 {
     struct idx_entry *e = idx_at(t->idx, id);
@@ -64,23 +67,16 @@ static void lru_link(struct tier *t, uint32_t id, bool at_tail, uint8_t which)
 
     e->flags |= which;
     l = list_of(t, e);
-    if (at_tail) {
-        e->next = TIER_NONE;
-        e->prev = l->tail;
-        if (l->tail != TIER_NONE)
-            idx_at(t->idx, l->tail)->next = id;
-        else
-            l->head = id;
-        l->tail = id;
-    } else {
-        e->prev = TIER_NONE;
-        e->next = l->head;
-        if (l->head != TIER_NONE)
-            idx_at(t->idx, l->head)->prev = id;
-        else
-            l->tail = id;
+    e->prev = at_tail ? l->tail : TIER_NONE;
+    e->next = at_tail ? TIER_NONE : l->head;
+    if (e->prev != TIER_NONE)
+        idx_at(t->idx, e->prev)->next = id;
+    else
         l->head = id;
-    }
+    if (e->next != TIER_NONE)
+        idx_at(t->idx, e->next)->prev = id;
+    else
+        l->tail = id;
 }
 
 /* Put id on the list it belongs to now: its class's warm list when it is a

@@ -87,6 +87,21 @@ size_t tier_prefetch(struct tier_ns *ns, const struct tier_key *keys, size_t n, 
     return started;
 }
 
+/* One more lease on id (leasable said it can take one): a hit for the
+ * eviction policy, the newest stamp, and off the LRU lists (a leased block
+ * is no leaf). Its entry, fetched afresh: a read started for it (promote,
+ * copy down) may have moved the index's array. */
+static struct idx_entry *lease(struct tier *t, uint32_t id)
+{
+    struct idx_entry *e = idx_at(t->idx, id);
+
+    tier_pol_touch(t, id);
+    e->leases++;
+    e->stamp = ++t->clock;
+    tier_settle(t, id, false);
+    return e;
+}
+
 /* key's entry (*id gets its id) if it is committed and can take one more
  * lease, else NULL: a count that would wrap would free a block still
  * leased, so the key is a miss instead. */
@@ -123,11 +138,7 @@ size_t tier_pin(struct tier_ns *ns, const struct tier_key *keys, size_t n, unsig
             tier_promote(t, id, ns->slot, tier_waiter(NULL)) < 0)
             reading = false;
         /* held as a lease is: no tier evicts it, the disk included */
-        e = idx_at(t->idx, id);
-        tier_pol_touch(t, id);
-        e->leases++;
-        e->stamp = ++t->clock;
-        tier_settle(t, id, false);
+        lease(t, id);
         ids[i] = id;
     }
     t->st.leases_active += i;
@@ -219,11 +230,7 @@ int tier_get_for(const struct tier_get_args *a, struct waiter w)
                 break;
             (*pending)++;
             hot++;
-            e = idx_at(t->idx, id);
-            tier_pol_touch(t, id);
-            e->leases++;
-            e->stamp = ++t->clock;
-            tier_settle(t, id, false);
+            lease(t, id);
             offs[i] = woff;
             continue;
         } else if (!pending || !t->cold) {
@@ -237,13 +244,9 @@ int tier_get_for(const struct tier_get_args *a, struct waiter w)
                 break;
             (*pending)++;
         }
-        e = idx_at(t->idx, id);
-        tier_pol_touch(t, id);
-        e->leases++;
-        e->stamp = ++t->clock;
+        e = lease(t, id);
         if ((flags & TIER_GET_PROMOTE) && t->hot && e->level != TIER_L_HOT)
             e->flags |= IDX_F_WANTHOT; /* copied up once its leases are back */
-        tier_settle(t, id, false);
         offs[i] = e->off;
     }
     goto out;

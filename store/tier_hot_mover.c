@@ -13,12 +13,11 @@ static void on_hot_down(void *ctx, int rc)
 {
     struct move *m = ctx;
     struct tier *t = m->t;
-    struct idx_entry *e = idx_at(t->idx, m->id);
+    struct idx_entry *e = tier_move_landed(m);
     uint64_t hslot = tier_ram_class_slot(t->hram, e->cls);
     struct waiters dws = m->dws;
     uint32_t id = m->id;
 
-    tier_moves_del(t, m);
     t->hot_moving -= hslot;
     e->flags &= (uint16_t)~IDX_F_HOTDOWN;
     if (rc == 0) {
@@ -138,9 +137,8 @@ static void on_hot_up(void *ctx, int rc)
 {
     struct move *m = ctx;
     struct tier *t = m->t;
-    struct idx_entry *e = idx_at(t->idx, m->id);
+    struct idx_entry *e = tier_move_landed(m);
 
-    tier_moves_del(t, m);
     e->flags &= (uint16_t)~IDX_F_HOTUP;
     /* the copy counts only if nobody read the warm slot meanwhile (a lease
      * or a write to disk holds its offset): then the hot copy is dropped */

@@ -90,6 +90,27 @@ struct waiters {
     uint32_t n, cap;
 };
 
+/* The lists of work in flight (moves, remote ops) are doubly linked through
+ * each element's prev and next, head the first element (NULL: empty):
+ * O(1) to add, at the head, and to take out from anywhere. */
+#define TIER_LIST_ADD(head, o)                                                             \
+    do {                                                                                   \
+        (o)->prev = NULL;                                                                  \
+        (o)->next = (head);                                                                \
+        if (head)                                                                          \
+            (head)->prev = (o);                                                            \
+        (head) = (o);                                                                      \
+    } while (0)
+#define TIER_LIST_DEL(head, o)                                                             \
+    do {                                                                                   \
+        if ((o)->prev)                                                                     \
+            (o)->prev->next = (o)->next;                                                   \
+        else                                                                               \
+            (head) = (o)->next;                                                            \
+        if ((o)->next)                                                                     \
+            (o)->next->prev = (o)->prev;                                                   \
+    } while (0)
+
 /* A block moving between tiers (a cold or hot tier callback's context). */
 struct move {
     struct tier *t;
@@ -288,7 +309,10 @@ int tier_alloc_slot(struct tier *t, int cls, uint32_t id, uint64_t *off);
 
 /* ---- tier_move.c: moves in flight ---- */
 void tier_moves_add(struct tier *t, struct move *m);
-void tier_moves_del(struct tier *t, struct move *m);
+/* A move's callback begins here: m leaves the moves in flight before the
+ * callback changes anything (tier_move_of no longer finds it, a waiter that
+ * leaves no longer edits it). Returns its block's entry. */
+struct idx_entry *tier_move_landed(struct move *m);
 /* id's move of kind k in flight, or NULL. O(moves in flight). */
 struct move *tier_move_of(struct tier *t, uint32_t id, enum move_kind k);
 /* A caller's waiter p as a struct waiter (NULL: nobody). */

@@ -8,23 +8,12 @@
 
 #include "tier_int.h"
 
-void tier_moves_add(struct tier *t, struct move *m)
-{
-    m->prev = NULL;
-    m->next = t->moves;
-    if (t->moves)
-        t->moves->prev = m;
-    t->moves = m;
-}
+void tier_moves_add(struct tier *t, struct move *m) { TIER_LIST_ADD(t->moves, m); }
 
-void tier_moves_del(struct tier *t, struct move *m)
+struct idx_entry *tier_move_landed(struct move *m)
 {
-    if (m->prev)
-        m->prev->next = m->next;
-    else
-        t->moves = m->next;
-    if (m->next)
-        m->next->prev = m->prev;
+    TIER_LIST_DEL(m->t->moves, m);
+    return idx_at(m->t->idx, m->id);
 }
 
 static enum move_kind kind_of(const struct move *m)

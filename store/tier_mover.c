@@ -24,10 +24,9 @@ static void on_demoted(void *ctx, int rc)
 {
     struct move *m = ctx;
     struct tier *t = m->t;
-    struct idx_entry *e = idx_at(t->idx, m->id);
+    struct idx_entry *e = tier_move_landed(m);
     uint64_t slot = tier_ram_class_slot(t->ram, e->cls);
 
-    tier_moves_del(t, m);
     t->demoting_bytes -= slot;
     t->flush_inflight -= m->flush;
     e->flags &= (uint16_t)~IDX_F_DEMOTING;
@@ -276,10 +275,9 @@ static void on_promoted(void *ctx, int rc)
 {
     struct move *m = ctx;
     struct tier *t = m->t;
-    struct idx_entry *e = idx_at(t->idx, m->id);
+    struct idx_entry *e = tier_move_landed(m);
     uint64_t slot = tier_ram_class_slot(t->ram, e->cls);
 
-    tier_moves_del(t, m);
     if (rc == 0) {
         t->st.promotions++;
         t->st.blocks[TIER_L_WARM]++;

@@ -91,25 +91,6 @@ static struct rop *rop_new(struct tier *t, size_t n, struct waiter w)
     return o;
 }
 
-static void rops_add(struct tier *t, struct rop *o)
-{
-    o->prev = NULL;
-    o->next = t->rops;
-    if (t->rops)
-        t->rops->prev = o;
-    t->rops = o;
-}
-
-static void rops_del(struct tier *t, struct rop *o)
-{
-    if (o->prev)
-        o->prev->next = o->next;
-    else
-        t->rops = o->next;
-    if (o->next)
-        o->next->prev = o->prev;
-}
-
 /* Give back a slot reserved for a remote read that found nothing: like an
  * aborted put, but nothing is remembered (the key was simply not there). */
 static void drop_fetch(struct tier *t, uint32_t id)
@@ -130,15 +111,25 @@ static void remote_done(struct tier *t, struct rop *o, int count)
         t->cfg.remote_done(t->cfg.ready_ctx, o->waiter.p, count);
 }
 
+/* o's answer came (rc: the whole op's): o leaves the ops in flight. The
+ * leading run of its keys whose result is good (a read: 0, verified; a
+ * probe: 1, present), none when the op failed. */
+static uint32_t rop_landed(struct rop *o, int rc, int good)
+{
+    uint32_t m = 0;
+
+    TIER_LIST_DEL(o->t->rops, o);
+    while (rc == 0 && m < o->n && o->res[m] == good)
+        m++;
+    return m;
+}
+
 static void on_fetched(void *ctx, int rc)
 {
     struct rop *o = ctx;
     struct tier *t = o->t;
-    uint32_t m = 0;
+    uint32_t m = rop_landed(o, rc, 0);
 
-    rops_del(t, o);
-    while (rc == 0 && m < o->n && o->res[m] == 0)
-        m++;
     /* the verified leading run becomes committed warm blocks; the rest
      * (behind a miss they could not be used) goes, children first */
     for (uint32_t i = 0; i < m; i++) {
@@ -210,20 +201,15 @@ int tier_remote_read(struct tier_ns *ns, const struct tier_key *keys, size_t n,
         return rc;
     }
     o->n = k;
-    rops_add(t, o);
+    TIER_LIST_ADD(t->rops, o);
     return (int)k;
 }
 
 static void on_probed(void *ctx, int rc)
 {
     struct rop *o = ctx;
-    struct tier *t = o->t;
-    uint32_t m = 0;
 
-    rops_del(t, o);
-    while (rc == 0 && m < o->n && o->res[m] == 1)
-        m++;
-    remote_done(t, o, (int)m);
+    remote_done(o->t, o, (int)rop_landed(o, rc, 1));
     free(o);
 }
 
@@ -252,6 +238,6 @@ int tier_remote_probe(struct tier_ns *ns, const struct tier_key *keys, size_t n,
         free(o);
         return rc;
     }
-    rops_add(t, o);
+    TIER_LIST_ADD(t->rops, o);
     return (int)n;
 }

@@ -27,23 +27,18 @@ struct ev {
 _Static_assert(sizeof(struct ev) == 48, "48 bytes per remembered event");
 
 struct tier_why {
-    struct ev *ev;
-    uint32_t mask; /* capacity - 1 */
+    uint32_t mask;  /* capacity - 1 */
     uint32_t count;
+    struct ev ev[]; /* the table, in the same allocation (it never grows) */
 };
 
 int tier_why_create(uint32_t events, struct tier_why **out)
 {
-    struct tier_why *w = calloc(1, sizeof(*w));
     uint32_t cap = cmn_pow2_fit(events, 64, 1u << 30);
+    struct tier_why *w = calloc(1, sizeof(*w) + (size_t)cap * sizeof(w->ev[0]));
 
     if (!w)
         return -ENOMEM;
-    w->ev = calloc(cap, sizeof(*w->ev));
-    if (!w->ev) {
-        free(w);
-        return -ENOMEM;
-    }
     w->mask = cap - 1;
     *out = w;
     return 0;
@@ -51,9 +46,6 @@ int tier_why_create(uint32_t events, struct tier_why **out)
 
 void tier_why_destroy(struct tier_why *w)
 {
-    if (!w)
-        return;
-    free(w->ev);
     free(w);
 }
 

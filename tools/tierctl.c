@@ -451,33 +451,35 @@ static int unreachable(const char *path, int err)
     return EX_UNAVAILABLE;
 }
 
-/* Parse the common options of the operator commands: --socket, and
- * --json / --timeout / --ns where the command takes them (false: not). */
+/* The options of the operator commands: --socket and --help, and those
+ * of the TAKES_* bits the command takes, each into its field of struct
+ * opts (the caller sets the defaults first). */
 struct opts {
     const char *path;
     int json;
-    double timeout;
-    long ns;
+    double timeout, interval; /* seconds */
+    long ns, count;
 };
 
-static int parse_opts(const char *cmd, int argc, char *argv[], struct opts *o, bool json,
-                      bool timeout, bool ns)
+enum { TAKES_JSON = 1, TAKES_TIMEOUT = 2, TAKES_INTERVAL = 4, TAKES_NS = 8, TAKES_COUNT = 16 };
+
+static int parse_opts(const char *cmd, int argc, char *argv[], struct opts *o, unsigned takes)
 {
-    static const struct cmn_opt json_opt = { "json", 'j', CMN_OPT_FLAG, 0, 0, 0, 0, false };
-    static const struct cmn_opt timeout_opt = { "timeout", 't', CMN_OPT_REAL, 0, 0, 1, 86400,
-                                                false };
-    static const struct cmn_opt ns_opt = { "ns", 'n', CMN_OPT_UINT, 1, UINT32_MAX, 0, 0,
-                                           false };
-    struct cmn_opt tab[6] = { OPT_SOCKET, OPT_HELP }; /* and those cmd takes */
+    static const struct cmn_opt takes_opt[] = { /* in the order of the TAKES_* bits */
+        { "json", 'j', CMN_OPT_FLAG, 0, 0, 0, 0, false },
+        { "timeout", 't', CMN_OPT_REAL, 0, 0, 1, 86400, false },
+        { "interval", 'i', CMN_OPT_REAL, 0, 0, 0.05, 3600, false },
+        { "ns", 'n', CMN_OPT_UINT, 1, UINT32_MAX, 0, 0, false },
+        { "count", 'c', CMN_OPT_UINT, 1, LONG_MAX, 0, 0, false },
+    };
+    enum { NTAKES = sizeof(takes_opt) / sizeof(takes_opt[0]) };
+    struct cmn_opt tab[2 + NTAKES + 1] = { OPT_SOCKET, OPT_HELP }; /* ends with { NULL } */
     int n = 2, opt;
     struct cmn_opts p;
 
-    if (json)
-        tab[n++] = json_opt;
-    if (timeout)
-        tab[n++] = timeout_opt;
-    if (ns)
-        tab[n++] = ns_opt;
+    for (int i = 0; i < NTAKES; i++)
+        if (takes & (1u << i))
+            tab[n++] = takes_opt[i];
     cmn_opts_init(&p, tab);
     while ((opt = cmn_opts_next(&p, argc, argv)) != -1) {
         switch (opt) {
@@ -487,8 +489,14 @@ static int parse_opts(const char *cmd, int argc, char *argv[], struct opts *o, b
         case 't':
             o->timeout = p.d;
             break;
+        case 'i':
+            o->interval = p.d;
+            break;
         case 'n':
             o->ns = (long)p.u;
+            break;
+        case 'c':
+            o->count = (long)p.u;
             break;
         case 's':
             o->path = p.arg;
@@ -517,7 +525,7 @@ static int cmd_stats(int argc, char *argv[])
 {
     struct opts o = { 0 };
     const char *path;
-    int json, err = parse_opts("stats", argc, argv, &o, true, false, false);
+    int json, err = parse_opts("stats", argc, argv, &o, TAKES_JSON);
     kvt_client *c;
     kvt_stats st;
 
@@ -624,7 +632,7 @@ static int cmd_namespaces(int argc, char *argv[])
     struct opts o = { 0 };
     kvt_ns_info *v = NULL;
     kvt_client *c;
-    int rc = parse_opts("namespaces", argc, argv, &o, true, false, false), n;
+    int rc = parse_opts("namespaces", argc, argv, &o, TAKES_JSON), n;
 
     if (rc || (rc = no_args("namespaces", argc, argv)))
         return rc;
@@ -672,7 +680,7 @@ static int cmd_why(int argc, char *argv[])
     kvt_ns_info ns[256];
     kvt_key key;
     kvt_client *c;
-    int rc = parse_opts("why", argc, argv, &o, false, false, false), n, nns;
+    int rc = parse_opts("why", argc, argv, &o, 0), n, nns;
     const char *hex;
 
     if (rc)
@@ -734,7 +742,7 @@ static int cmd_flush(int argc, char *argv[])
     struct opts o = { .timeout = 600 };
     char ms[32];
     kvt_client *c;
-    int rc = parse_opts("flush", argc, argv, &o, false, true, false);
+    int rc = parse_opts("flush", argc, argv, &o, TAKES_TIMEOUT);
 
     if (rc || (rc = no_args("flush", argc, argv)))
         return rc;
@@ -756,7 +764,7 @@ static int cmd_evict(int argc, char *argv[])
 {
     struct opts o = { 0 };
     kvt_client *c;
-    int rc = parse_opts("evict", argc, argv, &o, false, false, true);
+    int rc = parse_opts("evict", argc, argv, &o, TAKES_NS);
 
     if (rc)
         return rc;
@@ -867,62 +875,32 @@ static void print_top(const char *path, const kvt_stats *s, const kvt_stats *p, 
 
 static int cmd_top(int argc, char *argv[])
 {
-    static const struct cmn_opt tab[] = {
-        { "interval", 'i', CMN_OPT_REAL, 0, 0, 0.05, 3600, false },
-        { "count", 'n', CMN_OPT_UINT, 1, LONG_MAX, 0, 0, false },
-        OPT_SOCKET,
-        OPT_HELP,
-        { NULL },
-    };
-    const char *path = NULL;
-    double interval = 1.0;
-    long count = -1;
+    struct opts o = { .interval = 1.0, .count = -1 }; /* until interrupted */
     kvt_client *c = NULL;
     kvt_stats cur, prev;
     bool tty = isatty(STDOUT_FILENO);
-    struct cmn_opts p;
-    int opt, rc;
+    int rc = parse_opts("top", argc, argv, &o, TAKES_INTERVAL | TAKES_COUNT);
 
-    cmn_opts_init(&p, tab);
-    while ((opt = cmn_opts_next(&p, argc, argv)) != -1) {
-        switch (opt) {
-        case 'i':
-            interval = p.d;
-            break;
-        case 'n':
-            count = (long)p.u;
-            break;
-        case 's':
-            path = p.arg;
-            break;
-        case 'h':
-            return usage();
-        default:
-            return bad_option("top", &p);
-        }
-    }
-    if ((rc = no_args("top", argc, argv)))
+    if (rc || (rc = no_args("top", argc, argv)))
         return rc;
-    if (!path)
-        path = kvt_default_socket();
-    rc = fetch(path, &c, &cur);
+    rc = fetch(o.path, &c, &cur);
     for (long shown = 0; rc == 0;) {
-        struct timespec ts = { (time_t)interval,
-                               (long)((interval - (double)(time_t)interval) * 1e9) };
+        struct timespec ts = { (time_t)o.interval,
+                               (long)((o.interval - (double)(time_t)o.interval) * 1e9) };
 
         if (tty)
             fputs("\033[H\033[2J", stdout); /* home, clear: a screen, not a scroll */
         else if (shown)
             putchar('\n');
-        print_top(path, &cur, shown ? &prev : NULL,
+        print_top(o.path, &cur, shown ? &prev : NULL,
                   shown ? (double)(cur.uptime_ms - prev.uptime_ms) / 1000.0 : 0);
         if (fflush(stdout) != 0 || ferror(stdout))
             break; /* a closed pipe (`tierctl top | head`) ends it quietly */
-        if (++shown == count)
+        if (++shown == o.count)
             break;
         nanosleep(&ts, NULL);
         prev = cur;
-        rc = fetch(path, &c, &cur);
+        rc = fetch(o.path, &c, &cur);
     }
     kvt_close(c);
     return rc;
@@ -934,7 +912,7 @@ static int cmd_health(int argc, char *argv[])
     kvt_client *c = NULL;
     const char *path;
     kvt_stats st;
-    int rc = parse_opts("health", argc, argv, &o, false, false, false);
+    int rc = parse_opts("health", argc, argv, &o, 0);
 
     if (rc || (rc = no_args("health", argc, argv)))
         return rc;

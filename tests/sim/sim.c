@@ -276,20 +276,16 @@ static int world_open(struct world *w)
                            .cold_budget_bytes = w->o->seed % 2 ? 0 : COLD_BYTES / 24,
                            .cold_budget_ms = 200 * STEP_MS,
                            .write_through = w->o->seed % 3 == 0 };
+    /* opened as tierd opens its store: one call that owns the tiers */
+    struct tier_open_cfg oc = { .store = tc, .cold = &cc, .hot = &hc };
     int rc;
 
-    rc = tier_cold_open(&cc, &w->cold);
+    oc.store.evict_policy = w->o->policy;
+    rc = tier_open(&oc, &w->t, NULL);
     if (rc < 0)
         return rc;
-    rc = tier_hot_open(&hc, &w->hot);
-    if (rc < 0)
-        goto out_cold;
-    tc.cold = w->cold;
-    tc.hot = w->hot;
-    tc.evict_policy = w->o->policy;
-    rc = tier_create(&tc, &w->t);
-    if (rc < 0)
-        goto out_hot;
+    w->cold = tier_cold_of(w->t);
+    w->hot = tier_hot_of(w->t);
     if (w->o->policy == TIER_EVICT_KEEP)
         tier_keep_share_set(w->t, 0.5);
     rc = tier_load_cold(w->t);
@@ -302,17 +298,13 @@ static int world_open(struct world *w)
             goto out_tier;
     return 0;
 out_tier:
-    tier_destroy(w->t);
-out_hot:
-    tier_hot_close(w->hot);
-out_cold:
-    tier_cold_close(w->cold);
+    tier_close(w->t);
     w->t = NULL;
     return rc;
 }
 
 /* Teardown: every move in flight lands first (each may start another, in
- * the other tier), then the devices close, then the store. */
+ * the other tier), then tier_close closes the devices and the store. */
 static void world_close(struct world *w)
 {
     if (!w->t)
@@ -324,9 +316,7 @@ static void world_close(struct world *w)
         tier_cold_flush(w->cold);
         tier_poll(w->t, true);
     }
-    tier_hot_close(w->hot);
-    tier_cold_close(w->cold);
-    tier_destroy(w->t);
+    tier_close(w->t);
     w->t = NULL;
 }
 
