@@ -286,7 +286,7 @@ typedef struct kvt_commit {
 } kvt_commit;
 
 /* Commits one client may have started and not yet waited for. */
-#define KVT_COMMITS_MAX 2
+#define KVT_COMMITS_MAX 4
 
 /* kvt_put_commit_flags without waiting for the answer: the request is sent
  * and this returns, so that an engine reserves and fills its next batch

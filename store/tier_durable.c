@@ -67,6 +67,14 @@ static int dwait_add(struct tier *t, uint32_t id, struct waiter w)
     return 0;
 }
 
+bool tier_dwaited(const struct tier *t, uint32_t id)
+{
+    for (const struct dwait *d = t->dwaits; d; d = d->next)
+        if (d->id == id)
+            return true;
+    return false;
+}
+
 /* After a hot-to-warm copy landed (rc): start the writes its durable
  * commits wait for, or tell them why not. */
 void tier_durable_after(struct tier *t, uint32_t id, struct waiters *dws, int rc)
@@ -102,37 +110,53 @@ static struct dwait *dwaits_take(struct tier *t, uint32_t id)
     return mine;
 }
 
-/* id, which durable commits waited for, was committed: start their writes.
- * Its entries leave the list before any write starts: a write can evict a
- * block from the disk, and that block's own waits are failed (and freed)
- * from within, so nothing may hold a pointer into the list meanwhile. */
-void tier_dwaits_run(struct tier *t, uint32_t id)
+/* Start the writes id's durable commits wait for; true when the disk's
+ * queue refused one (those go back on the list, at its oldest end, so that
+ * they are the first tried again). Its entries leave the list before any
+ * write starts: a write can evict a block from the disk, and that block's
+ * own waits are failed (and freed) from within, so nothing may hold a
+ * pointer into the list meanwhile. */
+static bool dwaits_run(struct tier *t, uint32_t id)
 {
     struct dwait *mine;
+    bool refused = false;
 
     if (idx_at(t->idx, id)->state != IDX_COMMITTED)
-        return;
+        return false;
     mine = dwaits_take(t, id);
     while (mine) {
-        struct dwait *d = mine;
+        struct dwait *d = mine, **tail = &t->dwaits;
         int r = idx_at(t->idx, id)->state == IDX_COMMITTED ? durable_one(t, id, d->waiter)
                                                            : -ENODATA;
 
         mine = d->next;
         if (r == -EBUSY) { /* the disk's queue is full: back on the list for the next turn */
-            d->next = t->dwaits;
-            t->dwaits = d;
+            while (*tail)
+                tail = &(*tail)->next;
+            d->next = NULL;
+            *tail = d;
+            refused = true;
             continue;
         }
         if (r != 1)
             tier_notify(t, d->waiter, id, r);
         free(d);
     }
+    return refused;
+}
+
+/* id, which durable commits waited for, was committed: start their writes. */
+void tier_dwaits_run(struct tier *t, uint32_t id)
+{
+    dwaits_run(t, id);
 }
 
 /* The waits tier_maintain tries again (their disk queue was full): every
  * committed id waited for, each once (ids gathered first: the list changes
- * under each run). O(waits^2) for the gathering: the list holds a few. */
+ * under each run), the oldest first (the list's tail: a commit's keys are
+ * added at its head), until the disk's queue refuses one (the next
+ * completions make room; the rest would be refused too). O(waits^2) for
+ * the gathering: the list holds a few batches at most. */
 void tier_dwaits_retry(struct tier *t)
 {
     uint32_t lim = idx_id_limit(t->idx), n = 0, cap = 0, *ids;
@@ -150,8 +174,9 @@ void tier_dwaits_retry(struct tier *t)
         if (!seen && d->id < lim && idx_at(t->idx, d->id)->state == IDX_COMMITTED)
             ids[n++] = d->id;
     }
-    for (uint32_t i = 0; i < n; i++)
-        tier_dwaits_run(t, ids[i]);
+    for (uint32_t i = n; i-- > 0;)
+        if (dwaits_run(t, ids[i]))
+            break;
     free(ids);
 }
 
@@ -211,8 +236,18 @@ int tier_commit_durable_for(struct tier *t, uint32_t ns, uint64_t block_bytes, u
             ids[(*pending)++] = id;
             continue;
         }
-        while ((rc = durable_one(t, id, w)) == -EBUSY)
-            tier_cold_poll(t->cold, true);
+        /* the disk's queue is full: the write waits its turn on the list
+         * (tier_maintain starts it once completions make room) rather than
+         * the loop here, so that tierd answers the engine's next reserve
+         * meanwhile (it used to poll the disk until each write went in) */
+        rc = durable_one(t, id, w);
+        if (rc == -EBUSY) {
+            rc = dwait_add(t, id, w);
+            if (rc < 0)
+                return rc;
+            ids[(*pending)++] = id;
+            continue;
+        }
         if (rc < 0)
             return rc;
         if (rc == 1)
