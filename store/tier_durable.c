@@ -110,53 +110,45 @@ static struct dwait *dwaits_take(struct tier *t, uint32_t id)
     return mine;
 }
 
-/* Start the writes id's durable commits wait for; true when the disk's
- * queue refused one (those go back on the list, at its oldest end, so that
- * they are the first tried again). Its entries leave the list before any
- * write starts: a write can evict a block from the disk, and that block's
- * own waits are failed (and freed) from within, so nothing may hold a
- * pointer into the list meanwhile. */
-static bool dwaits_run(struct tier *t, uint32_t id)
+/* id, which durable commits waited for, was committed: start their writes.
+ * Its entries leave the list before any write starts: a write can evict a
+ * block from the disk, and that block's own waits are failed (and freed)
+ * from within, so nothing may hold a pointer into the list meanwhile. */
+void tier_dwaits_run(struct tier *t, uint32_t id)
 {
     struct dwait *mine;
-    bool refused = false;
 
     if (idx_at(t->idx, id)->state != IDX_COMMITTED)
-        return false;
+        return;
     mine = dwaits_take(t, id);
     while (mine) {
-        struct dwait *d = mine, **tail = &t->dwaits;
+        struct dwait *d = mine;
         int r = idx_at(t->idx, id)->state == IDX_COMMITTED ? durable_one(t, id, d->waiter)
                                                            : -ENODATA;
 
         mine = d->next;
-        if (r == -EBUSY) { /* the disk's queue is full: back on the list for the next turn */
+        if (r == -EBUSY) { /* the disk's queue is full: back on the list for the next turn,
+                              at its far end, which tier_dwaits_retry takes first */
+            struct dwait **tail = &t->dwaits;
+
             while (*tail)
                 tail = &(*tail)->next;
             d->next = NULL;
             *tail = d;
-            refused = true;
             continue;
         }
         if (r != 1)
             tier_notify(t, d->waiter, id, r);
         free(d);
     }
-    return refused;
-}
-
-/* id, which durable commits waited for, was committed: start their writes. */
-void tier_dwaits_run(struct tier *t, uint32_t id)
-{
-    dwaits_run(t, id);
 }
 
 /* The waits tier_maintain tries again (their disk queue was full): every
  * committed id waited for, each once (ids gathered first: the list changes
- * under each run), the oldest first (the list's tail: a commit's keys are
- * added at its head), until the disk's queue refuses one (the next
- * completions make room; the rest would be refused too). O(waits^2) for
- * the gathering: the list holds a few batches at most. */
+ * under each run), from the list's far end: waits join at its head, and
+ * one refused again goes back to the far end, so the oldest commits' writes
+ * go first (an engine waits for its oldest commit first). O(waits^2) for
+ * the gathering: the list holds a few batches. */
 void tier_dwaits_retry(struct tier *t)
 {
     uint32_t lim = idx_id_limit(t->idx), n = 0, cap = 0, *ids;
@@ -175,8 +167,7 @@ void tier_dwaits_retry(struct tier *t)
             ids[n++] = d->id;
     }
     for (uint32_t i = n; i-- > 0;)
-        if (dwaits_run(t, ids[i]))
-            break;
+        tier_dwaits_run(t, ids[i]);
     free(ids);
 }
 
