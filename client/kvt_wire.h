@@ -93,8 +93,9 @@ struct kvt_wire_ns_rep {
 #define KVT_WIRE_KF_PARENT 0x1u  /* keys_req: a parent key precedes keys[] */
 #define KVT_WIRE_KF_DURABLE 0x2u /* commit: reply once the blocks are durable on disk */
 /* Durable commits one client may have waiting at once (more: -EBUSY);
- * replies may come in any order (each names its request id). */
-#define KVT_WIRE_COMMITS_MAX 2
+ * replies may come in any order (each names its request id). 2 before
+ * issue 19's pipelining: such a tierd answers a client's third -EBUSY. */
+#define KVT_WIRE_COMMITS_MAX 4
 #define KVT_WIRE_KF_HOT 0x4u     /* reserve: slots in the hot pool; get: blocks in hot are
                                     leased in place, and tiers[hits] follow offs[hits]
                                     (the session must have done HOT_ATTACH) */

@@ -285,8 +285,10 @@ typedef struct kvt_commit {
     uint64_t client; /* the client's own tag: a handle waited on another client is -EINVAL */
 } kvt_commit;
 
-/* Commits one client may have started and not yet waited for. */
-#define KVT_COMMITS_MAX 2
+/* Commits one client may have started and not yet waited for: enough that
+ * the disk stays busy while the engine fills its next batch and the oldest
+ * ones make their data and index durable (three syncs each, in turn). */
+#define KVT_COMMITS_MAX 4
 
 /* kvt_put_commit_flags without waiting for the answer: the request is sent
  * and this returns, so that an engine reserves and fills its next batch

@@ -288,7 +288,10 @@ int tier_reserve(struct tier_ns *ns, uint32_t owner, const struct tier_key *pare
  * waited for, each reported to waiter by the ready callback when durable
  * (rc 0) or not (a write error; -ENODATA: the other writer of a deduplicated
  * key aborted). A block in hot is copied down and written; a key another
- * client is still writing is waited for. Returns the number committed,
+ * client is still writing is waited for; a write the disk's queue has no
+ * room for waits in the store, started by a later tier_maintain() (the
+ * caller keeps calling it, as tierd does after every turn), so this never
+ * waits for the disk. Returns the number committed,
  * -EOPNOTSUPP without a cold tier, -ENODATA when a key of the batch is not
  * stored (deduplicated at reserve against a block that was dropped or
  * aborted since: put it again), or the error that kept a write from
@@ -536,7 +539,8 @@ bool tier_flush_busy(const struct tier *t);
  * leaf-first LRU blocks out until it would be at the low one: blocks with a
  * cold copy are dropped from warm at once, others are written to cold
  * (asynchronously; their slots free when durable) or, without a cold tier,
- * dropped. Returns the blocks handled. */
+ * dropped. Also starts the writes durable commits left waiting for room in
+ * the disk's queue, the oldest first. Returns the blocks handled. */
 size_t tier_maintain(struct tier *t);
 
 void tier_stats_get(const struct tier *t, struct tier_stats *out);

@@ -58,6 +58,8 @@ int tier_admit_verdict(struct tier *t, uint32_t id)
         return TIER_ADMIT; /* children on disk (or a copy there) depend on it */
     if (t->write_through)
         return TIER_ADMIT; /* its write at commit found the disk's queue full: still owed */
+    if (t->dwaits && tier_dwaited(t, id))
+        return TIER_ADMIT; /* a durable commit's write, waiting for room in the disk's queue */
     if (t->cfg.admit == TIER_ADMIT_REUSED && !(e->flags & IDX_F_REUSED))
         return TIER_REFUSE_ONCE;
     if (t->cfg.cold_budget_bytes) {

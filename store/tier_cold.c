@@ -291,6 +291,12 @@ static void on_sync(void *ctx, int64_t res)
     c->sync_inflight = false;
     c->syncing = NULL;
     c->nsyncing = 0;
+    /* the next group's data sync goes to the disk first, so that it runs
+     * while this group's index commit (whose own sync blocks the loop)
+     * does: the two are of different files and cover different puts (after
+     * a failed sync, nothing more is synced: the tier turns failed below) */
+    if (rc == 0 && (c->npending >= c->batch || (c->flush_wanted && c->npending)))
+        start_sync(c);
     if (rc == 0) {
         p = malloc(n * sizeof(*p));
         old = malloc(n * sizeof(*old));
@@ -333,7 +339,8 @@ static void on_sync(void *ctx, int64_t res)
     free(old);
     tell_indexed(c, 0);
     start_isync(c);
-    if (c->npending >= c->batch || (c->flush_wanted && c->npending))
+    /* puts written during the commit: their sync, unless one is running */
+    if (!c->sync_inflight && (c->npending >= c->batch || (c->flush_wanted && c->npending)))
         start_sync(c);
 }
 
@@ -409,6 +416,8 @@ int tier_cold_put(struct tier_cold *c, uint32_t ns, const struct tier_key *key,
         return -EIO;
     if (!aligned(buf, len) || !cb)
         return -EINVAL;
+    if (!data_room(c))
+        return -EBUSY; /* before the space and the checksum: a refused put costs nothing */
     o = malloc(sizeof(*o));
     if (!o)
         return -ENOMEM;
@@ -422,7 +431,7 @@ int tier_cold_put(struct tier_cold *c, uint32_t ns, const struct tier_key *key,
                       .ctx = ctx, .has_parent = parent != NULL };
     if (parent)
         o->parent = *parent;
-    rc = data_room(c) ? tier_nvme_write(c->io, o->off, buf, len, on_write, o) : -EBUSY;
+    rc = tier_nvme_write(c->io, o->off, buf, len, on_write, o);
     if (rc < 0) {
         free_bytes(c, o->off, len);
         free(o);

@@ -67,6 +67,14 @@ static int dwait_add(struct tier *t, uint32_t id, struct waiter w)
     return 0;
 }
 
+bool tier_dwaited(const struct tier *t, uint32_t id)
+{
+    for (const struct dwait *d = t->dwaits; d; d = d->next)
+        if (d->id == id)
+            return true;
+    return false;
+}
+
 /* After a hot-to-warm copy landed (rc): start the writes its durable
  * commits wait for, or tell them why not. */
 void tier_durable_after(struct tier *t, uint32_t id, struct waiters *dws, int rc)
@@ -119,9 +127,14 @@ void tier_dwaits_run(struct tier *t, uint32_t id)
                                                            : -ENODATA;
 
         mine = d->next;
-        if (r == -EBUSY) { /* the disk's queue is full: back on the list for the next turn */
-            d->next = t->dwaits;
-            t->dwaits = d;
+        if (r == -EBUSY) { /* the disk's queue is full: back on the list for the next turn,
+                              at its far end, which tier_dwaits_retry takes first */
+            struct dwait **tail = &t->dwaits;
+
+            while (*tail)
+                tail = &(*tail)->next;
+            d->next = NULL;
+            *tail = d;
             continue;
         }
         if (r != 1)
@@ -132,7 +145,10 @@ void tier_dwaits_run(struct tier *t, uint32_t id)
 
 /* The waits tier_maintain tries again (their disk queue was full): every
  * committed id waited for, each once (ids gathered first: the list changes
- * under each run). O(waits^2) for the gathering: the list holds a few. */
+ * under each run), from the list's far end: waits join at its head, and
+ * one refused again goes back to the far end, so the oldest commits' writes
+ * go first (an engine waits for its oldest commit first). O(waits^2) for
+ * the gathering: the list holds a few batches. */
 void tier_dwaits_retry(struct tier *t)
 {
     uint32_t lim = idx_id_limit(t->idx), n = 0, cap = 0, *ids;
@@ -150,7 +166,7 @@ void tier_dwaits_retry(struct tier *t)
         if (!seen && d->id < lim && idx_at(t->idx, d->id)->state == IDX_COMMITTED)
             ids[n++] = d->id;
     }
-    for (uint32_t i = 0; i < n; i++)
+    for (uint32_t i = n; i-- > 0;)
         tier_dwaits_run(t, ids[i]);
     free(ids);
 }
@@ -210,8 +226,18 @@ int tier_commit_durable_for(struct tier_ns *ns, uint32_t owner,
             ids[(*pending)++] = id;
             continue;
         }
-        while ((rc = durable_one(t, id, w)) == -EBUSY)
-            tier_cold_poll(t->cold, true);
+        /* the disk's queue is full: the write waits its turn on the list
+         * (tier_maintain starts it once completions make room) rather than
+         * the loop here, so that tierd answers the engine's next reserve
+         * meanwhile (it used to poll the disk until each write went in) */
+        rc = durable_one(t, id, w);
+        if (rc == -EBUSY) {
+            rc = dwait_add(t, id, w);
+            if (rc < 0)
+                return rc;
+            ids[(*pending)++] = id;
+            continue;
+        }
         if (rc < 0)
             return rc;
         if (rc == 1)

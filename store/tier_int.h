@@ -410,6 +410,9 @@ void tier_durable_after(struct tier *t, uint32_t id, struct waiters *dws, int rc
 void tier_dwaits_run(struct tier *t, uint32_t id);  /* id was committed */
 void tier_dwaits_retry(struct tier *t);             /* queues were full: again */
 void tier_dwaits_fail(struct tier *t, uint32_t id, int rc); /* id will never commit */
+/* Whether a durable commit waits for id (its write owed: the disk's queue
+ * was full, or another client still writes it). O(waits). */
+bool tier_dwaited(const struct tier *t, uint32_t id);
 
 /* ---- tier_drop.c ---- */
 /* Note that id may be an orphan (its parent a ghost): the mover sweeps. */

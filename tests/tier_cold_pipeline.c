@@ -216,6 +216,105 @@ Test(tier_cold_pipeline, a_failed_index_sync_of_replacements_frees_both_copies)
     fx_close(&f);
 }
 
+/* Batch A written and its data sync queued, then batch B written while
+ * that sync runs; A's sync lands: B's data sync is queued before A's index
+ * commit (the two overlap), then A's index sync. Queue: [B's data sync,
+ * A's index sync]; nobody told. */
+static void overlap(struct fx *f)
+{
+    put_batch(f, 0);
+    for (int i = 0; i < BATCH; i++)
+        step(f, 0, 0);
+    cr_assert_eq(tier_nvme_sim_queued(f->io), 1, "A's data sync is queued");
+    put_batch(f, BATCH);
+    for (int i = 0; i < BATCH; i++)
+        step(f, 1, 0); /* B's writes land behind A's sync: B waits for the next */
+    step(f, 0, 0);     /* A's data sync */
+    cr_assert_eq(tier_nvme_sim_queued(f->io), 2, "B's data sync and A's index sync");
+    expect_told(f, 0, 1, "A, indexed, its index not synced");
+    expect_told(f, BATCH, 1, "B, written, its data sync queued");
+    for (int i = 0; i < 2 * BATCH; i++) {
+        struct tier_key k = key_of(i);
+
+        cr_assert_eq(tier_cold_has(f->c, 1, &k), i < BATCH,
+                     "block %d: a record only once its data is synced", i);
+    }
+}
+
+/* The next group's data sync runs beside this group's index commit and
+ * sync; each ack waits for its own syncs, and a failed one fails every
+ * put it covers, none told durable before. */
+Test(tier_cold_pipeline, a_data_sync_beside_an_index_commit_acks_nothing_early)
+{
+    struct tier_cold_stats st;
+    struct fx f;
+
+    fx_open(&f);
+    overlap(&f);
+    step(&f, 1, 0); /* A's index sync */
+    expect_told(&f, 0, 0, "A, after its index sync");
+    expect_told(&f, BATCH, 1, "B, its data sync still queued");
+    step(&f, 0, -EIO); /* B's data sync fails */
+    expect_told(&f, BATCH, -EIO, "B, after its failed data sync");
+    for (int i = BATCH; i < 2 * BATCH; i++) {
+        struct tier_key k = key_of(i);
+
+        cr_assert(!tier_cold_has(f.c, 1, &k), "block %d indexed after a failed data sync", i);
+    }
+    tier_cold_stats_get(f.c, &st);
+    cr_assert(st.failed);
+    cr_assert_eq(st.blocks, BATCH, "A's records stay: their bytes and index were synced");
+    fx_close(&f);
+}
+
+Test(tier_cold_pipeline, a_failed_index_sync_fails_the_batch_whose_data_sync_ran_beside_it)
+{
+    struct fx f;
+
+    fx_open(&f);
+    overlap(&f);
+    step(&f, 1, -EIO); /* A's index sync fails: the tier turns read-only */
+    expect_told(&f, 0, -EIO, "A, after its failed index sync");
+    expect_told(&f, BATCH, 1, "B, its data sync still queued");
+    step(&f, 0, 0); /* B's data sync lands, after the failure: never vouched for */
+    expect_told(&f, BATCH, -EIO, "B, synced after the tier failed");
+    for (int i = 0; i < 2 * BATCH; i++) {
+        struct tier_key k = key_of(i);
+
+        cr_assert(!tier_cold_has(f.c, 1, &k), "block %d failed, yet its record stays", i);
+    }
+    cr_assert_eq(tier_nvme_sim_queued(f.io), 0);
+    fx_close(&f);
+}
+
+/* B's data sync lands before A's index sync: B's commit syncs the index
+ * first, which makes A durable; B waits for an index sync of its own (A's,
+ * queued before B's commit, vouches for A only). */
+Test(tier_cold_pipeline, the_overlapped_batch_waits_for_an_index_sync_after_its_commit)
+{
+    struct fx f;
+
+    fx_open(&f);
+    overlap(&f);
+    step(&f, 0, 0); /* B's data sync: B indexed */
+    for (int i = BATCH; i < 2 * BATCH; i++) {
+        struct tier_key k = key_of(i);
+
+        cr_assert(tier_cold_has(f.c, 1, &k), "block %d: B's data sync was not queued first, "
+                                             "beside A's index commit", i);
+    }
+    expect_told(&f, 0, 0, "A, after B's commit");
+    expect_told(&f, BATCH, 1, "B, its transaction not synced");
+    cr_assert_eq(tier_nvme_sim_queued(f.io), 1, "A's index sync");
+    step(&f, 0, 0);
+    expect_told(&f, BATCH, 1, "B, after an index sync queued before its commit");
+    cr_assert_eq(tier_nvme_sim_queued(f.io), 1, "B's index sync is queued");
+    step(&f, 0, -EIO); /* and fails */
+    expect_told(&f, BATCH, -EIO, "B, after its failed index sync");
+    expect_told(&f, 0, 0, "A stays acknowledged");
+    fx_close(&f);
+}
+
 /* Every record of the index read back: its bytes must be block i's. */
 static void expect_records_right(struct fx *f, int n, int *found)
 {

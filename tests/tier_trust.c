@@ -199,6 +199,52 @@ Test(tier_trust, a_durable_commit_during_a_copy_down_waits_for_the_disk)
     rig_close(&r);
 }
 
+/* Issue 19: a durable commit of more blocks than the disk's queue holds
+ * used to poll the disk inside the call until each write went in (tierd
+ * answered nothing meanwhile, and on the simulated disk, which completes
+ * only what the test says, it never returned). Now the writes that find no
+ * room wait in the store and tier_maintain starts them as completions make
+ * room; the commit is still acknowledged only once the disk did its work. */
+Test(tier_trust, a_durable_commit_beyond_the_disks_queue_returns_and_waits_in_the_store,
+     .timeout = 20)
+{
+    enum { N = 24 }; /* more than the disk's queue (16) */
+    struct tier_nvme *io;
+    struct rig r;
+    struct tier_key k[N];
+    struct tier_story s;
+    uint32_t ids[N], pend;
+    int rc;
+
+    rig_open(&r, 4u << 20, 1.0, 8u << 20);
+    io = tier_cold_io(r.cold);
+    t_keys((kvt_key *)k, N, 19);
+    put(&r, false, NULL, k, N, 1900);
+    rc = tier_commit_durable(r.t, 1, BLK, 2, k, N, &r.waiter[0], ids, &pend);
+    cr_assert_eq(rc, 0, "durable commit: %d", rc);
+    cr_assert_eq(pend, N, "every block is waited for");
+    cr_assert_eq(tier_nvme_sim_queued(io), 16, "the disk's queue is full, the rest wait");
+    check(&r);
+    tier_maintain(r.t);
+    tier_poll(r.t, false);
+    cr_assert_eq(r.ready[0] + r.failed[0], 0, "told before the disk did anything");
+    cr_assert_eq(tier_nvme_sim_queued(io), 16, "a turn with no completion starts nothing");
+    /* the oldest request completes, turn after turn, as tierd's loop runs */
+    for (int n = 0; n < 200 && r.ready[0] + r.failed[0] < N; n++) {
+        if (tier_nvme_sim_queued(io))
+            cr_assert_eq(tier_nvme_sim_complete(io, 0, 0), 0);
+        cr_assert_geq(tier_poll(r.t, false), 0);
+        tier_maintain(r.t);
+        check(&r);
+    }
+    cr_assert_eq(r.ready[0], N, "%d of %d told durable (%d failed)", r.ready[0], N, r.failed[0]);
+    for (int i = 0; i < N; i++) {
+        tier_story_get(r.t, 1, &k[i], &s);
+        cr_assert(s.present && s.on_disk, "block %d acknowledged durable, not on disk", i);
+    }
+    rig_close(&r);
+}
+
 /* Finding 7: a hot get of [a block in hot, the next only on disk]: the hot
  * lease never reported ready, so tierd's get waited for it for ever. */
 Test(tier_trust, a_hot_get_over_hot_and_disk_is_whole)

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tierd_commit_async.c - durable commits started and waited for apart
- * (kvt_put_commit_start / kvt_put_commit_wait) through tierd: two waiting at
- * once while the client reserves and fills the next batch, each answered for
- * its own batch (in any order, errors included), the limit refused at once,
- * and every block acknowledged back after tierd is killed.
+ * (kvt_put_commit_start / kvt_put_commit_wait) through tierd: KVT_COMMITS_MAX
+ * waiting at once while the client reserves and fills the next batch, each
+ * answered for its own batch (in any order, errors included), the limit
+ * refused at once, and every block acknowledged back after tierd is killed.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -43,37 +43,41 @@ static int get_chain(kvt_ns *ns, int ch)
 
 static const char *const args[] = { "--warm-bytes", "64M", "--cold-bytes", "128M", NULL };
 
-Test(tierd_commit_async, two_started_commits_overlap_and_each_answers_for_its_batch)
+#define M KVT_COMMITS_MAX
+
+Test(tierd_commit_async, started_commits_overlap_and_each_answers_for_its_batch)
 {
     struct t_tierd d;
     kvt_client *c;
     kvt_ns *ns;
-    kvt_key k[3][N];
-    kvt_commit cm[3];
+    kvt_key k[M + 1][N];
+    kvt_commit cm[M + 1];
 
     t_tierd_start(&d, args);
     c = t_connect(&d);
     ns = t_ns(c, BLK);
-    reserve_fill(ns, 0, k[0]);
-    cr_assert_eq(kvt_put_commit_start(ns, k[0], N, KVT_COMMIT_DURABLE, &cm[0]), 0);
-    cr_assert_neq(cm[0].id, 0);
-    /* a call answered at once while the commit waits: its own reply, even
-     * when the commit's comes first */
-    reserve_fill(ns, 1, k[1]);
-    cr_assert_eq(kvt_put_commit_start(ns, k[1], N, KVT_COMMIT_DURABLE, &cm[1]), 0);
-    reserve_fill(ns, 2, k[2]);
-    cr_assert_eq(kvt_put_commit_start(ns, k[2], N, KVT_COMMIT_DURABLE, &cm[2]), -EBUSY,
-                 "a third started commit is refused: %d are kept", KVT_COMMITS_MAX);
-    cr_assert_eq(cm[2].id, 0);
-    /* waited for in the other order */
+    /* a call answered at once while commits wait: its own reply, even when
+     * a commit's comes first */
+    for (int b = 0; b < M; b++) {
+        reserve_fill(ns, b, k[b]);
+        cr_assert_eq(kvt_put_commit_start(ns, k[b], N, KVT_COMMIT_DURABLE, &cm[b]), 0,
+                     "commit %d of the %d kept", b, M);
+        cr_assert_neq(cm[b].id, 0);
+    }
+    reserve_fill(ns, M, k[M]);
+    cr_assert_eq(kvt_put_commit_start(ns, k[M], N, KVT_COMMIT_DURABLE, &cm[M]), -EBUSY,
+                 "one more started commit is refused: %d are kept", M);
+    cr_assert_eq(cm[M].id, 0);
+    /* waited for out of order */
     cr_assert_eq(kvt_put_commit_wait(ns, &cm[1]), N, "the second commit");
     cr_assert_eq(cm[1].id, 0, "a commit waited for is emptied");
-    cr_assert_eq(kvt_put_commit_start(ns, k[2], N, KVT_COMMIT_DURABLE, &cm[2]), 0,
+    cr_assert_eq(kvt_put_commit_start(ns, k[M], N, KVT_COMMIT_DURABLE, &cm[M]), 0,
                  "a slot is free again");
     cr_assert_eq(kvt_put_commit_wait(ns, &cm[0]), N, "the first commit");
     cr_assert_eq(kvt_put_commit_wait(ns, &cm[0]), -EINVAL, "waited for twice");
-    cr_assert_eq(kvt_put_commit_wait(ns, &cm[2]), N, "the third commit");
-    for (int ch = 0; ch < 3; ch++)
+    for (int b = M; b >= 2; b--)
+        cr_assert_eq(kvt_put_commit_wait(ns, &cm[b]), N, "commit %d", b);
+    for (int ch = 0; ch <= M; ch++)
         cr_assert_eq(get_chain(ns, ch), N, "chain %d before the kill", ch);
     kvt_close(c);
     /* acknowledged durable: back after SIGKILL, from disk */
@@ -81,7 +85,7 @@ Test(tierd_commit_async, two_started_commits_overlap_and_each_answers_for_its_ba
     t_tierd_restart(&d, args);
     c = t_connect(&d);
     ns = t_ns(c, BLK);
-    for (int ch = 0; ch < 3; ch++)
+    for (int ch = 0; ch <= M; ch++)
         cr_assert_eq(get_chain(ns, ch), N, "chain %d after the kill", ch);
     kvt_close(c);
     t_tierd_stop(&d);

@@ -96,20 +96,20 @@ def test_put_get_lookup(ns_factory):
 
 def test_started_durable_commits_overlap(ns_factory):
     ns = ns_factory(8192)
-    keys = [kvtier.hash_prompt(range(b * 100, b * 100 + 16 * 4), 16) for b in range(3)]
+    keys = [kvtier.hash_prompt(range(b * 100, b * 100 + 16 * 4), 16) for b in range(5)]
     started = []
-    for b in range(2):
+    for b in range(4):
         r = ns.reserve(keys[b])
         for i, v in enumerate(r.views):
             v[:] = bytes([0x10 * b + i]) * 8192
         started.append(r.commit_start())
     with pytest.raises(kvtier.KvtierError) as e:
-        ns.commit_start(keys[2])          # two started and not waited for: the limit
+        ns.commit_start(keys[4])          # four started and not waited for: the limit
     assert e.value.code == -errno.EBUSY
-    assert [ns.commit_wait(cm) for cm in reversed(started)] == [4, 4]
+    assert [ns.commit_wait(cm) for cm in reversed(started)] == [4, 4, 4, 4]
     with pytest.raises(kvtier.KvtierError):
         ns.commit_wait(started[0])        # waited for already
-    for b in range(2):
+    for b in range(4):
         hit, tiers = ns.lookup(keys[b], tiers=True)
         assert hit == 4
         assert ns.get(keys[b]) == [bytes([0x10 * b + i]) * 8192 for i in range(4)]

@@ -131,9 +131,9 @@ int bench_get_all(kvt_ns *ns, const kvt_key *keys, size_t n, const void **slots,
 }
 
 /* One round of durable batches, pipelined as an engine would: batch k+1
- * is reserved and filled while batches k and k-1 commit
- * (kvt_put_commit_start), and the oldest is waited for only when
- * KVT_COMMITS_MAX are started. */
+ * is reserved and filled while batches k, k-1, ... (KVT_COMMITS_MAX of
+ * them) commit (kvt_put_commit_start), and the oldest is waited for only
+ * when KVT_COMMITS_MAX are started. */
 static int cold_put_round(struct cold *c, int round, double *secs)
 {
     size_t g0 = (size_t)round * c->per_round;
@@ -286,7 +286,7 @@ out:
  * (which of the two goes first alternates), medians of per-round ratios. */
 void bench_cold(size_t bs)
 {
-    char lbl[32], wname[64], rname[64], tag[32], cold_sz[32], fio_file[PATH_MAX];
+    char lbl[32], wname[64], rname[64], tag[32], cold_sz[32], warm_sz[32], fio_file[PATH_MAX];
     const char *extra[] = { "--cold-bytes", cold_sz, "--cold-qd", "32", NULL };
     struct cold c = { .bs = bs, .rounds = bench_opt.cold_rounds };
     struct bench_tierd d = { 0 };
@@ -307,15 +307,20 @@ void bench_cold(size_t bs)
     /* every round writes fresh keys into fresh (preallocated, never written) space */
     snprintf(cold_sz, sizeof(cold_sz), "%" PRIu64 "M",
              (uint64_t)((n * bench_opt.cold_bytes + CW_WARM * CQD * bs) / MIB + 256));
+    /* warm holds the pipeline: the batches committing, the one being filled
+     * and one more (else the next reserve waits for the oldest commit) */
+    uint64_t warm = (uint64_t)(KVT_COMMITS_MAX + 2) * CQD * bs;
+    warm = warm > 256 * MIB ? warm : 256 * MIB;
+    snprintf(warm_sz, sizeof(warm_sz), "%" PRIu64 "M", (uint64_t)(warm / MIB));
     struct bench_fio_job fj = { .rw = "write", .bs = bs, .size = (uint64_t)c.per_round * bs,
                           .qd = CQD, .fdatasync = true };
 
     printf("# --- %s, %s: %d rounds of %zu blocks of %zu KiB (%.0f MiB); tierd: batches of "
-           "%d, each reserved and filled while the last two commit with KVT_COMMIT_DURABLE "
+           "%d, each reserved and filled while the last %d commit with KVT_COMMIT_DURABLE "
            "(kvt_put_commit_start, then kvt_put_commit_wait), then (after a restart) "
            "got back from disk; fio: --bs %zu --iodepth %d --direct=1 io_uring on a file beside "
            "tierd's\n", wname, rname, n, c.per_round, bs / 1024, (double)fj.size / MIB, CQD,
-           bs, CQD);
+           KVT_COMMITS_MAX, bs, CQD);
     fflush(stdout);
     c.src = bench_alloc_faulted(CQD * bs, 0xc01d ^ bs);
     dst = bench_alloc_faulted(CQD * bs, 0xd57 ^ bs);
@@ -339,7 +344,7 @@ void bench_cold(size_t bs)
     fj.fdatasync = true;
 
     c.what = "tierd did not start";
-    if ((r = bench_tierd_start_ex(&d, tag, "256M", false, extra, 30)) < 0)
+    if ((r = bench_tierd_start_ex(&d, tag, warm_sz, false, extra, 30)) < 0)
         goto out_fail;
     c.what = "kvt_ns_open";
     if ((r = bench_ns_open(d.c, "tierbench/cold", bs, &c.ns)) < 0)
@@ -399,9 +404,11 @@ void bench_cold(size_t bs)
     printf("# fio without --fdatasync: %.0f MB/s. fio --fdatasync=%d issued %.0f fdatasyncs "
            "for %zu writes a round, queued among its writes (not a barrier: its writes go on "
            "while they run; --end_fsync=1 makes its last writes durable too); a durable batch "
-           "in tierd: %d writes, fdatasync, LMDB commit (its pages synced), a sync of the "
-           "index queued (or the next batch's commit), reply; the next batch's writes go on "
-           "meanwhile\n", fio_nosync / 1e6, CQD, fio_syncs / n, c.per_round, CQD);
+           "in tierd: %d writes, fdatasync (of every write done by then: one for several "
+           "batches when the disk is behind), LMDB commit (its pages synced; the next "
+           "group's fdatasync runs meanwhile), a sync of the index queued (or the next "
+           "commit), reply; the next batches' writes go on meanwhile, queued in tierd while "
+           "the disk's queue is full\n", fio_nosync / 1e6, CQD, fio_syncs / n, c.per_round, CQD);
     if (floor_ok)
         printf("# a barrier pattern's disk work alone (in-process tier_nvme: %d writes, wait, "
                "fdatasync, wait; every round): %.0f MB/s median; tierd's puts %.0f MB/s, %.2f of "
@@ -413,7 +420,7 @@ void bench_cold(size_t bs)
     bench_tierd_stop(&d);
     c.ns = NULL;
     c.what = "tierd did not restart";
-    if ((r = bench_tierd_start_ex(&d, tag, "256M", false, extra, 30)) < 0)
+    if ((r = bench_tierd_start_ex(&d, tag, warm_sz, false, extra, 30)) < 0)
         goto out_fail_read;
     bench_log_line(d.log, "cold tier");
     c.what = "kvt_ns_open";

@@ -866,7 +866,7 @@ class Namespace:
     def commit_start(self, keys, durable=True):
         """Start a commit (kvt_put_commit_start) and return at once, so that
         the next batch is filled while this one is written: a handle for
-        commit_wait, which returns what commit() would. At most 2 started
+        commit_wait, which returns what commit() would. At most 4 started
         and not waited for (KvtierError -EBUSY beyond)."""
         arr, n = _keys(keys)
         cm = _Commit()
