@@ -220,7 +220,7 @@ Test(tier_trust, a_durable_commit_beyond_the_disks_queue_returns_and_waits_in_th
     io = tier_cold_io(r.cold);
     t_keys((kvt_key *)k, N, 19);
     put(&r, false, NULL, k, N, 1900);
-    rc = tier_commit_durable(r.t, 1, BLK, 2, k, N, &r.waiter[0], ids, &pend);
+    rc = tier_commit_durable(t_tns(r.t, 1, BLK), 2, k, N, &r.waiter[0], ids, &pend);
     cr_assert_eq(rc, 0, "durable commit: %d", rc);
     cr_assert_eq(pend, N, "every block is waited for");
     cr_assert_eq(tier_nvme_sim_queued(io), 16, "the disk's queue is full, the rest wait");
@@ -239,7 +239,7 @@ Test(tier_trust, a_durable_commit_beyond_the_disks_queue_returns_and_waits_in_th
     }
     cr_assert_eq(r.ready[0], N, "%d of %d told durable (%d failed)", r.ready[0], N, r.failed[0]);
     for (int i = 0; i < N; i++) {
-        tier_story_get(r.t, 1, &k[i], &s);
+        tier_story_get(t_tns_of(r.t, 1), &k[i], &s);
         cr_assert(s.present && s.on_disk, "block %d acknowledged durable, not on disk", i);
     }
     rig_close(&r);
