@@ -29,6 +29,8 @@ struct chk {
     uint64_t used, hused;    /* warm / hot slot bytes held */
     uint64_t nres, nwarm_blocks, nhot_blocks, leases;
     uint64_t in_lru;         /* entries marked on a list, not yet met in a walk */
+    const struct tier_ns *ns; /* the last entry's namespace: entries of one id run
+                                 together, so the linear find runs rarely */
 };
 
 /* Describe the first violation and fail the check. */
@@ -138,7 +140,7 @@ static int check_links(struct chk *c, uint32_t id, const struct idx_entry *e)
 static int check_size(struct chk *c, uint32_t id, const struct idx_entry *e,
                       const struct tier_ram *pool)
 {
-    const struct tier_ns *ns = tier_ns_find(c->t, e->ns);
+    const struct tier_ns *ns = c->ns && c->ns->id == e->ns ? c->ns : tier_ns_find(c->t, e->ns);
 
     if (!ns)
         BAD("entry %u: in a slot, but its namespace %u is not open", id, e->ns);
@@ -146,6 +148,7 @@ static int check_size(struct chk *c, uint32_t id, const struct idx_entry *e,
         BAD("entry %u: a slot of %llu bytes in namespace %u of %llu", id,
             (unsigned long long)tier_ram_class_slot(pool, e->cls), e->ns,
             (unsigned long long)ns->slot);
+    c->ns = ns;
     return 0;
 }
 

@@ -28,7 +28,9 @@ int tier_ns_open(struct tier *t, uint32_t id, uint64_t block_bytes, struct tier_
 {
     struct tier_ns *ns = tier_ns_find(t, id);
 
-    if (block_bytes == 0 || tier_slot_bytes(block_bytes) > tier_block_max(t))
+    /* the size itself first: a slot rounded up from near 2^64 wraps to 0 */
+    if (block_bytes == 0 || block_bytes > tier_block_max(t) ||
+        tier_slot_bytes(block_bytes) > tier_block_max(t))
         return -EINVAL;
     if (ns) {
         /* one size per id: a block is never asked for as another size */
