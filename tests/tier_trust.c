@@ -429,3 +429,103 @@ Test(tier_trust, puts_beyond_warm_demote_and_drop_nothing_while_the_disk_has_roo
     }
     rig_close(&r);
 }
+
+/* Review of issue 19 (rev19): the waits for a full disk queue are said to
+ * start oldest first. The disk's queue is full (commit X, 16 writes); then
+ * three one-block durable commits A, B, C (waiters 1, 2, 3) wait in the
+ * store. A turn with no completion refuses all three; then one slot frees
+ * and the next turn starts one write: the oldest commit's, A's. That write
+ * is failed on the simulated disk so that its waiter says whose it was. */
+Test(tier_trust, rev19_a_waiting_durable_write_of_the_oldest_commit_starts_first, .timeout = 20)
+{
+    enum { N = 16 };
+    struct tier_nvme *io;
+    struct rig r;
+    struct tier_key k[N + 3];
+    uint32_t ids[N], pend;
+
+    rig_open(&r, 4u << 20, 1.0, 8u << 20);
+    io = tier_cold_io(r.cold);
+    t_keys((kvt_key *)k, N + 3, 1901);
+    put(&r, false, NULL, k, N + 3, 1900);
+    cr_assert_eq(tier_commit_durable(t_tns(r.t, 1, BLK), 2, k, N, &r.waiter[0], ids, &pend), 0);
+    cr_assert_eq(tier_nvme_sim_queued(io), 16, "the disk's queue is full");
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(tier_commit_durable(t_tns(r.t, 1, BLK), 2, &k[N + i], 1, &r.waiter[1 + i],
+                                         ids, &pend), 0);
+        cr_assert_eq(pend, 1);
+    }
+    cr_assert_eq(tier_nvme_sim_queued(io), 16);
+    tier_maintain(r.t); /* no room: every wait refused (tierd runs this after every turn) */
+    check(&r);
+    cr_assert_eq(tier_nvme_sim_complete(io, 0, 0), 0); /* one of X's writes: one slot */
+    cr_assert_geq(tier_poll(r.t, false), 0);
+    tier_maintain(r.t);
+    cr_assert_eq(tier_nvme_sim_queued(io), 16, "one waiting write started");
+    cr_assert_eq(tier_nvme_sim_complete(io, 15, -EIO), 0); /* the write just started */
+    cr_assert_geq(tier_poll(r.t, false), 0);
+    cr_assert_eq(r.failed[1] + r.failed[2] + r.failed[3], 1);
+    cr_assert_eq(r.failed[1], 1, "the write started was not the oldest commit's (A: %d, B: %d, "
+                 "C: %d)", r.failed[1], r.failed[2], r.failed[3]);
+    rig_close(&r);
+}
+
+/* Review of issue 19 (rev19): a durable write that found the disk's queue
+ * full waits in the store, and tier_maintain tries it after tier_poll has
+ * given every slot a completion freed to the reads backlogged in the cold
+ * tier. Reads that arrive after the durable commit keep the backlog
+ * non-empty, so the commit's write never starts while they keep coming
+ * (before issue 19 the commit polled the disk until its write went in). */
+Test(tier_trust, rev19_a_waiting_durable_write_is_not_starved_by_later_reads, .timeout = 60)
+{
+    enum { CH = 8, NCH = 14, X = 16 };
+    struct tier_nvme *io;
+    struct rig r;
+    struct tier_key p[NCH * CH], x[X], d;
+    struct tier_story s;
+    uint32_t ids[X], pend;
+    size_t reads = 0;
+    int turns = 0;
+
+    rig_open(&r, 4u << 20, 0.3, 16u << 20);
+    io = tier_cold_io(r.cold);
+    t_keys((kvt_key *)p, NCH * CH, 1911);
+    t_keys((kvt_key *)x, X, 1912);
+    t_keys((kvt_key *)&d, 1, 1913);
+    for (int c = 0; c < NCH; c++) { /* chains on disk, then out of warm */
+        put(&r, false, NULL, &p[c * CH], CH, 1910 + (uint64_t)c * CH);
+        cr_assert_eq(tier_commit_durable(t_tns(r.t, 1, BLK), 1, &p[c * CH], CH, &r.waiter[3],
+                                         ids, &pend), 0);
+        movers(&r);
+    }
+    movers(&r);
+    cr_assert_eq(r.ready[3], NCH * CH);
+    for (int i = 0; i < NCH * CH; i++) {
+        tier_story_get(t_tns_of(r.t, 1), &p[i], &s);
+        cr_assert(s.present && s.on_disk);
+    }
+    put(&r, false, NULL, x, X, 1920);
+    put(&r, false, NULL, &d, 1, 1930);
+    cr_assert_eq(tier_commit_durable(t_tns(r.t, 1, BLK), 2, x, X, &r.waiter[0], ids, &pend), 0);
+    cr_assert_eq(tier_nvme_sim_queued(io), 16, "the disk's queue is full");
+    cr_assert_eq(tier_commit_durable(t_tns(r.t, 1, BLK), 2, &d, 1, &r.waiter[1], ids, &pend), 0);
+    cr_assert_eq(pend, 1, "D's write waits in the store");
+    /* tierd's loop: requests (a prefetch now and then), the disk, the mover */
+    for (int c = 0; c < NCH; c++) {
+        reads += tier_prefetch(t_tns(r.t, 1, BLK), &p[c * CH], CH, 0);
+        for (int i = 0; i < CH; i++, turns++) {
+            if (tier_nvme_sim_queued(io))
+                cr_assert_eq(tier_nvme_sim_complete(io, 0, 0), 0);
+            cr_assert_geq(tier_poll(r.t, false), 0);
+            tier_maintain(r.t);
+            check(&r);
+        }
+    }
+    cr_log_info("rev19: %zu reads started, %d turns; X told %d/%d, D told %d (failed %d)",
+                reads, turns, r.ready[0], r.failed[0], r.ready[1], r.failed[1]);
+    cr_assert_eq(r.ready[0], X, "X's writes and syncs were done");
+    cr_assert_eq(r.ready[1] + r.failed[1], 1, "after %d turns, the disk doing a request every "
+                 "turn, D's write (queued before %zu later reads) is still not done",
+                 turns, reads);
+    rig_close(&r);
+}
