@@ -116,6 +116,7 @@ struct mkey {
     bool was;            /* crash: present before it */
     bool seen;           /* present at the last check (the step before) */
     bool held;           /* present or being written at the last check */
+    bool rooted;         /* rev19: every block before it present at the last check */
     uint32_t gone;       /* times it went from present or written to neither */
     uint64_t orphan_at;  /* step + 1 since which it is an unleased orphan (0: not) */
 };
@@ -531,6 +532,7 @@ static void check_keys(struct world *w)
         for (int c = 0; c < NCHAIN; c++) {
             bool prev = true; /* the root's "parent" is always there */
             bool pwriting = false; /* the block before is being written (a child waits) */
+            bool rooted = true;
 
             for (int p = 0; p < LEN; p++) {
                 struct mkey *m = &w->m[ns][c][p];
@@ -553,7 +555,7 @@ static void check_keys(struct world *w)
                 /* leaf-first in every tier: a block is never dropped while its
                  * child stays (unless it was an orphan itself, swept) */
                 if (!s.present && m->seen && s.event == TIER_EV_DROPPED && p + 1 < LEN &&
-                    w->m[ns][c][p + 1].seen && (p == 0 || w->m[ns][c][p - 1].seen)) {
+                    w->m[ns][c][p + 1].seen && m->rooted) {
                     struct tier_story cs;
 
                     story(w, ns, c, p + 1, &cs);
@@ -591,6 +593,8 @@ static void check_keys(struct world *w)
                     m->orphan_at = 0;
                 }
                 prev = s.present;
+                m->rooted = rooted;
+                rooted = rooted && s.present;
                 pwriting = s.writing;
                 m->seen = s.present;
                 if (m->held && !s.present && !s.writing)
