@@ -88,6 +88,9 @@ struct tier_cold {
     bool isync_wanted;    /* an ISYNC is owed (the ring was full): from tier_cold_poll */
     unsigned writes, reads; /* in flight (reads: backlog included) */
     struct op *backlog, **backlog_tail; /* reads waiting for a ring slot, FIFO */
+    unsigned nbacklog;    /* reads on the backlog */
+    bool write_wanted;    /* a write was refused for want of a slot since the last that
+                             went in: reads keep to half of the data slots meanwhile */
     struct tier_cold_stats st;
     void (*log)(void *ctx, const char *msg);
     void *log_ctx;
@@ -106,6 +109,17 @@ static bool data_room(const struct tier_cold *c)
     unsigned syncs = (unsigned)c->sync_inflight + (unsigned)c->isync_inflight;
 
     return tier_nvme_inflight(c->io) - syncs < c->data_qd;
+}
+
+/* Whether a read may take a free data slot now. While a write waits for
+ * one (refused since the last write went in), reads in the ring keep to
+ * half of the data slots, so the slots the writes' completions free go to
+ * writes: else a backlog of reads refilled every slot freed, and a durable
+ * commit's write waited as long as reads kept coming (review of issue 19).
+ * Reads still get half, so neither side starves the other. */
+static bool read_room(const struct tier_cold *c)
+{
+    return data_room(c) && (!c->write_wanted || c->reads - c->nbacklog < (c->data_qd + 1) / 2);
 }
 
 /* ---- page map -------------------------------------------------------- */
@@ -416,8 +430,10 @@ int tier_cold_put(struct tier_cold *c, uint32_t ns, const struct tier_key *key,
         return -EIO;
     if (!aligned(buf, len) || !cb)
         return -EINVAL;
-    if (!data_room(c))
+    if (!data_room(c)) {
+        c->write_wanted = true; /* its caller tries again: reads leave it room */
         return -EBUSY; /* before the space and the checksum: a refused put costs nothing */
+    }
     o = malloc(sizeof(*o));
     if (!o)
         return -ENOMEM;
@@ -438,6 +454,7 @@ int tier_cold_put(struct tier_cold *c, uint32_t ns, const struct tier_key *key,
         return rc;
     }
     c->writes++;
+    c->write_wanted = false;
     tier_nvme_submit(c->io);
     return 0;
 }
@@ -503,7 +520,7 @@ int tier_cold_get(struct tier_cold *c, uint32_t ns, const struct tier_key *key, 
         return -ENOMEM;
     *o = (struct op){ .c = c, .ns = ns, .key = *key, .off = rec.off, .len = rec.len,
                       .xxh3 = rec.xxh3, .gen = rec.gen, .buf = buf, .cb = cb, .ctx = ctx };
-    rc = c->backlog || !data_room(c) ? -EBUSY
+    rc = c->backlog || !read_room(c) ? -EBUSY
                                      : tier_nvme_read(c->io, rec.off, buf, rec.len, on_read, o);
     if (rc == -EBUSY) {
         /* no data slot free: a long chain's reads wait their turn here rather
@@ -511,6 +528,7 @@ int tier_cold_get(struct tier_cold *c, uint32_t ns, const struct tier_key *key, 
         o->next = NULL;
         *c->backlog_tail = o;
         c->backlog_tail = &o->next;
+        c->nbacklog++;
     } else if (rc < 0) {
         free(o);
         return rc;
@@ -594,11 +612,12 @@ static void feed_backlog(struct tier_cold *c)
 {
     while (c->backlog) {
         struct op *o = c->backlog;
-        int rc = data_room(c) ? tier_nvme_read(c->io, o->off, o->buf, o->len, on_read, o)
+        int rc = read_room(c) ? tier_nvme_read(c->io, o->off, o->buf, o->len, on_read, o)
                               : -EBUSY;
 
         if (rc == -EBUSY)
             break; /* still full: the next completion makes room */
+        c->nbacklog--;
         c->backlog = o->next;
         if (!c->backlog)
             c->backlog_tail = &c->backlog;

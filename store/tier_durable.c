@@ -114,12 +114,13 @@ static struct dwait *dwaits_take(struct tier *t, uint32_t id)
  * Its entries leave the list before any write starts: a write can evict a
  * block from the disk, and that block's own waits are failed (and freed)
  * from within, so nothing may hold a pointer into the list meanwhile. */
-void tier_dwaits_run(struct tier *t, uint32_t id)
+bool tier_dwaits_run(struct tier *t, uint32_t id)
 {
     struct dwait *mine;
+    bool refused = false;
 
     if (idx_at(t->idx, id)->state != IDX_COMMITTED)
-        return;
+        return false;
     mine = dwaits_take(t, id);
     while (mine) {
         struct dwait *d = mine;
@@ -135,12 +136,14 @@ void tier_dwaits_run(struct tier *t, uint32_t id)
                 tail = &(*tail)->next;
             d->next = NULL;
             *tail = d;
+            refused = true;
             continue;
         }
         if (r != 1)
             tier_notify(t, d->waiter, id, r);
         free(d);
     }
+    return refused;
 }
 
 /* The waits tier_maintain tries again (their disk queue was full): every
@@ -166,8 +169,12 @@ void tier_dwaits_retry(struct tier *t)
         if (!seen && d->id < lim && idx_at(t->idx, d->id)->state == IDX_COMMITTED)
             ids[n++] = d->id;
     }
+    /* the first refused ends the pass: the queue is full for the rest too,
+     * and trying them would put each back at the far end, reversing the
+     * list (the newest commit first at the next turn; review of issue 19) */
     for (uint32_t i = n; i-- > 0;)
-        tier_dwaits_run(t, ids[i]);
+        if (tier_dwaits_run(t, ids[i]))
+            break;
     free(ids);
 }
 

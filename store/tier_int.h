@@ -407,7 +407,8 @@ int tier_commit_durable_for(struct tier_ns *ns, uint32_t owner,
                             uint32_t *ids, uint32_t *pending);
 /* A hot-to-warm copy landed (rc): start the writes dws wait for. */
 void tier_durable_after(struct tier *t, uint32_t id, struct waiters *dws, int rc);
-void tier_dwaits_run(struct tier *t, uint32_t id);  /* id was committed */
+bool tier_dwaits_run(struct tier *t, uint32_t id);  /* id was committed: true when a
+                                                      write was refused (queue full) */
 void tier_dwaits_retry(struct tier *t);             /* queues were full: again */
 void tier_dwaits_fail(struct tier *t, uint32_t id, int rc); /* id will never commit */
 /* Whether a durable commit waits for id (its write owed: the disk's queue
