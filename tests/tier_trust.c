@@ -430,13 +430,13 @@ Test(tier_trust, puts_beyond_warm_demote_and_drop_nothing_while_the_disk_has_roo
     rig_close(&r);
 }
 
-/* Review of issue 19 (rev19): the waits for a full disk queue are said to
+/* Review of issue 19: the waits for a full disk queue are said to
  * start oldest first. The disk's queue is full (commit X, 16 writes); then
  * three one-block durable commits A, B, C (waiters 1, 2, 3) wait in the
  * store. A turn with no completion refuses all three; then one slot frees
  * and the next turn starts one write: the oldest commit's, A's. That write
  * is failed on the simulated disk so that its waiter says whose it was. */
-Test(tier_trust, rev19_a_waiting_durable_write_of_the_oldest_commit_starts_first, .timeout = 20)
+Test(tier_trust, a_waiting_durable_write_of_the_oldest_commit_starts_first, .timeout = 20)
 {
     enum { N = 16 };
     struct tier_nvme *io;
@@ -470,13 +470,13 @@ Test(tier_trust, rev19_a_waiting_durable_write_of_the_oldest_commit_starts_first
     rig_close(&r);
 }
 
-/* Review of issue 19 (rev19): a durable write that found the disk's queue
+/* Review of issue 19: a durable write that found the disk's queue
  * full waits in the store, and tier_maintain tries it after tier_poll has
  * given every slot a completion freed to the reads backlogged in the cold
  * tier. Reads that arrive after the durable commit keep the backlog
  * non-empty, so the commit's write never starts while they keep coming
  * (before issue 19 the commit polled the disk until its write went in). */
-Test(tier_trust, rev19_a_waiting_durable_write_is_not_starved_by_later_reads, .timeout = 60)
+Test(tier_trust, a_waiting_durable_write_is_not_starved_by_later_reads, .timeout = 60)
 {
     enum { CH = 8, NCH = 14, X = 16 };
     struct tier_nvme *io;
@@ -521,7 +521,7 @@ Test(tier_trust, rev19_a_waiting_durable_write_is_not_starved_by_later_reads, .t
             check(&r);
         }
     }
-    cr_log_info("rev19: %zu reads started, %d turns; X told %d/%d, D told %d (failed %d)",
+    cr_log_info("%zu reads started, %d turns; X told %d/%d, D told %d (failed %d)",
                 reads, turns, r.ready[0], r.failed[0], r.ready[1], r.failed[1]);
     cr_assert_eq(r.ready[0], X, "X's writes and syncs were done");
     cr_assert_eq(r.ready[1] + r.failed[1], 1, "after %d turns, the disk doing a request every "

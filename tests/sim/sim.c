@@ -116,7 +116,7 @@ struct mkey {
     bool was;            /* crash: present before it */
     bool seen;           /* present at the last check (the step before) */
     bool held;           /* present or being written at the last check */
-    bool rooted;         /* rev19: every block before it present at the last check */
+    bool rooted;         /* every block before it present at the last check */
     uint32_t gone;       /* times it went from present or written to neither */
     uint64_t orphan_at;  /* step + 1 since which it is an unleased orphan (0: not) */
 };
