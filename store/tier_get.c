@@ -18,6 +18,8 @@ size_t tier_lookup_why(struct tier_ns *ns, const struct tier_key *keys, size_t n
                        uint8_t *tiers, struct tier_misses *why)
 {
     struct tier *t = ns->t;
+    struct idx *ix = t->idx;
+    const uint32_t nsid = ns->id; /* in registers: the calls below could alias *ns */
     size_t hits = 0, i;
     bool leading = true;
 
@@ -27,10 +29,10 @@ size_t tier_lookup_why(struct tier_ns *ns, const struct tier_key *keys, size_t n
 
         /* the bucket array is far larger than cache: fetch a few keys ahead */
         if (i + 4 < n)
-            idx_prefetch(t->idx, ns->id, &keys[i + 4]);
-        id = idx_find(t->idx, ns->id, &keys[i]);
-        if (id != TIER_NONE && idx_at(t->idx, id)->state == IDX_COMMITTED)
-            lvl = idx_at(t->idx, id)->level;
+            idx_prefetch(ix, nsid, &keys[i + 4]);
+        id = idx_find(ix, nsid, &keys[i]);
+        if (id != TIER_NONE && idx_at(ix, id)->state == IDX_COMMITTED)
+            lvl = idx_at(ix, id)->level;
         if (tiers)
             tiers[i] = lvl;
         if (leading && lvl != TIER_L_NONE)
