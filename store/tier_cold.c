@@ -122,6 +122,13 @@ static bool read_room(const struct tier_cold *c)
     return data_room(c) && (!c->write_wanted || c->reads - c->nbacklog < (c->data_qd + 1) / 2);
 }
 
+/* Whether the puts written since the last sync want theirs now: a batch's
+ * worth, or any while a flush is asked for. */
+static bool sync_due(const struct tier_cold *c)
+{
+    return c->npending >= c->batch || (c->flush_wanted && c->npending);
+}
+
 /* ---- page map -------------------------------------------------------- */
 
 static bool page_used(const struct tier_cold *c, uint64_t p)
@@ -309,7 +316,7 @@ static void on_sync(void *ctx, int64_t res)
      * while this group's index commit (whose own sync blocks the loop)
      * does: the two are of different files and cover different puts (after
      * a failed sync, nothing more is synced: the tier turns failed below) */
-    if (rc == 0 && (c->npending >= c->batch || (c->flush_wanted && c->npending)))
+    if (rc == 0 && sync_due(c))
         start_sync(c);
     if (rc == 0) {
         p = malloc(n * sizeof(*p));
@@ -354,7 +361,7 @@ static void on_sync(void *ctx, int64_t res)
     tell_indexed(c, 0);
     start_isync(c);
     /* puts written during the commit: their sync, unless one is running */
-    if (!c->sync_inflight && (c->npending >= c->batch || (c->flush_wanted && c->npending)))
+    if (!c->sync_inflight && sync_due(c))
         start_sync(c);
 }
 

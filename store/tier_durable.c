@@ -225,20 +225,12 @@ int tier_commit_durable_for(struct tier_ns *ns, uint32_t owner,
             err = -ENODATA;
             continue;
         }
-        if (idx_at(t->idx, id)->state == IDX_RESERVED) {
-            /* another client is still writing it: wait for its commit */
-            rc = dwait_add(t, id, w);
-            if (rc < 0)
-                return rc;
-            ids[(*pending)++] = id;
-            continue;
-        }
-        /* the disk's queue is full: the write waits its turn on the list
-         * (tier_maintain starts it once completions make room) rather than
-         * the loop here, so that tierd answers the engine's next reserve
-         * meanwhile (it used to poll the disk until each write went in) */
-        rc = durable_one(t, id, w);
-        if (rc == -EBUSY) {
+        /* wait on the list: for another client still writing it (its
+         * commit), or when the disk's queue is full (tier_maintain starts
+         * the write once completions make room) rather than in a loop here,
+         * so that tierd answers the engine's next reserve meanwhile (it used
+         * to poll the disk until each write went in) */
+        if (idx_at(t->idx, id)->state == IDX_RESERVED || (rc = durable_one(t, id, w)) == -EBUSY) {
             rc = dwait_add(t, id, w);
             if (rc < 0)
                 return rc;
