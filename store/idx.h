@@ -47,6 +47,8 @@ struct idx_entry {
     uint8_t level;       /* enum tier_level: HOT (a device slot holds the data), WARM
                             (a warm slot does) or COLD (disk only) */
     uint8_t state;       /* enum idx_state */
+    uint8_t pol;         /* the eviction policy's: its warm list (IDX_POL_LIST, set
+                            when it is linked), and reuse's turn and had-child bit */
     uint16_t flags;      /* IDX_F_* */
 };
 
@@ -63,6 +65,10 @@ struct idx_entry {
 #define IDX_F_REUSED 0x400u  /* read or put again since its put: admitted to cold */
 #define IDX_F_HIT 0x800u     /* leased at least once since it was committed (policy keep) */
 #define IDX_F_KEEP 0x1000u   /* policy keep: kept (its class's list, not the leave-first one) */
+#define IDX_POL_LIST 0x7u    /* pol: the warm list it is on, of its size class */
+#define IDX_POL_TURN 0x18u   /* pol, policy reuse: its chain's turn, 1 to 3 */
+#define IDX_POL_TURN_SHIFT 3
+#define IDX_POL_PARENT 0x20u /* pol, policy reuse: a child was put under it once */
 /* A move holds the slot: not evicted, removed or moved again meanwhile. One
  * flag per direction, so that a move in one direction is never mistaken for
  * one in another (a durable commit joins a write to disk, never a copy from

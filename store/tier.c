@@ -48,9 +48,9 @@ int tier_create(const struct tier_cfg *cfg, struct tier **out)
     if (rc < 0)
         goto out_idx;
     for (int c = 0; c < TIER_RAM_CLASSES; c++)
-        for (int k = 0; k < 2; k++)
-            t->lru[c][k].head = t->lru[c][k].tail = t->plru[c][k].head =
-                t->plru[c][k].tail = TIER_NONE;
+        for (int l = 0; l < TIER_POL_LISTS; l++)
+            for (int k = 0; k < 2; k++)
+                t->lru[c][l][k].head = t->lru[c][l][k].tail = TIER_NONE;
     t->clru.head = t->clru.tail = TIER_NONE;
     for (int c = 0; c < TIER_RAM_CLASSES; c++)
         t->hlru[c].head = t->hlru[c].tail = TIER_NONE;

@@ -78,9 +78,13 @@ enum tier_evict_policy {
                              that keeping a share of new chains for longer
                              finds more hits than keeping all of them briefly,
                              the rest leave first (LRU otherwise) */
+    TIER_EVICT_REUSE = 2, /* a learnt reuse index per class of block (its chain's
+                             turn, whether it was hit, a chain's last block):
+                             the leaf that can still earn the fewest reuses
+                             per slot leaves first */
     TIER_EVICT_N
 };
-/* The policy named s ("lru", "keep"): 0 and *out, or -EINVAL. */
+/* The policy named s ("lru", "keep", "reuse"): 0 and *out, or -EINVAL. */
 int tier_evict_policy_parse(const char *s, enum tier_evict_policy *out);
 const char *tier_evict_policy_name(enum tier_evict_policy p); /* static string */
 

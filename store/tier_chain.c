@@ -18,26 +18,58 @@
 
 #include "tier_int.h"
 
-/* The list e is on (or would go on): the cold list, or its class's warm
- * list for blocks on disk or not. What decides it (level, cls, cold bit)
- * changes only while e is unlinked. */
+/* The list e is on: the cold list, a hot list, or the warm list of its
+ * size class, the policy's list for it (set when it was linked) and
+ * whether it is on disk. What decides it (level, cls, cold bit, the
+ * policy's list) changes only while e is unlinked. */
 static struct lru *list_of(struct tier *t, const struct idx_entry *e)
 {
     if (e->flags & IDX_F_CLRU)
         return &t->clru;
     if (e->flags & IDX_F_HLRU)
         return &t->hlru[e->cls];
-    /* policy keep: a chain not kept sits on the list that leaves first */
-    if (t->pol.kind == TIER_EVICT_KEEP && !(e->flags & IDX_F_KEEP))
-        return &t->plru[e->cls][e->flags & IDX_F_COLD ? TIER_LRU_CLEAN : TIER_LRU_DIRTY];
-    return &t->lru[e->cls][e->flags & IDX_F_COLD ? TIER_LRU_CLEAN : TIER_LRU_DIRTY];
+    return &t->lru[e->cls][e->pol & IDX_POL_LIST]
+                  [e->flags & IDX_F_COLD ? TIER_LRU_CLEAN : TIER_LRU_DIRTY];
+}
+
+/* Make *best the older (by access stamp) of itself and list l's tail. */
+static void older(const struct tier *t, const struct lru *l, uint32_t *best, uint32_t *age)
+{
+    uint32_t a;
+
+    if (l->tail == TIER_NONE)
+        return;
+    a = t->clock - idx_at(t->idx, l->tail)->stamp; /* wrap-safe difference */
+    if (*best == TIER_NONE || a > *age) {
+        *best = l->tail;
+        *age = a;
+    }
+}
+
+/* The warm leaf that leaves first among the size classes in cmask and the
+ * lists TIER_LRU_DIRTY / CLEAN in kmask: under reuse the lowest index;
+ * else the oldest tail of the first policy list that has one (under keep
+ * the leaves not kept, then the kept; under lru, and reuse before it has
+ * learnt, there is one list). A list's tail, not its oldest stamp: a
+ * parent whose last child left goes to the tail, so a chain leaves whole. */
+static uint32_t pick_leaf(const struct tier *t, uint32_t cmask, unsigned kmask)
+{
+    uint32_t best = TIER_NONE, age = 0;
+    int nl = tier_pol_nlists(t);
+
+    if (t->pol.kind == TIER_EVICT_REUSE && t->pol.learnt)
+        return tier_reuse_pick(t, cmask, kmask);
+    for (int l = 0; l < nl && best == TIER_NONE; l++)
+        for (uint32_t m = cmask & t->pol.used; m; m &= m - 1)
+            for (int k = 0; k < 2; k++)
+                if (kmask & (1u << k))
+                    older(t, &t->lru[__builtin_ctz(m)][l][k], &best, &age);
+    return best;
 }
 
 uint32_t tier_lru_tail(const struct tier *t, int cls, int k)
 {
-    uint32_t v = t->plru[cls][k].tail;
-
-    return v != TIER_NONE ? v : t->lru[cls][k].tail;
+    return pick_leaf(t, 1u << cls, 1u << k);
 }
 
 void tier_lru_unlink(struct tier *t, uint32_t id)
@@ -65,6 +97,10 @@ static void lru_link(struct tier *t, uint32_t id, bool at_tail, uint8_t which)
     struct idx_entry *e = idx_at(t->idx, id);
     struct lru *l;
 
+    if (which == IDX_F_LRU) { /* the policy's list, fixed while linked */
+        e->pol = (uint8_t)((e->pol & ~IDX_POL_LIST) | tier_pol_list(t, e));
+        t->pol.used |= 1u << e->cls;
+    }
     e->flags |= which;
     l = list_of(t, e);
     e->prev = at_tail ? l->tail : TIER_NONE;
@@ -119,6 +155,7 @@ void tier_set_parent(struct tier *t, uint32_t id, uint32_t p)
     idx_at(t->idx, id)->parent = p;
     if (p != TIER_NONE) {
         idx_at(t->idx, p)->nchild++;
+        tier_pol_parented(t, p);
         tier_settle(t, p, false); /* a parent is not a leaf */
     }
 }
@@ -190,46 +227,16 @@ bool tier_drop_idle_ghost(struct tier *t, uint32_t id)
     return true;
 }
 
-/* Make *best the older (by access stamp) of itself and list l's tail. */
-static void older(const struct tier *t, const struct lru *l, uint32_t *best, uint32_t *age)
+/* The victim for warm's watermarks, of any size class. */
+uint32_t tier_pick_victim(const struct tier *t)
 {
-    uint32_t a;
-
-    if (l->tail == TIER_NONE)
-        return;
-    a = t->clock - idx_at(t->idx, l->tail)->stamp; /* wrap-safe difference */
-    if (*best == TIER_NONE || a > *age) {
-        *best = l->tail;
-        *age = a;
-    }
+    return pick_leaf(t, UINT32_MAX, 1u << TIER_LRU_DIRTY | 1u << TIER_LRU_CLEAN);
 }
 
-/* The victim for warm's watermarks: the oldest warm leaf not kept, else
- * the oldest kept one (under LRU every leaf is "kept"). O(classes). */
-uint32_t tier_pick_victim(struct tier *t)
+/* The leaf already on disk that leaves first, of any size class. */
+uint32_t tier_pick_clean(const struct tier *t)
 {
-    uint32_t best = TIER_NONE, age = 0;
-
-    for (int c = 0; c < TIER_RAM_CLASSES; c++)
-        for (int k = 0; k < 2; k++)
-            older(t, &t->plru[c][k], &best, &age);
-    for (int c = 0; c < TIER_RAM_CLASSES && best == TIER_NONE; c++)
-        for (int k = 0; k < 2; k++)
-            older(t, &t->lru[c][k], &best, &age);
-    return best;
-}
-
-/* The oldest warm leaf already on disk, of any class, in the same order.
- * O(classes). */
-uint32_t tier_pick_clean(struct tier *t)
-{
-    uint32_t best = TIER_NONE, age = 0;
-
-    for (int c = 0; c < TIER_RAM_CLASSES; c++)
-        older(t, &t->plru[c][TIER_LRU_CLEAN], &best, &age);
-    for (int c = 0; c < TIER_RAM_CLASSES && best == TIER_NONE; c++)
-        older(t, &t->lru[c][TIER_LRU_CLEAN], &best, &age);
-    return best;
+    return pick_leaf(t, UINT32_MAX, 1u << TIER_LRU_CLEAN);
 }
 
 /* The victim for hot's watermarks: the oldest hot leaf. O(classes). */

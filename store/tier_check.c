@@ -211,31 +211,36 @@ static int check_totals(struct chk *c)
     return 0;
 }
 
-/* Warm list k of class cls, the kept one or (policy keep) the other:
- * links, members, tail. */
-static int check_warm_list(struct chk *c, int cls, int k, bool kept)
+/* Warm list (cls, l, k): links, members (the policy's list l of their size
+ * class: under keep the list their keep flag names), tail. */
+static int check_warm_list(struct chk *c, int cls, int l, int k)
 {
     const struct tier *t = c->t;
-    const struct lru *l = kept ? &t->lru[cls][k] : &t->plru[cls][k];
-    /* under LRU every leaf is on a kept list; under keep, its flag says */
-    bool lru = t->pol.kind != TIER_EVICT_KEEP;
+    const struct lru *ls = &t->lru[cls][l][k];
+    bool keep = t->pol.kind == TIER_EVICT_KEEP;
     uint32_t prev = TIER_NONE;
 
-    for (uint32_t id = l->head; id != TIER_NONE; id = idx_at(t->idx, id)->next) {
+    if (l >= tier_pol_nlists(t) && (ls->head != TIER_NONE || ls->tail != TIER_NONE))
+        BAD("LRU %d/%d/%d: a list policy %s does not use holds %u", cls, l, k,
+            tier_evict_policy_name(t->pol.kind), ls->head);
+    if (ls->head != TIER_NONE && !(t->pol.used & (1u << cls)))
+        BAD("LRU %d/%d/%d: size class not marked in use: no victim pick sees it", cls, l, k);
+    for (uint32_t id = ls->head; id != TIER_NONE; id = idx_at(t->idx, id)->next) {
         const struct idx_entry *e = idx_at(t->idx, id);
 
         if (!c->in_lru--)
             BAD("LRU lists hold more entries than are marked (a loop?)");
         if (e->prev != prev || e->cls != cls || !(e->flags & IDX_F_LRU) ||
-            !!(e->flags & IDX_F_COLD) != (k == TIER_LRU_CLEAN))
-            BAD("LRU %d/%d: bad link or member at %u", cls, k, id);
-        if (kept ? !lru && !(e->flags & IDX_F_KEEP) : lru || (e->flags & IDX_F_KEEP))
-            BAD("LRU %d/%d: entry %u on the %s list, keep flag %d", cls, k, id,
-                kept ? "kept" : "leave-first", !!(e->flags & IDX_F_KEEP));
+            !!(e->flags & IDX_F_COLD) != (k == TIER_LRU_CLEAN) ||
+            (int)(e->pol & IDX_POL_LIST) != l)
+            BAD("LRU %d/%d/%d: bad link or member at %u", cls, l, k, id);
+        if (keep && l != !!(e->flags & IDX_F_KEEP))
+            BAD("LRU %d/%d/%d: entry %u on the %s list, keep flag %d", cls, l, k, id,
+                l ? "kept" : "leave-first", !!(e->flags & IDX_F_KEEP));
         prev = id;
     }
-    if (l->tail != prev)
-        BAD("LRU %d/%d: tail %u, walk ends at %u", cls, k, l->tail, prev);
+    if (ls->tail != prev)
+        BAD("LRU %d/%d/%d: tail %u, walk ends at %u", cls, l, k, ls->tail, prev);
     return 0;
 }
 
@@ -281,10 +286,10 @@ static int check_lists(struct chk *c)
     int rc;
 
     for (int cls = 0; cls < TIER_RAM_CLASSES; cls++)
-        for (int k = 0; k < 2; k++)
-            if ((rc = check_warm_list(c, cls, k, true)) < 0 ||
-                (rc = check_warm_list(c, cls, k, false)) < 0)
-                return rc;
+        for (int l = 0; l < TIER_POL_LISTS; l++)
+            for (int k = 0; k < 2; k++)
+                if ((rc = check_warm_list(c, cls, l, k)) < 0)
+                    return rc;
     if ((rc = check_cold_list(c)) < 0)
         return rc;
     for (int cls = 0; cls < TIER_RAM_CLASSES; cls++)

@@ -8,6 +8,7 @@
  *   tier.c              tier_open/tier_close, pools, poll, counters
  *   tier_chain.c        chains (parents, children, ghosts) and the LRU lists of leaves
  *   tier_policy.c       the eviction policy: which new chains are kept, learnt online
+ *   tier_reuse.c        policy reuse: classes of blocks, their learnt reuse index
  *   tier_slot.c         warm slots and segments: room for a block now, a block leaving warm
  *   tier_move.c         moves in flight and their waiters
  *   tier_mover.c        the cold mover: demotion, flush, tier_maintain, promotion
@@ -55,8 +56,10 @@ struct tier_ns {
     uint64_t slot;        /* tier_slot_bytes(block_bytes): its slots' size */
 };
 
-/* The eviction policy's state (tier_policy.c). Ages are in clock ticks. */
-#define TIER_POL_NB 128 /* age buckets: four per power of two */
+/* The eviction policy's state (tier_policy.c, tier_reuse.c). Ages are in
+ * clock ticks. */
+#define TIER_POL_NB 128  /* age buckets: four per power of two */
+#define TIER_POL_LISTS 7 /* warm lists per size class: lru uses 1, keep 2, reuse 7 */
 struct tier_pol {
     enum tier_evict_policy kind;
     double share;                /* of new chains kept (1: all, as LRU) */
@@ -65,8 +68,15 @@ struct tier_pol {
                                     blocks found in ghosts), decayed */
     double vage;                 /* mean age of kept blocks leaving warm (0: none yet) */
     uint32_t left;               /* blocks that left warm since the last adaptation */
-    uint64_t *ghosts;            /* dropped, never reused: (key tag << 32) | stamp */
+    uint64_t *ghosts;            /* dropped blocks: key tag, reuse's class and turn, stamp */
     uint32_t gmask;              /* ghosts' slots - 1 (0: no table yet) */
+    uint32_t used;               /* size classes that ever had a warm leaf (a bit each) */
+    bool learnt;                 /* reuse: adapted once (until then it is LRU) */
+    /* policy reuse, per class of block (tier_reuse.c) */
+    double reuses[TIER_POL_LISTS][TIER_POL_NB]; /* reuses by age, decayed */
+    double entered[TIER_POL_LISTS];             /* blocks that entered it, decayed */
+    float index[TIER_POL_LISTS][TIER_POL_NB];   /* reuses per slot-tick still to
+                                                   earn at an age (inf: unknown) */
 };
 
 /* Each size class has two LRU lists of leaves: dirty (no cold copy: leaving
@@ -162,8 +172,9 @@ struct rput {
 struct tier {
     struct idx *idx;
     struct tier_ram *ram;
-    struct lru lru[TIER_RAM_CLASSES][2];
-    struct lru plru[TIER_RAM_CLASSES][2]; /* policy keep: leaves not kept, which go first */
+    /* warm leaves by size class, the policy's list (IDX_POL_LIST) and
+     * TIER_LRU_DIRTY / CLEAN */
+    struct lru lru[TIER_RAM_CLASSES][TIER_POL_LISTS][2];
     struct tier_pol pol;              /* the eviction policy (tier_policy.c) */
     struct lru clru;                  /* disk-only leaves, for a full disk */
     struct tier_hot *hot;             /* NULL: no tier above warm */
@@ -276,13 +287,14 @@ void tier_warm_lose(struct tier *t, uint32_t id, bool at_tail); /* level COLD */
 void tier_forget(struct tier *t, uint32_t id, bool at_tail);
 /* A ghost with no child and no lease goes; returns whether it went. */
 bool tier_drop_idle_ghost(struct tier *t, uint32_t id);
-/* The oldest warm leaf; the oldest one on disk too; the oldest hot leaf
- * (TIER_NONE: none). O(classes). */
-uint32_t tier_pick_victim(struct tier *t);
-uint32_t tier_pick_clean(struct tier *t);
+/* The warm leaf that leaves first (the policy's choice); the same among
+ * those on disk too; the oldest hot leaf (TIER_NONE: none). O(classes in
+ * use x the policy's lists). */
+uint32_t tier_pick_victim(const struct tier *t);
+uint32_t tier_pick_clean(const struct tier *t);
 uint32_t tier_pick_hot_victim(struct tier *t);
 
-/* The tail (oldest) of class cls's warm list k: the not-kept one first. */
+/* The leaf of size class cls's warm lists k that leaves first. */
 uint32_t tier_lru_tail(const struct tier *t, int cls, int k);
 
 /* ---- tier_policy.c: the eviction policy ---- */
@@ -294,6 +306,50 @@ void tier_pol_commit(struct tier *t, uint32_t id);
 void tier_pol_touch(struct tier *t, uint32_t id);
 /* id is leaving warm (unlinked); lost: no copy stays anywhere. */
 void tier_pol_left(struct tier *t, uint32_t id, bool lost);
+/* A child is being put under p (tier_set_parent). */
+void tier_pol_parented(struct tier *t, uint32_t p);
+/* The warm list an unlinked warm leaf goes on (of its size class). */
+int tier_pol_list(struct tier *t, const struct idx_entry *e);
+/* How many of the lists the policy uses (lists 0 to n - 1, leaving first
+ * from list 0 under lru and keep). */
+int tier_pol_nlists(const struct tier *t);
+/* The slot's 64-bit ghost word for e (NULL: no table), its tag in *tag. */
+uint64_t *tier_pol_ghost(struct tier *t, const struct idx_entry *e, uint32_t *tag);
+/* Size the ghost table for warm's blocks now. */
+void tier_pol_ghosts_fit(struct tier *t);
+/* Age buckets, four per power of two: ages 0-2 exactly, then x = age + 1
+ * in [2^m, 2^(m+1)) split in quarters; tier_bucket_top: the largest age. */
+static inline int tier_age_bucket(uint32_t age)
+{
+    uint64_t x = (uint64_t)age + 1;
+    int m = 63 - __builtin_clzll(x);
+
+    if (m < 2)
+        return (int)x - 1;
+    return 4 * m + (int)((x >> (m - 2)) & 3) - 5;
+}
+
+static inline double tier_bucket_top(int b)
+{
+    int m = (b + 5) / 4, q = (b + 5) % 4;
+
+    if (b < 3)
+        return b;
+    return (double)((uint64_t)(5 + q) << (m - 2)) - 2;
+}
+
+/* ---- tier_reuse.c: policy reuse ---- */
+void tier_reuse_commit(struct tier *t, struct idx_entry *e, struct idx_entry *parent);
+void tier_reuse_touch(struct tier *t, struct idx_entry *e);
+void tier_reuse_parented(struct tier *t, struct idx_entry *p);
+void tier_reuse_left(struct tier *t, struct idx_entry *e, bool lost);
+void tier_reuse_adapt(struct tier *t);
+/* e's class now (its list when it is linked next). */
+int tier_reuse_class(const struct idx_entry *e);
+/* The leaf that leaves first among the size classes in cmask, lists
+ * TIER_LRU_DIRTY / CLEAN in kmask: the lowest index of any class's oldest
+ * and youngest leaves. */
+uint32_t tier_reuse_pick(const struct tier *t, uint32_t cmask, unsigned kmask);
 
 /* ---- tier_slot.c: slots and segments ---- */
 /* Free id's warm slot now (committed, unleased, not moving): cold-only with

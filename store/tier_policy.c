@@ -20,6 +20,7 @@
  * were hit are always kept. Chains not kept go on the leave-first lists.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,7 +34,7 @@
 #define GAIN_MIN 1.1            /* a share below 1 must find 10 % more reuses per space */
 #define DECAY 0.7               /* the histogram's weight kept at each adaptation */
 
-static const char *const names[TIER_EVICT_N] = { "lru", "keep" };
+static const char *const names[TIER_EVICT_N] = { "lru", "keep", "reuse" };
 
 int tier_evict_policy_parse(const char *s, enum tier_evict_policy *out)
 {
@@ -50,27 +51,6 @@ const char *tier_evict_policy_name(enum tier_evict_policy p)
     return (unsigned)p < TIER_EVICT_N ? names[p] : "?";
 }
 
-/* Age buckets, four per power of two: ages 0-2 exactly, then x = age + 1
- * in [2^m, 2^(m+1)) split in quarters. bucket_top is the largest age in b. */
-static int bucket_of(uint32_t age)
-{
-    uint64_t x = (uint64_t)age + 1;
-    int m = 63 - __builtin_clzll(x);
-
-    if (m < 2)
-        return (int)x - 1;
-    return 4 * m + (int)((x >> (m - 2)) & 3) - 5;
-}
-
-static double bucket_top(int b)
-{
-    int m = (b + 5) / 4, q = (b + 5) % 4;
-
-    if (b < 3)
-        return b;
-    return (double)((uint64_t)(5 + q) << (m - 2)) - 2;
-}
-
 int tier_pol_init(struct tier *t, enum tier_evict_policy kind)
 {
     if ((unsigned)kind >= TIER_EVICT_N)
@@ -79,6 +59,9 @@ int tier_pol_init(struct tier *t, enum tier_evict_policy kind)
     t->pol.kind = kind;
     t->pol.share = 1.0;
     t->pol.keep_below = UINT32_MAX;
+    for (int c = 0; c < TIER_POL_LISTS; c++)
+        for (int b = 0; b < TIER_POL_NB; b++)
+            t->pol.index[c][b] = INFINITY; /* nothing known yet: kept */
     return 0;
 }
 
@@ -117,16 +100,19 @@ static uint32_t key32(const struct tier_key *k, unsigned at)
     return v;
 }
 
-/* The ghost slot of (ns, key) and its tag (never 0: 0 is an empty slot). */
-static uint64_t *ghost_at(struct tier *t, const struct idx_entry *e, uint32_t *tag)
+/* A ghost word is tag << 32 | stamp; the tag's low 6 bits hold reuse's
+ * class and turn, and bit 0 is set (0 is an empty slot). */
+uint64_t *tier_pol_ghost(struct tier *t, const struct idx_entry *e, uint32_t *tag)
 {
-    *tag = (key32(&e->key, 8) ^ e->ns) | 1;
+    if (!t->pol.ghosts)
+        return NULL;
+    *tag = ((key32(&e->key, 8) ^ e->ns) & ~0x3fu) | 1;
     return &t->pol.ghosts[(key32(&e->key, 4) ^ e->ns * 2654435761u) & t->pol.gmask];
 }
 
 /* Size the ghost table for warm's blocks now; a resized table starts empty
  * (statistics only: losing ghosts delays learning, nothing else). */
-static void ghosts_fit(struct tier *t)
+void tier_pol_ghosts_fit(struct tier *t)
 {
     uint64_t want = (uint64_t)t->st.blocks[TIER_L_WARM] * GHOSTS_PER_BLOCK;
     uint32_t n = GHOSTS_MIN;
@@ -155,7 +141,7 @@ static void adapt(struct tier *t)
         mass += p->hist[b];
     if (p->vage > 0 && mass >= 32) {
         for (int b = 0; b < TIER_POL_NB; b++) {
-            double top = bucket_top(b) + 1, e;
+            double top = tier_bucket_top(b) + 1, e;
 
             cum += p->hist[b];
             e = cum / top; /* reuses found per unit of space, keeping blocks to this age */
@@ -177,7 +163,6 @@ static void adapt(struct tier *t)
     }
     for (int b = 0; b < TIER_POL_NB; b++)
         p->hist[b] *= DECAY;
-    ghosts_fit(t);
 }
 
 void tier_pol_commit(struct tier *t, uint32_t id)
@@ -185,20 +170,22 @@ void tier_pol_commit(struct tier *t, uint32_t id)
     struct idx_entry *e = idx_at(t->idx, id), *pe;
     bool keep;
 
+    pe = e->parent != TIER_NONE ? idx_at(t->idx, e->parent) : NULL;
+    if (t->pol.kind == TIER_EVICT_REUSE)
+        tier_reuse_commit(t, e, pe && pe->state == IDX_COMMITTED ? pe : NULL);
     if (t->pol.kind != TIER_EVICT_KEEP)
         return;
-    if (t->pol.ghosts) { /* dropped before, never reused: this is its first reuse */
+    { /* dropped before, never reused: this is its first reuse */
         uint32_t tag;
-        uint64_t *g = ghost_at(t, e, &tag);
+        uint64_t *g = tier_pol_ghost(t, e, &tag);
 
-        if (*g >> 32 == tag) {
-            t->pol.hist[bucket_of(t->clock - (uint32_t)*g)] += 1;
+        if (g && *g >> 32 == tag) {
+            t->pol.hist[tier_age_bucket(t->clock - (uint32_t)*g)] += 1;
             *g = 0;
         }
     }
     /* a chain's new blocks share one decision: that of the first block
      * after what was there (a hit prefix, or nothing) */
-    pe = e->parent != TIER_NONE ? idx_at(t->idx, e->parent) : NULL;
     if (pe && pe->state == IDX_COMMITTED && !(pe->flags & IDX_F_HIT))
         keep = pe->flags & IDX_F_KEEP;
     else
@@ -212,12 +199,14 @@ void tier_pol_touch(struct tier *t, uint32_t id)
 {
     struct idx_entry *e = idx_at(t->idx, id);
 
+    if (t->pol.kind == TIER_EVICT_REUSE)
+        tier_reuse_touch(t, e);
     if (t->pol.kind != TIER_EVICT_KEEP)
         return;
     if (e->flags & IDX_F_LRU) /* its list follows the flag: off it while that changes */
         tier_lru_unlink(t, id);
     if (!(e->flags & IDX_F_HIT))
-        t->pol.hist[bucket_of(t->clock - e->stamp)] += 1;
+        t->pol.hist[tier_age_bucket(t->clock - e->stamp)] += 1;
     e->flags |= IDX_F_HIT | IDX_F_KEEP; /* a block that was hit is kept */
 }
 
@@ -227,27 +216,57 @@ void tier_pol_left(struct tier *t, uint32_t id, bool lost)
     struct idx_entry *e = idx_at(t->idx, id);
     uint32_t every;
 
-    if (p->kind != TIER_EVICT_KEEP)
+    if (p->kind == TIER_EVICT_LRU)
         return;
-    if (e->flags & IDX_F_KEEP) {
+    if (p->kind == TIER_EVICT_REUSE)
+        tier_reuse_left(t, e, lost);
+    if (p->kind == TIER_EVICT_KEEP && (e->flags & IDX_F_KEEP)) {
         double a = (double)(t->clock - e->stamp);
 
         p->vage = p->vage > 0 ? 0.999 * p->vage + 0.001 * a : a;
     }
-    if (lost && !(e->flags & IDX_F_HIT)) {
+    if (p->kind == TIER_EVICT_KEEP && lost && !(e->flags & IDX_F_HIT)) {
         uint32_t tag;
         uint64_t *g;
 
         if (!p->ghosts)
-            ghosts_fit(t);
-        if (p->ghosts) {
-            g = ghost_at(t, e, &tag);
+            tier_pol_ghosts_fit(t);
+        if ((g = tier_pol_ghost(t, e, &tag)))
             *g = (uint64_t)tag << 32 | e->stamp;
-        }
     }
     every = t->st.blocks[TIER_L_WARM] / 2;
     if (++p->left >= (every > ADAPT_MIN ? every : ADAPT_MIN)) {
         p->left = 0;
-        adapt(t);
+        if (p->kind == TIER_EVICT_REUSE)
+            tier_reuse_adapt(t);
+        else
+            adapt(t);
+        tier_pol_ghosts_fit(t);
     }
+}
+
+void tier_pol_parented(struct tier *t, uint32_t p)
+{
+    if (t->pol.kind == TIER_EVICT_REUSE)
+        tier_reuse_parented(t, idx_at(t->idx, p));
+}
+
+/* Under keep the leaves not kept (list 0) leave before the kept (list 1);
+ * under reuse a leaf's list is its class. */
+int tier_pol_list(struct tier *t, const struct idx_entry *e)
+{
+    switch (t->pol.kind) {
+    case TIER_EVICT_KEEP:
+        return e->flags & IDX_F_KEEP ? 1 : 0;
+    case TIER_EVICT_REUSE: /* one list, as LRU, until it knows the classes */
+        return t->pol.learnt ? tier_reuse_class(e) : 0;
+    default:
+        return 0;
+    }
+}
+
+int tier_pol_nlists(const struct tier *t)
+{
+    return t->pol.kind == TIER_EVICT_REUSE ? TIER_POL_LISTS
+         : t->pol.kind == TIER_EVICT_KEEP  ? 2 : 1;
 }

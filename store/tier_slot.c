@@ -223,10 +223,15 @@ static uint32_t clean_inner(struct tier *t, int cls)
  * the class): it runs only when the disk is full of what it cannot evict. */
 uint32_t tier_dirty_droppable(struct tier *t, int cls)
 {
-    const struct lru *ls[2] = { &t->plru[cls][TIER_LRU_DIRTY], &t->lru[cls][TIER_LRU_DIRTY] };
+    uint32_t v = tier_lru_tail(t, cls, TIER_LRU_DIRTY);
 
-    for (int k = 0; k < 2; k++) /* the leaves not kept first */
-        for (uint32_t v = ls[k]->tail; v != TIER_NONE; v = idx_at(t->idx, v)->prev)
+    /* the policy's choice, if nothing depends on it; else its lists in
+     * order (under keep the leaves not kept first, under reuse the tips) */
+    if (v != TIER_NONE && tier_droppable(idx_at(t->idx, v)))
+        return v;
+    for (int l = 0; l < tier_pol_nlists(t); l++)
+        for (v = t->lru[cls][l][TIER_LRU_DIRTY].tail; v != TIER_NONE;
+             v = idx_at(t->idx, v)->prev)
             if (tier_droppable(idx_at(t->idx, v)))
                 return v;
     return TIER_NONE;

@@ -542,7 +542,7 @@ Test(kvreplay_trace, bad_policy_and_cold_options_fail_with_a_clear_error)
     const char *tr = write_file(0, "ok.jsonl", GOOD);
 
     expect_fail((const char *const[]){ tr, "--policy", "lru,lfu", NULL }, 64,
-                "no policy 'lfu'; there are: lru keep min");
+                "no policy 'lfu'; there are: lru keep reuse min");
     expect_fail((const char *const[]){ tr, "--cold-admit", "sometimes", NULL }, 64,
                 "--cold-admit: want all, second-touch");
     expect_fail((const char *const[]){ tr, "--cold-dwpd", "3", NULL }, 64,

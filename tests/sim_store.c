@@ -80,3 +80,15 @@ Test(sim_store, keep_seeds_3_4_with_disk_faults, .timeout = 600)
 {
     run_seeds_with(3, 2, true, TIER_EVICT_KEEP);
 }
+
+/* The reuse policy: learnt classes on seven lists per size class, under
+ * the checker at every step, with and without disk faults. */
+Test(sim_store, reuse_seeds_1_2, .timeout = 600)
+{
+    run_seeds_with(1, 2, false, TIER_EVICT_REUSE);
+}
+
+Test(sim_store, reuse_seeds_3_4_with_disk_faults, .timeout = 600)
+{
+    run_seeds_with(3, 2, true, TIER_EVICT_REUSE);
+}

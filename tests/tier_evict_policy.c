@@ -3,7 +3,10 @@
  * tier_evict_policy.c - warm's eviction policies: names, the keep policy's
  * ordering decisions (chains not kept leave first, a hit keeps a chain,
  * leaf-first under both), and its adaptation (a share below 1 only when late
- * reuse pays, and then more hits than LRU; LRU's hits when reuse is recent).
+ * reuse pays, and then more hits than LRU; LRU's hits when reuse is recent);
+ * the reuse policy: LRU's order before it has learnt, what it learns (blocks
+ * of a class never asked for again leave first), LRU's hits when reuse is
+ * recent, leaf-first under it.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -130,6 +133,10 @@ Test(tier_evict_policy, names_parse_both_ways_and_bad_ones_are_refused)
     cr_assert_eq(p, TIER_EVICT_KEEP);
     cr_assert_str_eq(tier_evict_policy_name(TIER_EVICT_KEEP), "keep");
     cr_assert_str_eq(tier_evict_policy_name(TIER_EVICT_LRU), "lru");
+    cr_assert_eq(tier_evict_policy_parse("reuse", &p), 0);
+    cr_assert_eq(p, TIER_EVICT_REUSE);
+    cr_assert_str_eq(tier_evict_policy_name(TIER_EVICT_REUSE), "reuse");
+    cr_assert_str_eq(tier_evict_policy_name(TIER_EVICT_N), "?");
     cr_assert_eq(tier_evict_policy_parse("LRU", &p), -EINVAL);
     cr_assert_eq(tier_evict_policy_parse("", &p), -EINVAL);
     cr_assert_eq(tier_evict_policy_parse(NULL, &p), -EINVAL);
@@ -294,3 +301,111 @@ Test(tier_evict_policy, recent_reuse_leaves_keep_at_lru, .timeout = 120)
     cr_assert_eq(keep, lru, "hit blocks: keep %zu, lru %zu", keep, lru);
     cr_assert_eq(lru, (size_t)(6000 - 40) * 4, "every reuse hits: %zu", lru);
 }
+
+/* Before its first adaptation (a thousand blocks leaving warm) reuse knows
+ * nothing of any class: every index is the same, and the older leaf
+ * leaves, as under LRU. */
+Test(tier_evict_policy, reuse_before_it_learns_evicts_in_lrus_order)
+{
+    struct tier *l = store(TIER_EVICT_LRU, 64), *r = store(TIER_EVICT_REUSE, 64);
+    size_t lost = 0;
+
+    for (uint64_t i = 0; i < 60; i++) {
+        uint64_t seed = 1000 + (i * 7) % 23;
+
+        cr_assert_eq(request(l, seed, 6), request(r, seed, 6), "request %llu",
+                     (unsigned long long)i);
+        for (uint64_t c = 1000; c < 1023; c++) {
+            size_t pl = present(l, c, 6);
+
+            cr_assert_eq(pl, present(r, c, 6), "request %llu: chain %llu differs",
+                         (unsigned long long)i, (unsigned long long)c);
+            lost += i == 59 ? 6 - pl : 0;
+        }
+        check(r);
+    }
+    cr_assert_gt(lost, 60, "the pool filled and evicted (%zu blocks gone)", lost);
+    tier_destroy(l);
+    tier_destroy(r);
+}
+
+/* Traffic where each chain of `put` blocks comes back once, `dist` chains
+ * later, asking for its first `ask` blocks (its last block, the partial
+ * one, is rewritten by the next turn and never asked for again). */
+static size_t replay_turns(enum tier_evict_policy p, uint64_t slots, int chains, int dist,
+                           size_t put, size_t ask)
+{
+    struct tier *t = store_of(p, slots, 4096);
+    size_t hits = 0;
+
+    for (int i = 0; i < chains; i++) {
+        hits += request(t, 60000 + (uint64_t)i, put);
+        if (i >= dist)
+            hits += request(t, 60000 + (uint64_t)(i - dist), ask);
+        if (i % 500 == 0)
+            check(t);
+    }
+    check(t);
+    tier_destroy(t);
+    return hits;
+}
+
+/* 250 chains of 5 blocks between a chain and its second turn need 1,250
+ * slots; warm has 1,024, so LRU drops every chain before it comes back.
+ * reuse learns that tips and blocks that were hit are not asked for again
+ * here, lets them go first (250 x 4 blocks fit), and finds most second
+ * turns. */
+Test(tier_evict_policy, reuse_learns_which_classes_come_back, .timeout = 120)
+{
+    size_t lru = replay_turns(TIER_EVICT_LRU, 1024, 8000, 250, 5, 4);
+    size_t reuse = replay_turns(TIER_EVICT_REUSE, 1024, 8000, 250, 5, 4);
+    size_t most = (size_t)(8000 - 250) * 4;
+
+    cr_assert_gt(reuse, lru + most / 2, "hit blocks: reuse %zu, lru %zu (of %zu)", reuse, lru,
+                 most);
+    cr_assert_gt(reuse, most * 3 / 4, "reuse finds most second turns: %zu of %zu", reuse, most);
+}
+
+/* Reuse well within warm's reach: every second turn hits under both. */
+Test(tier_evict_policy, recent_reuse_gives_reuse_lrus_hits, .timeout = 120)
+{
+    size_t lru = replay_turns(TIER_EVICT_LRU, 1024, 6000, 40, 5, 4);
+    size_t reuse = replay_turns(TIER_EVICT_REUSE, 1024, 6000, 40, 5, 4);
+
+    cr_assert_eq(lru, (size_t)(6000 - 40) * 4, "every reuse hits: %zu", lru);
+    cr_assert_eq(reuse, lru, "hit blocks: reuse %zu, lru %zu", reuse, lru);
+}
+
+/* Leaf-first under reuse: chains under one shared root, which is hit each
+ * time (its class is the hit one) while its children are tips; the root
+ * stays while any block under it does. */
+Test(tier_evict_policy, leaf_first_holds_under_reuse)
+{
+    struct tier *t = store(TIER_EVICT_REUSE, 24);
+    struct tier_key root[1];
+    uint32_t ids[1];
+    uint64_t offs[1];
+
+    keys_of(9, root, 1);
+    cr_assert_eq(tier_reserve(t_tns(t, 1, blk), 7, NULL, root, 1, ids, offs), 1);
+    cr_assert_eq(tier_commit(t_tns(t, 1, blk), 7, root, 1), 1);
+    for (uint64_t c = 0; c < 40; c++) {
+        struct tier_key k[5];
+        uint32_t cid[5];
+        uint64_t coff[5];
+        int rc;
+
+        cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(t, 1, blk), .keys = root,
+            .n = 1, .ids = ids, .offs = offs }), 1, "chain %llu: root gone",
+                     (unsigned long long)c);
+        tier_release(t, ids, 1, false);
+        keys_of(30000 + c, k, 5);
+        rc = tier_reserve(t_tns(t, 1, blk), 7, root, k, 5, cid, coff);
+        cr_assert_eq(rc, 5, "reserve: %d", rc);
+        cr_assert_eq(tier_commit(t_tns(t, 1, blk), 7, k, 5), 5);
+        tier_maintain(t);
+        check(t);
+    }
+    tier_destroy(t);
+}
+

@@ -83,9 +83,10 @@ static void usage(FILE *f)
             "  --warm-bytes SIZE  warm tier (pinned RAM) size, K/M/G/T suffix (default 1G)\n"
             "  --high-wm F        evict when warm is fuller than F (default 0.95)\n"
             "  --low-wm F         ... down to F (default 0.85)\n"
-            "  --evict-policy P   which warm blocks leave first, leaf-first always: lru, or\n"
+            "  --evict-policy P   which warm blocks leave first, leaf-first always: lru,\n"
             "                     keep (keeps a learnt share of new chains longer when\n"
-            "                     that finds more reuses; default %s)\n"
+            "                     that finds more reuses) or reuse (a learnt reuse index\n"
+            "                     per class of block; default %s)\n"
             "  --no-mlock         do not pin the warm pool\n"
             "  --no-hugepages     do not try huge pages\n"
             "  --max-clients N    refuse connections beyond N (default 1024); each tenant\n"
@@ -314,7 +315,7 @@ static int set_opt(const struct opt_def *d, const char *arg, struct opts *o)
         enum tier_evict_policy ep;
 
         if (tier_evict_policy_parse(arg, &ep) < 0) {
-            fprintf(stderr, "tierd: %s: want lru or keep, got '%s'\n", name, arg);
+            fprintf(stderr, "tierd: %s: want lru, keep or reuse, got '%s'\n", name, arg);
             return -1;
         }
         *(int *)f = (int)ep;

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
 """bench_policy.py - make bench's eviction policy lines from a kvreplay --json
-report of `--policy lru,keep,min` (block hit rates, prefix semantics).
+report of `--policy lru,keep,reuse,min` (block hit rates, prefix semantics).
 
 For each store policy and capacity it prints, grep-able:
   bench: policy_<trace>_<blocks>_<pol>_vs_lru  R x target >= 1.0 (not lru)

@@ -17,6 +17,8 @@ const struct kvr_policy kvr_policies[] = {
     { "lru", "the store's leaf-first LRU (tierd's default)", kvr_run_store, true, TIER_EVICT_LRU },
     { "keep", "the store's adaptive selective retention (tierd --evict-policy keep)",
       kvr_run_store, true, TIER_EVICT_KEEP },
+    { "reuse", "the store's learnt reuse index per class of block (tierd --evict-policy reuse)",
+      kvr_run_store, true, TIER_EVICT_REUSE },
     { "min", "Belady's MIN with prefix semantics: the offline bound", kvr_run_min, false,
       TIER_EVICT_LRU },
     { NULL, NULL, NULL, false, TIER_EVICT_LRU },

@@ -6,7 +6,7 @@ A model of one warm tier with prefix semantics (a request hits its leading
 run of cached blocks, then puts the rest), leaf-first like the store (only a
 block with no cached child leaves), and the keep policy of
 store/tier_policy.c (a learnt share of new chains kept, the rest leave
-first), and `reuse`, an experiment the store does not have yet (a learnt
+first), and `reuse`, store/tier_reuse.c's model (a learnt
 reuse index per block class; see Reuse). MIN is Belady's with prefix semantics (the block asked for furthest
 in the future leaves, deeper first). The figures of the README's "Eviction
 policies" come from it; the store itself is what kvreplay measures.
@@ -205,7 +205,7 @@ class Keep(Lru):
         return 0 if cache.cnt[0] > 0 else 1
 
 
-# ---- reuse: a learnt reuse index per block class (an experiment: polsim only) ----
+# ---- reuse: a learnt reuse index per block class (store/tier_reuse.c's model) ----
 #
 # Why: on KV traces a block's chance of being asked for again depends on what
 # kind of block it is far more than on its age alone. A chain's last block

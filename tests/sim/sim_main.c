@@ -3,7 +3,7 @@
  * sim_main.c - kvtsim: run the store's simulation from the command line.
  *
  *   kvtsim [--seed N] [--steps N] [--seeds N] [--seconds S] [--faults]
- *          [--evict-policy lru|keep]
+ *          [--evict-policy lru|keep|reuse]
  *
  * --seeds runs that many seeds from --seed on; --seconds keeps running new
  * seeds until the time is up (make soak). Prints one line per run and the
@@ -57,7 +57,7 @@ int main(int argc, char **argv)
             i++;
         else {
             fprintf(stderr, "usage: kvtsim [--seed N] [--steps N] [--seeds N] [--seconds S] "
-                            "[--faults] [--evict-policy lru|keep]\n");
+                            "[--faults] [--evict-policy lru|keep|reuse]\n");
             return 2;
         }
         if (rc < 0)
