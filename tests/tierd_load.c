@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <linux/capability.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,7 @@
 #include <unistd.h>
 
 #include "t.h"
+#include "t_wire.h"
 
 #define BLK (64u << 10)
 
@@ -412,6 +414,144 @@ static int raw_connect(const char *sock)
     cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0, "connect: %s",
                  strerror(errno));
     return fd;
+}
+
+/* Send a HELLO with request id req_id on a raw connection, without waiting. */
+static void raw_hello(int fd, uint32_t req_id)
+{
+    struct kvt_wire_hello_req req = { .pid = (uint32_t)getpid() };
+    struct kvt_wire_hdr h = t_wire_hdr(KVT_OP_HELLO, req_id, 0, sizeof(req));
+    ssize_t r = t_wire_send2(fd, &h, sizeof(h), &req, sizeof(req));
+
+    cr_assert_eq(r, (ssize_t)(sizeof(h) + sizeof(req)), "HELLO not sent: %s",
+                 strerror((int)-r));
+}
+
+/* The reply on a raw connection to the refused HELLO req_id: it must be
+ * there (not a hang-up, not a reset) and say -EUSERS. */
+static void assert_told_eusers(int fd, uint32_t req_id, const char *who)
+{
+    struct kvt_wire_hdr h;
+    ssize_t r = t_wire_recv(fd, &h, NULL, 0, NULL, 5000);
+
+    cr_assert_gt(r, 0, "%s: no reply to its HELLO but %s", who,
+                 r == 0 ? "a hang-up" : strerror((int)-r));
+    cr_assert(h.op == KVT_OP_HELLO && h.req_id == req_id && h.status == -EUSERS,
+              "%s: reply op %u id %u status %d, expected HELLO %u -EUSERS", who, h.op,
+              h.req_id, h.status, req_id);
+}
+
+/* Nothing has come on fd, neither a message nor a hang-up, by the end of
+ * a round trip on c: tierd, one thread, answered c after it was done with
+ * everything fd's peer had sent before. */
+static void assert_still_open(int fd, kvt_client *c, const char *who)
+{
+    struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
+    kvt_stats st;
+
+    cr_assert_eq(kvt_stats_get(c, &st), 0);
+    cr_assert_eq(poll(&p, 1, 0), 0, "%s: tierd %s before the client closed", who,
+                 p.revents & (POLLHUP | POLLRDHUP) ? "hung up" : "sent more");
+}
+
+/* (d) A refused client reads its -EUSERS, and tierd hangs up only after
+ * the client does: with a close right after the reply, the client's recv
+ * could see the hang-up before the reply (kvt_connect's KVT_EDISCONNECTED
+ * in 1 to 3 of 10,000 refusals on a 2-CPU machine). */
+Test(tierd_load, a_refused_client_is_not_hung_up_before_it_closes)
+{
+    static const char *const targs[] = { "--max-clients", "1", NULL };
+    struct t_tierd d;
+    kvt_client *c, *extra = NULL;
+    int fd, rc;
+
+    t_tierd_start(&d, targs);
+    c = t_connect(&d);
+    fd = raw_connect(d.sock);
+    raw_hello(fd, 5);
+    assert_told_eusers(fd, 5, "the refused client");
+    assert_still_open(fd, c, "the refused client");
+    close(fd);
+    /* its slot among the refused comes back: the next one is told too */
+    rc = kvt_connect(d.sock, &extra);
+    cr_assert_eq(rc, -EUSERS, "the next refused client: %d (%s)", rc, kvt_strerror(rc));
+    kvt_close(c);
+    t_tierd_stop(&d);
+}
+
+/* (d) A refused client that sends more before it reads still reads its
+ * -EUSERS: what it sent after the HELLO is read and dropped (not answered),
+ * not left unread in a socket closed after the reply, which resets a client
+ * that has not read yet (its recv fails before it reads what is queued). */
+Test(tierd_load, a_refused_client_that_sends_twice_still_reads_eusers)
+{
+    static const char *const targs[] = { "--max-clients", "1", NULL };
+    struct kvt_wire_hdr st = t_wire_hdr(KVT_OP_STATS, 6, 0, 0);
+    struct t_tierd d;
+    kvt_client *c;
+    int fd;
+
+    t_tierd_start(&d, targs);
+    c = t_connect(&d);
+    /* both messages are queued before tierd takes the connection */
+    cr_assert_eq(kill(d.pid, SIGSTOP), 0);
+    fd = raw_connect(d.sock);
+    raw_hello(fd, 5);
+    cr_assert_eq(t_wire_send2(fd, &st, sizeof(st), NULL, 0), (ssize_t)sizeof(st));
+    cr_assert_eq(kill(d.pid, SIGCONT), 0);
+    assert_told_eusers(fd, 5, "the refused client that sent twice");
+    assert_still_open(fd, c, "the refused client that sent twice"); /* no reply to its STATS */
+    close(fd);
+    kvt_close(c);
+    t_tierd_stop(&d);
+}
+
+/* (d) Refused clients that were told and stay connected cannot pile up:
+ * 16 at most, and each is hung up at its handshake deadline; beyond the
+ * 16 a new one is dropped without a word. Once they are gone, a client is
+ * told -EUSERS again. */
+Test(tierd_load, told_refused_clients_that_stay_are_bounded_and_hung_up)
+{
+    const char *const targs[] = { "--max-clients", "1", "--handshake-timeout-ms",
+                                  vg_or("20000", "3000"), NULL };
+    struct t_tierd d;
+    kvt_client *c, *extra = NULL;
+    struct kvt_wire_hello_req hello = { .pid = (uint32_t)getpid() };
+    struct kvt_wire_hdr h;
+    int fd[16], over, rc;
+    ssize_t r;
+
+    t_tierd_start(&d, targs);
+    c = t_connect(&d);
+    for (int i = 0; i < 16; i++) {
+        fd[i] = raw_connect(d.sock);
+        raw_hello(fd[i], 100 + (uint32_t)i);
+        assert_told_eusers(fd[i], 100 + (uint32_t)i, "a refused client that stays");
+    }
+    assert_still_open(fd[15], c, "the 16th refused client");
+    /* the 17th: hung up (reset, its HELLO unread), or its HELLO not sent */
+    over = raw_connect(d.sock);
+    h = t_wire_hdr(KVT_OP_HELLO, 117, 0, sizeof(hello));
+    r = t_wire_send2(over, &h, sizeof(h), &hello, sizeof(hello));
+    if (r > 0)
+        r = t_wire_recv(over, &h, NULL, 0, NULL, 5000);
+    cr_assert(r == 0 || r == -ECONNRESET || r == -EPIPE,
+              "a 17th refused client while 16 stay: %zd (%s), expected a hang-up", r,
+              r > 0 ? "answered" : strerror((int)-r));
+    close(over);
+    for (int i = 0; i < 16; i++) {
+        struct pollfd p = { .fd = fd[i], .events = POLLIN };
+        char b[64];
+
+        cr_assert(poll(&p, 1, 30000) == 1 && recv(fd[i], b, sizeof(b), MSG_DONTWAIT) == 0,
+                  "refused client %d not hung up after its handshake deadline", i);
+        close(fd[i]);
+    }
+    rc = kvt_connect(d.sock, &extra);
+    cr_assert_eq(rc, -EUSERS, "a refused client after they left: %d (%s)", rc,
+                 kvt_strerror(rc));
+    kvt_close(c);
+    t_tierd_stop(&d);
 }
 
 /* (d) tierd out of file descriptors: a new client is told -EMFILE, tierd

@@ -269,11 +269,6 @@ static int handle(struct sess *s, size_t len)
         sess_reply_err(s, &h, KVT_EVERSION);
         return -1;
     }
-    if (s->refuse) {
-        h.flags = 0;
-        sess_reply_err(s, &h, s->refuse);
-        return -1;
-    }
     if (h.op == KVT_OP_HELLO)
         return sess_op_hello(s, &h, body);
     if (!s->hello)
@@ -332,6 +327,31 @@ static int handle_timed(struct sess *s, size_t len)
     return rc;
 }
 
+/* A refused peer's message, of len bytes in rbuf: the first is answered with
+ * why it was refused, whatever it asked; the session then stays, dropping
+ * what else comes, until the peer closes or its handshake deadline passes
+ * (expire). Linux's SEQPACKET recv looks at the queue, then at the hang-up:
+ * a close just after the reply can land between the two and read as EOF
+ * with the reply still queued; and a close with messages unread resets the
+ * peer, whose recv then fails before it reads what is queued. -1: drop it
+ * now (a malformed first message, a failed reply). */
+static int refused(struct sess *s, size_t len)
+{
+    struct kvt_wire_hdr h;
+
+    if (s->told)
+        return 0;
+    if (len < sizeof(h))
+        return -1;
+    memcpy(&h, rbuf, sizeof(h));
+    if (h.magic != KVT_WIRE_MAGIC || h.body_len != len - sizeof(h))
+        return -1;
+    h.flags = 0;
+    s->told = true;
+    /* left open till the peer closes: a close (or shutdown) now can make its recv see EOF first */
+    return sess_reply_err(s, &h, h.version != KVT_WIRE_VERSION ? KVT_EVERSION : s->refuse);
+}
+
 static void on_read(struct ev_loop *l, int fd, uint32_t events, void *ctx)
 {
     struct sess *s = ctx;
@@ -354,15 +374,21 @@ static void on_read(struct ev_loop *l, int fd, uint32_t events, void *ctx)
             sess_close(s);
             return;
         }
+        if (s->refuse) {
+            if (refused(s, (size_t)r) < 0) {
+                sess_close(s);
+                return;
+            }
+            continue;
+        }
         /* the buffer holds one byte more than the limit, so that a message
          * over the limit is seen as such even when it fits the buffer */
         if ((m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || r > (ssize_t)KVT_WIRE_MSG_MAX ||
             handle_timed(s, (size_t)r) < 0) {
             if (s->closed)
                 return; /* closed meanwhile, from a store callback */
-            if (!s->refuse)
-                sess_count_proto_error(s); /* a refused peer was told why */
-            if (s->d->verbose && !s->refuse)
+            sess_count_proto_error(s);
+            if (s->d->verbose)
                 tierd_log("session %u (pid %d): malformed message, closing", s->id,
                           (int)s->pid);
             sess_close(s);

@@ -91,8 +91,10 @@ struct sess {
     bool hello;                /* HELLO done: the pool is mapped */
     bool hot;                  /* HOT_ATTACH done: it may be handed hot slots */
     int refuse;                /* != 0: over a limit; its first message is answered
-                                  with this error, then it is closed (not counted
-                                  in d->clients) */
+                                  with this error, then it is closed when the peer
+                                  closes or at hs_deadline_ms (not counted in
+                                  d->clients) */
+    bool told;                 /* refused, and the error sent */
     uint32_t *resv;            /* ids reserved; pruned after commit/abort */
     size_t nresv, resv_cap;
     size_t resv_live;          /* ids left after the last prune (>= 32) */
