@@ -225,16 +225,16 @@ Test(tier_evict_policy, a_hit_keeps_a_chain_and_its_new_tail_decides_anew)
     tier_destroy(t);
 }
 
-/* Leaf-first under keep: chains not kept share a kept root; the root
- * stays while any block under it does, whatever the lists say. */
-Test(tier_evict_policy, leaf_first_holds_under_keep)
+/* 40 chains of 5 blocks under one shared root in t: before each, the root
+ * is hit (so kept, or in reuse's hit class), then gets a child chain of
+ * its own (keys from seed on); tier_check after each. The root must stay
+ * while any block under it does. */
+static void chains_under_one_root(struct tier *t, uint64_t seed)
 {
-    struct tier *t = store(TIER_EVICT_KEEP, 24);
     struct tier_key root[1];
     uint32_t ids[1];
     uint64_t offs[1];
 
-    tier_keep_share_set(t, 0.05);
     keys_of(9, root, 1);
     cr_assert_eq(tier_reserve(t_tns(t, 1, blk), 7, NULL, root, 1, ids, offs), 1);
     cr_assert_eq(tier_commit(t_tns(t, 1, blk), 7, root, 1), 1);
@@ -244,18 +244,27 @@ Test(tier_evict_policy, leaf_first_holds_under_keep)
         uint64_t coff[5];
         int rc;
 
-        /* the root is hit (kept), then gets a child chain of its own */
         cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(t, 1, blk), .keys = root,
             .n = 1, .ids = ids, .offs = offs }), 1, "chain %llu: root gone",
                      (unsigned long long)c);
         tier_release(t, ids, 1, false);
-        keys_of(20000 + c, k, 5);
+        keys_of(seed + c, k, 5);
         rc = tier_reserve(t_tns(t, 1, blk), 7, root, k, 5, cid, coff);
         cr_assert_eq(rc, 5, "reserve: %d", rc);
         cr_assert_eq(tier_commit(t_tns(t, 1, blk), 7, k, 5), 5);
         tier_maintain(t);
         check(t);
     }
+}
+
+/* Leaf-first under keep: chains not kept share a kept root; the root
+ * stays while any block under it does, whatever the lists say. */
+Test(tier_evict_policy, leaf_first_holds_under_keep)
+{
+    struct tier *t = store(TIER_EVICT_KEEP, 24);
+
+    tier_keep_share_set(t, 0.05);
+    chains_under_one_root(t, 20000);
     tier_destroy(t);
 }
 
@@ -382,30 +391,8 @@ Test(tier_evict_policy, recent_reuse_gives_reuse_lrus_hits, .timeout = 120)
 Test(tier_evict_policy, leaf_first_holds_under_reuse)
 {
     struct tier *t = store(TIER_EVICT_REUSE, 24);
-    struct tier_key root[1];
-    uint32_t ids[1];
-    uint64_t offs[1];
 
-    keys_of(9, root, 1);
-    cr_assert_eq(tier_reserve(t_tns(t, 1, blk), 7, NULL, root, 1, ids, offs), 1);
-    cr_assert_eq(tier_commit(t_tns(t, 1, blk), 7, root, 1), 1);
-    for (uint64_t c = 0; c < 40; c++) {
-        struct tier_key k[5];
-        uint32_t cid[5];
-        uint64_t coff[5];
-        int rc;
-
-        cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(t, 1, blk), .keys = root,
-            .n = 1, .ids = ids, .offs = offs }), 1, "chain %llu: root gone",
-                     (unsigned long long)c);
-        tier_release(t, ids, 1, false);
-        keys_of(30000 + c, k, 5);
-        rc = tier_reserve(t_tns(t, 1, blk), 7, root, k, 5, cid, coff);
-        cr_assert_eq(rc, 5, "reserve: %d", rc);
-        cr_assert_eq(tier_commit(t_tns(t, 1, blk), 7, k, 5), 5);
-        tier_maintain(t);
-        check(t);
-    }
+    chains_under_one_root(t, 30000);
     tier_destroy(t);
 }
 
