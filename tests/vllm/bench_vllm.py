@@ -222,8 +222,16 @@ def tierd(work, size):
                  start_s=20)
 
 
+# vLLM's CPU build reserves a core for its scheduler's process, and one more
+# whenever a KV connector is configured; on 2 cores that leaves the OpenMP
+# threads 1 core without a connector and (reserving all, so none) 2 with one.
+# Instances compared with and without kvtier all get vLLM's own
+# no-connector split, so the connector's runs get no core the others lack
+REPLAY_RESERVED_CPUS = "1"
+
+
 def run_instance(work, name, model, dtype, phases, tierd=None, connector=None,
-                 kv_blocks=None, max_model_len=None):
+                 kv_blocks=None, max_model_len=None, reserved_cpus=None):
     job = {"model": model, "dtype": dtype, "connector": connector, "kv_blocks": kv_blocks,
            "max_model_len": max_model_len,
            "phases": phases, "out": os.path.join(work, name + ".out.json")}
@@ -238,6 +246,8 @@ def run_instance(work, name, model, dtype, phases, tierd=None, connector=None,
                                                env.get("PYTHONPATH", "")])})
     if tierd is not None:
         env["KVTIER_SOCKET"] = tierd.sock
+    if reserved_cpus is not None:
+        env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = reserved_cpus
     logf = os.path.join(work, name + ".log")
     t = time.monotonic()
     with open(logf, "w") as lf:
@@ -489,7 +499,7 @@ def replay_figures(work, model, spec, name, what, reqs, kv_blocks, target, round
                     ext = dict(ext, socket=d.sock)
                 r = run_instance(work, "replay-%s-%s-%d" % (name, mode, rnd), model,
                                  spec["dtype"], [{"replay": reqs}], d, ext, kv_blocks,
-                                 max_len)[0]
+                                 max_len, reserved_cpus=REPLAY_RESERVED_CPUS)[0]
             finally:
                 if d is not None:
                     d.stop()

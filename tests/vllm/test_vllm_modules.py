@@ -88,14 +88,18 @@ def test_lora_hashes_are_kvtier_keys():
 
 
 def fake_config(socket, algo="sha256_cbor", tp=1, block=BS, cache_dtype="auto",
-                asynchronous=False, **extra):
+                asynchronous=False, device=None, **extra):
     """A vLLM config as the connector reads it; synchronous unless asked
     (these tests call the worker's steps by hand; test_vllm_async.py drives
-    the asynchronous mode)."""
+    the asynchronous mode). device: vLLM's device type ("cpu": its CPU
+    build, test_vllm_host_async.py); None gives a config without one, which
+    the connector treats as a device cache's."""
     extra["async"] = asynchronous
     cache = CacheConfig(block_size=block, prefix_caching_hash_algo=algo,
                         cache_dtype=cache_dtype)
+    more = {} if device is None else {"device_config": SimpleNamespace(device_type=device)}
     return SimpleNamespace(
+        **more,
         cache_config=cache,
         kv_transfer_config=KVTransferConfig(kv_connector="KvtierConnector",
                                             kv_connector_module_path="kvtier.vllm_connector",

@@ -836,16 +836,18 @@ class Namespace:
                          "kvt_lookup")
         return (hit, list(t)[:n]) if tiers else hit
 
-    def lookup_pin(self, keys, hold_ms=0):
+    def lookup_pin(self, keys, hold_ms=0, tiers=False):
         """Pinning lookup (kvt_lookup_pin): (hits, pin_id, pinned), the first
         `pinned` hits held for hold_ms (0: 10 s) until Client.unpin(pin_id),
-        by this client or another of the tenant (pin_id 0: nothing held)."""
+        by this client or another of the tenant (pin_id 0: nothing held);
+        with tiers=True a fourth item, the tier of each key (TIER_*)."""
         arr, n = _keys(keys)
         pin = _Pin()
+        t = (ctypes.c_uint8 * max(1, n))() if tiers else None
         with self.client.lock:
-            hit = _check(_lookup_pin(self._handle(), arr, n, hold_ms, ctypes.byref(pin), None),
+            hit = _check(_lookup_pin(self._handle(), arr, n, hold_ms, ctypes.byref(pin), t),
                          "kvt_lookup_pin")
-        return hit, pin.id, pin.n
+        return (hit, pin.id, pin.n, list(t)[:n]) if tiers else (hit, pin.id, pin.n)
 
     def reserve(self, keys, parent=None):
         """Reserve slots for keys (kvt_put_reserve): a Reservation whose views

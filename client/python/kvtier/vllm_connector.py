@@ -14,6 +14,14 @@ vLLM 0.32 and later); the connector logs the seed it found.
 
 Loads and saves are asynchronous by default ("async": true in
 kv_connector_extra_config); "async": false does both inside the step.
+Asynchronous, a load goes to a worker thread where it would wait on
+something other than this CPU (a CUDA cache's copies, blocks the lookup
+found on disk or in the remote tier); a host cache's hit held in tierd's
+RAM is a memory copy by the CPU that runs the model, which a thread would
+not overlap, so it is loaded in the step and the request does not wait a
+step for it ("async_loads": "always" sends every load to the thread). A
+host cache's saves (and a hybrid model's) end before the next forward
+pass instead of holding a finished request's blocks until they are done.
 
 How vLLM's calls map onto kvtier:
   - keys: vLLM's own block hashes (request.block_hashes, sha256_cbor) are the
@@ -33,7 +41,8 @@ How vLLM's calls map onto kvtier:
     preempted in it and those finished with saves behind them;
     update_connector_output has blocks that failed to load saved again once
     recomputed; request_finished forgets the request, and asynchronous,
-    keeps its blocks from being freed (returns True) while its saves run.
+    keeps its blocks from being freed (returns True) while its saves run,
+    unless they are fenced (a host cache, a hybrid model: see below).
   - worker side: register_kv_caches describes vLLM's per-layer KV tensors as
     a kvk_layout (data pointers and strides). Synchronous: start_load_kv
     restores every planned block by kvt_restore (lease + scatter, all
@@ -45,6 +54,11 @@ How vLLM's calls map onto kvtier:
     whose saves are done (finished_sending), after which vLLM frees their
     blocks; handle_preemptions waits for the saves of preempted requests,
     whose blocks vLLM frees at once, before the step can write into them.
+    Fenced (a host cache, a hybrid model): handle_preemptions, which vLLM
+    calls before anything of a step writes KV, waits for every save handed
+    out, so a finished request's blocks are freed at once (a save still
+    overlaps the scheduling between steps). Scheduler and worker decide
+    that from the same config (_fenced), never from what they see.
     Blocks a restore could not fill are reported through
     get_block_ids_with_load_errors, so vLLM recomputes them.
   - namespace: model id, KV dtype (each FP8 format its own), block size, the
@@ -115,6 +129,8 @@ class _Load:
     #                     pin per group): each worker unpins its own
     first: int = 0      # hybrid: keys and group_ids start at the prompt's first block,
     group_ids: list | None = None  # and blocks [first, len(keys)) are loaded, per group
+    on_thread: bool = True  # asynchronous mode: by the loader thread (vLLM holds the
+    #                         request for it), else in the step, before the forward pass
 
 
 @dataclass
@@ -154,6 +170,7 @@ class _ReqState:
     loaded: tuple | None = None  # the last load: (first block index, engine block ids)
     saving: bool = False      # a save was handed to the workers (asynchronous: its
     #                           blocks stay allocated after the request ends until it is done)
+    load_async: bool = False  # the last lookup's hit is loaded by the thread
     load_failed: bool = False  # hybrid: a load failed; vLLM recomputes all of it, and
     #                            asks again: answered with no hit, or it would loop
     hit_cap: int | None = None  # blocks: a plain load failed at this block; later
@@ -320,6 +337,14 @@ def _attention_spec(groups):
 
 def _hybrid(groups):
     return len(groups) > 1 or groups[0][1] != "full"
+
+
+def _host_cache(vllm_config):
+    """Whether vLLM's KV cache is in host memory (its CPU build). A config
+    without a device says no: the side that holds blocks for saves and
+    loads on the thread is the one that is right everywhere."""
+    dc = getattr(vllm_config, "device_config", None)
+    return getattr(dc, "device_type", None) == "cpu"
 
 
 def _torch_name(dtype):
@@ -878,6 +903,11 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         if not isinstance(self._async, bool):
             raise KvtierConfigError("kvtier: \"async\" is true or false, not %r"
                                     % (self._async,))
+        loads_mode = extra.get("async_loads", "auto")
+        if loads_mode not in ("auto", "always"):
+            raise KvtierConfigError("kvtier: \"async_loads\" is \"auto\" or \"always\", not %r"
+                                    % (loads_mode,))
+        self._host = _host_cache(vllm_config)
         self._socket, self._retry_s = socket, retry_ms / 1000.0
         # a producer only saves: vLLM keeps a freed block from reuse while a
         # step may still write it only for consumers, and a load needs that
@@ -899,6 +929,22 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             log.warning("kvtier: loads and saves are asynchronous for a hybrid model, "
                         "whatever \"async\" says")
             self._async = True
+        # a host cache's hit in tierd's RAM is a memory copy by the CPU that
+        # runs the model: on a thread it overlaps nothing and costs the
+        # request a step of waiting with its blocks held, so it is loaded in
+        # the step; a hybrid load stays on the thread (its failures can only
+        # be told whole, through failed_recving)
+        self._loads_auto = self._async and loads_mode == "auto" and self._host and \
+            not self._hybrid
+        # saves fenced before the next forward pass (handle_preemptions), so
+        # a finished request's blocks need not be held for them: a host
+        # cache (its copy is as fast as the scheduling between steps), and a
+        # hybrid model (its sliding groups' freed blocks need the fence
+        # anyway). A CUDA cache holds them instead, so the next step's
+        # kernels are never queued behind the last step's copies.
+        # Both sides decide from the config alone: a worker that did not
+        # fence where its scheduler frees at once would save reused blocks
+        self._fenced = self._async and (self._host or self._hybrid)
         if role == KVConnectorRole.SCHEDULER:
             # one scheduler serves every rank of every stage: a hit counts
             # only where all have it
@@ -927,14 +973,18 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             self._load_errors = set()
             self._failed_recving = set()   # hybrid: loads that failed, for vLLM
             self._loader = self._saver = None   # asynchronous: made with the layout
+            self._inline = None       # auto loads: the connection of loads in the step
             self._finishing = set()   # finished requests whose saves may still run
             self._resets_seen = 0     # the scheduler's resets this worker has acted on
         self._tierd = _Tierd(socket, descs, self._retry_s,
                              lookup_ms if role == KVConnectorRole.SCHEDULER else 0)
         log.info("kvtier: %s connector on %s; block hashes seeded with %r (%s); failed "
-                 "loads: %s; %s loads and saves", role.name.lower(),
+                 "loads: %s; %s loads and saves%s", role.name.lower(),
                  socket or kvtier.default_socket(), self._seed, origin, policy,
-                 "asynchronous" if self._async else "synchronous")
+                 "asynchronous" if self._async else "synchronous",
+                 " (hits in tierd's RAM loaded in the step; saves fenced before the next "
+                 "forward pass)" if self._loads_auto else
+                 " (saves fenced before the next forward pass)" if self._fenced else "")
         if not self._loads:
             log.info("kvtier: kv_role %r: saves only, no loads", getattr(ktc, "kv_role", None))
 
@@ -969,11 +1019,13 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         self._tierd.unpin(st.pins)
         st.pins = []
         pins = []
+        where = []                 # auto loads: each rank's tier of each key looked up
 
         def look(spaces):
             # the leading run every rank's namespace holds, pinned
             hit = usable
             pins.clear()           # a first try's died with its connection
+            where.clear()
             hybrid = []
             for at, ns in enumerate(spaces):
                 if hit == 0:
@@ -986,11 +1038,17 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                     hit = min(hit, ns.lookup(keys[:hit]))
                     continue
                 try:
-                    found, pin_id, _ = ns.lookup_pin(keys[:hit], self._pin_ms)
+                    if self._loads_auto:
+                        found, pin_id, _, tiers = ns.lookup_pin(keys[:hit], self._pin_ms,
+                                                                tiers=True)
+                        where.append(tiers)
+                    else:
+                        found, pin_id, _ = ns.lookup_pin(keys[:hit], self._pin_ms)
                 except kvtier.KvtierError as e:
                     if e.code != -errno.EBUSY:
                         raise
                     found, pin_id = ns.lookup(keys[:hit]), 0   # out of pins: unheld
+                    where.append(None)     # unknown: the thread's
                 pins.append(pin_id)
                 # what the tenant's pin budget did not hold may be evicted
                 # before the load, and is then reported and recomputed as
@@ -1012,9 +1070,16 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         st.local_tokens = num_computed_tokens
         st.hit_blocks = hit
         extra = hit * self._block_size - num_computed_tokens
+        st.load_async = False
         if extra <= 0:
             return 0, False
-        return extra, self._async
+        st.load_async = self._async
+        if self._loads_auto:
+            # in the step only if every rank's every block to load was in RAM
+            first = num_computed_tokens // self._block_size
+            st.load_async = any(t is None or any(x != kvtier.TIER_WARM for x in t[first:hit])
+                                for t in where)
+        return extra, st.load_async
 
     def _pin_groups(self, ns, keys, local, hit, got):
         """Pin in each group of hybrid namespace ns the blocks its rule needs
@@ -1054,11 +1119,11 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         else:
             ids = blocks.get_block_ids()[0]
             load = _Load(request.request_id, list(request.block_hashes[first:first + n]),
-                         list(ids[first:first + n]), st.pins)
+                         list(ids[first:first + n]), st.pins, on_thread=st.load_async)
             st.loaded = (first, load.block_ids)
         st.pins = []               # the workers release them once loaded
         st.pending_load = load
-        if self._async:
+        if st.load_async:
             self._loading.add(request.request_id)
         # what is loaded is in kvtier already: no need to save it again
         st.saved_blocks = max(st.saved_blocks, first + n)
@@ -1154,7 +1219,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         # finished status before it calls this: the status cannot tell.)
         loading = request.request_id in self._loading
         self._loading.discard(request.request_id)
-        if not self._async or not st.saving or loading:
+        if not self._async or self._fenced or not st.saving or loading:
             return False, None
         self._finished.append(request.request_id)
         return True, None
@@ -1241,6 +1306,10 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             self._loader = _Mover("load", self._tierd, self._stream_dev, keep=True)
             self._saver = _Mover("save", _Tierd(self._socket, [self._desc], self._retry_s),
                                  self._stream_dev, keep=False)
+            if self._loads_auto:
+                # loads in the step come from this thread: a kvt_client serves
+                # one thread at a time, and the loader's is the loader's
+                self._inline = _Tierd(self._socket, [self._desc], self._retry_s)
         log.info("kvtier: %d layers, %d blocks of %s bytes, namespace %s %s %s rank %d/%d "
                  "stage %d/%d%s", len(tensors), self._layout.c.num_blocks,
                  "+".join(str(lay.block_bytes) for lay in layouts) + (
@@ -1414,7 +1483,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             # load now fills: the saves that read it end first
             self._saver.wait()
         for ld in meta.loads:
-            if self._async:
+            if self._async and ld.on_thread:
                 def job(tierd, stream, ld=ld):
                     try:
                         got = self._load(tierd, ld,
@@ -1427,7 +1496,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                     return ld, got
                 self._loader.submit(ld.req_id, job)
             else:
-                self._loaded(ld, self._load(self._tierd, ld, self._stream()))
+                tierd = self._tierd if self._inline is None else self._inline
+                self._loaded(ld, self._load(tierd, ld, self._stream()))
 
     def handle_preemptions(self, kv_connector_metadata):
         # vLLM frees a preempted request's blocks at once, and this step may
@@ -1439,8 +1509,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             return
         if kv_connector_metadata.resets > self._resets_seen:
             self._after_reset(kv_connector_metadata.resets)
-        if self._hybrid:
-            self._saver.wait()
+        if self._fenced:
+            self._saver.wait()     # the fence: see the module's docstring
         elif kv_connector_metadata.preempted:
             self._saver.wait(kv_connector_metadata.preempted)
 
@@ -1524,3 +1594,5 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             m.close(10)       # each closes its connection (the loader's is self._tierd)
         if not movers:
             self._tierd.close()
+        if getattr(self, "_inline", None) is not None:
+            self._inline.close()
