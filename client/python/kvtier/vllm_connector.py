@@ -54,11 +54,14 @@ How vLLM's calls map onto kvtier:
     whose saves are done (finished_sending), after which vLLM frees their
     blocks; handle_preemptions waits for the saves of preempted requests,
     whose blocks vLLM frees at once, before the step can write into them.
-    Fenced (a host cache, a hybrid model): handle_preemptions, which vLLM
-    calls before anything of a step writes KV, waits for every save handed
-    out, so a finished request's blocks are freed at once (a save still
-    overlaps the scheduling between steps). Scheduler and worker decide
-    that from the same config (_fenced), never from what they see.
+    Fenced (a host cache, a hybrid model; not under vLLM's model runner
+    V2, which writes new blocks before it): handle_preemptions, which
+    vLLM's V1 model runner calls before anything of a step writes KV, waits
+    for every save handed out, so a finished request's blocks are freed at
+    once (a save still overlaps the scheduling between steps). Scheduler
+    and worker decide that from the same config (_fenced), never from what
+    they see. The blocks of a request that reads a block loaded within the
+    step are saved only once the step's output is known (_open_gates).
     Blocks a restore could not fill are reported through
     get_block_ids_with_load_errors, so vLLM recomputes them.
   - namespace: model id, KV dtype (each FP8 format its own), block size, the
@@ -175,6 +178,21 @@ class _ReqState:
     #                            asks again: answered with no hit, or it would loop
     hit_cap: int | None = None  # blocks: a plain load failed at this block; later
     #                             hits stop before it, for the same reason
+    gate: int = 0             # steps to be scheduled before its blocks past saved_blocks
+    #                           may be saved: they were computed in a step with a load in
+    #                           the step into blocks it reads, whose outcome vLLM's
+    #                           scheduler has not seen yet (see _open_gates)
+
+
+@dataclass
+class _Late:
+    """A request that finished while its blocks were withheld (_ReqState.gate):
+    its save, handed out once the outcome is known unless a load it read
+    failed; vLLM holds its blocks until then (and the save's end)."""
+    req_id: str
+    save: _Save | None
+    blocks: set
+    gate: int
 
 
 def hash_seed():
@@ -345,6 +363,17 @@ def _host_cache(vllm_config):
     loads on the thread is the one that is right everywhere."""
     dc = getattr(vllm_config, "device_config", None)
     return getattr(dc, "device_type", None) == "cpu"
+
+
+def _model_runner_v2(vllm_config):
+    """Whether vLLM runs its model runner V2 (vllm/v1/worker/gpu/), as its
+    workers decide it (VllmConfig.use_v2_model_runner); a config that
+    cannot tell says yes (its handle_preemptions comes after the step's
+    first writes to new blocks: the side that holds blocks is right)."""
+    try:
+        return bool(getattr(vllm_config, "use_v2_model_runner", False))
+    except Exception:
+        return True
 
 
 def _torch_name(dtype):
@@ -943,8 +972,13 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         # anyway). A CUDA cache holds them instead, so the next step's
         # kernels are never queued behind the last step's copies.
         # Both sides decide from the config alone: a worker that did not
-        # fence where its scheduler frees at once would save reused blocks
-        self._fenced = self._async and (self._host or self._hybrid)
+        # fence where its scheduler frees at once would save reused blocks.
+        # Not under vLLM's model runner V2: it zeroes a step's new blocks (a
+        # Mamba or mixed-precision cache: hybrid models) and copies Mamba
+        # states into them before pre_forward, where it calls
+        # handle_preemptions: too late for a fence
+        self._fenced = self._async and (self._host or self._hybrid) and \
+            not _model_runner_v2(vllm_config)
         if role == KVConnectorRole.SCHEDULER:
             # one scheduler serves every rank of every stage: a hit counts
             # only where all have it
@@ -955,6 +989,18 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             self._finished = []    # ended with saves behind them, for the next metadata
             self._resets = 0       # reset_cache calls, told to the workers
             self._loading = set()  # requests with an asynchronous load handed out
+            # a step's output reaches this scheduler only after the next step
+            # has been scheduled when vLLM runs several at once (pipeline
+            # stages, async scheduling): at the schedule of step N +
+            # max_concurrent_batches, step N's output has been processed
+            try:
+                self._depth = max(1, int(vllm_config.max_concurrent_batches))
+            except (AttributeError, TypeError, ValueError):
+                self._depth = 1
+            self._late = []        # _Late: finished with withheld blocks
+            self._inline_steps = []  # [steps left, blocks]: loads within the step whose
+            #                          outcome is not known yet (see _open_gates)
+            self._late_saves = []  # their saves, for the next metadata
         else:
             rank, stage = _worker_ranks()
             self._pin_at = stage * tp_size + rank   # this worker's pin in a load's list
@@ -1144,6 +1190,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         bad = getattr(connector_output, "invalid_block_ids", None)
         if not bad:
             return
+        self._failed_loads(set(bad))
         for st in self._reqs.values():
             if st.loaded is None:
                 continue
@@ -1158,10 +1205,18 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
 
     def build_connector_meta(self, scheduler_output):
         meta = KvtierConnectorMetadata(resets=self._resets)
+        self._open_gates()
+        meta.saves, self._late_saves = self._late_saves, []
+        inline = set()             # engine blocks a load fills within this step
         for st in self._reqs.values():
             if st.pending_load is not None:
-                meta.loads.append(st.pending_load)
+                ld = st.pending_load
+                meta.loads.append(ld)
+                if not (self._async and ld.on_thread):
+                    inline.update(ld.block_ids)
                 st.pending_load = None
+        if inline:
+            self._inline_steps.append([self._depth, inline])
         if self._async:
             meta.finished, self._finished = self._finished, []
             # vLLM frees a preempted request's blocks at once: the workers end
@@ -1182,6 +1237,16 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             groups = self._block_ids(req_id)
             if groups is None or any(len(g) < done for g in groups):
                 continue
+            # withheld (see _open_gates) while a load within a step it reads
+            # has an outcome vLLM's scheduler has not seen: this step's, or
+            # an earlier one's (vLLM caches such blocks at once, so a
+            # request scheduled since may hold them as its local hit)
+            ids = groups[0][:done]
+            for left, blocks in self._inline_steps:
+                if left > st.gate and not blocks.isdisjoint(ids):
+                    st.gate = left
+            if st.gate:
+                continue
             first = st.saved_blocks
             sv = _Save(req_id, req.block_hashes[first - 1] if first else None,
                        list(req.block_hashes[first:done]), list(groups[0][first:done]))
@@ -1196,6 +1261,78 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             st.saved_blocks = done
             st.saving = True
         return meta
+
+    # A load within the step (synchronous, or a hit in RAM on a host cache)
+    # that fails is reported to vLLM only after the step's forward pass has
+    # run: that pass computed the request's next blocks on top of blocks
+    # that never arrived, and a request of the same step that took those
+    # blocks as its local prefix hit read them too. vLLM recomputes them;
+    # a save of that step would store them under their keys, and kvtier
+    # keeps the first copy of a key (the recomputed blocks' saves are
+    # skipped): wrong bytes served to every later hit, on every rank that
+    # stored them. So the blocks of every request that reads a block loaded
+    # within the step are withheld (st.gate) until the step's
+    # output has reached the scheduler (update_connector_output: the blocks
+    # that failed, from every rank), and saved only then, from where vLLM
+    # recomputes.
+
+    def _open_gates(self):
+        """At each schedule: one step less to wait for every withheld request;
+        finished ones whose wait is over are handed out (their save unless a
+        failed load reached it) and released."""
+        for st in self._reqs.values():
+            if st.gate:
+                st.gate -= 1
+        for step in self._inline_steps:
+            step[0] -= 1
+        self._inline_steps = [step for step in self._inline_steps if step[0] > 0]
+        keep = []
+        for late in self._late:
+            late.gate -= 1
+            if late.gate > 0:
+                keep.append(late)
+                continue
+            if late.save is not None:
+                self._late_saves.append(late.save)
+            self._finished.append(late.req_id)
+        self._late = keep
+
+    def _failed_loads(self, bad):
+        """A step's blocks that failed to load (bad), from its output: every
+        withheld request that holds one is saved again from there."""
+        for req_id, st in self._reqs.items():
+            if not st.gate:
+                continue
+            groups = self._block_ids(req_id)
+            at = next((i for i, b in enumerate(groups[0] if groups else ()) if b in bad),
+                      None)
+            if at is not None:
+                st.saved_blocks = min(st.saved_blocks, at)
+        for late in self._late:
+            if late.save is not None and not bad.isdisjoint(late.blocks):
+                log.warning("kvtier: request %s: finished after a failed load it read; %d "
+                            "blocks not saved", late.req_id, len(late.save.keys))
+                late.save = None
+
+    def _finished_withheld(self, request, st):
+        """request_finished of a request whose blocks are withheld: a _Late
+        (asynchronous: vLLM holds its blocks for it) or None (nothing to
+        save, or synchronous: they are not saved)."""
+        req = request
+        done = min(len(req.block_hashes), req.num_computed_tokens // self._block_size)
+        groups = self._block_ids(req.request_id)
+        if not self._async or self._hybrid or groups is None or done <= st.saved_blocks \
+                or len(groups[0]) < done:
+            return None
+        first = st.saved_blocks
+        sv = _Save(req.request_id, req.block_hashes[first - 1] if first else None,
+                   list(req.block_hashes[first:done]), list(groups[0][first:done]))
+        return _Late(req.request_id, sv, set(groups[0][:done]), st.gate)
+
+    def has_pending_push_work(self):
+        # a finished request's withheld save still to hand out: vLLM steps on
+        # (it would otherwise hold the request's blocks until its next request)
+        return bool(getattr(self, "_late", None))
 
     def _block_ids(self, req_id):
         """The request's engine block ids, a list per KV cache group."""
@@ -1219,6 +1356,10 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         # finished status before it calls this: the status cannot tell.)
         loading = request.request_id in self._loading
         self._loading.discard(request.request_id)
+        late = self._finished_withheld(request, st) if st.gate and not loading else None
+        if late is not None:
+            self._late.append(late)   # released by _open_gates
+            return True, None
         if not self._async or self._fenced or not st.saving or loading:
             return False, None
         self._finished.append(request.request_id)
@@ -1242,6 +1383,14 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         for st in self._reqs.values():
             self._tierd.unpin(st.pins)
             st.pins = []
+            if st.gate:
+                # withheld blocks were computed with the old weights: never saved
+                st.saved_blocks = max(st.saved_blocks, min(
+                    len(st.request.block_hashes),
+                    st.request.num_computed_tokens // self._block_size))
+        for late in self._late:
+            late.save = None
+        self._late_saves = []
 
         def purge(spaces):
             c = self._tierd.client
@@ -1509,7 +1658,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             return
         if kv_connector_metadata.resets > self._resets_seen:
             self._after_reset(kv_connector_metadata.resets)
-        if self._fenced:
+        if self._fenced or self._hybrid:
             self._saver.wait()     # the fence: see the module's docstring
         elif kv_connector_metadata.preempted:
             self._saver.wait(kv_connector_metadata.preempted)
