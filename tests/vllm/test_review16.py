@@ -53,19 +53,26 @@ def _output(sched, errs):
                                                   failed_recving=None))
 
 
-def _served(sock, toks, right, kv_blocks=16):
-    """A third instance looks toks up and loads the hit in one step: the
-    blocks it loaded, and those of them whose bytes are not right's
-    ({block index: tensors} of the right KV)."""
-    kv = cpu_cache(kv_blocks, fill=0)
-    sc, wc = host_pair(sock, kv)
+def _plan_hit(sc, toks):
+    """Scheduler sc looks toks (and 3 tokens more) up as request "c" and
+    plans its load into engine blocks 1..: (blocks hit, those block ids, the
+    step's metadata)."""
     req = vllm_request(toks + [1, 2, 3], "c")
     ext, _ = sc.get_num_new_matched_tokens(req, 0)
     n = ext // BS
     ids = list(range(1, n + 2))
     sc.update_state_after_alloc(req, Blocks(ids), ext)
     sc._kv_cache_manager = SimpleNamespace(get_block_ids=lambda rid: (ids,))
-    meta = _sched(sc, req, ids, {"c": 1}, ext)
+    return n, ids, _sched(sc, req, ids, {"c": 1}, ext)
+
+
+def _served(sock, toks, right, kv_blocks=16):
+    """A third instance looks toks up and loads the hit in one step: the
+    blocks it loaded, and those of them whose bytes are not right's
+    ({block index: tensors} of the right KV)."""
+    kv = cpu_cache(kv_blocks, fill=0)
+    sc, wc = host_pair(sock, kv)
+    n, ids, meta = _plan_hit(sc, toks)
     assert step(wc, meta)[2] == set()
     wrong = [i for i in range(n)
              if any(not torch.equal(right[name][i], kv[name][ids[i]]) for name in right)]
@@ -154,13 +161,7 @@ def test_a_failed_in_step_load_stores_no_block_computed_on_top_of_it(ram_tierd, 
 
     kv_c = [cpu_cache(16, fill=0), cpu_cache(16, fill=0)]
     sc, wcs = _tp2(d.sock, kv_c, monkeypatch)
-    req = vllm_request(toks + [1, 2, 3], "c")
-    ext, _ = sc.get_num_new_matched_tokens(req, 0)
-    n = ext // BS
-    ids = list(range(1, n + 2))
-    sc.update_state_after_alloc(req, Blocks(ids), ext)
-    sc._kv_cache_manager = SimpleNamespace(get_block_ids=lambda rid: (ids,))
-    meta = _sched(sc, req, ids, {"c": 1}, ext)
+    n, ids, meta = _plan_hit(sc, toks)
     wrong = []
     for rank, w in enumerate(wcs):
         assert step(w, meta)[2] == set()

@@ -97,6 +97,21 @@ class Gate:
         self.go.set()
 
 
+def fence_holds(w, meta, gate, req_id):
+    """The step of meta on worker w: its handle_preemptions returns only once
+    gate (holding req_id's save behind it) is opened and that save is done."""
+    w.bind_connector_metadata(meta)
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (w.handle_preemptions(meta), done.set()))
+    t.start()
+    assert not done.wait(0.3), "handle_preemptions returned with %s's save queued" % req_id
+    gate.open()
+    assert done.wait(WAIT_S)
+    t.join()
+    assert not w._saver.busy(req_id)
+    w.clear_connector_metadata()
+
+
 def test_async_round_trip(tierd):
     """A saves a prompt asynchronously, its finished request's blocks are
     held until the save is done; B's hit is asynchronous, loaded beside the
@@ -209,16 +224,7 @@ def test_preempted_saves_end_before_the_next_step(tierd):
     meta = s.build_connector_meta(SimpleNamespace(num_scheduled_tokens={},
                                                   preempted_req_ids={"p"}))
     assert meta.preempted == ["p"]
-    w.bind_connector_metadata(meta)
-    done = threading.Event()
-    t = threading.Thread(target=lambda: (w.handle_preemptions(meta), done.set()))
-    t.start()
-    assert not done.wait(0.3), "handle_preemptions returned with p's save still running"
-    gate.open()
-    assert done.wait(WAIT_S)
-    t.join()
-    assert not w._saver.busy("p")
-    w.clear_connector_metadata()
+    fence_holds(w, meta, gate, "p")
     keys = kvtier.hash_prompt(toks, BS, seed="0")
     assert w._tierd.ns[0].lookup(keys) == 4, "and the save itself was done"
     for c in (s, w):

@@ -5,7 +5,6 @@ model: on a thread it would overlap nothing and cost the request a step),
 a hit on disk goes to the loader thread, and saves are fenced before the
 next forward pass, so a finished request's blocks are freed at once."""
 import signal
-import threading
 from types import SimpleNamespace
 
 import pytest
@@ -20,7 +19,7 @@ from vllm.v1.request import RequestStatus
 from test_vllm_modules import BS, Blocks, cpu_cache, fake_config, fake_kv_cache_config, \
     prompt, vllm_request, none_hash  # noqa: F401 (none_hash: the module's autouse fixture)
 from test_vllm_modules import pair as modules_pair
-from test_vllm_async import WAIT_S, Gate, prefill, step, until  # noqa: F401
+from test_vllm_async import Gate, fence_holds, prefill, step, until
 
 
 def host_pair(sock, kv, **extra):
@@ -55,16 +54,7 @@ def test_a_finished_requests_blocks_are_freed_at_once_behind_the_fence(tierd):
     assert sa.request_finished(req, ids_a) == (False, None), "fenced: freed at once"
     meta = sa.build_connector_meta(SimpleNamespace(num_scheduled_tokens={}))
     assert meta.finished == []
-    wa.bind_connector_metadata(meta)
-    done = threading.Event()
-    t = threading.Thread(target=lambda: (wa.handle_preemptions(meta), done.set()))
-    t.start()
-    assert not done.wait(0.3), "the next step went on with A's save still queued"
-    gate.open()
-    assert done.wait(WAIT_S)
-    t.join()
-    assert not wa._saver.busy("a")
-    wa.clear_connector_metadata()
+    fence_holds(wa, meta, gate, "a")
     for tns in kv_a.values():                # vLLM reuses A's blocks
         tns[ids_a] = -1.0
 
