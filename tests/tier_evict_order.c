@@ -326,3 +326,47 @@ Test(tier_evict_order, another_block_size_frees_one_segment_not_the_pool)
     }
     tier_destroy(t);
 }
+
+/* The oldest warm leaf leaves first whatever its size class, under every
+ * policy (keep at share 1, and reuse before it has learnt, are LRU): X
+ * (1 MiB blocks) is put, then Y (512 KiB blocks, another size class), then
+ * X is read, so Y is the oldest leaf, and a chain of 15 blocks of X's size
+ * takes warm past its high mark. Going down to the low mark (12.8 MiB of
+ * 16.5) takes Y, X and the chain's last three blocks. (adf17b9 looked only
+ * at the first size class with a leaf: X and four of the chain left, and Y,
+ * older than all of them, stayed.) */
+Test(tier_evict_order, the_oldest_leaf_of_any_size_class_leaves_first)
+{
+    for (int p = 0; p < TIER_EVICT_N; p++) {
+        struct tier_cfg cfg = { .warm_bytes = 32 * MIB, .high_wm = 0.5, .low_wm = 0.4,
+                                .evict_policy = (enum tier_evict_policy)p };
+        const char *name = tier_evict_policy_name((enum tier_evict_policy)p);
+        struct tier *t = NULL;
+        struct tier_key x, y, c[15];
+        uint32_t ids[15];
+        uint64_t offs[15];
+        char why[256];
+
+        cr_assert_eq(tier_create(&cfg, &t), 0);
+        t_keys((kvt_key *)&x, 1, 31);
+        t_keys((kvt_key *)&y, 1, 32);
+        t_keys((kvt_key *)c, 15, 33);
+        cr_assert_eq(tier_reserve(t_tns(t, 1, MIB), 7, NULL, &x, 1, ids, offs), 1);
+        cr_assert_eq(tier_commit(t_tns(t, 1, MIB), 7, &x, 1), 1);
+        cr_assert_eq(tier_reserve(t_tns(t, 2, MIB / 2), 7, NULL, &y, 1, ids, offs), 1);
+        cr_assert_eq(tier_commit(t_tns(t, 2, MIB / 2), 7, &y, 1), 1);
+        cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(t, 1, MIB), .keys = &x,
+            .n = 1, .ids = ids, .offs = offs }), 1);
+        tier_release(t, ids, 1, false);
+        cr_assert_eq(tier_reserve(t_tns(t, 1, MIB), 7, NULL, c, 15, ids, offs), 15);
+        cr_assert_eq(tier_commit(t_tns(t, 1, MIB), 7, c, 15), 15);
+        cr_assert_eq(tier_maintain(t), 5, "%s: down to the low mark, 5 blocks out", name);
+        cr_assert_eq(tier_lookup(t_tns_of(t, 2), &y, 1, NULL), 0,
+                     "%s: Y, the oldest leaf (of the other size class), left", name);
+        cr_assert_eq(tier_lookup(t_tns_of(t, 1), &x, 1, NULL), 0, "%s: then X", name);
+        cr_assert_eq(tier_lookup(t_tns_of(t, 1), c, 15, NULL), 12,
+                     "%s: then the chain's last 3 blocks", name);
+        cr_assert_eq(tier_check(t, why, sizeof(why)), 0, "%s: tier_check: %s", name, why);
+        tier_destroy(t);
+    }
+}
