@@ -396,3 +396,19 @@ Test(tier_evict_policy, leaf_first_holds_under_reuse)
     tier_destroy(t);
 }
 
+/* The same once reuse has learnt (the test above ends before its first
+ * adaptation, so it sees LRU's one list): 1,100 one-block chains through
+ * the 24 slots first, so that more than 1,024 blocks (tier_policy.c's
+ * ADAPT_MIN) have left warm, then the chains under the root, whose
+ * blocks now go on the lists of their classes. */
+Test(tier_evict_policy, leaf_first_holds_under_reuse_once_it_has_learnt)
+{
+    struct tier *t = store(TIER_EVICT_REUSE, 24);
+
+    for (uint64_t i = 0; i < 1100; i++)
+        put_from(t, 40000 + i, 0, 1);
+    check(t);
+    chains_under_one_root(t, 30000);
+    tier_destroy(t);
+}
+
