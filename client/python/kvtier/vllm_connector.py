@@ -1230,8 +1230,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                 continue
             req = st.request
             # full blocks whose KV exists once this step has run
-            done = min(len(req.block_hashes),
-                       (req.num_computed_tokens + n_sched) // self._block_size)
+            done = self._full_blocks(req, req.num_computed_tokens + n_sched)
             if done <= st.saved_blocks:
                 continue
             groups = self._block_ids(req_id)
@@ -1248,8 +1247,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             if st.gate:
                 continue
             first = st.saved_blocks
-            sv = _Save(req_id, req.block_hashes[first - 1] if first else None,
-                       list(req.block_hashes[first:done]), list(groups[0][first:done]))
+            sv = self._save_of(req, groups[0], first, done)
             if self._hybrid:
                 sv.group_ids = [list(g[first:done]) for g in groups]
             if self._states and req.num_computed_tokens + n_sched == done * self._block_size:
@@ -1319,15 +1317,24 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         (asynchronous: vLLM holds its blocks for it) or None (nothing to
         save, or synchronous: they are not saved)."""
         req = request
-        done = min(len(req.block_hashes), req.num_computed_tokens // self._block_size)
+        done = self._full_blocks(req, req.num_computed_tokens)
         groups = self._block_ids(req.request_id)
         if not self._async or self._hybrid or groups is None or done <= st.saved_blocks \
                 or len(groups[0]) < done:
             return None
-        first = st.saved_blocks
-        sv = _Save(req.request_id, req.block_hashes[first - 1] if first else None,
-                   list(req.block_hashes[first:done]), list(groups[0][first:done]))
+        sv = self._save_of(req, groups[0], st.saved_blocks, done)
         return _Late(req.request_id, sv, set(groups[0][:done]), st.gate)
+
+    def _full_blocks(self, req, tokens):
+        """How many of req's blocks are full once tokens of it are computed."""
+        return min(len(req.block_hashes), tokens // self._block_size)
+
+    @staticmethod
+    def _save_of(req, ids, first, done):
+        """The save of req's blocks [first, done), in engine blocks ids (the
+        first group's)."""
+        return _Save(req.request_id, req.block_hashes[first - 1] if first else None,
+                     list(req.block_hashes[first:done]), list(ids[first:done]))
 
     def has_pending_push_work(self):
         # a finished request's withheld save still to hand out: vLLM steps on
@@ -1385,9 +1392,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             st.pins = []
             if st.gate:
                 # withheld blocks were computed with the old weights: never saved
-                st.saved_blocks = max(st.saved_blocks, min(
-                    len(st.request.block_hashes),
-                    st.request.num_computed_tokens // self._block_size))
+                st.saved_blocks = max(st.saved_blocks, self._full_blocks(
+                    st.request, st.request.num_computed_tokens))
         for late in self._late:
             late.save = None
         self._late_saves = []
