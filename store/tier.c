@@ -103,6 +103,7 @@ void tier_destroy(struct tier *t)
         t->dwaits = d->next;
         free(d);
     }
+    tier_dholds_free(t);
     while (t->rops) { /* none once the remote tier is closed first, as it must be */
         struct rop *o = t->rops;
 

@@ -75,6 +75,93 @@ bool tier_dwaited(const struct tier *t, uint32_t id)
     return false;
 }
 
+/* ---- holds: blocks on disk a durable commit vouches for ----------------- */
+
+/* Whether w still waits for anything in the store: a move, a write owed,
+ * or the durable commit being made. Its commit is answered once it waits
+ * for nothing (the last callback comes after its move left the list).
+ * O(moves in flight + waits). */
+static bool still_waits(const struct tier *t, struct waiter w)
+{
+    if (t->in_dcall && tier_waiter_same(t->dcall, w))
+        return true;
+    for (const struct move *m = t->moves; m; m = m->next) {
+        for (uint32_t i = 0; i < m->ws.n; i++)
+            if (tier_waiter_same(m->ws.w[i], w))
+                return true;
+        for (uint32_t i = 0; i < m->dws.n; i++)
+            if (tier_waiter_same(m->dws.w[i], w))
+                return true;
+    }
+    for (const struct dwait *d = t->dwaits; d; d = d->next)
+        if (tier_waiter_same(d->waiter, w))
+            return true;
+    return false;
+}
+
+bool tier_dheld(struct tier *t, uint32_t id)
+{
+    for (struct dwait **pp = &t->dholds; *pp;) {
+        struct dwait *d = *pp;
+
+        if (!still_waits(t, d->waiter)) { /* its commit was answered: the hold ends */
+            *pp = d->next;
+            free(d);
+            continue;
+        }
+        if (d->id == id)
+            return true;
+        pp = &d->next;
+    }
+    return false;
+}
+
+void tier_dholds_drop(struct tier *t, struct waiter w)
+{
+    for (struct dwait **pp = &t->dholds; *pp;) {
+        struct dwait *d = *pp;
+
+        if (tier_waiter_same(d->waiter, w)) {
+            *pp = d->next;
+            free(d);
+        } else {
+            pp = &d->next;
+        }
+    }
+}
+
+void tier_dholds_free(struct tier *t)
+{
+    while (t->dholds) {
+        struct dwait *d = t->dholds;
+
+        t->dholds = d->next;
+        free(d);
+    }
+}
+
+/* Holds of commits already answered go: O(holds x waits), holds being the
+ * blocks of a few batches. */
+static void dholds_prune(struct tier *t)
+{
+    (void)tier_dheld(t, TIER_NONE);
+}
+
+/* Hold id, on disk, for w's commit (nobody's: nothing was promised). */
+static int dhold_add(struct tier *t, uint32_t id, struct waiter w)
+{
+    struct dwait *d;
+
+    if (!w.p && !w.req)
+        return 0;
+    d = malloc(sizeof(*d));
+    if (!d)
+        return -ENOMEM;
+    *d = (struct dwait){ .id = id, .waiter = w, .next = t->dholds };
+    t->dholds = d;
+    return 0;
+}
+
 /* After a hot-to-warm copy landed (rc): start the writes its durable
  * commits wait for, or tell them why not. */
 void tier_durable_after(struct tier *t, uint32_t id, struct waiters *dws, int rc)
@@ -207,17 +294,24 @@ int tier_commit_durable_for(struct tier_ns *ns, uint32_t owner,
 {
     struct tier *t = ns->t;
     size_t done;
-    int err = 0;
+    int err = 0, rc = 0;
 
     *pending = 0;
     if (!t->cold)
         return -EOPNOTSUPP;
+    dholds_prune(t);
     done = tier_commit(ns, owner, keys, n);
+    /* a block already on disk is held there until the commit is answered:
+     * a write of this batch (or any other) that finds the disk full evicts
+     * the oldest disk-only leaf, and the ack vouches for every key (the
+     * call itself counts as a wait, so a hold made here lasts until the
+     * writes it starts are under way) */
+    t->dcall = w;
+    t->in_dcall = true;
     /* every key of the batch, whoever wrote it: a durable ack vouches for
      * each, so a key not stored (or not stored yet) is never skipped */
     for (size_t i = 0; i < n; i++) {
         uint32_t id = idx_find(t->idx, ns->id, &keys[i]);
-        int rc;
 
         if (id == TIER_NONE || idx_at(t->idx, id)->state == IDX_GHOST) {
             /* deduplicated at reserve against a block dropped (or a put
@@ -233,14 +327,20 @@ int tier_commit_durable_for(struct tier_ns *ns, uint32_t owner,
         if (idx_at(t->idx, id)->state == IDX_RESERVED || (rc = durable_one(t, id, w)) == -EBUSY) {
             rc = dwait_add(t, id, w);
             if (rc < 0)
-                return rc;
+                break;
             ids[(*pending)++] = id;
             continue;
         }
+        if (rc == 0)
+            rc = dhold_add(t, id, w);
         if (rc < 0)
-            return rc;
+            break;
         if (rc == 1)
             ids[(*pending)++] = id;
     }
+    t->in_dcall = false;
+    dholds_prune(t); /* answered now (nothing to wait for): nothing held */
+    if (rc < 0)
+        return rc;
     return err ? err : (int)done;
 }

@@ -191,6 +191,10 @@ struct tier {
     bool write_through;
     struct move *moves;               /* moves in flight */
     struct dwait *dwaits;             /* durable commits waiting for others' writes */
+    struct dwait *dholds;             /* blocks already on disk that a durable commit
+                                         vouches for: kept there until it is answered */
+    struct waiter dcall;              /* the durable commit in tier_commit_durable_for */
+    bool in_dcall;                    /* ... while that call runs */
     bool orphans;                     /* blocks may be unreachable: tier_maintain sweeps */
     bool room_wanted;                 /* a put found no room: the mover writes some now */
     struct tier_why *why;             /* what happened to blocks that are gone */
@@ -470,6 +474,12 @@ void tier_dwaits_fail(struct tier *t, uint32_t id, int rc); /* id will never com
 /* Whether a durable commit waits for id (its write owed: the disk's queue
  * was full, or another client still writes it). O(waits). */
 bool tier_dwaited(const struct tier *t, uint32_t id);
+/* Whether a durable commit not yet answered vouches for id, already on
+ * disk when it was committed: the disk must not evict it (holds whose
+ * commit has no wait left in the store are freed on the way). */
+bool tier_dheld(struct tier *t, uint32_t id);
+void tier_dholds_drop(struct tier *t, struct waiter w); /* w's commit was answered */
+void tier_dholds_free(struct tier *t);
 
 /* ---- tier_drop.c ---- */
 /* Note that id may be an orphan (its parent a ghost): the mover sweeps. */

@@ -129,6 +129,7 @@ void tier_waiter_leaves(struct tier *t, struct waiter w, bool keep)
     for (struct rop *o = t->rops; o; o = o->next)
         if (tier_waiter_same(o->waiter, w))
             o->waiter = tier_waiter(NULL);
+    tier_dholds_drop(t, w); /* its commit is answered (or nobody's): nothing held for it */
 }
 
 void tier_forget_waiter(struct tier *t, void *waiter)

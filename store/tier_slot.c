@@ -41,10 +41,21 @@ void tier_leave_warm(struct tier *t, uint32_t id)
     }
 }
 
+/* The disk-only leaf the disk evicts first: the least recently demoted
+ * one that no durable commit still waiting vouches for (TIER_NONE: none). */
+static uint32_t cold_victim(struct tier *t)
+{
+    uint32_t v = t->clru.tail;
+
+    while (v != TIER_NONE && t->dholds && tier_dheld(t, v))
+        v = idx_at(t->idx, v)->prev;
+    return v;
+}
+
 /* The disk is full: evict the least recently demoted disk-only leaf. */
 int tier_cold_make_room(struct tier *t)
 {
-    uint32_t v = t->clru.tail;
+    uint32_t v = cold_victim(t);
     struct idx_entry *e;
     int rc;
 
@@ -73,7 +84,7 @@ static bool may_drop_dirty(struct tier *t)
     if (!t->cold)
         return true;
     tier_cold_stats_get(t->cold, &cs);
-    return cs.failed || (t->clru.tail == TIER_NONE &&
+    return cs.failed || (cold_victim(t) == TIER_NONE &&
                          cs.bytes_used + tier_ram_seg_bytes(t->ram) > cs.bytes_capacity);
 }
 

@@ -531,3 +531,68 @@ Test(tier_trust, a_waiting_durable_write_is_not_starved_by_later_reads)
                  turns, reads);
     rig_close(&r);
 }
+
+/* Review of the reuse policy (store simulation, --evict-policy keep, seed
+ * 33): a durable commit vouches for a block already on disk (nothing to
+ * write, so nothing to wait for) and for one it writes; that write found
+ * the disk full and evicted the oldest disk-only leaf, the very block
+ * already vouched for, and the commit was acknowledged durable with it
+ * gone. Now a block a durable commit vouches for stays on disk until the
+ * commit is answered: the write evicts another block instead. */
+Test(tier_trust, a_durable_commit_keeps_its_blocks_already_on_disk_until_it_is_answered)
+{
+    enum { F = 200 };
+    static struct tier_key f[F];
+    struct rig r;
+    struct tier_key a, c, b, batch[2];
+    struct tier_story s;
+    uint32_t ids[2], pend;
+    int i, rc;
+
+    rig_open(&r, 1u << 20, 1.0, 2 * BLK); /* room for two blocks on disk */
+    t_keys((kvt_key *)&a, 1, 2001);
+    t_keys((kvt_key *)&c, 1, 2002);
+    t_keys((kvt_key *)&b, 1, 2003);
+    t_keys((kvt_key *)f, F, 2004);
+    put(&r, false, NULL, &a, 1, 2010);
+    cr_assert_eq(tier_commit_durable(t_tns(r.t, 1, BLK), 1, &a, 1, &r.waiter[3], ids, &pend), 0);
+    pump(&r);
+    put(&r, false, NULL, &c, 1, 2020);
+    cr_assert_eq(tier_commit_durable(t_tns(r.t, 1, BLK), 1, &c, 1, &r.waiter[3], ids, &pend), 0);
+    pump(&r);
+    cr_assert_eq(r.ready[3], 2);
+    /* blocks not on disk fill warm until a, then c, leave it (clean
+     * leaves go first, and leaving is free for them): a is the oldest
+     * disk-only leaf, the first the disk evicts */
+    for (i = 0; i < F; i++) {
+        tier_story_get(t_tns_of(r.t, 1), &a, &s);
+        if (s.level == TIER_L_COLD)
+            break;
+        put(&r, false, NULL, &f[i], 1, 3000 + (uint64_t)i);
+    }
+    cr_assert_lt(i, F, "a never left warm");
+    put(&r, false, NULL, &b, 1, 2030);
+    tier_story_get(t_tns_of(r.t, 1), &c, &s);
+    cr_assert(s.present && s.on_disk && s.level == TIER_L_COLD, "c is not disk-only");
+    /* a durable commit of [a (on disk), b (to write, the disk full)] */
+    batch[0] = a;
+    batch[1] = b;
+    rc = tier_commit_durable(t_tns(r.t, 1, BLK), 2, batch, 2, &r.waiter[0], ids, &pend);
+    cr_assert_geq(rc, 0, "durable commit: %d", rc);
+    cr_assert_eq(pend, 1, "b's write is waited for");
+    pump(&r);
+    check(&r);
+    cr_assert_eq(r.ready[0] + r.failed[0], 1, "b's write never reported");
+    if (r.ready[0] == 1) { /* acknowledged: every block of the batch on disk now */
+        tier_story_get(t_tns_of(r.t, 1), &a, &s);
+        cr_assert(s.present && s.on_disk,
+                  "acknowledged durable while a, which it vouched for, was evicted from disk");
+        tier_story_get(t_tns_of(r.t, 1), &b, &s);
+        cr_assert(s.present && s.on_disk, "acknowledged durable, b not on disk");
+    }
+    tier_story_get(t_tns_of(r.t, 1), &c, &s);
+    cr_assert(!s.present, "the disk evicted nothing: the test did not fill it");
+    cr_assert_eq(r.ready[0], 1, "b's write failed (%d) although c could leave the disk",
+                 r.failed[0]);
+    rig_close(&r);
+}
