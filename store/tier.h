@@ -151,6 +151,8 @@ struct tier_story {
     bool on_disk;         /* present with a durable copy */
     bool chain_ok;        /* present and its parent (if known) present too */
     uint32_t leases;      /* getters holding it now */
+    bool moving;          /* present, its bytes being copied between tiers (to or from
+                             disk, to or from hot) */
     uint8_t event;        /* absent: enum tier_event (TIER_EV_NONE: nothing known) */
     uint8_t event_level;  /* the tier it left */
     uint64_t event_age_ms;

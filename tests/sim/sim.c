@@ -574,8 +574,11 @@ static void check_keys(struct world *w)
                             "copy on disk", ns, c, p);
                     return;
                 }
-                /* (on disk it may stay: a put of its prefix links it again) */
-                if (s.present && !prev && s.leases == 0 && !pwriting && !s.on_disk) {
+                /* (on disk it may stay: a put of its prefix links it again;
+                 * leased or moving, the sweep leaves it until it is free, and
+                 * a write behind 30 random completions can take 250 steps) */
+                if (s.present && !prev && s.leases == 0 && !s.moving && !pwriting &&
+                    !s.on_disk) {
                     if (!m->orphan_at)
                         m->orphan_at = w->step + 1;
                     else if (w->step + 1 - m->orphan_at > ORPHAN_STEPS) {
