@@ -128,6 +128,10 @@ struct tier_cfg {
     uint64_t (*clock_ms)(void *ctx);        /* the window's clock (NULL: CLOCK_MONOTONIC) */
     void *clock_ctx;
     enum tier_evict_policy evict_policy; /* warm's eviction order (0: LRU) */
+    uint32_t evict_adapt_min; /* keep and reuse adapt every half a warm's worth of blocks
+                                 leaving it, at least this many (0: 1,024); a small value
+                                 is for tests: the store simulation's warm is too small to
+                                 adapt often otherwise */
 };
 
 /* Why keys missed, by cause: an event above (index = enum tier_event;
@@ -564,6 +568,8 @@ double tier_index_bytes_per_block(const struct tier *t);
  * under LRU, or while keeping every chain pays best), and the policy. */
 double tier_keep_share(const struct tier *t);
 enum tier_evict_policy tier_evict_policy_of(const struct tier *t);
+/* How many times keep or reuse adapted since the store was made (0 under lru). */
+uint64_t tier_pol_adaptations(const struct tier *t);
 /* Policy keep: keep this share of new chains (clamped to [0.05, 1]) until
  * the policy's next adaptation. For tests and experiments. */
 void tier_keep_share_set(struct tier *t, double share);

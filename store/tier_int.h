@@ -68,6 +68,7 @@ struct tier_pol {
                                     blocks found in ghosts), decayed */
     double vage;                 /* mean age of kept blocks leaving warm (0: none yet) */
     uint32_t left;               /* blocks that left warm since the last adaptation */
+    uint64_t adaptations;        /* since the store was made */
     uint64_t *ghosts;            /* dropped blocks: key tag, reuse's class and turn, stamp */
     uint32_t gmask;              /* ghosts' slots - 1 (0: no table yet) */
     uint32_t used;               /* size classes that ever had a warm leaf (a bit each) */

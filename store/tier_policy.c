@@ -76,6 +76,11 @@ double tier_keep_share(const struct tier *t)
     return t->pol.share;
 }
 
+uint64_t tier_pol_adaptations(const struct tier *t)
+{
+    return t->pol.adaptations;
+}
+
 static void set_share(struct tier_pol *p, double share)
 {
     p->share = share < SHARE_MIN ? SHARE_MIN : share > 1 ? 1 : share;
@@ -214,7 +219,7 @@ void tier_pol_left(struct tier *t, uint32_t id, bool lost)
 {
     struct tier_pol *p = &t->pol;
     struct idx_entry *e = idx_at(t->idx, id);
-    uint32_t every;
+    uint32_t every, least;
 
     if (p->kind == TIER_EVICT_LRU)
         return;
@@ -235,8 +240,10 @@ void tier_pol_left(struct tier *t, uint32_t id, bool lost)
             *g = (uint64_t)tag << 32 | e->stamp;
     }
     every = t->st.blocks[TIER_L_WARM] / 2;
-    if (++p->left >= (every > ADAPT_MIN ? every : ADAPT_MIN)) {
+    least = t->cfg.evict_adapt_min ? t->cfg.evict_adapt_min : ADAPT_MIN;
+    if (++p->left >= (every > least ? every : least)) {
         p->left = 0;
+        p->adaptations++;
         if (p->kind == TIER_EVICT_REUSE)
             tier_reuse_adapt(t);
         else

@@ -25,8 +25,9 @@ static uint64_t steps_for(uint64_t plain)
 static void run_seeds_with(uint64_t first, int n, bool faults, enum tier_evict_policy p)
 {
     for (int i = 0; i < n; i++) {
+        /* keep and reuse adapt often: their learnt orders under the checker */
         struct sim_opts o = { .seed = first + (uint64_t)i, .steps = steps_for(20000),
-                              .faults = faults, .policy = p };
+                              .faults = faults, .policy = p, .adapt_min = 16 };
         struct sim_result r;
         int rc = sim_run(&o, &r);
 
@@ -41,6 +42,10 @@ static void run_seeds_with(uint64_t first, int n, bool faults, enum tier_evict_p
                      (unsigned long long)o.seed, (unsigned long long)r.steps);
             cr_assert_gt(r.pins_checked, 0, "seed %llu: no pinned run was got",
                          (unsigned long long)o.seed);
+            if (p != TIER_EVICT_LRU)
+                cr_assert_gt(r.adaptations, 20, "seed %llu: %s adapted %llu times only",
+                             (unsigned long long)o.seed, tier_evict_policy_name(p),
+                             (unsigned long long)r.adaptations);
         }
     }
 }

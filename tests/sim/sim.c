@@ -282,6 +282,7 @@ static int world_open(struct world *w)
     int rc;
 
     oc.store.evict_policy = w->o->policy;
+    oc.store.evict_adapt_min = w->o->adapt_min;
     rc = tier_open(&oc, &w->t, NULL);
     if (rc < 0)
         return rc;
@@ -317,6 +318,7 @@ static void world_close(struct world *w)
         tier_cold_flush(w->cold);
         tier_poll(w->t, true);
     }
+    w->res->adaptations += tier_pol_adaptations(w->t);
     tier_close(w->t);
     w->t = NULL;
 }

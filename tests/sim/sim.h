@@ -37,6 +37,9 @@ struct sim_opts {
     bool quiet;       /* no trace on failure */
     enum tier_evict_policy policy; /* warm's; keep starts at a share of 0.5, so that
                                       both of its lists are in play from the start */
+    uint32_t adapt_min; /* keep's and reuse's adaptations, every this many blocks
+                           leaving warm at least (0: the store's 1,024, which this
+                           small warm reaches a few times a run) */
     FILE *log;        /* where a failure's trace goes (NULL: stderr) */
 };
 
@@ -46,6 +49,7 @@ struct sim_result {
     uint64_t crashes, acked_durable, bytes_checked, leases_checked;
     uint64_t pins_checked;      /* pinned runs got after a flood of other operations */
     uint64_t refused, over_budget; /* blocks NVMe admission kept off the disk, by cause */
+    uint64_t adaptations;       /* of keep or reuse, every store of the run (crashes too) */
     char failure[512];          /* the first violation ("" when none) */
 };
 
