@@ -48,23 +48,28 @@ static int durable_one(struct tier *t, uint32_t id, struct waiter w)
     return rc < 0 ? rc : 1;
 }
 
+/* A wait (or hold) of w for id, at the head of *head. */
+static int dwait_push(struct dwait **head, uint32_t id, struct waiter w)
+{
+    struct dwait *d = malloc(sizeof(*d));
+
+    if (!d)
+        return -ENOMEM;
+    *d = (struct dwait){ .id = id, .waiter = w, .next = *head };
+    *head = d;
+    return 0;
+}
+
 static int dwait_add(struct tier *t, uint32_t id, struct waiter w)
 {
-    struct dwait *d;
-
     /* once per (waiter, id) among this waiter's latest, at the head of the
      * list (a commit's keys are added in one run): O(batch), not O(every
      * wait of every client); a duplicate elsewhere costs one callback more,
      * which finds its positions answered and does nothing */
-    for (d = t->dwaits; d && tier_waiter_same(d->waiter, w); d = d->next)
+    for (struct dwait *d = t->dwaits; d && tier_waiter_same(d->waiter, w); d = d->next)
         if (d->id == id)
             return 0;
-    d = malloc(sizeof(*d));
-    if (!d)
-        return -ENOMEM;
-    *d = (struct dwait){ .id = id, .waiter = w, .next = t->dwaits };
-    t->dwaits = d;
-    return 0;
+    return dwait_push(&t->dwaits, id, w);
 }
 
 bool tier_dwaited(const struct tier *t, uint32_t id)
@@ -77,14 +82,40 @@ bool tier_dwaited(const struct tier *t, uint32_t id)
 
 /* ---- holds: blocks on disk a durable commit vouches for ----------------- */
 
+void tier_dscope_push(struct tier *t, struct dscope *s)
+{
+    s->up = t->dscopes;
+    t->dscopes = s;
+}
+
+void tier_dscope_pop(struct tier *t, struct dscope *s)
+{
+    t->dscopes = s->up; /* (pushed last: scopes nest as the calls do) */
+}
+
+static bool waits_in(const struct dwait *d, struct waiter w)
+{
+    for (; d; d = d->next)
+        if (tier_waiter_same(d->waiter, w))
+            return true;
+    return false;
+}
+
 /* Whether w still waits for anything in the store: a move, a write owed,
- * or the durable commit being made. Its commit is answered once it waits
- * for nothing (the last callback comes after its move left the list).
- * O(moves in flight + waits). */
+ * or a wait the store holds off its lists for a moment (the commit being
+ * made, a move done whose waiters are being told, waits being run: its
+ * scopes). Its commit is answered once it waits for nothing (the last
+ * callback comes after its wait left every list and scope). O(moves in
+ * flight + waits). */
 static bool still_waits(const struct tier *t, struct waiter w)
 {
-    if (t->in_dcall && tier_waiter_same(t->dcall, w))
-        return true;
+    for (const struct dscope *s = t->dscopes; s; s = s->up) {
+        for (uint32_t i = 0; i < s->n; i++)
+            if (tier_waiter_same(s->w[i], w))
+                return true;
+        if (waits_in(s->d, w))
+            return true;
+    }
     for (const struct move *m = t->moves; m; m = m->next) {
         for (uint32_t i = 0; i < m->ws.n; i++)
             if (tier_waiter_same(m->ws.w[i], w))
@@ -93,10 +124,7 @@ static bool still_waits(const struct tier *t, struct waiter w)
             if (tier_waiter_same(m->dws.w[i], w))
                 return true;
     }
-    for (const struct dwait *d = t->dwaits; d; d = d->next)
-        if (tier_waiter_same(d->waiter, w))
-            return true;
-    return false;
+    return waits_in(t->dwaits, w);
 }
 
 bool tier_dheld(struct tier *t, uint32_t id)
@@ -148,18 +176,20 @@ static void dholds_prune(struct tier *t)
 }
 
 /* Hold id, on disk, for w's commit (nobody's: nothing was promised). */
-static int dhold_add(struct tier *t, uint32_t id, struct waiter w)
+int tier_dhold_add(struct tier *t, uint32_t id, struct waiter w)
 {
-    struct dwait *d;
-
     if (!w.p && !w.req)
         return 0;
-    d = malloc(sizeof(*d));
-    if (!d)
-        return -ENOMEM;
-    *d = (struct dwait){ .id = id, .waiter = w, .next = t->dholds };
-    t->dholds = d;
-    return 0;
+    return dwait_push(&t->dholds, id, w);
+}
+
+/* w is told that id is durable (r 0), or why not: a block on disk already
+ * is held there until w's commit is answered. */
+static void tell_durable(struct tier *t, struct waiter w, uint32_t id, int r)
+{
+    if (r == 0)
+        r = tier_dhold_add(t, id, w);
+    tier_notify(t, w, id, r);
 }
 
 /* After a hot-to-warm copy landed (rc): start the writes its durable
@@ -174,7 +204,7 @@ void tier_durable_after(struct tier *t, uint32_t id, struct waiters *dws, int rc
         if (r == -EBUSY && dwait_add(t, id, dws->w[i]) == 0)
             continue; /* the disk's queue is full: tier_maintain tries again */
         if (r != 1)
-            tier_notify(t, dws->w[i], id, r > 0 ? 0 : r);
+            tell_durable(t, dws->w[i], id, r);
     }
 }
 
@@ -203,18 +233,24 @@ static struct dwait *dwaits_take(struct tier *t, uint32_t id)
  * from within, so nothing may hold a pointer into the list meanwhile. */
 bool tier_dwaits_run(struct tier *t, uint32_t id)
 {
+    struct dscope sc = { 0 };
     struct dwait *mine;
     bool refused = false;
 
     if (idx_at(t->idx, id)->state != IDX_COMMITTED)
         return false;
     mine = dwaits_take(t, id);
+    /* the waits taken still count (a write below may make room on disk,
+     * and must not evict what their commits hold) */
+    tier_dscope_push(t, &sc);
     while (mine) {
         struct dwait *d = mine;
-        int r = idx_at(t->idx, id)->state == IDX_COMMITTED ? durable_one(t, id, d->waiter)
-                                                           : -ENODATA;
+        int r;
 
+        sc.d = d;
+        r = idx_at(t->idx, id)->state == IDX_COMMITTED ? durable_one(t, id, d->waiter) : -ENODATA;
         mine = d->next;
+        sc.d = mine;
         if (r == -EBUSY) { /* the disk's queue is full: back on the list for the next turn,
                               at its far end, which tier_dwaits_retry takes first */
             struct dwait **tail = &t->dwaits;
@@ -227,9 +263,10 @@ bool tier_dwaits_run(struct tier *t, uint32_t id)
             continue;
         }
         if (r != 1)
-            tier_notify(t, d->waiter, id, r);
+            tell_durable(t, d->waiter, id, r);
         free(d);
     }
+    tier_dscope_pop(t, &sc);
     return refused;
 }
 
@@ -293,6 +330,7 @@ int tier_commit_durable_for(struct tier_ns *ns, uint32_t owner,
                             uint32_t *ids, uint32_t *pending)
 {
     struct tier *t = ns->t;
+    struct dscope sc = { .w = &w, .n = 1 };
     size_t done;
     int err = 0, rc = 0;
 
@@ -306,8 +344,7 @@ int tier_commit_durable_for(struct tier_ns *ns, uint32_t owner,
      * the oldest disk-only leaf, and the ack vouches for every key (the
      * call itself counts as a wait, so a hold made here lasts until the
      * writes it starts are under way) */
-    t->dcall = w;
-    t->in_dcall = true;
+    tier_dscope_push(t, &sc);
     /* every key of the batch, whoever wrote it: a durable ack vouches for
      * each, so a key not stored (or not stored yet) is never skipped */
     for (size_t i = 0; i < n; i++) {
@@ -332,13 +369,13 @@ int tier_commit_durable_for(struct tier_ns *ns, uint32_t owner,
             continue;
         }
         if (rc == 0)
-            rc = dhold_add(t, id, w);
+            rc = tier_dhold_add(t, id, w);
         if (rc < 0)
             break;
         if (rc == 1)
             ids[(*pending)++] = id;
     }
-    t->in_dcall = false;
+    tier_dscope_pop(t, &sc);
     dholds_prune(t); /* answered now (nothing to wait for): nothing held */
     if (rc < 0)
         return rc;

@@ -16,6 +16,7 @@ static void on_hot_down(void *ctx, int rc)
     struct idx_entry *e = tier_move_landed(m);
     uint64_t hslot = tier_ram_class_slot(t->hram, e->cls);
     struct waiters dws = m->dws;
+    struct dscope sc = { .w = dws.w, .n = dws.n };
     uint32_t id = m->id;
 
     t->hot_moving -= hslot;
@@ -45,9 +46,13 @@ static void on_hot_down(void *ctx, int rc)
     tier_settle(t, m->id, false);
     tier_orphan_check(t, m->id);
     m->dws = (struct waiters){ 0 };
+    /* durable commits that waited for the copy: now the write to disk. They
+     * are off the list of moves meanwhile, and still wait (their holds on
+     * disk last: a write below may make room) */
+    tier_dscope_push(t, &sc);
     tier_move_done(t, m, rc);
-    /* durable commits that waited for the copy: now the write to disk */
     tier_durable_after(t, id, &dws, rc);
+    tier_dscope_pop(t, &sc);
     free(dws.w);
 }
 

@@ -149,6 +149,17 @@ struct dwait {
     struct dwait *next;
 };
 
+/* Waits the store has taken off its lists for a moment (a move done whose
+ * waiters are being told, waits being run, the commit call itself): they
+ * still count as waits, so a durable hold of their commit lasts through
+ * it. On the caller's stack, pushed and popped in turn (tier_dscope_*). */
+struct dscope {
+    const struct waiter *w; /* w[0..n) */
+    uint32_t n;
+    const struct dwait *d;  /* and the list from d */
+    struct dscope *up;
+};
+
 /* A remote read or probe in flight (tier_get_remote, tier_lookup_remote). */
 struct rop {
     struct tier *t;
@@ -194,8 +205,7 @@ struct tier {
     struct dwait *dwaits;             /* durable commits waiting for others' writes */
     struct dwait *dholds;             /* blocks already on disk that a durable commit
                                          vouches for: kept there until it is answered */
-    struct waiter dcall;              /* the durable commit in tier_commit_durable_for */
-    bool in_dcall;                    /* ... while that call runs */
+    struct dscope *dscopes;           /* durable waits off the lists for a moment */
     bool orphans;                     /* blocks may be unreachable: tier_maintain sweeps */
     bool room_wanted;                 /* a put found no room: the mover writes some now */
     struct tier_why *why;             /* what happened to blocks that are gone */
@@ -480,6 +490,9 @@ bool tier_dwaited(const struct tier *t, uint32_t id);
  * commit has no wait left in the store are freed on the way). */
 bool tier_dheld(struct tier *t, uint32_t id);
 void tier_dholds_drop(struct tier *t, struct waiter w); /* w's commit was answered */
+int tier_dhold_add(struct tier *t, uint32_t id, struct waiter w); /* id is on disk for w */
+void tier_dscope_push(struct tier *t, struct dscope *s);
+void tier_dscope_pop(struct tier *t, struct dscope *s);
 void tier_dholds_free(struct tier *t);
 
 /* ---- tier_drop.c ---- */

@@ -87,10 +87,24 @@ void tier_notify(struct tier *t, struct waiter w, uint32_t id, int rc)
  * callback that forgets a waiter cannot change it under us), then free it. */
 void tier_move_done(struct tier *t, struct move *m, int rc)
 {
-    for (uint32_t i = 0; i < m->ws.n; i++)
+    /* those not told yet still wait: what a callback does (a write that
+     * makes room on disk) leaves their commits' durable holds in place */
+    struct dscope ws = { .w = m->ws.w, .n = m->ws.n }, dws = { .w = m->dws.w, .n = m->dws.n };
+
+    tier_dscope_push(t, &ws);
+    tier_dscope_push(t, &dws);
+    for (uint32_t i = 0; i < m->ws.n; i++) {
+        ws.w = m->ws.w + i + 1;
+        ws.n = m->ws.n - i - 1;
         tier_notify(t, m->ws.w[i], m->id, rc);
-    for (uint32_t i = 0; i < m->dws.n; i++)
+    }
+    for (uint32_t i = 0; i < m->dws.n; i++) {
+        dws.w = m->dws.w + i + 1;
+        dws.n = m->dws.n - i - 1;
         tier_notify(t, m->dws.w[i], m->id, rc);
+    }
+    tier_dscope_pop(t, &dws);
+    tier_dscope_pop(t, &ws);
     free(m->ws.w);
     free(m->dws.w);
     free(m);

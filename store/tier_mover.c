@@ -49,6 +49,12 @@ static void on_demoted(void *ctx, int rc)
     else
         tier_settle(t, m->id, false);
     tier_orphan_check(t, m->id);
+    /* on disk for the durable commits that waited: held there until each
+     * is answered, as a block on disk already is (a later write that makes
+     * room must not evict it before the ack that vouches for it) */
+    for (uint32_t i = 0; rc == 0 && i < m->ws.n; i++)
+        if (tier_dhold_add(t, m->id, m->ws.w[i]) < 0)
+            rc = -ENOMEM; /* not held: not vouched for */
     tier_move_done(t, m, rc);
 }
 

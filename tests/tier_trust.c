@@ -30,6 +30,7 @@ struct rig {
     int ready[4], failed[4]; /* callbacks per waiter (&waiter[i]) */
     char waiter[4];
     char why[256];
+    void (*hook)(struct rig *r, int w); /* called as waiter[w] is told (NULL: none) */
 };
 
 static void on_ready(void *ctx, void *waiter, uint32_t id, int rc)
@@ -43,6 +44,8 @@ static void on_ready(void *ctx, void *waiter, uint32_t id, int rc)
         r->ready[w]++;
     else
         r->failed[w]++;
+    if (r->hook)
+        r->hook(r, w);
 }
 
 static void rig_open(struct rig *r, uint64_t warm, double high, uint64_t cold_bytes)
@@ -532,6 +535,98 @@ Test(tier_trust, a_waiting_durable_write_is_not_starved_by_later_reads)
     rig_close(&r);
 }
 
+/* Fill warm with blocks not on disk until every one of keys[0..n) has
+ * left it (clean leaves go first, and leaving is free for them): they are
+ * disk-only then, the oldest first in the disk's eviction order. The
+ * fillers are removed again. */
+static void leave_warm(struct rig *r, const struct tier_key *keys, int n, uint64_t seed)
+{
+    enum { F = 200 };
+    static struct tier_key f[F];
+    struct tier_story s;
+    size_t put_n = 0, rm;
+    int j;
+
+    t_keys((kvt_key *)f, F, seed);
+    for (;;) {
+        for (j = 0; j < n; j++) {
+            tier_story_get(t_tns_of(r->t, 1), &keys[j], &s);
+            if (s.level != TIER_L_COLD)
+                break;
+        }
+        if (j == n)
+            break;
+        cr_assert_lt(put_n, F, "a block never left warm");
+        put(r, false, NULL, &f[put_n], 1, seed * 1000 + put_n);
+        put_n++;
+    }
+    /* the fillers go (none was written): warm has room, the disk as before */
+    rm = tier_remove(t_tns(r->t, 1, BLK), f, put_n);
+    cr_assert_eq(rm, put_n, "removed %zu of %zu fillers", rm, put_n);
+}
+
+/* A durable commit (by waiter[3]) of each of keys[0..n) in turn, answered,
+ * then every one disk-only: the disk's first victims, in that order. */
+static void on_disk_only(struct rig *r, const struct tier_key *keys, int n, uint64_t seed)
+{
+    uint32_t ids[1], pend;
+    int before = r->ready[3];
+
+    for (int i = 0; i < n; i++) {
+        put(r, false, NULL, &keys[i], 1, seed + (uint64_t)i);
+        cr_assert_eq(tier_commit_durable(t_tns(r->t, 1, BLK), 1, &keys[i], 1, &r->waiter[3], ids,
+                                         &pend), 0);
+        pump(r);
+    }
+    cr_assert_eq(r->ready[3] - before, n, "a setup block was not made durable");
+    leave_warm(r, keys, n, seed + 77);
+}
+
+/* waiter[w] was answered durable for a batch including k: k is on disk. */
+static void vouched(struct rig *r, int w, const struct tier_key *k, const char *what)
+{
+    struct tier_story s;
+
+    check(r);
+    tier_story_get(t_tns_of(r->t, 1), k, &s);
+    cr_assert(s.present && s.on_disk, "acknowledged durable (%d) while %s, which it vouched "
+              "for, was evicted from disk", r->ready[w], what);
+}
+
+static bool gone(struct rig *r, const struct tier_key *k)
+{
+    struct tier_story s;
+
+    tier_story_get(t_tns_of(r->t, 1), k, &s);
+    return !s.present;
+}
+
+/* waiter[0] commits [a, b] durably: pend of them waited for (why). */
+static void commit_pair(struct rig *r, const struct tier_key *a, const struct tier_key *b,
+                        uint32_t want, const char *why)
+{
+    struct tier_key batch[2] = { *a, *b };
+    uint32_t ids[2], pend;
+    int rc = tier_commit_durable(t_tns(r->t, 1, BLK), 2, batch, 2, &r->waiter[0], ids, &pend);
+
+    cr_assert_geq(rc, 0, "durable commit: %d", rc);
+    cr_assert_eq(pend, want, "%s", why);
+}
+
+/* Once the disk has run: waiter[0]'s commit of [a, b] was answered (n
+ * answers in all), durable, both on disk, and victim left the disk. */
+static void answered_holding(struct rig *r, int n, const struct tier_key *a,
+                             const struct tier_key *b, const struct tier_key *victim)
+{
+    pump(r);
+    cr_assert_eq(r->ready[0] + r->failed[0], n, "the last write never reported");
+    vouched(r, 0, a, "the first key");
+    vouched(r, 0, b, "the second key");
+    cr_assert(gone(r, victim), "the disk evicted nothing: the test did not fill it");
+    cr_assert_eq(r->ready[0], n, "a write failed (%d) although another block could leave the "
+                 "disk", r->failed[0]);
+}
+
 /* Review of the reuse policy (store simulation, --evict-policy keep, seed
  * 33): a durable commit vouches for a block already on disk (nothing to
  * write, so nothing to wait for) and for one it writes; that write found
@@ -541,58 +636,140 @@ Test(tier_trust, a_waiting_durable_write_is_not_starved_by_later_reads)
  * commit is answered: the write evicts another block instead. */
 Test(tier_trust, a_durable_commit_keeps_its_blocks_already_on_disk_until_it_is_answered)
 {
-    enum { F = 200 };
-    static struct tier_key f[F];
     struct rig r;
-    struct tier_key a, c, b, batch[2];
-    struct tier_story s;
-    uint32_t ids[2], pend;
-    int i, rc;
+    struct tier_key ac[2], b;
 
     rig_open(&r, 1u << 20, 1.0, 2 * BLK); /* room for two blocks on disk */
-    t_keys((kvt_key *)&a, 1, 2001);
-    t_keys((kvt_key *)&c, 1, 2002);
+    t_keys((kvt_key *)ac, 2, 2001);
     t_keys((kvt_key *)&b, 1, 2003);
-    t_keys((kvt_key *)f, F, 2004);
-    put(&r, false, NULL, &a, 1, 2010);
-    cr_assert_eq(tier_commit_durable(t_tns(r.t, 1, BLK), 1, &a, 1, &r.waiter[3], ids, &pend), 0);
-    pump(&r);
-    put(&r, false, NULL, &c, 1, 2020);
-    cr_assert_eq(tier_commit_durable(t_tns(r.t, 1, BLK), 1, &c, 1, &r.waiter[3], ids, &pend), 0);
-    pump(&r);
-    cr_assert_eq(r.ready[3], 2);
-    /* blocks not on disk fill warm until a, then c, leave it (clean
-     * leaves go first, and leaving is free for them): a is the oldest
-     * disk-only leaf, the first the disk evicts */
-    for (i = 0; i < F; i++) {
-        tier_story_get(t_tns_of(r.t, 1), &a, &s);
-        if (s.level == TIER_L_COLD)
-            break;
-        put(&r, false, NULL, &f[i], 1, 3000 + (uint64_t)i);
-    }
-    cr_assert_lt(i, F, "a never left warm");
+    on_disk_only(&r, ac, 2, 2010); /* a = ac[0] the first victim, then c */
     put(&r, false, NULL, &b, 1, 2030);
-    tier_story_get(t_tns_of(r.t, 1), &c, &s);
-    cr_assert(s.present && s.on_disk && s.level == TIER_L_COLD, "c is not disk-only");
     /* a durable commit of [a (on disk), b (to write, the disk full)] */
-    batch[0] = a;
+    commit_pair(&r, &ac[0], &b, 1, "b's write is waited for");
+    answered_holding(&r, 1, &ac[0], &b, &ac[1]);
+    rig_close(&r);
+}
+
+/* Review of the durable hold: its commit's other key was in hot, so the
+ * commit waited for the copy down; that copy's waiters leave the list of
+ * moves before the write to disk starts, and the write, finding the disk
+ * full, saw a commit that waited for nothing and evicted the block it
+ * vouched for. The waits taken off the lists for a moment still count. */
+Test(tier_trust, a_durable_hold_lasts_across_the_copy_down_of_its_other_key)
+{
+    struct rig r;
+    struct tier_key ac[2], h;
+
+    rig_open(&r, 1u << 20, 1.0, 2 * BLK);
+    t_keys((kvt_key *)ac, 2, 2101);
+    t_keys((kvt_key *)&h, 1, 2103);
+    on_disk_only(&r, ac, 2, 2110);
+    put(&r, true, NULL, &h, 1, 2130); /* in hot */
+    commit_pair(&r, &ac[0], &h, 1, "h's copy down and write are waited for");
+    answered_holding(&r, 1, &ac[0], &h, &ac[1]);
+    rig_close(&r);
+}
+
+/* The same while the commit waits for a key another client still writes:
+ * that client's commit runs the wait (off the list) and starts the write,
+ * which found the disk full and evicted the held block. */
+Test(tier_trust, a_durable_hold_lasts_across_the_wait_for_another_clients_key)
+{
+    struct rig r;
+    struct tier_key ac[2], b;
+    uint32_t ids[1];
+    uint64_t off;
+
+    rig_open(&r, 1u << 20, 1.0, 2 * BLK);
+    t_keys((kvt_key *)ac, 2, 2201);
+    t_keys((kvt_key *)&b, 1, 2203);
+    on_disk_only(&r, ac, 2, 2210);
+    cr_assert_eq(tier_reserve(t_tns(r.t, 1, BLK), 7, NULL, &b, 1, ids, &off), 1);
+    t_fill((uint8_t *)tier_pool_base(r.t) + off, BLK, 2230);
+    /* b reserved by client 7, not committed */
+    commit_pair(&r, &ac[0], &b, 1, "b, another client's, is waited for");
+    cr_assert_eq(tier_commit(t_tns(r.t, 1, BLK), 7, &b, 1), 1);
+    answered_holding(&r, 1, &ac[0], &b, &ac[1]);
+    rig_close(&r);
+}
+
+/* The same while a write's waiters are told, one by one, off the list of
+ * moves: the first one's callback commits another block durably (a client
+ * whose next request goes in as it is answered), and that write found the
+ * disk full and evicted what the second one's commit vouched for. */
+static struct rig *hook_rig;
+static struct tier_key hook_key;
+
+static void commit_in_callback(struct rig *r, int w)
+{
+    uint32_t ids[1], pend;
+
+    if (w != 1 || hook_rig != r)
+        return;
+    hook_rig = NULL; /* once */
+    put(r, false, NULL, &hook_key, 1, 2390);
+    cr_assert_geq(tier_commit_durable(t_tns(r->t, 1, BLK), 3, &hook_key, 1, &r->waiter[2], ids,
+                                      &pend), 0);
+}
+
+Test(tier_trust, a_durable_hold_lasts_while_its_moves_waiters_are_told)
+{
+    struct rig r;
+    struct tier_key ac[2], b, batch[2];
+    uint32_t ids[2], pend;
+    int rc;
+
+    rig_open(&r, 1u << 20, 1.0, 3 * BLK); /* a, c, and room for b */
+    t_keys((kvt_key *)ac, 2, 2301);
+    t_keys((kvt_key *)&b, 1, 2303);
+    t_keys((kvt_key *)&hook_key, 1, 2304);
+    on_disk_only(&r, ac, 2, 2310);
+    put(&r, false, NULL, &b, 1, 2330);
+    /* waiter 1 starts b's write; waiter 0 joins it, vouching for a too */
+    cr_assert_eq(tier_commit_durable(t_tns(r.t, 1, BLK), 2, &b, 1, &r.waiter[1], ids, &pend), 0);
+    cr_assert_eq(pend, 1);
+    batch[0] = ac[0];
     batch[1] = b;
     rc = tier_commit_durable(t_tns(r.t, 1, BLK), 2, batch, 2, &r.waiter[0], ids, &pend);
     cr_assert_geq(rc, 0, "durable commit: %d", rc);
-    cr_assert_eq(pend, 1, "b's write is waited for");
+    cr_assert_eq(pend, 1, "b's write is joined");
+    r.hook = commit_in_callback;
+    hook_rig = &r;
     pump(&r);
-    check(&r);
-    cr_assert_eq(r.ready[0] + r.failed[0], 1, "b's write never reported");
-    if (r.ready[0] == 1) { /* acknowledged: every block of the batch on disk now */
-        tier_story_get(t_tns_of(r.t, 1), &a, &s);
-        cr_assert(s.present && s.on_disk,
-                  "acknowledged durable while a, which it vouched for, was evicted from disk");
-        tier_story_get(t_tns_of(r.t, 1), &b, &s);
-        cr_assert(s.present && s.on_disk, "acknowledged durable, b not on disk");
-    }
-    tier_story_get(t_tns_of(r.t, 1), &c, &s);
-    cr_assert(!s.present, "the disk evicted nothing: the test did not fill it");
-    cr_assert_eq(r.ready[0], 1, "b's write failed (%d) although c could leave the disk",
-                 r.failed[0]);
+    cr_assert_null(hook_rig, "waiter 1 was never told");
+    cr_assert_eq(r.ready[1], 1);
+    cr_assert_eq(r.ready[0] + r.failed[0], 1, "b's write never reported to waiter 0");
+    cr_assert_eq(r.ready[2] + r.failed[2], 1, "the write in the callback never reported");
+    vouched(&r, 0, &ac[0], "a");
+    cr_assert(gone(&r, &ac[1]), "the disk evicted nothing: the test did not fill it");
+    rig_close(&r);
+}
+
+/* A block the commit wrote itself: written, then (the commit still waiting
+ * for another client's key) out of warm, and the other key's write found
+ * the disk full and evicted it before the commit was answered. A write for
+ * a durable commit holds its block as one on disk already is. */
+Test(tier_trust, a_block_a_durable_commit_wrote_stays_on_disk_until_it_is_answered)
+{
+    struct rig r;
+    struct tier_key b, c, e;
+    uint32_t ids[1];
+    uint64_t off;
+
+    rig_open(&r, 1u << 20, 1.0, 2 * BLK);
+    t_keys((kvt_key *)&b, 1, 2401);
+    t_keys((kvt_key *)&c, 1, 2402);
+    t_keys((kvt_key *)&e, 1, 2403);
+    put(&r, false, NULL, &b, 1, 2410);
+    cr_assert_eq(tier_reserve(t_tns(r.t, 1, BLK), 7, NULL, &e, 1, ids, &off), 1);
+    t_fill((uint8_t *)tier_pool_base(r.t) + off, BLK, 2430);
+    /* b to write, e client 7's, not committed yet */
+    commit_pair(&r, &b, &e, 2, "both are waited for");
+    pump(&r);
+    cr_assert_eq(r.ready[0], 1, "b's write was told");
+    on_disk_only(&r, &c, 1, 2420); /* the disk full: b, then c */
+    leave_warm(&r, &b, 1, 2440);
+    cr_assert_eq(tier_commit(t_tns(r.t, 1, BLK), 7, &e, 1), 1);
+    answered_holding(&r, 2, &b, &e, &c);
     rig_close(&r);
 }
