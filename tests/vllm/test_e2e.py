@@ -54,6 +54,10 @@ def vllm_env(tierd, **env_set):
                                        env.get("PYTHONPATH", "")]),
         "VLLM_TARGET_DEVICE": "cpu",
         "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+        # vLLM's CPU build keeps a core more off the model's threads when a
+        # KV connector is set, and bf16 results vary with the thread count:
+        # the same threads with and without kvtier
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "1",
     })
     for k, v in env_set.items():
         if v is None:

@@ -152,7 +152,7 @@ def failed_load_recomputed(tmp, tag, model, prompt, suffix, **run):
 
 # ---- a state model: Qwen3-Next's linear attention beside full attention ----
 
-STATE_PROMPT = 560     # two of the blocks vLLM picks (256 tokens) and some
+STATE_PROMPT = 560     # a block vLLM picks (384 tokens in vLLM 0.32; 256 before) and some
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import torch
 import kvtier
 from kvtier import vllm_connector as vc
 
-from vllm.distributed.kv_transfer.kv_connector.v1.base import supports_hma
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole, supports_hma
 from vllm.v1.core.kv_cache_manager import KVCacheManager
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, \
     SlidingWindowSpec
@@ -442,6 +442,26 @@ def test_state_round_trip_restores_the_hit_s_last_state(tierd):
         assert not kv_b[name][8].any(), "the local block was written"
     for c in (sa, wa, sb, wb):
         c.shutdown()
+
+
+def test_state_model_prefill_chunks_end_on_the_cache_s_blocks(tierd):
+    """vLLM's CPU build hands its scheduler a cache config whose block size
+    is its default (128), not the KV cache's (a state's page wide): its
+    "align" split then ends prefill chunks where no block ends, and no
+    state is ever saved. The first lookup sets it to the cache's."""
+    cfg = fake_config(tierd.sock, asynchronous=True)
+    s = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, state_config())
+    cfg.cache_config.block_size = BS // 2   # as vLLM leaves it after the handshake
+    s.get_num_new_matched_tokens(vllm_request(prompt(4 * BS + 7, 73), "a"), 0)
+    assert cfg.cache_config.block_size == BS
+    s.shutdown()
+    # a model with no state: vLLM's own block size is left alone
+    cfg = fake_config(tierd.sock, asynchronous=True)
+    s = vc.KvtierConnector(cfg, KVConnectorRole.SCHEDULER, hybrid_config())
+    cfg.cache_config.block_size = BS // 2
+    s.get_num_new_matched_tokens(vllm_request(prompt(4 * BS + 7, 74), "a"), 0)
+    assert cfg.cache_config.block_size == BS // 2
+    s.shutdown()
 
 
 def test_no_state_is_saved_off_a_block_boundary(tierd):

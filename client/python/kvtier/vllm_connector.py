@@ -1047,9 +1047,26 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                         "seed gives others, and other instances share these blocks only if "
                         "they hash alike", self._seed)
 
+    def _align_state_chunks(self):
+        """Once, at the first lookup of a model with a state group: vLLM's
+        "align" mode ends prefill chunks at multiples of cache_config's
+        block size, which its CPU build (0.32) hands the scheduler at its
+        default (128) though the KV cache's blocks are a state's page wide
+        (384 tokens and more); a chunk that ends inside a block leaves no
+        state to save or to resume from. The cache's block size is the one
+        vLLM aligns to on a GPU, so this changes nothing there."""
+        cc = self._vllm.cache_config
+        if cc.block_size != self._block_size:
+            log.warning("kvtier: vLLM aligns prefill chunks to %d tokens, its KV cache's "
+                        "blocks hold %d: aligning them to the blocks, so that a state "
+                        "exists at each block boundary", cc.block_size, self._block_size)
+            cc.block_size = self._block_size
+
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         if not self._seed_checked:
             self._check_seed()
+            if self._states:
+                self._align_state_chunks()
         keys = list(request.block_hashes)
         # vLLM computes at least the prompt's last token itself
         usable = min(len(keys), (request.num_tokens - 1) // self._block_size)
