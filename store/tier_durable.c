@@ -5,6 +5,7 @@
  * is still writing (dwaits) and for a copy down from hot.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "tier_int.h"
@@ -127,19 +128,25 @@ static bool still_waits(const struct tier *t, struct waiter w)
     return waits_in(t->dwaits, w);
 }
 
+/* Whether a commit not answered yet holds id: only id's holds are looked
+ * at (and those of answered commits freed), O(holds + id's holds x
+ * waits), so that the disk's walk for a victim, one call per block it
+ * passes, costs no more than that per block (it used to ask still_waits
+ * for every hold of every commit: O(holds x waits) per write on a full
+ * disk, and holds now are every block of every durable commit waiting). */
 bool tier_dheld(struct tier *t, uint32_t id)
 {
     for (struct dwait **pp = &t->dholds; *pp;) {
         struct dwait *d = *pp;
 
-        if (!still_waits(t, d->waiter)) { /* its commit was answered: the hold ends */
-            *pp = d->next;
-            free(d);
+        if (d->id != id) {
+            pp = &d->next;
             continue;
         }
-        if (d->id == id)
+        if (still_waits(t, d->waiter))
             return true;
-        pp = &d->next;
+        *pp = d->next; /* its commit was answered: the hold ends */
+        free(d);
     }
     return false;
 }
@@ -168,11 +175,100 @@ void tier_dholds_free(struct tier *t)
     }
 }
 
-/* Holds of commits already answered go: O(holds x waits), holds being the
- * blocks of a few batches. */
+/* The waiters that still wait for something (still_waits of every one at
+ * once): a set hashed on the waiter, open addressing, none the empty slot
+ * (none never waits). */
+struct wset {
+    struct waiter *w;
+    size_t mask;
+};
+
+static size_t wset_slot(const struct wset *s, struct waiter w)
+{
+    uint64_t h = (uint64_t)(uintptr_t)w.p * 0x9e3779b97f4a7c15ull ^
+                 (uint64_t)(uintptr_t)w.req * 0xc2b2ae3d27d4eb4full;
+    size_t i = (size_t)(h ^ h >> 29) & s->mask;
+
+    while ((s->w[i].p || s->w[i].req) && !tier_waiter_same(s->w[i], w))
+        i = (i + 1) & s->mask;
+    return i;
+}
+
+static void wset_put(struct wset *s, struct waiter w)
+{
+    if (w.p || w.req)
+        s->w[wset_slot(s, w)] = w;
+}
+
+static bool wset_has(const struct wset *s, struct waiter w)
+{
+    size_t i = wset_slot(s, w);
+
+    return s->w[i].p || s->w[i].req;
+}
+
+static void wset_put_list(struct wset *s, const struct dwait *d)
+{
+    for (; d; d = d->next)
+        wset_put(s, d->waiter);
+}
+
+/* Every wait still_waits looks at, counted (n) or put in s. */
+static size_t waits_walk(const struct tier *t, struct wset *s)
+{
+    size_t n = 0;
+
+    for (const struct dscope *c = t->dscopes; c; c = c->up) {
+        for (uint32_t i = 0; i < c->n; i++, n++)
+            if (s)
+                wset_put(s, c->w[i]);
+        for (const struct dwait *d = c->d; d; d = d->next)
+            n++;
+        if (s)
+            wset_put_list(s, c->d);
+    }
+    for (const struct move *m = t->moves; m; m = m->next) {
+        for (uint32_t i = 0; i < m->ws.n; i++, n++)
+            if (s)
+                wset_put(s, m->ws.w[i]);
+        for (uint32_t i = 0; i < m->dws.n; i++, n++)
+            if (s)
+                wset_put(s, m->dws.w[i]);
+    }
+    for (const struct dwait *d = t->dwaits; d; d = d->next)
+        n++;
+    if (s)
+        wset_put_list(s, t->dwaits);
+    return n;
+}
+
+/* Holds of commits already answered go: O(holds + waits) (the waiters
+ * that still wait gathered first), or, without the memory for that,
+ * O(holds x waits). */
 static void dholds_prune(struct tier *t)
 {
-    (void)tier_dheld(t, TIER_NONE);
+    struct wset s;
+    size_t cap = 16;
+
+    if (!t->dholds)
+        return;
+    for (size_t n = waits_walk(t, NULL); cap < 2 * n; cap *= 2)
+        ;
+    s.mask = cap - 1;
+    s.w = calloc(cap, sizeof(*s.w));
+    if (s.w)
+        waits_walk(t, &s);
+    for (struct dwait **pp = &t->dholds; *pp;) {
+        struct dwait *d = *pp;
+
+        if (s.w ? wset_has(&s, d->waiter) : still_waits(t, d->waiter)) {
+            pp = &d->next;
+            continue;
+        }
+        *pp = d->next;
+        free(d);
+    }
+    free(s.w);
 }
 
 /* Hold id, on disk, for w's commit (nobody's: nothing was promised). */

@@ -485,9 +485,11 @@ void tier_dwaits_fail(struct tier *t, uint32_t id, int rc); /* id will never com
 /* Whether a durable commit waits for id (its write owed: the disk's queue
  * was full, or another client still writes it). O(waits). */
 bool tier_dwaited(const struct tier *t, uint32_t id);
-/* Whether a durable commit not yet answered vouches for id, already on
- * disk when it was committed: the disk must not evict it (holds whose
- * commit has no wait left in the store are freed on the way). */
+/* Whether a durable commit not yet answered vouches for id, on disk (there
+ * when it was committed, or written for it): the disk must not evict it
+ * (id's holds whose commit has no wait left in the store are freed on the
+ * way; the others' at the next durable commit). O(holds + id's holds x
+ * waits). */
 bool tier_dheld(struct tier *t, uint32_t id);
 void tier_dholds_drop(struct tier *t, struct waiter w); /* w's commit was answered */
 int tier_dhold_add(struct tier *t, uint32_t id, struct waiter w); /* id is on disk for w */
