@@ -602,6 +602,17 @@ static bool gone(struct rig *r, const struct tier_key *k)
     return !s.present;
 }
 
+/* A store whose disk holds two blocks, ac[0] and ac[1], both disk-only
+ * (ac[0] the first victim), and a key other not stored yet. */
+static void disk_full_of_two(struct rig *r, struct tier_key ac[2], struct tier_key *other,
+                             uint64_t base)
+{
+    rig_open(r, 1u << 20, 1.0, 2 * BLK);
+    t_keys((kvt_key *)ac, 2, base + 1);
+    t_keys((kvt_key *)other, 1, base + 3);
+    on_disk_only(r, ac, 2, base + 10);
+}
+
 /* waiter[0] commits [a, b] durably: pend of them waited for (why). */
 static void commit_pair(struct rig *r, const struct tier_key *a, const struct tier_key *b,
                         uint32_t want, const char *why)
@@ -640,10 +651,7 @@ Test(tier_trust, a_durable_commit_keeps_its_blocks_already_on_disk_until_it_is_a
     struct rig r;
     struct tier_key ac[2], b;
 
-    rig_open(&r, 1u << 20, 1.0, 2 * BLK); /* room for two blocks on disk */
-    t_keys((kvt_key *)ac, 2, 2001);
-    t_keys((kvt_key *)&b, 1, 2003);
-    on_disk_only(&r, ac, 2, 2010); /* a = ac[0] the first victim, then c */
+    disk_full_of_two(&r, ac, &b, 2000); /* a = ac[0] the first victim, then c */
     put(&r, false, NULL, &b, 1, 2030);
     /* a durable commit of [a (on disk), b (to write, the disk full)] */
     commit_pair(&r, &ac[0], &b, 1, "b's write is waited for");
@@ -661,10 +669,7 @@ Test(tier_trust, a_durable_hold_lasts_across_the_copy_down_of_its_other_key)
     struct rig r;
     struct tier_key ac[2], h;
 
-    rig_open(&r, 1u << 20, 1.0, 2 * BLK);
-    t_keys((kvt_key *)ac, 2, 2101);
-    t_keys((kvt_key *)&h, 1, 2103);
-    on_disk_only(&r, ac, 2, 2110);
+    disk_full_of_two(&r, ac, &h, 2100);
     put(&r, true, NULL, &h, 1, 2130); /* in hot */
     commit_pair(&r, &ac[0], &h, 1, "h's copy down and write are waited for");
     answered_holding(&r, 1, &ac[0], &h, &ac[1]);
@@ -681,10 +686,7 @@ Test(tier_trust, a_durable_hold_lasts_across_the_wait_for_another_clients_key)
     uint32_t ids[1];
     uint64_t off;
 
-    rig_open(&r, 1u << 20, 1.0, 2 * BLK);
-    t_keys((kvt_key *)ac, 2, 2201);
-    t_keys((kvt_key *)&b, 1, 2203);
-    on_disk_only(&r, ac, 2, 2210);
+    disk_full_of_two(&r, ac, &b, 2200);
     cr_assert_eq(tier_reserve(t_tns(r.t, 1, BLK), 7, NULL, &b, 1, ids, &off), 1);
     t_fill((uint8_t *)tier_pool_base(r.t) + off, BLK, 2230);
     /* b reserved by client 7, not committed */
