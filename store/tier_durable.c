@@ -133,7 +133,9 @@ static bool still_waits(const struct tier *t, struct waiter w)
  * waits), so that the disk's walk for a victim, one call per block it
  * passes, costs no more than that per block (it used to ask still_waits
  * for every hold of every commit: O(holds x waits) per write on a full
- * disk, and holds now are every block of every durable commit waiting). */
+ * disk, and holds now are every block of every durable commit waiting).
+ * The walk prunes every answered commit's holds first (tier_dholds_prune,
+ * O(holds + waits)): none is left here for a waiter that waits again. */
 bool tier_dheld(struct tier *t, uint32_t id)
 {
     for (struct dwait **pp = &t->dholds; *pp;) {
@@ -244,8 +246,12 @@ static size_t waits_walk(const struct tier *t, struct wset *s)
 
 /* Holds of commits already answered go: O(holds + waits) (the waiters
  * that still wait gathered first), or, without the memory for that,
- * O(holds x waits). */
-static void dholds_prune(struct tier *t)
+ * O(holds x waits). Each durable commit call, and the disk's walk for a
+ * victim before its first block: a hold left from an answered commit must
+ * not outlive it there, since its waiter may wait again (a get's read from
+ * disk, under the same pointer) and would keep the block on disk for a
+ * commit that vouches for nothing now (review of 29246d8). */
+void tier_dholds_prune(struct tier *t)
 {
     struct wset s;
     size_t cap = 16;
@@ -433,7 +439,7 @@ int tier_commit_durable_for(struct tier_ns *ns, uint32_t owner,
     *pending = 0;
     if (!t->cold)
         return -EOPNOTSUPP;
-    dholds_prune(t);
+    tier_dholds_prune(t);
     done = tier_commit(ns, owner, keys, n);
     /* a block already on disk is held there until the commit is answered:
      * a write of this batch (or any other) that finds the disk full evicts
@@ -472,7 +478,7 @@ int tier_commit_durable_for(struct tier_ns *ns, uint32_t owner,
             ids[(*pending)++] = id;
     }
     tier_dscope_pop(t, &sc);
-    dholds_prune(t); /* answered now (nothing to wait for): nothing held */
+    tier_dholds_prune(t); /* answered now (nothing to wait for): nothing held */
     if (rc < 0)
         return rc;
     return err ? err : (int)done;

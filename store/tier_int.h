@@ -488,9 +488,12 @@ bool tier_dwaited(const struct tier *t, uint32_t id);
 /* Whether a durable commit not yet answered vouches for id, on disk (there
  * when it was committed, or written for it): the disk must not evict it
  * (id's holds whose commit has no wait left in the store are freed on the
- * way; the others' at the next durable commit). O(holds + id's holds x
- * waits). */
+ * way). O(holds + id's holds x waits). The disk's walk calls
+ * tier_dholds_prune before it. */
 bool tier_dheld(struct tier *t, uint32_t id);
+/* Every hold whose commit has no wait left in the store goes (each durable
+ * commit call, and before the disk's walk for a victim). O(holds + waits). */
+void tier_dholds_prune(struct tier *t);
 void tier_dholds_drop(struct tier *t, struct waiter w); /* w's commit was answered */
 int tier_dhold_add(struct tier *t, uint32_t id, struct waiter w); /* id is on disk for w */
 void tier_dscope_push(struct tier *t, struct dscope *s);

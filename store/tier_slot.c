@@ -42,11 +42,15 @@ void tier_leave_warm(struct tier *t, uint32_t id)
 }
 
 /* The disk-only leaf the disk evicts first: the least recently demoted
- * one that no durable commit still waiting vouches for (TIER_NONE: none). */
+ * one that no durable commit still waiting vouches for (TIER_NONE: none).
+ * The holds of commits answered go first: their waiters may wait again (a
+ * get under the same pointer), and must not hold a block for them then. */
 static uint32_t cold_victim(struct tier *t)
 {
     uint32_t v = t->clru.tail;
 
+    if (t->dholds)
+        tier_dholds_prune(t);
     while (v != TIER_NONE && t->dholds && tier_dheld(t, v))
         v = idx_at(t->idx, v)->prev;
     return v;

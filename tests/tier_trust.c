@@ -956,3 +956,67 @@ Test(tier_trust, many_waiting_durable_commits_on_a_full_disk_stay_cheap)
     free(ids);
     free(offs);
 }
+
+/* Review of the victim-only hold check (29246d8): a hold of an answered
+ * commit (its block written for it, then answered) stays until the next
+ * durable commit unless a walk for a victim reaches that very block; its
+ * waiter, reused for a get that waits for a read from disk, "still waits",
+ * and the stale hold kept the block on disk: a later write found nothing
+ * to evict (the old walk freed every stale hold it passed on its first
+ * block). A hold lasts as long as its commit, not as its waiter's next
+ * wait. */
+Test(tier_trust, a_stale_hold_keeps_nothing_on_disk_once_its_waiter_reads)
+{
+    struct rig r;
+    struct tier_key d[3], b, k, w1, w2, batch[2]; /* d: h (held), v, g */
+    uint32_t ids[2], pend, gid, gpend = 0;
+    uint64_t off, goff;
+    int rc;
+
+    rig_open(&r, 1u << 20, 1.0, 4 * BLK);
+    t_keys((kvt_key *)d, 3, 2601);
+    t_keys((kvt_key *)&b, 1, 2604);
+    t_keys((kvt_key *)&k, 1, 2605);
+    t_keys((kvt_key *)&w1, 1, 2606);
+    t_keys((kvt_key *)&w2, 1, 2607);
+    on_disk_only(&r, d, 3, 2610); /* h, v, g: h the first victim */
+    /* waiter 1 vouches for h, and waits for k, client 7's */
+    cr_assert_eq(tier_reserve(t_tns(r.t, 1, BLK), 7, NULL, &k, 1, ids, &off), 1);
+    t_fill((uint8_t *)tier_pool_base(r.t) + off, BLK, 2630);
+    batch[0] = d[0];
+    batch[1] = k;
+    cr_assert_geq(tier_commit_durable(t_tns(r.t, 1, BLK), 2, batch, 2, &r.waiter[1], ids, &pend),
+                  0);
+    cr_assert_eq(pend, 1, "k is waited for");
+    /* waiter 0: b written for its commit, which is answered */
+    put(&r, false, NULL, &b, 1, 2631);
+    cr_assert_geq(tier_commit_durable(t_tns(r.t, 1, BLK), 2, &b, 1, &r.waiter[0], ids, &pend), 0);
+    cr_assert_eq(pend, 1, "b is written");
+    pump(&r);
+    cr_assert_eq(r.ready[0], 1, "b's commit was answered");
+    leave_warm(&r, &b, 1, 2640); /* the disk full: h, v, g, b */
+    /* a write that makes room (a flush, no durable commit): h held, v goes */
+    put(&r, false, NULL, &w1, 1, 2650);
+    tier_flush_begin(r.t);
+    movers(&r);
+    cr_assert(gone(&r, &d[1]), "the flush's write evicted nothing");
+    /* waiter 0 again, a get: it waits for g's read */
+    cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(r.t, 1, BLK), .keys = &d[2],
+                                                   .n = 1, .ids = &gid, .offs = &goff,
+                                                   .waiter = &r.waiter[0], .pending = &gpend }),
+                 1);
+    cr_assert_eq(gpend, 1, "g is read from disk");
+    /* waiter 2 commits w2: the disk full, b (its commit answered) may go */
+    put(&r, false, NULL, &w2, 1, 2660);
+    rc = tier_commit_durable(t_tns(r.t, 1, BLK), 2, &w2, 1, &r.waiter[2], ids, &pend);
+    cr_assert_geq(rc, 0, "w2's write found nothing to evict (%d): b is still held for a commit "
+                  "answered", rc);
+    pump(&r);
+    cr_assert_eq(r.ready[2], 1, "w2's write failed (%d)", r.failed[2]);
+    cr_assert(gone(&r, &b), "b, vouched for by nobody now, stayed");
+    vouched(&r, 1, &d[0], "h");
+    tier_release(r.t, &gid, 1, false);
+    cr_assert_eq(tier_commit(t_tns(r.t, 1, BLK), 7, &k, 1), 1);
+    pump(&r);
+    rig_close(&r);
+}
