@@ -94,62 +94,56 @@ void tier_dscope_pop(struct tier *t, struct dscope *s)
     t->dscopes = s->up; /* (pushed last: scopes nest as the calls do) */
 }
 
-static bool waits_in(const struct dwait *d, struct waiter w)
+/* Every wait in the store, fn(ctx, w) for each until one returns true
+ * (whether one did): a move's, a write owed, or a wait the store holds off
+ * its lists for a moment (the commit being made, a move done whose waiters
+ * are being told, waits being run: its scopes). still_waits and the prune
+ * of holds both see exactly these, so that they never disagree. */
+static bool waits_each(const struct tier *t, bool (*fn)(void *, struct waiter), void *ctx)
 {
-    for (; d; d = d->next)
-        if (tier_waiter_same(d->waiter, w))
+    for (const struct dscope *s = t->dscopes; s; s = s->up) {
+        for (uint32_t i = 0; i < s->n; i++)
+            if (fn(ctx, s->w[i]))
+                return true;
+        for (const struct dwait *d = s->d; d; d = d->next)
+            if (fn(ctx, d->waiter))
+                return true;
+    }
+    for (const struct move *m = t->moves; m; m = m->next) {
+        for (uint32_t i = 0; i < m->ws.n; i++)
+            if (fn(ctx, m->ws.w[i]))
+                return true;
+        for (uint32_t i = 0; i < m->dws.n; i++)
+            if (fn(ctx, m->dws.w[i]))
+                return true;
+    }
+    for (const struct dwait *d = t->dwaits; d; d = d->next)
+        if (fn(ctx, d->waiter))
             return true;
     return false;
 }
 
-/* Whether w still waits for anything in the store: a move, a write owed,
- * or a wait the store holds off its lists for a moment (the commit being
- * made, a move done whose waiters are being told, waits being run: its
- * scopes). Its commit is answered once it waits for nothing (the last
- * callback comes after its wait left every list and scope). O(moves in
- * flight + waits). */
-static bool still_waits(const struct tier *t, struct waiter w)
+static bool is_waiter(void *ctx, struct waiter w)
 {
-    for (const struct dscope *s = t->dscopes; s; s = s->up) {
-        for (uint32_t i = 0; i < s->n; i++)
-            if (tier_waiter_same(s->w[i], w))
-                return true;
-        if (waits_in(s->d, w))
-            return true;
-    }
-    for (const struct move *m = t->moves; m; m = m->next) {
-        for (uint32_t i = 0; i < m->ws.n; i++)
-            if (tier_waiter_same(m->ws.w[i], w))
-                return true;
-        for (uint32_t i = 0; i < m->dws.n; i++)
-            if (tier_waiter_same(m->dws.w[i], w))
-                return true;
-    }
-    return waits_in(t->dwaits, w);
+    return tier_waiter_same(*(const struct waiter *)ctx, w);
 }
 
-/* Whether a commit not answered yet holds id: only id's holds are looked
- * at (and those of answered commits freed), O(holds + id's holds x
- * waits), so that the disk's walk for a victim, one call per block it
- * passes, costs no more than that per block (it used to ask still_waits
- * for every hold of every commit: O(holds x waits) per write on a full
- * disk, and holds now are every block of every durable commit waiting).
- * The walk prunes every answered commit's holds first (tier_dholds_prune,
- * O(holds + waits)): none is left here for a waiter that waits again. */
-bool tier_dheld(struct tier *t, uint32_t id)
+/* Whether w still waits for anything in the store (waits_each). Its commit
+ * is answered once it waits for nothing (the last callback comes after its
+ * wait left every list and scope). O(moves in flight + waits). */
+static bool still_waits(const struct tier *t, struct waiter w)
 {
-    for (struct dwait **pp = &t->dholds; *pp;) {
-        struct dwait *d = *pp;
+    return waits_each(t, is_waiter, &w);
+}
 
-        if (d->id != id) {
-            pp = &d->next;
-            continue;
-        }
-        if (still_waits(t, d->waiter))
+/* Whether a commit not answered yet holds id, once tier_dholds_prune has
+ * run (the disk's walk for a victim prunes first: every hold left is of a
+ * commit that still waits). O(holds) a block the walk passes. */
+bool tier_dheld(const struct tier *t, uint32_t id)
+{
+    for (const struct dwait *d = t->dholds; d; d = d->next)
+        if (d->id == id)
             return true;
-        *pp = d->next; /* its commit was answered: the hold ends */
-        free(d);
-    }
     return false;
 }
 
@@ -209,39 +203,17 @@ static bool wset_has(const struct wset *s, struct waiter w)
     return s->w[i].p || s->w[i].req;
 }
 
-static void wset_put_list(struct wset *s, const struct dwait *d)
+static bool wset_put_one(void *ctx, struct waiter w)
 {
-    for (; d; d = d->next)
-        wset_put(s, d->waiter);
+    wset_put(ctx, w);
+    return false;
 }
 
-/* Every wait still_waits looks at, counted (n) or put in s. */
-static size_t waits_walk(const struct tier *t, struct wset *s)
+static bool count_one(void *ctx, struct waiter w)
 {
-    size_t n = 0;
-
-    for (const struct dscope *c = t->dscopes; c; c = c->up) {
-        for (uint32_t i = 0; i < c->n; i++, n++)
-            if (s)
-                wset_put(s, c->w[i]);
-        for (const struct dwait *d = c->d; d; d = d->next)
-            n++;
-        if (s)
-            wset_put_list(s, c->d);
-    }
-    for (const struct move *m = t->moves; m; m = m->next) {
-        for (uint32_t i = 0; i < m->ws.n; i++, n++)
-            if (s)
-                wset_put(s, m->ws.w[i]);
-        for (uint32_t i = 0; i < m->dws.n; i++, n++)
-            if (s)
-                wset_put(s, m->dws.w[i]);
-    }
-    for (const struct dwait *d = t->dwaits; d; d = d->next)
-        n++;
-    if (s)
-        wset_put_list(s, t->dwaits);
-    return n;
+    (void)w;
+    ++*(size_t *)ctx;
+    return false;
 }
 
 /* Holds of commits already answered go: O(holds + waits) (the waiters
@@ -254,16 +226,17 @@ static size_t waits_walk(const struct tier *t, struct wset *s)
 void tier_dholds_prune(struct tier *t)
 {
     struct wset s;
-    size_t cap = 16;
+    size_t cap = 16, n = 0;
 
     if (!t->dholds)
         return;
-    for (size_t n = waits_walk(t, NULL); cap < 2 * n; cap *= 2)
-        ;
+    waits_each(t, count_one, &n);
+    while (cap < 2 * n)
+        cap *= 2;
     s.mask = cap - 1;
     s.w = calloc(cap, sizeof(*s.w));
     if (s.w)
-        waits_walk(t, &s);
+        waits_each(t, wset_put_one, &s);
     for (struct dwait **pp = &t->dholds; *pp;) {
         struct dwait *d = *pp;
 

@@ -486,11 +486,10 @@ void tier_dwaits_fail(struct tier *t, uint32_t id, int rc); /* id will never com
  * was full, or another client still writes it). O(waits). */
 bool tier_dwaited(const struct tier *t, uint32_t id);
 /* Whether a durable commit not yet answered vouches for id, on disk (there
- * when it was committed, or written for it): the disk must not evict it
- * (id's holds whose commit has no wait left in the store are freed on the
- * way). O(holds + id's holds x waits). The disk's walk calls
- * tier_dholds_prune before it. */
-bool tier_dheld(struct tier *t, uint32_t id);
+ * when it was committed, or written for it): the disk must not evict it.
+ * Exact once tier_dholds_prune has run, as the disk's walk for a victim
+ * does before it. O(holds). */
+bool tier_dheld(const struct tier *t, uint32_t id);
 /* Every hold whose commit has no wait left in the store goes (each durable
  * commit call, and before the disk's walk for a victim). O(holds + waits). */
 void tier_dholds_prune(struct tier *t);
