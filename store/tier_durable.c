@@ -384,14 +384,18 @@ void tier_dwaits_retry(struct tier *t)
 void tier_dwaits_fail(struct tier *t, uint32_t id, int rc)
 {
     struct dwait *mine = dwaits_take(t, id);
+    struct dscope sc = { 0 }; /* those not told yet: one that leaves meanwhile is not */
 
+    tier_dscope_push(t, &sc);
     while (mine) {
         struct dwait *d = mine;
 
         mine = d->next;
+        sc.d = mine;
         tier_notify(t, d->waiter, id, rc);
         free(d);
     }
+    tier_dscope_pop(t, &sc);
 }
 
 int tier_commit_durable(struct tier_ns *ns, uint32_t owner, const struct tier_key *keys,

@@ -152,11 +152,13 @@ struct dwait {
 /* Waits the store has taken off its lists for a moment (a move done whose
  * waiters are being told, waits being run, the commit call itself): they
  * still count as waits, so a durable hold of their commit lasts through
- * it. On the caller's stack, pushed and popped in turn (tier_dscope_*). */
+ * it. On the caller's stack, pushed and popped in turn (tier_dscope_*).
+ * A waiter that leaves meanwhile becomes none in them (tier_waiter_leaves):
+ * the loop that holds them is never to call it back. */
 struct dscope {
-    const struct waiter *w; /* w[0..n) */
+    struct waiter *w; /* w[0..n) */
     uint32_t n;
-    const struct dwait *d;  /* and the list from d */
+    struct dwait *d;  /* and the list from d */
     struct dscope *up;
 };
 

@@ -143,6 +143,18 @@ void tier_waiter_leaves(struct tier *t, struct waiter w, bool keep)
     for (struct rop *o = t->rops; o; o = o->next)
         if (tier_waiter_same(o->waiter, w))
             o->waiter = tier_waiter(NULL);
+    /* waits a loop has off the lists while it tells them (a move done, the
+     * waits of a key run or failed): a waiter that leaves from a callback
+     * of that loop is not told after it. None, kept or not: what such a
+     * wait does next (a write) then goes on for nobody, as a kept one's */
+    for (struct dscope *s = t->dscopes; s; s = s->up) {
+        for (uint32_t i = 0; i < s->n; i++)
+            if (tier_waiter_same(s->w[i], w))
+                s->w[i] = tier_waiter(NULL);
+        for (struct dwait *d = s->d; d; d = d->next)
+            if (tier_waiter_same(d->waiter, w))
+                d->waiter = tier_waiter(NULL);
+    }
     tier_dholds_drop(t, w); /* its commit is answered (or nobody's): nothing held for it */
 }
 

@@ -1020,3 +1020,72 @@ Test(tier_trust, a_stale_hold_keeps_nothing_on_disk_once_its_waiter_reads)
     pump(&r);
     rig_close(&r);
 }
+
+/* Review of the durable hold (stop 28): a loop that tells the waiters of a
+ * move, or of a key that will never be committed, has them off the store's
+ * lists, so a waiter forgotten from the callback of the one told before it
+ * (a client closed as it is answered) was still called back: in an engine,
+ * a callback into freed memory. Each forgets the other as it is told; the
+ * other is never told after. */
+static void forget_other(struct rig *r, int w)
+{
+    if ((w == 0 || w == 1) && hook_rig == r) {
+        hook_rig = NULL; /* once */
+        tier_forget_waiter(r->t, &r->waiter[1 - w]);
+    }
+}
+
+/* Waiters 0 and 1 each commit [b] durably: one write, both its waiters. */
+Test(tier_trust, a_waiter_forgotten_while_a_writes_waiters_are_told_is_not_told)
+{
+    struct rig r;
+    struct tier_key b;
+    uint32_t ids[1], pend;
+
+    rig_open(&r, 1u << 20, 1.0, 4 * BLK);
+    t_keys((kvt_key *)&b, 1, 2701);
+    put(&r, false, NULL, &b, 1, 2710);
+    for (int w = 0; w < 2; w++) {
+        cr_assert_eq(tier_commit_durable(t_tns(r.t, 1, BLK), 2, &b, 1, &r.waiter[w], ids, &pend),
+                     0);
+        cr_assert_eq(pend, 1, "waiter %d waits for b's write", w);
+    }
+    r.hook = forget_other;
+    hook_rig = &r;
+    pump(&r);
+    cr_assert_null(hook_rig, "neither waiter was told");
+    cr_assert_eq(r.ready[0] + r.failed[0] + r.ready[1] + r.failed[1], 1,
+                 "told %d/%d and %d/%d: the waiter forgotten in the first one's callback was "
+                 "called back", r.ready[0], r.failed[0], r.ready[1], r.failed[1]);
+    vouched(&r, r.ready[0] ? 0 : 1, &b, "b");
+    rig_close(&r);
+}
+
+/* Waiters 0 and 1 each wait for k, client 7's, which client 7 aborts. */
+Test(tier_trust, a_waiter_forgotten_while_a_keys_failed_waits_are_told_is_not_told)
+{
+    struct rig r;
+    struct tier_key k;
+    uint32_t ids[1], pend;
+    uint64_t off;
+
+    rig_open(&r, 1u << 20, 1.0, 4 * BLK);
+    t_keys((kvt_key *)&k, 1, 2801);
+    cr_assert_eq(tier_reserve(t_tns(r.t, 1, BLK), 7, NULL, &k, 1, ids, &off), 1);
+    for (int w = 0; w < 2; w++) {
+        cr_assert_geq(tier_commit_durable(t_tns(r.t, 1, BLK), 2, &k, 1, &r.waiter[w], ids,
+                                          &pend), 0);
+        cr_assert_eq(pend, 1, "waiter %d waits for k, client 7's", w);
+    }
+    r.hook = forget_other;
+    hook_rig = &r;
+    cr_assert_eq(tier_abort(t_tns(r.t, 1, BLK), 7, &k, 1), 1);
+    pump(&r);
+    cr_assert_null(hook_rig, "neither waiter was told");
+    cr_assert_eq(r.ready[0] + r.failed[0] + r.ready[1] + r.failed[1], 1,
+                 "told %d/%d and %d/%d: the waiter forgotten in the first one's callback was "
+                 "called back", r.ready[0], r.failed[0], r.ready[1], r.failed[1]);
+    cr_assert_eq(r.ready[0] + r.ready[1], 0, "k was never stored: no commit of it is durable");
+    check(&r);
+    rig_close(&r);
+}

@@ -131,6 +131,7 @@ struct world {
     struct tier *t;
     struct tier_ns *ns[NNS]; /* the store's namespaces: ids ns_id(i), ns_blk[i] bytes */
     bool crashing;       /* callbacks during a crash's teardown are nobody's */
+    struct client *acting; /* the client whose step runs (NULL: none) */
     uint32_t gver;
     struct client cl[NCLIENT];
     struct mkey m[NNS][NCHAIN][LEN];
@@ -365,10 +366,36 @@ static void finish_get(struct world *w, struct client *cl, struct lease *l)
     cl->waiting = -1;
 }
 
+static void on_ready_one(struct world *w, struct client *cl, uint32_t id, int rc);
+static void op_give_up(struct world *w, struct client *cl);
+static void client_die(struct world *w, struct client *cl, bool store_alive);
+
+/* Now and then the callback of one client is where another stops waiting:
+ * it gives up its get, or dies (an engine closing a connection as another
+ * is answered). Neither the client called back nor the one whose step runs:
+ * the model of each is mid-step. The store must never call either back. */
 static void on_ready(void *ctx, void *waiter, uint32_t id, int rc)
 {
     struct world *w = ctx;
-    struct client *cl = client_of(w, waiter);
+    struct client *cl = client_of(w, waiter), *o;
+
+    on_ready_one(w, cl, id, rc);
+    if (w->crashing || w->failed || !chance(w, 4))
+        return;
+    o = &w->cl[rnd(w, NCLIENT)];
+    if (o == cl || o == w->acting || o->waiting < 0)
+        return;
+    if (o->waiting < NLEASE && chance(w, 50)) {
+        note(w, "client %u gives up in client %u's callback", o->owner, cl ? cl->owner : 0);
+        op_give_up(w, o);
+    } else {
+        note(w, "client %u dies in client %u's callback", o->owner, cl ? cl->owner : 0);
+        client_die(w, o, true);
+    }
+}
+
+static void on_ready_one(struct world *w, struct client *cl, uint32_t id, int rc)
+{
 
     if (w->crashing)
         return;
@@ -1342,6 +1369,7 @@ static void run_op(struct world *w, int op)
     struct tier_cold_stats cs0, cs1;
     bool evictable0;
 
+    w->acting = cl;
     tier_stats_get(w->t, &before);
     tier_cold_stats_get(w->cold, &cs0);
     /* the disk could make room at the start of the step (and still can at its end) */
