@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bench.h - tierbench's shared harness (harness.c, fio.c), which every
- * figure file (put_get.c, lookup.c, hash.c, cold.c, prefetch.c,
+ * figure file (put_get.c, lookup.c, holds.c, hash.c, cold.c, prefetch.c,
  * restart.c, hybrid.c, remote.c) uses: the options, the report lines, the
  * private tierd and redis-server, timed rounds, and fio. main.c runs the
  * figures. Not a library: one program's internal header.
@@ -35,7 +35,7 @@
 enum {
     BENCH_GRP_PUT = 0x1,    /* figures 1 and 2: put+get vs memcpy and redis */
     BENCH_GRP_LOOKUP = 0x2, /* figure 3a: lookup through tierd */
-    BENCH_GRP_INPROC = 0x4, /* figures 3b and 5: in-process store */
+    BENCH_GRP_INPROC = 0x4, /* figures 3b, 5 and 5b: in-process store */
     BENCH_GRP_HASH = 0x8,   /* figure 4: prompt hashing */
     BENCH_GRP_COLD = 0x10,  /* figure 6: cold-tier writes and reads vs fio */
     BENCH_GRP_PREFETCH = 0x20, /* figure 7: get of a cold chain with / without prefetch */
@@ -209,6 +209,7 @@ int bench_get_all(kvt_ns *ns, const kvt_key *keys, size_t n, const void **slots,
 
 void bench_put_get(size_t bs, const char *pool, bool with_redis); /* 1, 2: put_get.c */
 void bench_lookups(unsigned groups);                             /* 3, 5: lookup.c */
+void bench_holds(void);                                          /* 5b: holds.c */
 void bench_hash(void);                                           /* 4: hash.c */
 void bench_cold(size_t bs);                                      /* 6: cold.c */
 void bench_prefetch(void);                                       /* 7: prefetch.c */

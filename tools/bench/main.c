@@ -146,6 +146,8 @@ int main(int argc, char **argv)
     }
     if (bench_opt.groups & (BENCH_GRP_LOOKUP | BENCH_GRP_INPROC))
         bench_lookups(bench_opt.groups);
+    if (bench_opt.groups & BENCH_GRP_INPROC)
+        bench_holds();
     if (bench_opt.groups & BENCH_GRP_HASH)
         bench_hash();
     if (bench_opt.groups & BENCH_GRP_COLD) {
