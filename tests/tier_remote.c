@@ -493,3 +493,68 @@ Test(tier_remote, an_asked_key_resends_only_itself)
 {
     redirect_mid_batch(false);
 }
+
+/* Review of 3f9adf6 (rev57): a remote read's op leaves the ops in flight
+ * before its slots go back; a slot given back fails the durable commits
+ * that waited for its key (reserved by the read), and a callback there that
+ * forgets the read's waiter (a client closed as another is answered) does
+ * not reach the op any more: the read's waiter was still told. Waiter a
+ * commits k durably while the read holds k; a's callback forgets g. */
+#include "tier_cold.h"
+
+static char rv_a, rv_g;
+static int rv_g_done, rv_a_told;
+static struct tier *rv_t;
+
+static void rv_ready(void *ctx, void *waiter, uint32_t id, int rc)
+{
+    (void)ctx;
+    (void)id;
+    (void)rc;
+    cr_assert_eq(waiter, &rv_a);
+    rv_a_told++;
+    tier_forget_waiter(rv_t, &rv_g);
+}
+
+static void rv_done(void *ctx, void *waiter, int count)
+{
+    (void)ctx;
+    (void)count;
+    cr_assert_eq(waiter, &rv_g);
+    rv_g_done++;
+}
+
+Test(tier_remote, rev57_a_remote_readers_waiter_forgotten_as_its_slots_go_back_is_not_told)
+{
+    char seeds[64], dir[64], why[256];
+    struct tier_remote *r;
+    struct tier_cold *cold;
+    struct tier_key k;
+    uint32_t ids[1], pend;
+    struct tier_remote_cfg rc = { .seeds = seeds, .timeout_ms = 200, .workers = 1 };
+    struct tier_cold_cfg cc = { .dir = dir, .bytes = 8u << 20, .qd = 16, .batch = 4, .sim = true };
+    struct tier_cfg cfg = { .warm_bytes = 64 << 20, .ready = rv_ready, .remote_done = rv_done };
+    struct tier_remote_ns_desc d = desc_of("t", "m");
+
+    t_tmpdir("kvt-rev57", dir, sizeof(dir));
+    cr_assert_eq(tier_cold_open(&cc, &cold), 0);
+    snprintf(seeds, sizeof(seeds), "127.0.0.1:%d", dead_port());
+    cr_assert_eq(tier_remote_open(&rc, &r), 0);
+    cr_assert_eq(tier_remote_ns_add(r, 1, &d), 0);
+    cfg.remote = r;
+    cfg.cold = cold;
+    cr_assert_eq(tier_create(&cfg, &rv_t), 0);
+    t_keys((kvt_key *)&k, 1, 5791);
+    cr_assert_eq(tier_get_remote(t_tns(rv_t, 1, 65536), &k, 1, &rv_g), 1, "k is read");
+    cr_assert_geq(tier_commit_durable(t_tns(rv_t, 1, 65536), 2, &k, 1, &rv_a, ids, &pend), 0);
+    cr_assert_eq(pend, 1, "a waits for k, which the read holds");
+    while (tier_remote_inflight(r))
+        cr_assert_geq(tier_poll(rv_t, true), 0);
+    cr_assert_eq(rv_a_told, 1, "a was not told as k went back");
+    cr_assert_eq(rv_g_done, 0, "g, forgotten in a's callback, was told its read's end");
+    cr_assert_eq(tier_check(rv_t, why, sizeof(why)), 0, "%s", why);
+    tier_remote_close(r);
+    tier_destroy(rv_t);
+    tier_cold_close(cold);
+    t_rmtree(dir);
+}

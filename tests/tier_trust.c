@@ -1089,3 +1089,73 @@ Test(tier_trust, a_waiter_forgotten_while_a_keys_failed_waits_are_told_is_not_to
     check(&r);
     rig_close(&r);
 }
+
+/* Review of 3f9adf6 (rev57): the loops' scopes do not cover the move that
+ * tier_demote_for makes before its write goes in. Waiter 0 waits (disk
+ * queue full) for x, which then gets onto disk and out of warm without the
+ * wait being run; the disk is full. Waiter 2 commits y durably: y's move is
+ * made with waiter 2 in it, the write finds the disk full and evicts x,
+ * whose wait fails: waiter 0's callback forgets waiter 2 (a client closed as
+ * another is answered). Waiter 2 was still called back when y landed. */
+static void forget_2_when_0_told(struct rig *r, int w)
+{
+    if (w == 0 && hook_rig == r) {
+        hook_rig = NULL; /* once */
+        tier_forget_waiter(r->t, &r->waiter[2]);
+    }
+}
+
+Test(tier_trust, rev57_a_waiter_forgotten_while_its_own_write_makes_room_is_not_told)
+{
+    enum { Q = 16 }; /* the disk's queue, and its size in blocks */
+    static struct tier_key d[Q], f[Q - 1];
+    struct rig r;
+    struct tier_key x, y;
+    struct tier_story s;
+    uint32_t ids[Q], pend;
+
+    rig_open(&r, 1u << 20, 1.0, Q * BLK);
+    t_keys((kvt_key *)d, Q, 5701);
+    t_keys((kvt_key *)f, Q - 1, 5702);
+    t_keys((kvt_key *)&x, 1, 5703);
+    t_keys((kvt_key *)&y, 1, 5704);
+    put(&r, false, NULL, d, Q, 5710);
+    put(&r, false, NULL, &x, 1, 5730);
+    /* the queue full of d's writes: waiter 0's write of x waits in the store */
+    cr_assert_eq(tier_commit_durable(t_tns(r.t, 1, BLK), 3, d, Q, &r.waiter[3], ids, &pend), 0);
+    cr_assert_eq(pend, Q);
+    cr_assert_eq(tier_commit_durable(t_tns(r.t, 1, BLK), 2, &x, 1, &r.waiter[0], ids, &pend), 0);
+    cr_assert_eq(pend, 1, "x waits (the disk's queue is full)");
+    pump(&r); /* no tier_maintain: x's wait is not run */
+    cr_assert_eq(r.ready[3], Q);
+    cr_assert_eq(tier_remove(t_tns(r.t, 1, BLK), d, Q), (size_t)Q, "d leaves the disk");
+    /* waiter 1 writes x (answered), and x leaves warm: disk-only */
+    cr_assert_eq(tier_commit_durable(t_tns(r.t, 1, BLK), 2, &x, 1, &r.waiter[1], ids, &pend), 0);
+    cr_assert_eq(pend, 1);
+    pump(&r);
+    cr_assert_eq(r.ready[1], 1);
+    leave_warm(&r, &x, 1, 5740);
+    cr_assert_eq(r.ready[0] + r.failed[0], 0, "waiter 0 told already: the setup went wrong");
+    /* the disk full: x and f (f stays in warm, so x is the only victim) */
+    put(&r, false, NULL, f, Q - 1, 5750);
+    cr_assert_eq(tier_commit_durable(t_tns(r.t, 1, BLK), 3, f, Q - 1, &r.waiter[3], ids, &pend),
+                 0);
+    pump(&r);
+    cr_assert_eq(r.ready[3], Q + Q - 1, "f was not written (%d failed)", r.failed[3]);
+    tier_story_get(t_tns_of(r.t, 1), &x, &s);
+    cr_assert(s.present && s.level == TIER_L_COLD, "x is not disk-only");
+    /* waiter 2: y's write makes room, x goes, waiter 0's wait fails, and
+     * waiter 0's callback forgets waiter 2 */
+    put(&r, false, NULL, &y, 1, 5760);
+    r.hook = forget_2_when_0_told;
+    hook_rig = &r;
+    cr_assert_geq(tier_commit_durable(t_tns(r.t, 1, BLK), 2, &y, 1, &r.waiter[2], ids, &pend), 0);
+    cr_assert_null(hook_rig, "waiter 0 was not told as x left the disk: x was not the victim");
+    cr_assert(gone(&r, &x), "x stayed on disk");
+    pump(&r);
+    cr_assert_eq(r.ready[2] + r.failed[2], 0,
+                 "waiter 2, forgotten in waiter 0's callback during its own commit, was called "
+                 "back (%d ready, %d failed) when y's write landed", r.ready[2], r.failed[2]);
+    check(&r);
+    rig_close(&r);
+}
