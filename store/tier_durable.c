@@ -94,6 +94,13 @@ void tier_dscope_pop(struct tier *t, struct dscope *s)
     t->dscopes = s->up; /* (pushed last: scopes nest as the calls do) */
 }
 
+void tier_move_scope(struct tier *t, struct move *m, struct dscope *s)
+{
+    /* nobody joins a move off the list: its array stays where it is */
+    *s = (struct dscope){ .w = m->ws.w, .n = m->ws.n };
+    tier_dscope_push(t, s);
+}
+
 /* Every wait in the store, fn(ctx, w) for each until one returns true
  * (whether one did): a move's, a write owed, or a wait the store holds off
  * its lists for a moment (the commit being made, a move done whose waiters

@@ -72,6 +72,7 @@ int tier_hot_down(struct tier *t, uint32_t id, struct waiter w, uint64_t *warm_o
     int cls = class_across(t, id, t->hram, t->ram, &slot), rc;
     struct idx_entry *e;
     struct move *m;
+    struct dscope sc;
 
     if (cls < 0)
         return cls;
@@ -79,7 +80,9 @@ int tier_hot_down(struct tier *t, uint32_t id, struct waiter w, uint64_t *warm_o
                       w);
     if (!m)
         return -ENOMEM;
+    tier_move_scope(t, m, &sc); /* making room in warm may tell others */
     rc = tier_alloc_slot(t, cls, id, &m->warm_off);
+    tier_dscope_pop(t, &sc);
     if (rc < 0)
         goto out_free;
     e = idx_at(t->idx, id);

@@ -498,6 +498,11 @@ void tier_dholds_prune(struct tier *t);
 void tier_dholds_drop(struct tier *t, struct waiter w); /* w's commit was answered */
 int tier_dhold_add(struct tier *t, uint32_t id, struct waiter w); /* id is on disk for w */
 void tier_dscope_push(struct tier *t, struct dscope *s);
+/* A move being started is on no list until tier_moves_add: what its start
+ * does first (making room in warm or on disk) may tell other waiters, whose
+ * callbacks may make its own waiter leave. Its waiters in a scope meanwhile
+ * (popped with tier_dscope_pop before it is listed or freed). */
+void tier_move_scope(struct tier *t, struct move *m, struct dscope *s);
 void tier_dscope_pop(struct tier *t, struct dscope *s);
 void tier_dholds_free(struct tier *t);
 

@@ -66,10 +66,12 @@ int tier_demote_for(struct tier *t, uint32_t id, bool evict, struct waiter w)
     uint64_t slot = tier_ram_class_slot(t->ram, e->cls);
     struct move *m = tier_move_new(&(struct move){ .t = t, .id = id, .evict = evict }, w);
     const struct tier_key *parent = NULL;
+    struct dscope sc;
     int rc;
 
     if (!m)
         return -ENOMEM;
+    tier_move_scope(t, m, &sc); /* making room on disk may tell others */
     if (e->parent != TIER_NONE)
         parent = &idx_at(t->idx, e->parent)->key;
     /* a full disk makes room leaf-first; -ENOSPC only when nothing can go */
@@ -79,6 +81,7 @@ int tier_demote_for(struct tier *t, uint32_t id, bool evict, struct waiter w)
         e = idx_at(t->idx, id);
         parent = e->parent != TIER_NONE ? &idx_at(t->idx, e->parent)->key : NULL;
     }
+    tier_dscope_pop(t, &sc);
     if (rc < 0) {
         free(m->ws.w);
         free(m);
@@ -316,6 +319,7 @@ int tier_promote(struct tier *t, uint32_t id, uint64_t slot, struct waiter w)
 {
     struct idx_entry *e;
     struct move *m;
+    struct dscope sc;
     uint64_t off;
     int cls = tier_ram_class(t->ram, slot), rc;
 
@@ -329,7 +333,9 @@ int tier_promote(struct tier *t, uint32_t id, uint64_t slot, struct waiter w)
     /* counted in warm by its parent before the slot is found, so making room
      * cannot take the block before it in its chain */
     tier_set_res(t, id, TIER_L_COLD, true, false);
+    tier_move_scope(t, m, &sc); /* making room in warm may tell others */
     rc = tier_alloc_slot(t, cls, id, &off);
+    tier_dscope_pop(t, &sc);
     if (rc < 0)
         goto out_unmark;
     e = idx_at(t->idx, id);

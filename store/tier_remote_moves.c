@@ -129,6 +129,8 @@ static void on_fetched(void *ctx, int rc)
     struct rop *o = ctx;
     struct tier *t = o->t;
     uint32_t m = rop_landed(o, rc, 0);
+    struct dscope sc = { .w = &o->waiter, .n = 1 }; /* off the ops in flight: a slot
+                                                      given back may tell others */
 
     /* the verified leading run becomes committed warm blocks; the rest
      * (behind a miss they could not be used) goes, children first */
@@ -142,8 +144,10 @@ static void on_fetched(void *ctx, int rc)
         t->st.bytes_in[TIER_L_WARM] += o->bytes;
         tier_settle(t, o->ids[i], false);
     }
+    tier_dscope_push(t, &sc);
     for (uint32_t i = o->n; i-- > m;)
         drop_fetch(t, o->ids[i]);
+    tier_dscope_pop(t, &sc);
     t->remote_hits += m; /* the blocks used: read and verified behind a miss do not count */
     remote_done(t, o, (int)m);
     free(o);

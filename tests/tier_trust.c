@@ -1090,7 +1090,7 @@ Test(tier_trust, a_waiter_forgotten_while_a_keys_failed_waits_are_told_is_not_to
     rig_close(&r);
 }
 
-/* Review of 3f9adf6 (rev57): the loops' scopes do not cover the move that
+/* Review of 3f9adf6: the loops' scopes do not cover the move that
  * tier_demote_for makes before its write goes in. Waiter 0 waits (disk
  * queue full) for x, which then gets onto disk and out of warm without the
  * wait being run; the disk is full. Waiter 2 commits y durably: y's move is
@@ -1105,7 +1105,7 @@ static void forget_2_when_0_told(struct rig *r, int w)
     }
 }
 
-Test(tier_trust, rev57_a_waiter_forgotten_while_its_own_write_makes_room_is_not_told)
+Test(tier_trust, a_waiter_forgotten_while_its_own_write_makes_room_is_not_told)
 {
     enum { Q = 16 }; /* the disk's queue, and its size in blocks */
     static struct tier_key d[Q], f[Q - 1];
