@@ -11,12 +11,20 @@ reuse index per block class; see Reuse). MIN is Belady's with prefix semantics (
 in the future leaves, deeper first). The figures of the README's "Eviction
 policies" come from it; the store itself is what kvreplay measures.
 Debian python3 only. Usage: polsim.py TRACE.jsonl [--caps 1000,5000,...] [--policies lru,keep,reuse,min] [--limit N]
+
+`label` is reuse told, for each request, whether the chain will be continued
+(its last full block asked for by a later request: what MIN knows and the
+store does not), each answer flipped with probability --label-flip, or
+(--label-flip -1) the answer of the best classifier of what the store could
+see, fitted on the whole trace: a bound on what a predictor of continuation
+must know to close a given share of the LRU-to-MIN gap.
 """
 import argparse
 import collections
 import heapq
 import json
 import math
+import random
 
 NB = 48
 BASE = 1.25
@@ -394,8 +402,82 @@ class Reuse(Lru):
         return best[1], best[2]
 
 
+class LabelCache(ClassCache):
+    """ClassCache whose requests come with the policy's label, one each."""
+
+    def request(self, c):
+        self.lab = self.pol.labels[self.at]
+        self.at += 1
+        return super().request(c)
+
+
+class Label(Reuse):
+    """Reuse with one more bit per class: the request's label."""
+
+    def __init__(self, labels, **kw):
+        super().__init__(**kw)
+        self.labels = labels
+        self.ncls = 1 + 2 * self.K * 2
+        self.R = [[0.0] * RB for _ in range(self.ncls)]
+        self.N = [0.0] * self.ncls
+
+    def cls(self, st):
+        if not st[5] and st[2] == 0:
+            return 0
+        return super().cls(st) + (2 * self.K if st[6] else 0)
+
+    def new(self, cache, st, p, pst, first):
+        st.append(cache.lab)
+        super().new(cache, st, p, pst, first)
+
+
+def continued(chains):
+    """Per request: is its last full block asked for by a later one."""
+    later, out = set(), [False] * len(chains)
+    for i in range(len(chains) - 1, -1, -1):
+        c = chains[i]
+        out[i] = len(c) >= 2 and c[-2] in later
+        later.update(c)
+    return out
+
+
+def bin_of(x, edges):
+    return next((k for k, v in enumerate(edges) if x < v), len(edges))
+
+
+def labels_of(chains, flip, seed=1):
+    """The true labels, each flipped with probability flip; or (flip < 0)
+    the majority answer of each class of what the store sees when the
+    request comes: the conversation's turn (1 to 4 or more), the blocks it
+    puts past its hit prefix and its length (six bins each), fitted on the
+    whole trace (an optimistic classifier: it has seen the answers)."""
+    truth = continued(chains)
+    if flip >= 0:
+        rnd = random.Random(seed)
+        return [t != (rnd.random() < flip) for t in truth]
+    seen, turns, feats = set(), collections.Counter(), []
+    for c in chains:
+        hit = 0
+        while hit < len(c) and c[hit] in seen:
+            hit += 1
+        turns[c[1] if len(c) > 1 else None] += 1
+        feats.append((min(turns[c[1] if len(c) > 1 else None], 4),
+                      bin_of(len(c) - hit, [2, 5, 10, 20, 40]), bin_of(len(c), [4, 8, 16, 32, 64])))
+        seen.update(c)
+    tab = collections.defaultdict(lambda: [0, 0])
+    for f, t in zip(feats, truth):
+        tab[f][0] += 1
+        tab[f][1] += t
+    acc = sum(max(n - k, k) for n, k in tab.values()) / len(chains)
+    print(f"# classifier: {len(tab)} classes, {acc:.3f} of requests told right "
+          f"(always 'no': {1 - sum(truth) / len(truth):.3f})", flush=True)
+    return [tab[f][1] * 2 > tab[f][0] for f in feats]
+
+
 def hit_rate(chains, cap, pol):
-    cache, hits, tot = (ClassCache if isinstance(pol, Reuse) else Cache)(cap, pol), 0, 0
+    kind = LabelCache if isinstance(pol, Label) else ClassCache if isinstance(pol, Reuse) else Cache
+    cache, hits, tot = kind(cap, pol), 0, 0
+    cache.at = 0
     for c in chains:
         tot += len(c)
         hits += cache.request(c)
@@ -432,13 +514,16 @@ def main():
     ap.add_argument("--caps", default="1000,5000,10000,30000,100000")
     ap.add_argument("--policies", default="lru,keep,reuse,min")
     ap.add_argument("--limit", type=int, default=0, help="the first N requests only")
+    ap.add_argument("--label-flip", type=float, default=0.0,
+                    help="label: the share of labels flipped; -1: a classifier's labels")
     a = ap.parse_args()
     with open(a.trace) as f:
         chains = [json.loads(line)["hash_ids"] for line in f if line.strip()]
     if a.limit > 0:
         chains = chains[:a.limit]
     pols = a.policies.split(",")
-    make = {"lru": Lru, "keep": Keep, "reuse": Reuse}
+    labels = labels_of(chains, a.label_flip) if "label" in pols else None
+    make = {"lru": Lru, "keep": Keep, "reuse": Reuse, "label": lambda: Label(labels)}
     print("blocks " + "".join(f"{p:>9}" for p in pols))
     for cap in (int(x) for x in a.caps.split(",")):
         row = [min_rate(chains, cap) if p == "min" else hit_rate(chains, cap, make[p]()) for p in pols]
