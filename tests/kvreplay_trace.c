@@ -640,6 +640,32 @@ Test(kvreplay_trace, polsim_reuse_is_between_lru_and_min)
 }
 
 /*
+ * polsim's label experiment: reuse told the truth about which requests are
+ * continued finds more hits than reuse on its own (on the first 3,000
+ * requests at 1,000 blocks; it would not if the label reached no class),
+ * and still no more than MIN, which knows when as well.
+ */
+Test(kvreplay_trace, polsim_label_told_the_truth_beats_reuse_and_not_min)
+{
+    const char *py = getenv("KVT_TEST_PYTHON") ? getenv("KVT_TEST_PYTHON") : "/usr/bin/python3";
+    const char *src = getenv("KVT_TEST_SRC") ? getenv("KVT_TEST_SRC") : ".";
+    char path[512], *out;
+    double reuse, label, min;
+    int cap;
+
+    real_trace(path, sizeof(path));
+    out = t_sh_okf("'%s' '%s/tools/polsim.py' '%s' --limit 3000 --caps 1000 "
+                   "--policies reuse,label,min --label-flip 0", py, src, path);
+    cr_assert_eq(sscanf(strchr(out, '\n') ? strchr(out, '\n') + 1 : out, "%d %lf %lf %lf",
+                        &cap, &reuse, &label, &min), 4, "polsim said: %s", out);
+    cr_expect_eq(cap, 1000);
+    cr_expect_gt(label, reuse * 1.1, "label %.4f, reuse %.4f: the truth told nothing", label,
+                 reuse);
+    cr_expect_leq(label, min, "label %.4f passed MIN's %.4f", label, min);
+    free(out);
+}
+
+/*
  * --policy lru,keep,min replays the same in-process store with each of its
  * policies, then the bound: on the bundled trace's first 2,000 requests at
  * 1,000 blocks, keep (its selective retention) finds more hits than LRU,
