@@ -613,56 +613,53 @@ Test(kvreplay_trace, gen_traces_writes_a_trace_of_the_blocks_asked)
     free(file);
 }
 
-/*
- * tools/polsim.py's reuse experiment (a learnt reuse index per block class,
- * polsim only): on the bundled trace's first 3,000 requests at 1,000 blocks
- * it finds more hits than leaf-first LRU (it would not if its classes never
- * told a chain's tip, a returning chain or a hit block from a new one) and
- * no more than MIN.
- */
-Test(kvreplay_trace, polsim_reuse_is_between_lru_and_min)
+/* tools/polsim.py on the bundled trace's first 3,000 requests at 1,000
+ * blocks with the three policies `policies` names (and `more` flags): their
+ * block hit rates, in order. */
+static void polsim_row(const char *policies, const char *more, double v[3])
 {
     const char *py = getenv("KVT_TEST_PYTHON") ? getenv("KVT_TEST_PYTHON") : "/usr/bin/python3";
     const char *src = getenv("KVT_TEST_SRC") ? getenv("KVT_TEST_SRC") : ".";
     char path[512], *out;
-    double lru, reuse, min;
     int cap;
 
     real_trace(path, sizeof(path));
-    out = t_sh_okf("'%s' '%s/tools/polsim.py' '%s' --limit 3000 --caps 1000 "
-                   "--policies lru,reuse,min", py, src, path);
+    out = t_sh_okf("'%s' '%s/tools/polsim.py' '%s' --limit 3000 --caps 1000 --policies %s %s",
+                   py, src, path, policies, more);
     cr_assert_eq(sscanf(strchr(out, '\n') ? strchr(out, '\n') + 1 : out, "%d %lf %lf %lf",
-                        &cap, &lru, &reuse, &min), 4, "polsim said: %s", out);
+                        &cap, &v[0], &v[1], &v[2]), 4, "polsim said: %s", out);
     cr_expect_eq(cap, 1000);
-    cr_expect_gt(reuse, lru * 1.1, "reuse %.4f, lru %.4f: no class told apart", reuse, lru);
-    cr_expect_leq(reuse, min, "reuse %.4f passed MIN's %.4f", reuse, min);
     free(out);
 }
 
 /*
+ * tools/polsim.py's reuse experiment (a learnt reuse index per block class,
+ * polsim only): it finds more hits than leaf-first LRU (it would not if its
+ * classes never told a chain's tip, a returning chain or a hit block from a
+ * new one) and no more than MIN.
+ */
+Test(kvreplay_trace, polsim_reuse_is_between_lru_and_min)
+{
+    double v[3]; /* lru, reuse, min */
+
+    polsim_row("lru,reuse,min", "", v);
+    cr_expect_gt(v[1], v[0] * 1.1, "reuse %.4f, lru %.4f: no class told apart", v[1], v[0]);
+    cr_expect_leq(v[1], v[2], "reuse %.4f passed MIN's %.4f", v[1], v[2]);
+}
+
+/*
  * polsim's label experiment: reuse told the truth about which requests are
- * continued finds more hits than reuse on its own (on the first 3,000
- * requests at 1,000 blocks; it would not if the label reached no class),
- * and still no more than MIN, which knows when as well.
+ * continued finds more hits than reuse on its own (it would not if the
+ * label reached no class), and still no more than MIN, which knows when as
+ * well.
  */
 Test(kvreplay_trace, polsim_label_told_the_truth_beats_reuse_and_not_min)
 {
-    const char *py = getenv("KVT_TEST_PYTHON") ? getenv("KVT_TEST_PYTHON") : "/usr/bin/python3";
-    const char *src = getenv("KVT_TEST_SRC") ? getenv("KVT_TEST_SRC") : ".";
-    char path[512], *out;
-    double reuse, label, min;
-    int cap;
+    double v[3]; /* reuse, label, min */
 
-    real_trace(path, sizeof(path));
-    out = t_sh_okf("'%s' '%s/tools/polsim.py' '%s' --limit 3000 --caps 1000 "
-                   "--policies reuse,label,min --label-flip 0", py, src, path);
-    cr_assert_eq(sscanf(strchr(out, '\n') ? strchr(out, '\n') + 1 : out, "%d %lf %lf %lf",
-                        &cap, &reuse, &label, &min), 4, "polsim said: %s", out);
-    cr_expect_eq(cap, 1000);
-    cr_expect_gt(label, reuse * 1.1, "label %.4f, reuse %.4f: the truth told nothing", label,
-                 reuse);
-    cr_expect_leq(label, min, "label %.4f passed MIN's %.4f", label, min);
-    free(out);
+    polsim_row("reuse,label,min", "--label-flip 0", v);
+    cr_expect_gt(v[1], v[0] * 1.1, "label %.4f, reuse %.4f: the truth told nothing", v[1], v[0]);
+    cr_expect_leq(v[1], v[2], "label %.4f passed MIN's %.4f", v[1], v[2]);
 }
 
 /*
