@@ -157,6 +157,8 @@ struct tier_story {
     uint32_t leases;      /* getters holding it now */
     bool moving;          /* present, its bytes being copied between tiers (to or from
                              disk, to or from hot) */
+    bool held;            /* present, and held on disk for a durable commit not
+                             answered yet (the disk evicts other blocks first) */
     uint8_t event;        /* absent: enum tier_event (TIER_EV_NONE: nothing known) */
     uint8_t event_level;  /* the tier it left */
     uint64_t event_age_ms;

@@ -154,6 +154,14 @@ bool tier_dheld(const struct tier *t, uint32_t id)
     return false;
 }
 
+bool tier_dheld_live(const struct tier *t, uint32_t id)
+{
+    for (const struct dwait *d = t->dholds; d; d = d->next)
+        if (d->id == id && still_waits(t, d->waiter))
+            return true;
+    return false;
+}
+
 void tier_dholds_drop(struct tier *t, struct waiter w)
 {
     for (struct dwait **pp = &t->dholds; *pp;) {

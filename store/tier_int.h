@@ -497,6 +497,9 @@ bool tier_dheld(const struct tier *t, uint32_t id);
 void tier_dholds_prune(struct tier *t);
 void tier_dholds_drop(struct tier *t, struct waiter w); /* w's commit was answered */
 int tier_dhold_add(struct tier *t, uint32_t id, struct waiter w); /* id is on disk for w */
+/* Whether a durable commit that still waits holds id on disk: O(holds x
+ * waits), for tier_story (tier_dheld is the disk's, after a prune). */
+bool tier_dheld_live(const struct tier *t, uint32_t id);
 void tier_dscope_push(struct tier *t, struct dscope *s);
 /* A move being started is on no list until tier_moves_add: what its start
  * does first (making room in warm or on disk) may tell other waiters, whose

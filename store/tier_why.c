@@ -159,6 +159,7 @@ void tier_story_get(struct tier_ns *tns, const struct tier_key *key, struct tier
         out->on_disk = e->flags & IDX_F_COLD;
         out->leases = e->leases;
         out->moving = e->flags & IDX_F_MOVING;
+        out->held = tier_dheld_live(t, id);
         out->chain_ok = e->parent == TIER_NONE ||
                         idx_at(t->idx, e->parent)->state == IDX_COMMITTED;
         return;

@@ -263,7 +263,8 @@ static uint64_t sim_clock(void *ctx)
 
 static int world_open(struct world *w)
 {
-    struct tier_cold_cfg cc = { .dir = w->dir, .bytes = COLD_BYTES, .qd = 16, .batch = 4,
+    uint64_t cold = w->o->cold_bytes ? w->o->cold_bytes : COLD_BYTES;
+    struct tier_cold_cfg cc = { .dir = w->dir, .bytes = cold, .qd = 16, .batch = 4,
                                 .sim = true, .log = say, .log_ctx = w };
     struct tier_hot_cfg hc = { .kind = TIER_HOT_EMU, .bytes = HOT_BYTES };
     struct tier_cfg tc = { .warm_bytes = WARM_BYTES, .high_wm = 0.8, .low_wm = 0.6,
@@ -275,7 +276,7 @@ static int world_open(struct world *w)
                             * per 200 steps of the world's clock, and every third
                             * seed writes every block through at its commit */
                            .admit = TIER_ADMIT_REUSED, .clock_ms = sim_clock, .clock_ctx = w,
-                           .cold_budget_bytes = w->o->seed % 2 ? 0 : COLD_BYTES / 24,
+                           .cold_budget_bytes = w->o->seed % 2 ? 0 : cold / 24,
                            .cold_budget_ms = 200 * STEP_MS,
                            .write_through = w->o->seed % 3 == 0 };
     /* opened as tierd opens its store: one call that owns the tiers */
@@ -714,7 +715,9 @@ static bool disk_evictable(struct world *w)
                 struct tier_story s, n;
 
                 story(w, ns, c, p, &s);
-                if (!s.present || s.level != TIER_L_COLD || s.leases)
+                /* a disk-only leaf, unleased, not being read, not held for a
+                 * durable commit: the disk's victims */
+                if (!s.present || s.level != TIER_L_COLD || s.leases || s.moving || s.held)
                     continue;
                 if (p + 1 < LEN)
                     story(w, ns, c, p + 1, &n);
@@ -1423,7 +1426,8 @@ static void run_op(struct world *w, int op)
             before.dropped - before.cold_refused - before.cold_over_budget &&
         !w->faulted && !cs1.failed &&
         !(w->fault_at && w->step + 1 - w->fault_at < 500) &&
-        (cs1.bytes_used + COLD_BYTES / 4 < cs1.bytes_capacity || (evictable0 && disk_evictable(w))))
+        (cs1.bytes_used + cs1.bytes_capacity / 4 < cs1.bytes_capacity ||
+         (evictable0 && disk_evictable(w))))
         fail(w, "%llu blocks dropped while the disk had room (%llu of %llu bytes used)",
              (unsigned long long)(after.dropped - before.dropped -
                                   (after.cold_refused - before.cold_refused) -

@@ -40,6 +40,7 @@ struct sim_opts {
     uint32_t adapt_min; /* keep's and reuse's adaptations, every this many blocks
                            leaving warm at least (0: the store's 1,024, which this
                            small warm reaches a few times a run) */
+    uint64_t cold_bytes; /* the disk's size (0: 12 MiB) */
     FILE *log;        /* where a failure's trace goes (NULL: stderr) */
 };
 

@@ -3,11 +3,14 @@
  * sim_main.c - kvtsim: run the store's simulation from the command line.
  *
  *   kvtsim [--seed N] [--steps N] [--seeds N] [--seconds S] [--faults]
- *          [--evict-policy lru|keep|reuse] [--adapt-min N]
+ *          [--evict-policy lru|keep|reuse] [--adapt-min N] [--cold-mib N]
  *
  * --seeds runs that many seeds from --seed on; --seconds keeps running new
  * seeds until the time is up (make soak). Prints one line per run and the
  * figures; exits 1 at the first failing seed (its trace on stderr).
+ * --cold-mib sets the disk's size (default 12 MiB, a third of the blocks the
+ * world can hold): a smaller one makes the disk's evictions, and so its
+ * durable holds, far more frequent.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -36,7 +39,7 @@ int main(int argc, char **argv)
     /* keep and reuse adapt every 16 blocks leaving warm at least, so that their
      * learnt orders are what the checker sees (the store's 1,024 is reached
      * a few times a run in this small warm); 0: the store's */
-    unsigned long long seed = 1, steps = 20000, seeds = 1, seconds = 0, adapt = 16;
+    unsigned long long seed = 1, steps = 20000, seeds = 1, seconds = 0, adapt = 16, cold = 0;
     struct sim_opts o = { 0 };
     struct sim_result r, sum = { 0 };
     double t0 = cmn_now_s(), el;
@@ -65,9 +68,17 @@ int main(int argc, char **argv)
                 return 2;
             }
         }
+        else if (!strcmp(a, "--cold-mib")) {
+            rc = num(a, v, &cold), i++;
+            if (rc == 0 && (cold < 1 || cold > 1024)) {
+                fprintf(stderr, "kvtsim: --cold-mib %llu is not in 1..1024\n", cold);
+                return 2;
+            }
+        }
         else {
             fprintf(stderr, "usage: kvtsim [--seed N] [--steps N] [--seeds N] [--seconds S] "
-                            "[--faults] [--evict-policy lru|keep|reuse] [--adapt-min N]\n");
+                            "[--faults] [--evict-policy lru|keep|reuse] [--adapt-min N] "
+                            "[--cold-mib N]\n");
             return 2;
         }
         if (rc < 0)
@@ -75,6 +86,7 @@ int main(int argc, char **argv)
     }
     o.steps = steps;
     o.adapt_min = (uint32_t)adapt;
+    o.cold_bytes = cold << 20;
     for (unsigned long long s = seed;; s++) {
         int rc;
 
