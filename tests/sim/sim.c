@@ -706,25 +706,36 @@ static unsigned held_slots(struct world *w)
 }
 
 /* Whether the disk holds a block it could evict to make room: on disk only,
- * unleased, with no block after it in its chain. */
-static bool disk_evictable(struct world *w)
+ * unleased, not being read, not held for a durable commit, with no block
+ * after it in its chain (the store's cold leaves, tier_cold_leaf, less those
+ * cold_victim skips). Each one found is marked in mark (when given); with
+ * only, a block counts only if only marks it too. */
+static bool disk_evictable(struct world *w, const bool (*only)[NCHAIN][LEN],
+                           bool (*mark)[NCHAIN][LEN])
 {
+    bool any = false;
+
+    if (mark)
+        memset(mark, 0, sizeof(bool[NNS][NCHAIN][LEN]));
     for (int ns = 0; ns < NNS; ns++)
         for (int c = 0; c < NCHAIN; c++)
             for (int p = 0; p < LEN; p++) {
                 struct tier_story s, n;
 
+                if (only && !only[ns][c][p])
+                    continue;
                 story(w, ns, c, p, &s);
-                /* a disk-only leaf, unleased, not being read, not held for a
-                 * durable commit: the disk's victims */
                 if (!s.present || s.level != TIER_L_COLD || s.leases || s.moving || s.held)
                     continue;
                 if (p + 1 < LEN)
                     story(w, ns, c, p + 1, &n);
-                if (p + 1 == LEN || (!n.present && !n.writing))
-                    return true;
+                if (p + 1 == LEN || (!n.present && !n.writing)) {
+                    if (!mark)
+                        return true;
+                    mark[ns][c][p] = any = true;
+                }
             }
-    return false;
+    return any;
 }
 
 /* Bytes of warm held by blocks with no copy on disk yet. */
@@ -1370,13 +1381,18 @@ static void run_op(struct world *w, int op)
     struct client *cl = &w->cl[rnd(w, NCLIENT)];
     struct tier_stats before, after;
     struct tier_cold_stats cs0, cs1;
-    bool evictable0;
+    /* the disk's evictable blocks at the start of the step */
+    bool evictable0, ev0[NNS][NCHAIN][LEN];
 
     w->acting = cl;
     tier_stats_get(w->t, &before);
     tier_cold_stats_get(w->cold, &cs0);
-    /* the disk could make room at the start of the step (and still can at its end) */
-    evictable0 = op != SIM_CRASH && disk_evictable(w);
+    /* the disk could make room at the start of the step, with a block it
+     * still holds, still evictable, at the step's end. Not any block at the
+     * end: one step (a maintain's drain) may evict every leaf the disk had
+     * and then drop, and a dirty block dropped makes its parent, on disk, a
+     * new leaf, which the store could not have evicted before the drop */
+    evictable0 = op != SIM_CRASH && disk_evictable(w, NULL, ev0);
     switch (op) {
     case SIM_RESERVE: op_reserve(w, cl, false); break;
     case SIM_RESERVE_HOT: op_reserve(w, cl, true); break;
@@ -1427,7 +1443,7 @@ static void run_op(struct world *w, int op)
         !w->faulted && !cs1.failed &&
         !(w->fault_at && w->step + 1 - w->fault_at < 500) &&
         (cs1.bytes_used + cs1.bytes_capacity / 4 < cs1.bytes_capacity ||
-         (evictable0 && disk_evictable(w))))
+         (evictable0 && disk_evictable(w, (const bool (*)[NCHAIN][LEN])ev0, NULL))))
         fail(w, "%llu blocks dropped while the disk had room (%llu of %llu bytes used)",
              (unsigned long long)(after.dropped - before.dropped -
                                   (after.cold_refused - before.cold_refused) -
