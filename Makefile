@@ -197,7 +197,8 @@ STEPS   ?= 20000
 FAULTS  ?=
 SECONDS ?= 600
 sim: build/kvtsim
-	build/kvtsim --seed $(SEED) --steps $(STEPS) $(if $(FAULTS),--faults)
+	build/kvtsim --seed $(SEED) --steps $(STEPS) $(if $(FAULTS),--faults) \
+		$(if $(COLD_MIB),--cold-mib $(COLD_MIB))
 soak: build/kvtsim
 	build/kvtsim --seed $$(date +%s) --steps $(STEPS) --seconds $(SECONDS) --faults
 

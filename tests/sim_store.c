@@ -22,21 +22,24 @@ static uint64_t steps_for(uint64_t plain)
 #endif
 }
 
-static void run_seeds_with(uint64_t first, int n, bool faults, enum tier_evict_policy p)
+static void run_seeds_on(uint64_t first, int n, bool faults, enum tier_evict_policy p,
+                         uint64_t cold_bytes)
 {
     for (int i = 0; i < n; i++) {
         /* keep and reuse adapt often: their learnt orders under the checker */
         struct sim_opts o = { .seed = first + (uint64_t)i, .steps = steps_for(20000),
-                              .faults = faults, .policy = p, .adapt_min = 16 };
+                              .faults = faults, .policy = p, .adapt_min = 16,
+                              .cold_bytes = cold_bytes };
         struct sim_result r;
         int rc = sim_run(&o, &r);
 
         cr_assert_geq(rc, -1, "seed %llu: the world could not be set up: %d",
                       (unsigned long long)o.seed, rc);
-        cr_assert_eq(rc, 0, "seed %llu%s: %s (replay: make sim SEED=%llu STEPS=%llu%s)",
-                     (unsigned long long)o.seed, faults ? " with faults" : "", r.failure,
-                     (unsigned long long)o.seed, (unsigned long long)r.steps + 1,
-                     faults ? " FAULTS=1" : "");
+        cr_assert_eq(rc, 0, "seed %llu%s: %s (replay: make sim SEED=%llu STEPS=%llu%s "
+                     "COLD_MIB=%llu)", (unsigned long long)o.seed, faults ? " with faults" : "",
+                     r.failure, (unsigned long long)o.seed, (unsigned long long)r.steps + 1,
+                     faults ? " FAULTS=1" : "",
+                     (unsigned long long)(cold_bytes ? cold_bytes >> 20 : 12));
         if (o.steps >= 10000) { /* (memcheck's short runs may see none) */
             cr_assert_gt(r.crashes, 0, "seed %llu: no crash in %llu steps",
                      (unsigned long long)o.seed, (unsigned long long)r.steps);
@@ -48,6 +51,11 @@ static void run_seeds_with(uint64_t first, int n, bool faults, enum tier_evict_p
                              (unsigned long long)r.adaptations);
         }
     }
+}
+
+static void run_seeds_with(uint64_t first, int n, bool faults, enum tier_evict_policy p)
+{
+    run_seeds_on(first, n, faults, p, 0);
 }
 
 static void run_seeds(uint64_t first, int n, bool faults)
@@ -96,4 +104,11 @@ Test(sim_store, reuse_seeds_1_2, .timeout = 600)
 Test(sim_store, reuse_seeds_3_4_with_disk_faults, .timeout = 600)
 {
     run_seeds_with(3, 2, true, TIER_EVICT_REUSE);
+}
+
+/* A disk of 3 MiB (a tenth of the blocks): its evictions and durable holds
+ * at almost every write, and fragmented room (kvtsim --cold-mib 3). */
+Test(sim_store, small_disk_seeds_5_6_with_disk_faults, .timeout = 600)
+{
+    run_seeds_on(5, 2, true, TIER_EVICT_LRU, 3u << 20);
 }

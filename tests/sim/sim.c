@@ -1460,9 +1460,12 @@ static void dump_trace(struct world *w)
         return;
     fprintf(f, "sim: seed %llu failed at step %llu: %s\n", (unsigned long long)w->o->seed,
             (unsigned long long)w->step, w->why);
-    fprintf(f, "sim: the last steps (replay: make sim SEED=%llu STEPS=%llu%s):\n",
-            (unsigned long long)w->o->seed, (unsigned long long)w->step + 1,
-            w->o->faults ? " FAULTS=1" : "");
+    fprintf(f, "sim: the last steps (replay: make sim SEED=%llu STEPS=%llu%s",
+            (unsigned long long)w->o->seed,
+            (unsigned long long)w->step + 1, w->o->faults ? " FAULTS=1" : "");
+    if (w->o->cold_bytes)
+        fprintf(f, " COLD_MIB=%llu", (unsigned long long)(w->o->cold_bytes >> 20));
+    fprintf(f, "):\n");
     for (uint64_t s = from; s <= w->step; s++)
         if (w->trace[s % TRACE][0])
             fprintf(f, "  %s\n", w->trace[s % TRACE]);
