@@ -1159,3 +1159,92 @@ Test(tier_trust, a_waiter_forgotten_while_its_own_write_makes_room_is_not_told)
     check(&r);
     rig_close(&r);
 }
+
+/* Warm full, over a full disk the store may evict nothing from: z on disk
+ * (held for waiter 0) when on_disk, else in hot; d's writes in flight; v,
+ * the oldest dirty leaf, which waiter 0's durable commit waits to write
+ * (the disk's queue full); fillers. Warm's next slot drops v, and waiter
+ * 0's callback then forgets waiter 2 (a client closed as another is
+ * answered). */
+static void warm_full_dropping_v(struct rig *r, const struct tier_key *z, bool on_disk,
+                                 struct tier_key *v, uint64_t base)
+{
+    enum { Q = 16, SLOTS = 64 }; /* the disk's queue; warm's slots (one 2 MiB segment) */
+    static struct tier_key d[Q], f[SLOTS - Q - 1];
+    struct tier_key zv[2] = { *z };
+    struct tier_story s;
+    uint32_t ids[Q], pend;
+
+    rig_open(r, (uint64_t)SLOTS * BLK, 1.0, (Q + on_disk) * BLK);
+    t_keys((kvt_key *)d, Q, base + 1);
+    t_keys((kvt_key *)f, SLOTS - Q - 1, base + 2);
+    t_keys((kvt_key *)v, 1, base + 4);
+    if (on_disk)
+        on_disk_only(r, z, 1, base + 10);
+    else
+        put(r, true, NULL, z, 1, base + 10);
+    put(r, false, NULL, d, Q, base + 20);
+    cr_assert_eq(tier_commit_durable(t_tns(r->t, 1, BLK), 3, d, Q, &r->waiter[3], ids, &pend), 0);
+    cr_assert_eq(pend, Q);
+    put(r, false, NULL, v, 1, base + 30);
+    zv[1] = *v;
+    cr_assert_eq(tier_commit_durable(t_tns(r->t, 1, BLK), 2, on_disk ? zv : v, 1 + on_disk,
+                                     &r->waiter[0], ids, &pend), 0);
+    cr_assert_eq(pend, 1, "v waits (the disk's queue is full)");
+    put(r, false, NULL, f, SLOTS - Q - 1, base + 40);
+    tier_story_get(t_tns_of(r->t, 1), v, &s);
+    cr_assert(s.present && s.level == TIER_L_WARM, "v left warm while it was filled");
+    cr_assert_eq(r->ready[0] + r->failed[0], 0, "waiter 0 told already: the setup went wrong");
+    r->hook = forget_2_when_0_told;
+    hook_rig = r;
+}
+
+/* Waiter 2 gets z (pend: one block on its way), which made room in warm:
+ * v was dropped and waiter 2 forgotten; it is not told when z lands. */
+static void getter_forgotten_not_told(struct rig *r, const struct tier_key *z,
+                                      const struct tier_key *v, const char *move)
+{
+    uint32_t zid, pend;
+    uint64_t zoff;
+    int rc = tier_get(&(struct tier_get_args){ .ns = t_tns(r->t, 1, BLK), .keys = z, .n = 1,
+                                               .ids = &zid, .offs = &zoff,
+                                               .waiter = &r->waiter[2], .pending = &pend });
+
+    cr_assert_null(hook_rig, "waiter 0 was not told as z's %s made room (get: %d): v was not "
+                   "dropped", move, rc);
+    cr_assert_eq(rc, 1, "z's %s did not start: %d", move, rc);
+    cr_assert_eq(pend, 1);
+    cr_assert(gone(r, v), "v stayed");
+    pump(r);
+    cr_assert_eq(r->ready[2] + r->failed[2], 0,
+                 "waiter 2, forgotten in waiter 0's callback during its own get, was called "
+                 "back (%d ready, %d failed) when z's %s landed", r->ready[2], r->failed[2], move);
+    tier_release(r->t, &zid, 1, false);
+    check(r);
+}
+
+/* Review of 3f9adf6: a get of z makes room in warm for z's move before the
+ * move is listed, and waiters told then may forget its getter. The read of
+ * a block only on disk (tier_promote): */
+Test(tier_trust, a_getter_forgotten_while_its_read_from_disk_makes_room_in_warm_is_not_told)
+{
+    struct rig r;
+    struct tier_key z, v;
+
+    t_keys((kvt_key *)&z, 1, 5803);
+    warm_full_dropping_v(&r, &z, true, &v, 5800);
+    getter_forgotten_not_told(&r, &z, &v, "read from disk");
+    rig_close(&r);
+}
+
+/* The copy down of a block in hot for a warm reader (tier_hot_down): */
+Test(tier_trust, a_getter_forgotten_while_its_copy_down_from_hot_makes_room_in_warm_is_not_told)
+{
+    struct rig r;
+    struct tier_key z, v;
+
+    t_keys((kvt_key *)&z, 1, 5903);
+    warm_full_dropping_v(&r, &z, false, &v, 5900);
+    getter_forgotten_not_told(&r, &z, &v, "copy down");
+    rig_close(&r);
+}
