@@ -23,7 +23,10 @@
  *    different blocks;
  *  - a key the store calls present is one the model allows, an acknowledged
  *    durable key that is present has its copy on disk, and an acknowledged
- *    commit had every key of its batch on disk when it was acknowledged;
+ *    commit had every key of its batch on disk when it was acknowledged (a
+ *    key stored as the commit returned, and not put anew, may be missing
+ *    then only after a removal, a purge or a disk fault: the store holds
+ *    what a waiting commit vouches for);
  *  - a block with no path from its chain's root (an orphan) does not stay;
  *  - a get that follows a lookup, with room to spare, gets what it found;
  *  - a put with nothing held and room on disk is not refused for lack of room,
@@ -107,6 +110,8 @@ struct client {
     int dns, dc, dfirst, dn;
     uint32_t dver[MAXB];  /* the versions the durable commit vouches for */
     uint32_t dgone[MAXB]; /* ... and each key's `gone` count then */
+    bool dvouch[MAXB];    /* stored (or being written) as the commit returned */
+    bool dexcused;        /* a removal, purge or disk fault since may take its blocks */
 };
 
 struct mkey {
@@ -473,9 +478,11 @@ static void ack_durable(struct world *w, struct client *cl)
                  cl->dfirst, cl->dfirst + cl->dn - 1, i);
             return;
         }
-        if (!m->may || m->ver != cl->dver[i - cl->dfirst])
-            continue; /* removed, evicted or put anew since the commit: the ack is for
-                         the rest */
+        if (m->ver != cl->dver[i - cl->dfirst])
+            continue; /* put anew since the commit: the ack is for the rest */
+        if (!m->may && (cl->dexcused || !cl->dvouch[i - cl->dfirst]))
+            continue; /* removed, purged or a disk fault since, or gone before it was
+                         vouched for: nothing promised */
         if (!s.present || !s.on_disk) {
             fail(w, "client %u: durable commit of %d/%d/%d..%d acknowledged, but block %d is "
                     "%s", cl->owner, cl->dns, cl->dc, cl->dfirst, cl->dfirst + cl->dn - 1, i,
@@ -892,10 +899,14 @@ static void op_commit(struct world *w, struct client *cl, bool durable)
     note(w, "client %u commit_durable %d/%d/%d+%d -> %d (%u pending)", cl->owner, r->ns, r->c,
          r->first, r->n, rc, pend);
     cl->dcall = false;
+    cl->dexcused = false;
     for (int i = 0; rc >= 0 && i < r->n && !w->failed; i++) {
         struct tier_story s;
 
         story(w, r->ns, r->c, r->first + i, &s);
+        /* from here until the answer, only a removal, a purge or a disk
+         * fault may take it: the store holds what a durable commit vouches for */
+        cl->dvouch[i] = s.present || s.writing;
         if (!s.present && !s.writing) /* writing: another client's, waited for */
             fail(w, "client %u: durable commit of %d/%d/%d+%d succeeded, but block %d is not "
                     "stored", cl->owner, r->ns, r->c, r->first, r->n, r->first + i);
@@ -1144,14 +1155,18 @@ static void op_pin_get(struct world *w, struct client *cl)
     w->res->pins_checked++;
 }
 
-/* Pins whose blocks a removal, a purge or a disk fault may take. */
+/* Pins, and durable commits waiting for their answer, whose blocks a
+ * removal, a purge or a disk fault may take (ns, c < 0: any). */
 static void excuse_pins(struct world *w, int ns, int c)
 {
     for (int ci = 0; ci < NCLIENT; ci++) {
-        struct pin *pn = &w->cl[ci].pin;
+        struct client *cl = &w->cl[ci];
+        struct pin *pn = &cl->pin;
 
         if (pn->on && (ns < 0 || (pn->ns == ns && (c < 0 || pn->c == c))))
             pn->excused = true;
+        if (cl->waiting == NLEASE && (ns < 0 || (cl->dns == ns && (c < 0 || cl->dc == c))))
+            cl->dexcused = true;
     }
 }
 
