@@ -83,6 +83,9 @@ void bench_report(const char *name, double v, const char *vfmt, const char *unit
 /* A figure that could not be measured: counted as missed, and an error
  * (err: a negative errno or kvtier error, 0 for none). */
 void bench_fail(const char *name, const char *why, int err);
+/* The same for an error of a program or system call, not of libkvtier: its
+ * errno's own message (kvt_strerror reads -ENOENT as a missing tierd). */
+void bench_fail_sys(const char *name, const char *why, int err);
 
 /* ---- small helpers ------------------------------------------------------ */
 

@@ -29,6 +29,7 @@ struct cold {
     uint64_t fill_ns;    /* time spent filling slots, all write rounds */
     uint64_t short_gets; /* gets answered with fewer blocks than asked, asked again */
     uint64_t get_calls;
+    bool fio_err;        /* the error is fio's (bench_fail_sys), not tierd's */
 };
 
 /* A block's first 8 bytes: which block it is, so that a read can tell. */
@@ -339,6 +340,7 @@ void bench_cold(size_t bs)
     fj.fdatasync = false;
     if ((r = bench_fio_run(&fj, &fio_nosync, NULL)) < 0) {
         c.what = "fio --rw=write";
+        c.fio_err = true;
         goto out_fail;
     }
     fj.fdatasync = true;
@@ -365,6 +367,7 @@ void bench_cold(size_t bs)
                 unlink(fio_file); /* like tierd's space: preallocated, never written */
                 if ((r = bench_fio_run(&fj, &fbw, &ns_)) < 0) {
                     c.what = "fio --rw=write --fdatasync";
+                    c.fio_err = true;
                     goto out_fail;
                 }
                 if (i == 0)
@@ -448,6 +451,7 @@ void bench_cold(size_t bs)
             if ((k == 0) == (i % 2 == 0)) {
                 if ((r = bench_fio_run(&fj, &fbw, NULL)) < 0) {
                     c.what = "fio --rw=read";
+                    c.fio_err = true;
                     goto out_fail_read;
                 }
                 if (i == 0)
@@ -467,6 +471,7 @@ void bench_cold(size_t bs)
             printf("# %s\n", bench_fio_cmd);
         if (r < 0) {
             c.what = "fio --rw=read (lockstep)";
+            c.fio_err = true;
             goto out_fail_read;
         }
     }
@@ -499,9 +504,9 @@ void bench_cold(size_t bs)
 
 out_fail:
     if (!wrote)
-        bench_fail(wname, c.what, r);
+        (c.fio_err ? bench_fail_sys : bench_fail)(wname, c.what, r);
 out_fail_read:
-    bench_fail(rname, c.what, r);
+    (c.fio_err ? bench_fail_sys : bench_fail)(rname, c.what, r);
 out:
     bench_tierd_stop(&d);
     if (d.data[0])

@@ -112,16 +112,26 @@ void bench_report(const char *name, double v, const char *vfmt, const char *unit
     bench_n_met += met;
 }
 
-/* A figure that could not be measured: counted as missed, and an error. */
-void bench_fail(const char *name, const char *why, int err)
+static void fail_with(const char *name, const char *why, int err, const char *msg)
 {
     if (err)
-        printf("# %s: not measured: %s: %s (%d)\n", name, why, kvt_strerror(err), err);
+        printf("# %s: not measured: %s: %s (%d)\n", name, why, msg, err);
     else
         printf("# %s: not measured: %s\n", name, why);
     fflush(stdout);
     bench_n_targets++;
     bench_n_errors++;
+}
+
+/* A figure that could not be measured: counted as missed, and an error. */
+void bench_fail(const char *name, const char *why, int err)
+{
+    fail_with(name, why, err, kvt_strerror(err));
+}
+
+void bench_fail_sys(const char *name, const char *why, int err)
+{
+    fail_with(name, why, err, err < 0 ? strerror(-err) : "unknown error");
 }
 
 /* ---- child processes -------------------------------------------------- */
