@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tier_int.h"
 
@@ -366,23 +367,46 @@ bool tier_dwaits_run(struct tier *t, uint32_t id)
  * one refused again goes back to the far end, so the oldest commits' writes
  * go first (an engine waits for its oldest commit first). O(waits^2) for
  * the gathering: the list holds a few batches. */
+/* Whether id was in the set already (adding it): open addressing over a
+ * power-of-two table, TIER_NONE the empty slot. */
+static bool idset_add(uint32_t *set, size_t mask, uint32_t id)
+{
+    size_t i = (size_t)(((uint64_t)id * 0x9e3779b97f4a7c15ull) >> 32) & mask;
+
+    while (set[i] != TIER_NONE && set[i] != id)
+        i = (i + 1) & mask;
+    if (set[i] == id)
+        return true;
+    set[i] = id;
+    return false;
+}
+
 void tier_dwaits_retry(struct tier *t)
 {
-    uint32_t lim = idx_id_limit(t->idx), n = 0, cap = 0, *ids;
+    uint32_t lim = idx_id_limit(t->idx), n = 0, *ids, *set;
+    size_t cap = 0, mask = 1;
 
     for (struct dwait *d = t->dwaits; d; d = d->next)
         cap++;
+    while (mask < 2 * cap)
+        mask <<= 1;
+    /* the distinct ids in list order, found through a set: a walk of the
+     * ids so far for each wait made every turn O(waits^2) (43% of the holds
+     * figure's time with 4,000 writes waiting for the disk's queue) */
     ids = malloc(cap * sizeof(*ids));
-    if (!ids)
+    set = malloc(mask * sizeof(*set));
+    if (!ids || !set) {
+        free(ids);
+        free(set);
         return; /* tried again at the next turn */
-    for (struct dwait *d = t->dwaits; d; d = d->next) {
-        bool seen = false;
-
-        for (uint32_t i = 0; i < n && !seen; i++)
-            seen = ids[i] == d->id;
-        if (!seen && d->id < lim && idx_at(t->idx, d->id)->state == IDX_COMMITTED)
-            ids[n++] = d->id;
     }
+    memset(set, 0xff, mask * sizeof(*set)); /* TIER_NONE everywhere */
+    mask--;
+    for (struct dwait *d = t->dwaits; d; d = d->next)
+        if (d->id < lim && idx_at(t->idx, d->id)->state == IDX_COMMITTED &&
+            !idset_add(set, mask, d->id))
+            ids[n++] = d->id;
+    free(set);
     /* the first refused ends the pass: the queue is full for the rest too,
      * and trying them would put each back at the far end, reversing the
      * list (the newest commit first at the next turn; review of issue 19) */

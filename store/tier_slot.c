@@ -44,12 +44,16 @@ void tier_leave_warm(struct tier *t, uint32_t id)
 /* The disk-only leaf the disk evicts first: the least recently demoted
  * one that no durable commit still waiting vouches for (TIER_NONE: none).
  * The holds of commits answered go first: their waiters may wait again (a
- * get under the same pointer), and must not hold a block for them then. */
+ * get under the same pointer), and must not hold a block for them then.
+ * They go only when one is in the way (the oldest leaf held): otherwise
+ * pruning changes nothing here, and a prune for every write on a full disk
+ * costs O(holds + waits) each (the holds figure's full disk: 1.3-1.4 s
+ * with one for every victim, 1.1 s with one only for a held victim). */
 static uint32_t cold_victim(struct tier *t)
 {
     uint32_t v = t->clru.tail;
 
-    if (t->dholds)
+    if (v != TIER_NONE && t->dholds && tier_dheld(t, v))
         tier_dholds_prune(t);
     while (v != TIER_NONE && t->dholds && tier_dheld(t, v))
         v = idx_at(t->idx, v)->prev;

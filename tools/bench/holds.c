@@ -9,8 +9,9 @@
  * (no device time: the store's own work is what is measured), once on a
  * disk with room for all of them and once on a disk full of disk-only
  * blocks, where every write evicts one past every hold. The figure is the
- * full disk's time over the roomy one's, same run: 3 to 5 here; a walk
- * that looked at every hold for every wait (review of the hold) made it 64.
+ * full disk's time over the roomy one's, same run: about 6.4 here (1.1 s
+ * against 0.17 s); a walk that looked at every hold for every wait (review
+ * of the hold) made it 64.
  * Every commit must be answered durable, every block vouched for on disk,
  * or the figure is not measured.
  */
