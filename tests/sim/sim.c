@@ -1452,6 +1452,11 @@ static void run_op(struct world *w, int op)
     /* (a failed write drops its block later, when its completion lands) */
     w->res->refused += after.cold_refused - before.cold_refused;
     w->res->over_budget += after.cold_over_budget - before.cold_over_budget;
+    if (op != SIM_CRASH) { /* (a restart's store counts from 0) */
+        w->res->cold_evicted += after.evictions[TIER_L_COLD] - before.evictions[TIER_L_COLD];
+        w->res->dropped += (after.dropped - after.cold_refused - after.cold_over_budget) -
+                           (before.dropped - before.cold_refused - before.cold_over_budget);
+    }
     /* (blocks admission refused are dropped by design: not counted here) */
     if (after.dropped - after.cold_refused - after.cold_over_budget >
             before.dropped - before.cold_refused - before.cold_over_budget &&

@@ -50,6 +50,8 @@ struct sim_result {
     uint64_t crashes, acked_durable, bytes_checked, leases_checked;
     uint64_t pins_checked;      /* pinned runs got after a flood of other operations */
     uint64_t refused, over_budget; /* blocks NVMe admission kept off the disk, by cause */
+    uint64_t cold_evicted;      /* blocks the disk evicted to make room */
+    uint64_t dropped;           /* blocks dropped from warm, not counting admission's */
     uint64_t adaptations;       /* of keep or reuse, every store of the run (crashes too) */
     char failure[512];          /* the first violation ("" when none) */
 };

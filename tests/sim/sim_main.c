@@ -102,6 +102,8 @@ int main(int argc, char **argv)
         sum.pins_checked += r.pins_checked;
         sum.refused += r.refused;
         sum.over_budget += r.over_budget;
+        sum.cold_evicted += r.cold_evicted;
+        sum.dropped += r.dropped;
         sum.adaptations += r.adaptations;
         for (int k = 0; k < SIM_OP_N; k++)
             sum.ops[k] += r.ops[k];
@@ -119,6 +121,9 @@ int main(int argc, char **argv)
     printf("sim: NVMe admission kept %llu blocks off the disk (no second touch), %llu past "
            "the write budget\n", (unsigned long long)sum.refused,
            (unsigned long long)sum.over_budget);
+    printf("sim: the disk evicted %llu blocks to make room; warm dropped %llu (not counting "
+           "admission's)\n", (unsigned long long)sum.cold_evicted,
+           (unsigned long long)sum.dropped);
     if (o.policy != TIER_EVICT_LRU)
         printf("sim: %s adapted %llu times (every %u blocks leaving warm at least)\n",
                tier_evict_policy_name(o.policy), (unsigned long long)sum.adaptations,
