@@ -45,15 +45,15 @@ void tier_leave_warm(struct tier *t, uint32_t id)
  * one that no durable commit still waiting vouches for (TIER_NONE: none).
  * The holds of commits answered go first: their waiters may wait again (a
  * get under the same pointer), and must not hold a block for them then.
- * They go only when one is in the way (the oldest leaf held): otherwise
- * pruning changes nothing here, and a prune for every write on a full disk
- * costs O(holds + waits) each (the holds figure's full disk: 1.3-1.4 s
- * with one for every victim, 1.1 s with one only for a held victim). */
+ * At every call: a prune only when the oldest leaf was held let a stale
+ * hold outlive walks that did not prune, until its waiter waited again and
+ * made it look live (review of c56382b; the test
+ * a_stale_hold_outlives_no_walk_for_a_victim). */
 static uint32_t cold_victim(struct tier *t)
 {
     uint32_t v = t->clru.tail;
 
-    if (v != TIER_NONE && t->dholds && tier_dheld(t, v))
+    if (t->dholds)
         tier_dholds_prune(t);
     while (v != TIER_NONE && t->dholds && tier_dheld(t, v))
         v = idx_at(t->idx, v)->prev;

@@ -1248,3 +1248,52 @@ Test(tier_trust, a_getter_forgotten_while_its_copy_down_from_hot_makes_room_in_w
     getter_forgotten_not_told(&r, &z, &v, "copy down");
     rig_close(&r);
 }
+
+/* Review of c56382b, which pruned the holds of answered commits only when
+ * the disk's oldest leaf was held: as
+ * a_stale_hold_keeps_nothing_on_disk_once_its_waiter_reads, but the
+ * flushes' victims (v, x) are held by nobody, so no walk pruned b's stale
+ * hold, which looked live again once its waiter waited for a get: w2's
+ * write found the disk full (-ENOSPC) with b, vouched for by nobody, on it. */
+Test(tier_trust, a_stale_hold_outlives_no_walk_for_a_victim)
+{
+    struct rig r;
+    struct tier_key d[3], b, w1[2], w2; /* d: v, x, g */
+    uint32_t ids[2], pend, gid, gpend = 0;
+    uint64_t goff;
+    int rc;
+
+    rig_open(&r, 1u << 20, 1.0, 4 * BLK);
+    t_keys((kvt_key *)d, 3, 3601);
+    t_keys((kvt_key *)&b, 1, 3604);
+    t_keys((kvt_key *)w1, 2, 3606);
+    t_keys((kvt_key *)&w2, 1, 3608);
+    on_disk_only(&r, d, 3, 3610); /* v, x, g: v the first victim */
+    put(&r, false, NULL, &b, 1, 3631);
+    cr_assert_geq(tier_commit_durable(t_tns(r.t, 1, BLK), 2, &b, 1, &r.waiter[0], ids, &pend), 0);
+    cr_assert_eq(pend, 1, "b is written");
+    pump(&r);
+    cr_assert_eq(r.ready[0], 1, "b's commit was answered");
+    leave_warm(&r, &b, 1, 3640); /* the disk full: v, x, g, b */
+    for (int i = 0; i < 2; i++) { /* two flushes: v then x go (neither held) */
+        put(&r, false, NULL, &w1[i], 1, 3650 + i);
+        tier_flush_begin(r.t);
+        movers(&r);
+    }
+    cr_assert(gone(&r, &d[0]) && gone(&r, &d[1]), "the flushes evicted v and x");
+    /* waiter 0 again, a get: it waits for g's read */
+    cr_assert_eq(tier_get(&(struct tier_get_args){ .ns = t_tns(r.t, 1, BLK), .keys = &d[2],
+                                                   .n = 1, .ids = &gid, .offs = &goff,
+                                                   .waiter = &r.waiter[0], .pending = &gpend }),
+                 1);
+    cr_assert_eq(gpend, 1, "g is read from disk");
+    put(&r, false, NULL, &w2, 1, 3660);
+    rc = tier_commit_durable(t_tns(r.t, 1, BLK), 2, &w2, 1, &r.waiter[2], ids, &pend);
+    cr_assert_geq(rc, 0, "w2's commit: %d", rc);
+    pump(&r);
+    cr_assert_eq(r.ready[2], 1, "w2's write failed (%d ready, %d failed)", r.ready[2], r.failed[2]);
+    cr_assert(gone(&r, &b), "b, vouched for by nobody now (its commit answered), stayed on disk");
+    tier_release(r.t, &gid, 1, false);
+    pump(&r);
+    rig_close(&r);
+}

@@ -9,9 +9,9 @@
  * (no device time: the store's own work is what is measured), once on a
  * disk with room for all of them and once on a disk full of disk-only
  * blocks, where every write evicts one past every hold. The figure is the
- * full disk's time over the roomy one's, same run: about 6.4 here (1.1 s
- * against 0.17 s); a walk that looked at every hold for every wait (review
- * of the hold) made it 64.
+ * full disk's time over the roomy one's, same run: 6.6-7.6 here (1.3-1.4 s
+ * against 0.18-0.20 s); a walk that looked at every hold for every wait
+ * (review of the hold) made it 64.
  * Every commit must be answered durable, every block vouched for on disk,
  * or the figure is not measured.
  */
@@ -223,7 +223,9 @@ void bench_holds(void)
     double f = bench_median(full, HROUNDS), m = bench_median(room, HROUNDS);
 
     printf("# full disk %.3f s, disk with room %.3f s (medians of %d)\n", f, m, HROUNDS);
-    /* each write's walk for a victim prunes first, O(holds + waits): a few
-     * times the roomy disk by design; 8 catches the O(holds x waits) walk (64) */
-    bench_report(name, f / m, "%.2f", "x", "<=", "8");
+        /* each write's walk for a victim prunes first, O(holds + waits): several
+     * times the roomy disk by design. 16 catches the O(holds x waits) walk
+     * (64); it was 8 until the roomy disk lost its own O(waits^2) retry
+     * (0.63 -> 0.19 s), which moved the same full disk from 2.7 to 7 */
+    bench_report(name, f / m, "%.2f", "x", "<=", "16");
 }
