@@ -569,6 +569,29 @@ int tier_cold_remove(struct tier_cold *c, uint32_t ns, const struct tier_key *ke
     return 0;
 }
 
+bool tier_cold_frees(struct tier_cold *c, uint32_t ns, const struct tier_key *key,
+                     uint64_t len)
+{
+    struct idx_cold_rec rec;
+    uint64_t k = len / PAGE, p0, p1, run; /* the pages alloc_bytes asks for */
+
+    if (idx_cold_get(c->idx, ns, key, &rec) < 0)
+        return false;
+    p0 = rec.off / PAGE;
+    run = rec.len / PAGE;
+    p1 = p0 + run;
+    /* runs do not wrap around the end (alloc_bytes) */
+    while (run < k && p0 > 0 && !page_used(c, p0 - 1)) {
+        p0--;
+        run++;
+    }
+    while (run < k && p1 < c->npages && !page_used(c, p1)) {
+        p1++;
+        run++;
+    }
+    return run >= k;
+}
+
 /* Extents of deleted records, freed once the delete is durable. */
 struct extents {
     struct { uint64_t off, len; } *v;

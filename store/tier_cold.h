@@ -107,6 +107,13 @@ bool tier_cold_has(struct tier_cold *c, uint32_t ns, const struct tier_key *key)
 /* Remove (ns, key) durably and free its space: 0 or -ENOENT. */
 int tier_cold_remove(struct tier_cold *c, uint32_t ns, const struct tier_key *key);
 
+/* Whether removing (ns, key) would free a run of at least len bytes where
+ * it lies (its own space and the free space either side): a write of len
+ * would then fit. False when it is not on disk. O(len / 4 KiB) and one index
+ * read. */
+bool tier_cold_frees(struct tier_cold *c, uint32_t ns, const struct tier_key *key,
+                     uint64_t len);
+
 /* Remove every block of namespace ns durably (one transaction) and free
  * their space. Returns the number removed or an error (nothing removed).
  * The caller has no write or read of ns in flight. */

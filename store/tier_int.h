@@ -372,8 +372,10 @@ uint32_t tier_reuse_pick(const struct tier *t, uint32_t cmask, unsigned kmask);
 /* Free id's warm slot now (committed, unleased, not moving): cold-only with
  * a copy on disk, else dropped. */
 void tier_leave_warm(struct tier *t, uint32_t id);
-/* The disk is full: evict its least recently demoted leaf. -ENOSPC: none. */
-int tier_cold_make_room(struct tier *t);
+/* The disk has no room for a write of len bytes: evict its least recently
+ * demoted leaf, or a younger one whose space would fit the write where the
+ * oldest's would not (blocks of other sizes). -ENOSPC: none. */
+int tier_cold_make_room(struct tier *t, uint64_t len);
 /* The oldest dirty leaf of class cls that nothing depends on, or TIER_NONE. */
 uint32_t tier_dirty_droppable(struct tier *t, int cls);
 /* A warm slot of class cls for entry id, now. -EAGAIN: the mover is asked

@@ -77,7 +77,7 @@ int tier_demote_for(struct tier *t, uint32_t id, bool evict, struct waiter w)
     /* a full disk makes room leaf-first; -ENOSPC only when nothing can go */
     while ((rc = tier_cold_put(t->cold, e->ns, &e->key, parent, tier_slot_ptr(t, e),
                                slot, on_demoted, m)) == -ENOSPC &&
-           tier_cold_make_room(t) == 0) {
+           tier_cold_make_room(t, slot) == 0) {
         e = idx_at(t->idx, id);
         parent = e->parent != TIER_NONE ? &idx_at(t->idx, e->parent)->key : NULL;
     }

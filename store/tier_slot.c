@@ -60,16 +60,38 @@ static uint32_t cold_victim(struct tier *t)
     return v;
 }
 
-/* The disk is full: evict the least recently demoted disk-only leaf. */
-int tier_cold_make_room(struct tier *t)
+/* Disk-only leaves past the oldest one a write looks at for its room. */
+#define ROOM_LOOK 32
+
+int tier_cold_make_room(struct tier *t, uint64_t len)
 {
-    uint32_t v = cold_victim(t);
+    uint32_t v = cold_victim(t), u = v;
     struct idx_entry *e;
     int rc;
 
     if (v == TIER_NONE)
         return -ENOSPC;
     e = idx_at(t->idx, v);
+    /* Blocks of several sizes share the disk (namespaces, hybrid groups),
+     * and first fit leaves holes between them: the oldest leaf's space may
+     * open none this write fits, and evicting oldest first then took leaf
+     * after leaf, each for nothing (the simulation's small disk, 32 and 48
+     * KiB blocks). A younger leaf among the next few whose space fits goes
+     * instead: one eviction for one write. With one size the oldest always
+     * fits, so the order is LRU's as before. */
+    if (!tier_cold_frees(t->cold, e->ns, &e->key, len)) {
+        for (int i = 0; i < ROOM_LOOK && (u = idx_at(t->idx, u)->prev) != TIER_NONE; i++) {
+            const struct idx_entry *ue = idx_at(t->idx, u);
+
+            if (t->dholds && tier_dheld(t, u))
+                continue; /* vouched for by a commit still waiting */
+            if (tier_cold_frees(t->cold, ue->ns, &ue->key, len)) {
+                v = u;
+                break;
+            }
+        }
+        e = idx_at(t->idx, v);
+    }
     rc = tier_cold_remove(t->cold, e->ns, &e->key);
     if (rc < 0 && rc != -ENOENT)
         return rc;
