@@ -1084,8 +1084,18 @@ static void op_lookup_get(struct world *w, struct client *cl)
             struct tier_story s;
 
             tier_story_get(w->ns[ns], &k[expect], &s);
-            if (!s.present)
-                break;
+            if (s.present)
+                continue;
+            /* and only for a reason a settle may have: evicted, dropped,
+             * or read back bad (review of df56bd3: a block forgotten with
+             * no event was excused too) */
+            if (s.event != TIER_EV_EVICTED && s.event != TIER_EV_DROPPED &&
+                s.event != TIER_EV_CHECKSUM && s.event != TIER_EV_IO_ERROR) {
+                fail(w, "block %d/%d/%d, found by the lookup, went absent in a settle of "
+                        "the disk (event %u)", ns, c, expect, s.event);
+                return;
+            }
+            break;
         }
     }
     if (h > 0)
