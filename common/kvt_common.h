@@ -130,8 +130,10 @@ int cmn_wait(pid_t pid);
 /* Reap pid if it has exited: true with its status in *st (as cmn_wait);
  * false while it runs. */
 bool cmn_exited(pid_t pid, int *st);
-/* SIGTERM pid and reap it, SIGKILL after timeout_ms: its exit status (as
- * cmn_wait), or -ETIMEDOUT when it had to be killed. */
+/* Reap pid within timeout_ms, else SIGKILL and reap it: its exit status
+ * (as cmn_wait), or -ETIMEDOUT when it had to be killed. */
+int cmn_wait_ms(pid_t pid, unsigned timeout_ms);
+/* SIGTERM pid, then cmn_wait_ms. */
 int cmn_stop(pid_t pid, unsigned timeout_ms);
 
 /* Wait for a tierd just spawned (pid) to answer on its socket: poll

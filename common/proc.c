@@ -76,11 +76,10 @@ bool cmn_exited(pid_t pid, int *st)
     return true;
 }
 
-int cmn_stop(pid_t pid, unsigned timeout_ms)
+int cmn_wait_ms(pid_t pid, unsigned timeout_ms)
 {
     int st;
 
-    kill(pid, SIGTERM);
     for (unsigned waited = 0; waited < timeout_ms; waited += 10) {
         if (cmn_exited(pid, &st))
             return st;
@@ -89,6 +88,12 @@ int cmn_stop(pid_t pid, unsigned timeout_ms)
     kill(pid, SIGKILL);
     cmn_wait(pid);
     return -ETIMEDOUT;
+}
+
+int cmn_stop(pid_t pid, unsigned timeout_ms)
+{
+    kill(pid, SIGTERM);
+    return cmn_wait_ms(pid, timeout_ms);
 }
 
 int cmn_tierd_wait(pid_t pid, const char *sock, int (*ready)(const char *sock, void *arg),

@@ -314,20 +314,6 @@ int t_wait(pid_t pid)
     return st < 0 ? -1 : st;
 }
 
-int t_wait_ms(pid_t pid, unsigned ms)
-{
-    struct timespec nap = { 0, 10 * 1000 * 1000 };
-    int st;
-
-    for (unsigned waited = 0; waited < ms; waited += 10) {
-        if (cmn_exited(pid, &st))
-            return st;
-        nanosleep(&nap, NULL);
-    }
-    cmn_stop(pid, 1000);
-    return -ETIMEDOUT;
-}
-
 void t_tierd_stop(struct t_tierd *d)
 {
     int st, rc;

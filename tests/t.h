@@ -180,10 +180,6 @@ void t_acks_close(struct t_acks *a);
 
 /* Wait for a child and return its exit status (or 128+signal). */
 int t_wait(pid_t pid);
-/* The same for at most ms: past that the child is stopped (SIGTERM, then
- * SIGKILL) and -ETIMEDOUT returned, so that a child that should have
- * exited never hangs the test. */
-int t_wait_ms(pid_t pid, unsigned ms);
 
 /* A fresh temp folder <$TMPDIR or /tmp>/<tag>-XXXXXX into buf[cap]; fails
  * the test when none can be made. */

@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kvt_common.h"
 #include "t.h"
 #include "tier.h"
 #include "tier_cold.h"
@@ -998,7 +999,7 @@ Test(tier_faults, tierd_refuses_to_start_with_a_bad_spec, .init = fx_init)
     }
     /* bounded: a tierd without the injector (KVT_TEST_BIN a release
      * build beside this sanitizer one) ignores the variable and serves */
-    st = t_wait_ms(p, 30000);
+    st = cmn_wait_ms(p, 30000);
     f = fopen(errf, "r");
     cr_assert_not_null(f);
     log[fread(log, 1, sizeof(log) - 1, f)] = '\0';
