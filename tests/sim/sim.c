@@ -1083,7 +1083,7 @@ static void op_lookup_get(struct world *w, struct client *cl)
         for (expect = 0; expect < h; expect++) {
             struct tier_story s;
 
-            tier_story_get(w->ns[ns], &k[expect], &s);
+            story(w, ns, c, expect, &s);
             if (s.present)
                 continue;
             /* and only for a reason a settle may have: evicted, dropped,
