@@ -235,12 +235,13 @@ bench-admission: build/kvreplay
 
 # The eviction policies' figures (issue 19): kvreplay, in-process, lru (tierd's
 # default), keep, reuse and MIN on the bundled trace and each tools/gen_traces.py kind, at
-# 1k, 5k, 10k, 30k and 100k blocks (64K blocks: 62.5M to 6.25G), every one of the
-# issue's capacities: the store replays without payload copies, so all 100 replays
-# take about 10 s on 2 cores. Lines from tools/bench_policy.py: vs LRU (>= 1.0),
-# vs MIN, and the gap closed at 5k-10k on the bundled trace (>= 25 %).
+# 1k, 2.5k, 5k, 10k, 20k, 30k, 50k and 100k blocks (64K blocks: 62.5M to 6.25G),
+# the issue's capacities and those between (the README's curves): the store replays
+# without payload copies, so all 160 replays take about 10 s on 2 cores. Lines from
+# tools/bench_policy.py: vs LRU (>= 1.0), vs MIN, and the gap closed at 5k-10k on
+# the bundled trace (>= 25 %).
 POLICY_REPLAY = build/kvreplay --block-bytes 64K --policy lru,keep,reuse,min --json \
-                --capacity 62.5M,312.5M,625M,1875M,6250M
+                --capacity 62.5M,156.25M,312.5M,625M,1250M,1875M,3125M,6250M
 bench-policy: build/kvreplay
 	@d=$$(mktemp -d) && trap 'rm -rf '$$d EXIT && \
 	for k in sysprompt oneshot multiturn agent; do \

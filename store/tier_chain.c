@@ -89,9 +89,50 @@ void tier_lru_unlink(struct tier *t, uint32_t id)
     e->flags &= ~(IDX_F_LRU | IDX_F_CLRU | IDX_F_HLRU);
 }
 
-/* Link id between prev and next (TIER_NONE: the list's end), as the
- * unlink above takes it out: at the head, prev is TIER_NONE; at the tail,
- * next is. */
+#define BY_AGE_STEPS 256 /* leaves a leaf placed by its age looks past, at most */
+
+static uint32_t age_of(const struct tier *t, uint32_t id)
+{
+    return t->clock - idx_at(t->idx, id)->stamp; /* wrap-safe difference */
+}
+
+/* Where a leaf of age a (not linked) goes in list l, walking from the
+ * nearer end BY_AGE_STEPS leaves at most (past them, where the walk
+ * stopped): *prev the younger neighbour, *next the older (TIER_NONE: an
+ * end). The list runs from the youngest (head) to the oldest (tail). */
+static void place_by_age(const struct tier *t, const struct lru *l, uint32_t a,
+                         uint32_t *prev, uint32_t *next)
+{
+    uint32_t x;
+    int i;
+
+    if (l->tail == TIER_NONE || a >= age_of(t, l->tail)) {
+        *prev = l->tail; /* the oldest, or the only one */
+        *next = TIER_NONE;
+        return;
+    }
+    if (a <= age_of(t, l->head) || a - age_of(t, l->head) < age_of(t, l->tail) - a) {
+        for (x = l->head, i = 0; x != TIER_NONE && i < BY_AGE_STEPS && age_of(t, x) <= a; i++)
+            x = idx_at(t->idx, x)->next; /* from the head: x, the first older */
+        *next = x;
+        *prev = x == TIER_NONE ? l->tail : idx_at(t->idx, x)->prev;
+        return;
+    }
+    for (x = l->tail, i = 0; x != TIER_NONE && i < BY_AGE_STEPS && age_of(t, x) > a; i++)
+        x = idx_at(t->idx, x)->prev; /* from the tail: x, the first not older */
+    *prev = x;
+    *next = x == TIER_NONE ? l->head : idx_at(t->idx, x)->next;
+}
+
+/* Link id into its list: at the head (a leaf just put or used, the
+ * youngest) or the tail (a parent whose last child left: the oldest under
+ * LRU's order, so a chain leaves whole). Under reuse once it has learnt, a
+ * leaf for the tail goes where its age puts it instead: reuse takes the
+ * oldest and the youngest of each class's list as its candidates, and a
+ * young parent at a tail (its child, a tip, left young) hid the older
+ * leaves of its class from them; placed by age, reuse never falls below
+ * LRU on the bundled trace held at the capacity asked (README, "Eviction
+ * policies"). */
 static void lru_link(struct tier *t, uint32_t id, bool at_tail, uint8_t which)
 {
     struct idx_entry *e = idx_at(t->idx, id);
@@ -103,8 +144,12 @@ static void lru_link(struct tier *t, uint32_t id, bool at_tail, uint8_t which)
     }
     e->flags |= which;
     l = list_of(t, e);
-    e->prev = at_tail ? l->tail : TIER_NONE;
-    e->next = at_tail ? TIER_NONE : l->head;
+    if (at_tail && which == IDX_F_LRU && t->pol.kind == TIER_EVICT_REUSE && t->pol.learnt) {
+        place_by_age(t, l, age_of(t, id), &e->prev, &e->next);
+    } else {
+        e->prev = at_tail ? l->tail : TIER_NONE;
+        e->next = at_tail ? TIER_NONE : l->head;
+    }
     if (e->prev != TIER_NONE)
         idx_at(t->idx, e->prev)->next = id;
     else

@@ -29,7 +29,7 @@
 #define TURNS 3       /* turns told apart: 1, 2, 3 or more */
 #define PRIVATE 3     /* a prefix with more children is shared (a system
                          prompt): what goes under it starts turn 1 */
-#define MARGIN 0.7    /* the youngest leaf leaves only below 0.7 x the oldest's index */
+#define MARGIN 0.9    /* the youngest leaf leaves only below 0.9 x the oldest's index */
 #define DECAY 0.9     /* the counts' weight kept at each adaptation */
 #define ENTERED_MIN 8 /* a class with fewer blocks seen is kept (index inf) */
 

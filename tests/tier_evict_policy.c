@@ -412,3 +412,85 @@ Test(tier_evict_policy, leaf_first_holds_under_reuse_once_it_has_learnt)
     tier_destroy(t);
 }
 
+
+/* Once reuse has learnt, a parent whose last child left goes into its
+ * class's list by its age, not to the list's tail: there it hid the older
+ * leaves of its class from reuse's candidates (each list's oldest and
+ * youngest), and a younger leaf left first. After the warm-up only tips
+ * have a learnt index (0: never asked for again); every other class is
+ * unknown (kept, index inf), so among them the oldest candidate leaves.
+ * Chains O, M and Y (O the oldest) lose their tips M2, then O2, then Y2,
+ * and the class of O1, M1 and Y1 (turn 1, a parent once, never hit) gets
+ * them in that order; the other leaves are blocks put and hit later
+ * (younger). A put into the full store must then take O1: with the tail
+ * for a parent whose child left, the list ran M1, O1, Y1, its ends M1 and
+ * Y1, and M1 left. */
+Test(tier_evict_policy, a_parent_whose_child_left_takes_its_place_by_age_once_reuse_has_learnt)
+{
+    struct tier *t = store(TIER_EVICT_REUSE, 24);
+    const uint64_t O = 71000, M = 71001, Y = 71002, F = 72000;
+    struct tier_key k[2];
+    uint32_t ids[1];
+    uint64_t offs[1];
+
+    for (uint64_t i = 0; i < 1100; i++) /* learn: over 1,024 tips leave */
+        put_from(t, 40000 + i, 0, 1);
+    put_from(t, O, 0, 2);
+    put_from(t, M, 0, 2);
+    put_from(t, Y, 0, 2);
+    for (uint64_t f = 0; f < 18; f++) { /* the warm-up's tips leave, oldest first */
+        put_from(t, F + f, 0, 1);
+        cr_assert_eq(request(t, F + f, 1), 1, "filler %llu is hit", (unsigned long long)f);
+    }
+    cr_assert_eq(present(t, O, 2) + present(t, M, 2) + present(t, Y, 2), 6, "O, M, Y whole");
+    for (int i = 0; i < 3; i++) { /* tips M2, O2, Y2 go: their parents become leaves */
+        keys_of(i == 0 ? M : i == 1 ? O : Y, k, 2);
+        cr_assert_eq(tier_remove(t_tns(t, 1, blk), &k[1], 1), 1);
+    }
+    for (uint64_t f = 18; f < 21; f++) { /* full again, no leaf left */
+        put_from(t, F + f, 0, 1);
+        cr_assert_eq(request(t, F + f, 1), 1);
+    }
+    check(t);
+    cr_assert_eq(present(t, O, 2) + present(t, M, 2) + present(t, Y, 2), 3);
+    keys_of(73000, k, 1); /* one more block: one leaf leaves */
+    cr_assert_eq(tier_reserve(t_tns(t, 1, blk), 7, NULL, k, 1, ids, offs), 1);
+    cr_assert_eq(tier_commit(t_tns(t, 1, blk), 7, k, 1), 1);
+    check(t);
+    cr_assert_eq(present(t, O, 2), 0, "the oldest leaf of the class, O1, left");
+    cr_assert_eq(present(t, M, 2), 1, "M1, younger, stays (it left when O1 was hidden)");
+    cr_assert_eq(present(t, Y, 2), 1, "Y1, the youngest, stays");
+    for (uint64_t f = 0; f < 21; f++)
+        cr_assert_eq(present(t, F + f, 1), 1, "filler %llu stays", (unsigned long long)f);
+    tier_destroy(t);
+}
+
+/* Placing by age in a long list, where the walk from either end stops
+ * after its bound (tier_chain.c's BY_AGE_STEPS, 256): once reuse has
+ * learnt, 1,200 two-block chains lose their tips in a shuffled order, so
+ * that each parent comes back into a list of up to 1,199 others, most far
+ * from both ends. The list stays whole (tier_check walks its links) and
+ * every parent is still there, on it. */
+Test(tier_evict_policy, placing_by_age_keeps_a_long_list_whole, .timeout = 120)
+{
+    struct tier *t = store_of(TIER_EVICT_REUSE, 4096, 4096);
+    struct tier_key k[2];
+
+    for (uint64_t i = 0; i < 6200; i++) /* learn: over 2,048 tips leave */
+        put_from(t, 90000 + i, 0, 1);
+    for (uint64_t c = 0; c < 1200; c++)
+        put_from(t, 100000 + c, 0, 2);
+    check(t);
+    for (uint64_t i = 0; i < 1200; i++) {
+        keys_of(100000 + (i * 7919) % 1200, k, 2); /* 7919 is prime: each chain once */
+        cr_assert_eq(tier_remove(t_tns(t, 1, blk), &k[1], 1), 1, "tip %llu",
+                     (unsigned long long)i);
+        if (i % 100 == 0)
+            check(t);
+    }
+    check(t);
+    for (uint64_t c = 0; c < 1200; c++)
+        cr_assert_eq(present(t, 100000 + c, 2), 1, "chain %llu keeps its parent",
+                     (unsigned long long)c);
+    tier_destroy(t);
+}

@@ -299,7 +299,7 @@ class Reuse(Lru):
     own hit prefix, or a dropped chain asked for again, t + 1; up to K) and
     whether the block was hit: 1 + hit * K + t - 1."""
 
-    def __init__(self, K=3, private=3, ghosts_per_block=8, decay=0.9, every=2, margin=0.7):
+    def __init__(self, K=3, private=3, ghosts_per_block=8, decay=0.9, every=2, margin=0.9):
         self.K, self.private, self.gpb = K, private, ghosts_per_block
         self.decay, self.every, self.margin = decay, every, margin
         self.ncls = 2 * K + 1
