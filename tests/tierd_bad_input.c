@@ -1524,3 +1524,43 @@ Test(tierd_bad_input, watermarks_outside_zero_to_one_nan_included_are_refused)
     }
     t_rmtree(dir);
 }
+
+/* The eviction policy: reuse unless --evict-policy says, the log names the
+ * one in force, and a name tierd does not know is refused, saying which it
+ * knows. */
+Test(tierd_bad_input, the_eviction_policy_is_reuse_unless_told_and_a_bad_one_is_refused)
+{
+    const char *pols[] = { NULL, "lru", "keep", "reuse" };
+    const char *want[] = { "evicting by reuse", "evicting by lru", "evicting by keep",
+                           "evicting by reuse" };
+    const char *bad[] = { "LRU", "", "fifo" };
+    char dir[256], err[4096];
+
+    for (size_t i = 0; i < sizeof(pols) / sizeof(pols[0]); i++) {
+        const char *args[] = { "--evict-policy", pols[i], NULL };
+        struct t_tierd d;
+        char line[512];
+        bool found = false;
+        FILE *log;
+
+        t_tierd_start(&d, pols[i] ? args : NULL); /* it logs its tiers before it listens */
+        log = fopen(d.log, "r");
+        cr_assert_not_null(log, "%s (KVT_TEST_VERBOSE sends tierd's log elsewhere)", d.log);
+        while (fgets(line, sizeof(line), log))
+            found |= strstr(line, "warm tier") && strstr(line, want[i]);
+        fclose(log);
+        cr_expect(found, "--evict-policy %s: no \"%s\" in %s", pols[i] ? pols[i] : "(none)",
+                  want[i], d.log);
+        t_tierd_stop(&d);
+    }
+    t_tmpdir("kvt-test", dir, sizeof(dir));
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *args[] = { "--evict-policy", bad[i], NULL };
+        int st = t_tierd_exit(dir, args, err, sizeof(err));
+
+        cr_expect_eq(st, 64, "--evict-policy '%s': expected exit 64 (EX_USAGE), got %d: %s",
+                     bad[i], st, err);
+        cr_expect(strstr(err, "want lru, keep or reuse"), "--evict-policy '%s': %s", bad[i], err);
+    }
+    t_rmtree(dir);
+}

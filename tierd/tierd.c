@@ -38,8 +38,10 @@
 #include "tierd.h"
 
 #define DEFAULT_DATA "/var/lib/kvtier"
-/* warm's eviction policy unless --evict-policy says (the README gives the figures) */
-#define DEFAULT_EVICT TIER_EVICT_LRU
+/* warm's eviction policy unless --evict-policy says: reuse, which finds up to
+ * 1.8x LRU's hits where warm is small and is within 0.6 % of them where warm
+ * holds nearly everything (README, "Eviction policies") */
+#define DEFAULT_EVICT TIER_EVICT_REUSE
 
 /* ---- start-up -------------------------------------------------------- */
 
@@ -594,10 +596,10 @@ static int tenant_ready(struct tierd *d, struct tenant *t)
                   (unsigned long long)(tierd_now_ms() - t0));
     }
     tier_stats_get(t->store, &st);
-    tierd_log("tenant %s: warm tier %llu MiB (%s%s), data %s", t->name,
+    tierd_log("tenant %s: warm tier %llu MiB (%s%s, evicting by %s), data %s", t->name,
               (unsigned long long)(tier_pool_bytes(t->store) >> 20),
               st.memory_locked ? "pinned" : "not pinned", st.huge_pages ? ", huge pages" : "",
-              t->dir);
+              tier_evict_policy_name(tier_evict_policy_of(t->store)), t->dir);
     return 0;
 }
 

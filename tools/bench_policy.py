@@ -7,7 +7,7 @@ For each store policy and capacity it prints, grep-able:
   bench: policy_<trace>_<blocks>_<pol>_vs_lru  R x target >= 1.0 (not lru)
   bench: policy_<trace>_<blocks>_<pol>_vs_min  R x target <= 1.0 (the bound)
 and, where the issue sets it (the bundled trace, 5,000 to 10,000 blocks;
-lru too, tierd's default, which closes none of it),
+lru too, the baseline, which closes none of it),
   bench: policy_<trace>_<blocks>_<pol>_gap_closed P % target >= 25
 Usage: bench_policy.py NAME REPORT.json [--gap-at N,N]
 """
@@ -41,7 +41,7 @@ def main():
             if p != "lru":  # lru against itself is 1 by definition
                 print("%s_vs_lru %.3f x target >= 1.0" % (tag, hit / lru if lru else 1.0))
             print("%s_vs_min %.3f x target <= 1.0" % (tag, hit / mn if mn else 1.0))
-            if c in gap_at:  # lru, the default, closes none of it: printed all the same
+            if c in gap_at:  # lru, the baseline, closes none of it: printed all the same
                 gap = mn - lru
                 closed = 100.0 * (hit - lru) / gap if gap > 0 else 100.0
                 print("%s_gap_closed %.1f %% target >= 25" % (tag, closed))
