@@ -12,7 +12,10 @@
  * last warm child of a parent leaves, the parent becomes a leaf and goes to
  * the *tail*: its subtree was the coldest thing in the pool, so the rest of
  * that chain should follow before anything warmer. A chain thus leaves warm
- * from its end back towards its root.
+ * from its end back towards its root. Under policy reuse, once it has
+ * learnt, a leaf linked for the tail (such a parent; a victim put back after
+ * its copy to the remote tier) goes where its age puts it in its class's
+ * list instead (lru_link): reuse's candidates are each list's two ends.
  */
 #include <errno.h>
 
@@ -96,32 +99,72 @@ static uint32_t age_of(const struct tier *t, uint32_t id)
     return t->clock - idx_at(t->idx, id)->stamp; /* wrap-safe difference */
 }
 
-/* Where a leaf of age a (not linked) goes in list l, walking from the
- * nearer end BY_AGE_STEPS leaves at most (past them, where the walk
- * stopped): *prev the younger neighbour, *next the older (TIER_NONE: an
- * end). The list runs from the youngest (head) to the oldest (tail). */
+/* From the head: the first leaf older than a within BY_AGE_STEPS (NONE:
+ * none that near). */
+static uint32_t older_from_head(const struct tier *t, const struct lru *l, uint32_t a)
+{
+    uint32_t x = l->head;
+
+    for (int i = 0; x != TIER_NONE && i < BY_AGE_STEPS; i++, x = idx_at(t->idx, x)->next)
+        if (age_of(t, x) > a)
+            return x;
+    return TIER_NONE;
+}
+
+/* From the tail: the first leaf not older than a within BY_AGE_STEPS. */
+static uint32_t younger_from_tail(const struct tier *t, const struct lru *l, uint32_t a)
+{
+    uint32_t x = l->tail;
+
+    for (int i = 0; x != TIER_NONE && i < BY_AGE_STEPS; i++, x = idx_at(t->idx, x)->prev)
+        if (age_of(t, x) <= a)
+            return x;
+    return TIER_NONE;
+}
+
+/* Where a leaf of age a (not linked) goes in list l: *prev its younger
+ * neighbour, *next its older (TIER_NONE: an end). The list runs from the
+ * youngest (head) to the oldest (tail). The walk starts from the end
+ * nearer in age and, if its BY_AGE_STEPS leaves do not reach the place,
+ * tries the other end; when neither does (a list of more than twice that,
+ * the place deep in its middle), the leaf goes BY_AGE_STEPS in from the
+ * first end: the list stays whole, only not quite in order. */
 static void place_by_age(const struct tier *t, const struct lru *l, uint32_t a,
                          uint32_t *prev, uint32_t *next)
 {
+    bool head_first;
     uint32_t x;
-    int i;
 
     if (l->tail == TIER_NONE || a >= age_of(t, l->tail)) {
         *prev = l->tail; /* the oldest, or the only one */
         *next = TIER_NONE;
         return;
     }
-    if (a <= age_of(t, l->head) || a - age_of(t, l->head) < age_of(t, l->tail) - a) {
-        for (x = l->head, i = 0; x != TIER_NONE && i < BY_AGE_STEPS && age_of(t, x) <= a; i++)
-            x = idx_at(t->idx, x)->next; /* from the head: x, the first older */
-        *next = x;
-        *prev = x == TIER_NONE ? l->tail : idx_at(t->idx, x)->prev;
+    if (a < age_of(t, l->head)) {
+        *prev = TIER_NONE; /* the youngest */
+        *next = l->head;
         return;
     }
-    for (x = l->tail, i = 0; x != TIER_NONE && i < BY_AGE_STEPS && age_of(t, x) > a; i++)
-        x = idx_at(t->idx, x)->prev; /* from the tail: x, the first not older */
-    *prev = x;
-    *next = x == TIER_NONE ? l->head : idx_at(t->idx, x)->next;
+    /* age(head) <= a < age(tail): the place is inside, and a walk that
+     * finds no leaf on the far side of a within its steps stays inside */
+    head_first = a - age_of(t, l->head) < age_of(t, l->tail) - a;
+    for (int k = 0; k < 2; k++, head_first = !head_first) {
+        if (head_first && (x = older_from_head(t, l, a)) != TIER_NONE) {
+            *next = x;
+            *prev = idx_at(t->idx, x)->prev;
+            return;
+        }
+        if (!head_first && (x = younger_from_tail(t, l, a)) != TIER_NONE) {
+            *prev = x;
+            *next = idx_at(t->idx, x)->next;
+            return;
+        }
+    } /* head_first is the first end again */
+    x = head_first ? l->head : l->tail;
+    for (int i = 0; i < BY_AGE_STEPS; i++)
+        x = head_first ? idx_at(t->idx, x)->next : idx_at(t->idx, x)->prev;
+    *prev = head_first ? idx_at(t->idx, x)->prev : x;
+    *next = head_first ? x : idx_at(t->idx, x)->next;
 }
 
 /* Link id into its list: at the head (a leaf just put or used, the

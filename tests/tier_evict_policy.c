@@ -494,3 +494,110 @@ Test(tier_evict_policy, placing_by_age_keeps_a_long_list_whole, .timeout = 120)
                      (unsigned long long)c);
     tier_destroy(t);
 }
+
+/* The walk itself: once reuse has learnt, 100 two-block chains lose their
+ * tips in a shuffled order ((i x 37) mod 100), so each parent goes into the
+ * middle of its class's list, which must then run oldest to youngest: each
+ * put into the full store (everything else hit, so of a class kept longer)
+ * takes the oldest parent left, one after another. Fails with the parent
+ * at the tail, and with walks of 0 to 2 steps (review of the placement). */
+Test(tier_evict_policy, parents_placed_in_a_shuffled_order_leave_oldest_first)
+{
+    const uint64_t N = 100, S = 224, C = 30000000, F = 40000000;
+    struct tier *t = store(TIER_EVICT_REUSE, S);
+    struct tier_key k[2];
+    uint64_t f = 0;
+
+    for (uint64_t i = 0; i < S + 1100; i++) /* learn: over 1,024 tips leave */
+        put_from(t, 31000000 + i, 0, 1);
+    for (uint64_t c = 0; c < N; c++)
+        put_from(t, C + c, 0, 2);
+    for (; f < S - 2 * N; f++) { /* the warm-up's last tips leave */
+        put_from(t, F + f, 0, 1);
+        cr_assert_eq(request(t, F + f, 1), 1);
+    }
+    for (uint64_t c = 0; c < N; c++)
+        cr_assert_eq(present(t, C + c, 2), 2, "chain %llu whole", (unsigned long long)c);
+    for (uint64_t i = 0; i < N; i++) { /* tips go, shuffled: parents placed by age */
+        keys_of(C + (i * 37) % N, k, 2);
+        cr_assert_eq(tier_remove(t_tns(t, 1, blk), &k[1], 1), 1);
+    }
+    for (uint64_t i = 0; i < N; i++, f++) { /* full again */
+        put_from(t, F + f, 0, 1);
+        cr_assert_eq(request(t, F + f, 1), 1);
+    }
+    check(t);
+    for (uint64_t i = 0; i < N / 2; i++, f++) { /* each put: the oldest parent left leaves */
+        put_from(t, F + f, 0, 1);
+        cr_assert_eq(request(t, F + f, 1), 1);
+        for (uint64_t c = 0; c < N; c++)
+            cr_assert_eq(present(t, C + c, 2), c > i, "after %llu puts, parent %llu %s",
+                         (unsigned long long)i + 1, (unsigned long long)c,
+                         c > i ? "stays" : "left");
+    }
+    check(t);
+    tier_destroy(t);
+}
+
+/* When the walk from the end nearer in age stops at its bound short of the
+ * place, the other end is tried: 300 young parents and 60 old ones on one
+ * class's list (relinked in age order, so each went to the tail), then one
+ * of an age between, nearer in age to the young (a walk from the head,
+ * past 300 leaves) but 60 leaves from the tail. It must go between them:
+ * the 61st leaf to leave, after the 60 old parents. Reuse learns once,
+ * after 4,096 blocks have left warm, and not again in the test. */
+Test(tier_evict_policy, a_placement_past_one_ends_bound_is_found_from_the_other)
+{
+    const uint64_t S = 1024, OLD = 50000000, MID = 51000000, YOUNG = 52000000;
+    struct tier_cfg cfg = { .warm_bytes = S * 4096, .high_wm = 1.0, .low_wm = 1.0,
+                            .evict_policy = TIER_EVICT_REUSE, .evict_adapt_min = 4096 };
+    struct tier *t = NULL;
+    struct tier_key k[2];
+    uint64_t f = 0;
+
+    blk = 4096;
+    cr_assert_eq(tier_create(&cfg, &t), 0);
+    cr_assert_eq(tier_pool_bytes(t), S * blk, "the pool is what was asked");
+    for (uint64_t i = 0; i < S + 4100; i++) /* learn: over 4,096 tips leave */
+        put_from(t, 53000000 + i, 0, 1);
+    for (uint64_t c = 0; c < 60; c++)
+        put_from(t, OLD + c, 0, 2);
+    put_from(t, 54000000, 0, 1); /* the clock: hit 5,000 times, ages the rest */
+    for (int i = 0; i < 5000; i++)
+        cr_assert_eq(request(t, 54000000, 1), 1);
+    put_from(t, MID, 0, 2);
+    for (uint64_t c = 0; c < 300; c++)
+        put_from(t, YOUNG + c, 0, 2);
+    cr_assert_eq(request(t, 54000000, 1), 1); /* the clock: younger than all of them now */
+    for (; f < S - 1 - 2 * 361; f++) { /* the warm-up's tips all leave */
+        put_from(t, 55000000 + f, 0, 1);
+        cr_assert_eq(request(t, 55000000 + f, 1), 1);
+    }
+    for (uint64_t c = 0; c < 360; c++) { /* young from the youngest, then old: each to the tail */
+        uint64_t seed = c < 300 ? YOUNG + 299 - c : OLD + 59 - (c - 300);
+
+        keys_of(seed, k, 2);
+        cr_assert_eq(tier_remove(t_tns(t, 1, blk), &k[1], 1), 1, "tip of %llu",
+                     (unsigned long long)seed);
+    }
+    keys_of(MID, k, 2);
+    cr_assert_eq(tier_remove(t_tns(t, 1, blk), &k[1], 1), 1);
+    for (int i = 0; i < 361; i++, f++) { /* full again, of blocks hit */
+        put_from(t, 55000000 + f, 0, 1);
+        cr_assert_eq(request(t, 55000000 + f, 1), 1);
+    }
+    check(t);
+    for (int i = 0; i < 61; i++, f++) { /* 61 puts: the 60 old parents, then MID's */
+        put_from(t, 55000000 + f, 0, 1);
+        cr_assert_eq(request(t, 55000000 + f, 1), 1);
+        cr_assert_eq(present(t, MID, 2), i < 60 ? 1 : 0, "after %d puts MID's parent %s", i + 1,
+                     i < 60 ? "stays" : "left");
+    }
+    for (uint64_t c = 0; c < 60; c++)
+        cr_assert_eq(present(t, OLD + c, 2), 0, "old parent %llu left", (unsigned long long)c);
+    for (uint64_t c = 0; c < 300; c++)
+        cr_assert_eq(present(t, YOUNG + c, 2), 1, "young parent %llu stays",
+                     (unsigned long long)c);
+    check(t);
+    tier_destroy(t);
+}
