@@ -1525,13 +1525,13 @@ Test(tierd_bad_input, watermarks_outside_zero_to_one_nan_included_are_refused)
     t_rmtree(dir);
 }
 
-/* The eviction policy: reuse unless --evict-policy says, the log names the
+/* The eviction policy: lru unless --evict-policy says, the log names the
  * one in force, and a name tierd does not know is refused, saying which it
  * knows. */
-Test(tierd_bad_input, the_eviction_policy_is_reuse_unless_told_and_a_bad_one_is_refused)
+Test(tierd_bad_input, the_eviction_policy_is_lru_unless_told_and_a_bad_one_is_refused)
 {
     const char *pols[] = { NULL, "lru", "keep", "reuse" };
-    const char *want[] = { "evicting by reuse", "evicting by lru", "evicting by keep",
+    const char *want[] = { "evicting by lru", "evicting by lru", "evicting by keep",
                            "evicting by reuse" };
     const char *bad[] = { "LRU", "", "fifo" };
     char dir[256], err[4096];
