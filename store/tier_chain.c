@@ -35,6 +35,11 @@ static struct lru *list_of(struct tier *t, const struct idx_entry *e)
                   [e->flags & IDX_F_COLD ? TIER_LRU_CLEAN : TIER_LRU_DIRTY];
 }
 
+static uint32_t age_of(const struct tier *t, uint32_t id)
+{
+    return t->clock - idx_at(t->idx, id)->stamp; /* wrap-safe difference */
+}
+
 /* Make *best the older (by access stamp) of itself and list l's tail. */
 static void older(const struct tier *t, const struct lru *l, uint32_t *best, uint32_t *age)
 {
@@ -42,7 +47,7 @@ static void older(const struct tier *t, const struct lru *l, uint32_t *best, uin
 
     if (l->tail == TIER_NONE)
         return;
-    a = t->clock - idx_at(t->idx, l->tail)->stamp; /* wrap-safe difference */
+    a = age_of(t, l->tail);
     if (*best == TIER_NONE || a > *age) {
         *best = l->tail;
         *age = a;
@@ -94,32 +99,30 @@ void tier_lru_unlink(struct tier *t, uint32_t id)
 
 #define BY_AGE_STEPS 256 /* leaves a leaf placed by its age looks past, at most */
 
-static uint32_t age_of(const struct tier *t, uint32_t id)
+/* Find the place of a leaf of age a walking BY_AGE_STEPS leaves at most
+ * from the head (to the first leaf older than a) or from the tail (to the
+ * first not older): whether it was found, and then its neighbours. */
+static bool walk_to_age(const struct tier *t, const struct lru *l, uint32_t a, bool from_head,
+                        uint32_t *prev, uint32_t *next)
 {
-    return t->clock - idx_at(t->idx, id)->stamp; /* wrap-safe difference */
-}
+    uint32_t x = from_head ? l->head : l->tail;
 
-/* From the head: the first leaf older than a within BY_AGE_STEPS (NONE:
- * none that near). */
-static uint32_t older_from_head(const struct tier *t, const struct lru *l, uint32_t a)
-{
-    uint32_t x = l->head;
+    for (int i = 0; x != TIER_NONE && i < BY_AGE_STEPS; i++) {
+        const struct idx_entry *e = idx_at(t->idx, x);
 
-    for (int i = 0; x != TIER_NONE && i < BY_AGE_STEPS; i++, x = idx_at(t->idx, x)->next)
-        if (age_of(t, x) > a)
-            return x;
-    return TIER_NONE;
-}
-
-/* From the tail: the first leaf not older than a within BY_AGE_STEPS. */
-static uint32_t younger_from_tail(const struct tier *t, const struct lru *l, uint32_t a)
-{
-    uint32_t x = l->tail;
-
-    for (int i = 0; x != TIER_NONE && i < BY_AGE_STEPS; i++, x = idx_at(t->idx, x)->prev)
-        if (age_of(t, x) <= a)
-            return x;
-    return TIER_NONE;
+        if (from_head && age_of(t, x) > a) {
+            *next = x;
+            *prev = e->prev;
+            return true;
+        }
+        if (!from_head && age_of(t, x) <= a) {
+            *prev = x;
+            *next = e->next;
+            return true;
+        }
+        x = from_head ? e->next : e->prev;
+    }
+    return false;
 }
 
 /* Where a leaf of age a (not linked) goes in list l: *prev its younger
@@ -148,18 +151,9 @@ static void place_by_age(const struct tier *t, const struct lru *l, uint32_t a,
     /* age(head) <= a < age(tail): the place is inside, and a walk that
      * finds no leaf on the far side of a within its steps stays inside */
     head_first = a - age_of(t, l->head) < age_of(t, l->tail) - a;
-    for (int k = 0; k < 2; k++, head_first = !head_first) {
-        if (head_first && (x = older_from_head(t, l, a)) != TIER_NONE) {
-            *next = x;
-            *prev = idx_at(t->idx, x)->prev;
-            return;
-        }
-        if (!head_first && (x = younger_from_tail(t, l, a)) != TIER_NONE) {
-            *prev = x;
-            *next = idx_at(t->idx, x)->next;
-            return;
-        }
-    } /* head_first is the first end again */
+    if (walk_to_age(t, l, a, head_first, prev, next) ||
+        walk_to_age(t, l, a, !head_first, prev, next))
+        return;
     x = head_first ? l->head : l->tail;
     for (int i = 0; i < BY_AGE_STEPS; i++)
         x = head_first ? idx_at(t->idx, x)->next : idx_at(t->idx, x)->prev;
